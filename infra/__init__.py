@@ -1,0 +1,1 @@
+"""Pulumi components for GPU Kubernetes clusters and their monitoring and profiling layer."""

@@ -1,0 +1,3 @@
+from profiler_app.cli import main
+
+raise SystemExit(main())

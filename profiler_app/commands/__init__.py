@@ -1,0 +1,1 @@
+"""One module per ``gpu-profiler`` subcommand, each with ``register(subparsers)``."""
