@@ -1,0 +1,15 @@
+"""Where GPU metrics come from: Prometheus (dcgm-exporter), or NVML and psutil on this host."""
+
+from typing import Protocol
+
+from profiler_app.model import SeriesMatrix
+
+
+class MetricsSource(Protocol):
+    """Reads the last ``window_seconds`` of each configured field, one matrix per field.
+
+    Raises ``profiler_app.errors.SourceError`` for transient faults (the daemon backs off)
+    and ``profiler_app.errors.UserError`` for configuration mistakes.
+    """
+
+    def read(self, window_seconds: float) -> list[SeriesMatrix]: ...
