@@ -25,7 +25,9 @@ def parse_duration(text: str) -> float:
         if cleaned and position == len(cleaned):
             seconds = total
     if not seconds > 0:
-        raise UserError(f"malformed duration {text!r}: use a positive number with a unit, e.g. 30s, 30m, 1h30m")
+        raise UserError(
+            f"malformed duration {text!r}: use a positive number with a unit, e.g. 30s, 30m, 1h30m"
+        )
     return seconds
 
 

@@ -1,1 +1,1 @@
-"""Helpers shared by tests: signal generators, local servers (Prometheus, PostgreSQL, a stand-in Kubernetes API)."""
+"""Helpers shared by tests: signal generators and local servers."""
