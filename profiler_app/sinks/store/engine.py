@@ -1,0 +1,157 @@
+"""Store URLs, engines and schema migrations.
+
+SQLite (a file, the default) or PostgreSQL through psycopg 3. SQLite runs in WAL mode with
+``synchronous=FULL``: each cycle commits once every few tens of seconds, so an fsync per commit
+costs nothing, and in exchange a committed cycle survives power loss as well as a killed process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from profiler_app.errors import UserError
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Any fixed number: serialises concurrent upgrades by daemons sharing one PostgreSQL database.
+_MIGRATION_LOCK_ID = 0x67707570726F66
+_SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+_URL_HELP = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+
+
+def default_store_url() -> str:
+    """The SQLite file under this user's data directory (created when the store opens)."""
+    path = Path(platformdirs.user_data_dir("gpu-profiler")) / "profiler.db"
+    return f"sqlite:///{path}"
+
+
+def redact(url: str) -> str:
+    """``url`` with any password masked, for messages about URLs that did not parse."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+def parse_store_url(url: str) -> URL:
+    """The SQLAlchemy URL for a store URL, or ``UserError`` saying what is wrong (no password)."""
+    try:
+        parsed = make_url(url.strip())
+    except ArgumentError:
+        raise UserError(f"malformed store URL {redact(url)!r}: {_URL_HELP}") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend in {"postgresql", "postgres"}:
+        if driver not in {"", "psycopg"}:
+            raise UserError(f"unsupported PostgreSQL driver {driver!r}: use postgresql://")
+        if importlib.util.find_spec("psycopg") is None:
+            raise UserError(
+                "a PostgreSQL store needs psycopg: pip install 'gpu-cluster-profiler[postgres]'"
+            )
+        if not parsed.database:
+            raise UserError(f"store URL {display_url(parsed)!r} names no database")
+        return parsed.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
+        if driver not in {"", "pysqlite"}:
+            raise UserError(f"unsupported SQLite driver {driver!r}: use sqlite:///PATH")
+        if not parsed.database or parsed.database == ":memory:":
+            raise UserError("a SQLite store needs a file: sqlite:///PATH")
+        return parsed.set(drivername="sqlite+pysqlite")
+    raise UserError(f"unsupported store URL scheme {parsed.drivername!r}: {_URL_HELP}")
+
+
+def display_url(url: URL) -> str:
+    """``url`` safe for logs and messages: the password is masked."""
+    return url.render_as_string(hide_password=True)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The database file of a SQLite URL; None for other backends."""
+    if url.get_backend_name() != "sqlite" or url.database is None:
+        return None
+    return Path(url.database).expanduser()
+
+
+def create_store_engine(url: URL, *, create_file: bool) -> Engine:
+    """An engine for ``url``. SQLite: the file must exist unless ``create_file``."""
+    path = sqlite_path(url)
+    if path is not None:
+        if create_file:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise UserError(
+                    f"cannot create the store directory {path.parent}: {error}"
+                ) from None
+        elif not path.is_file():
+            raise UserError(
+                f"no store at {path} (run 'gpu-profiler run' first, or pass --store-url)"
+            )
+        url = url.set(database=str(path))
+        engine = create_engine(
+            url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_SECONDS}, pool_pre_ping=True
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(
+        url,
+        pool_pre_ping=True,  # a PostgreSQL restart between cycles costs no failed cycle
+        pool_size=1,
+        max_overflow=1,
+        connect_args={"connect_timeout": 10, "application_name": "gpu-profiler"},
+    )
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # sqlite3's legacy mode would not BEGIN before DDL or SELECT; SQLAlchemy's "begin"
+        # event below emits BEGIN instead, so migrations and cycles are whole transactions.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+
+def alembic_config() -> Config:
+    """Alembic configuration built in code, so migrations run from an installed wheel."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def upgrade_to_head(engine: Engine) -> None:
+    """Migrate the store to the newest schema in one transaction."""
+    config = alembic_config()
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID}
+            )
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def is_at_head(engine: Engine) -> bool:
+    """Whether the store's schema is the newest this version knows."""
+    heads = set(ScriptDirectory.from_config(alembic_config()).get_heads())
+    with engine.connect() as connection:
+        current = set(MigrationContext.configure(connection).get_current_heads())
+    return current == heads

@@ -1,0 +1,49 @@
+"""Alembic environment of the store.
+
+The store calls migrations with an open connection (``config.attributes["connection"]``); the
+``alembic`` command line works too, given ``-x url=...`` or ``sqlalchemy.url``.
+"""
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from profiler_app.sinks.store.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
+        "sqlalchemy.url"
+    )
+    if not url:
+        raise SystemExit("give the store URL: alembic -x url=postgresql+psycopg://... upgrade head")
+    return url
+
+
+def run_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        context.configure(connection=connection, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = create_engine(_url())
+    with engine.begin() as own_connection:
+        context.configure(connection=own_connection, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,229 @@
+"""``TableStore``: the sink that writes each cycle to the store in one transaction."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import datetime
+from typing import Any
+
+from alembic.util import CommandError
+from sqlalchemy import ColumnElement, Connection, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+
+from profiler_app.errors import UserError
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.model import PodUsage as PodUsageResult
+from profiler_app.sinks.store.engine import (
+    create_store_engine,
+    display_url,
+    parse_store_url,
+    sqlite_path,
+    upgrade_to_head,
+)
+from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
+
+log = logging.getLogger(__name__)
+
+_PEAK_COLUMNS = (
+    "gpu_util_max",
+    "gpu_mem_util_max",
+    "fb_used_max_mib",
+    "cpu_util_max",
+    "mem_used_max_bytes",
+)
+_POD_KEY = ("namespace", "pod", "node", "pod_start_time")
+
+
+class StoreError(Exception):
+    """Writing to the store failed (e.g. PostgreSQL is down); the next cycle tries again."""
+
+
+class TableStore:
+    """Sink writing per-GPU window rows and per-pod peaks; migrates the schema on start."""
+
+    name = "store"
+
+    def __init__(self, url: str) -> None:
+        parsed = parse_store_url(url)
+        self.url = display_url(parsed)
+        self._engine = create_store_engine(parsed, create_file=True)
+        # Last row time per (node, gpu), loaded from the store once per node.
+        self._last_at: dict[str, dict[str, datetime]] = {}
+        self._migrated = False
+        try:
+            self._migrate()
+        except StoreError as error:
+            if sqlite_path(parsed) is not None:
+                raise UserError(str(error)) from None
+            # PostgreSQL may come up after the daemon; publish retries the migration.
+            log.warning("%s; will retry on the next cycle", error)
+
+    def publish(self, result: CycleResult) -> None:
+        if not self._migrated:
+            self._migrate()
+        try:
+            with self._engine.begin() as connection:
+                last_at = self._load_last_at(connection, result.node)
+                self._insert_gpu_windows(connection, result, last_at)
+                self._upsert_pods(connection, result.pods, result.at)
+        except SQLAlchemyError as error:
+            raise StoreError(f"store {self.url}: {_describe(error)}") from error
+        # Only a committed cycle moves the covered-time bookkeeping forward.
+        node_last = self._last_at.setdefault(result.node, last_at)
+        for profile in result.gpus:
+            node_last[profile.gpu] = result.at
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def _migrate(self) -> None:
+        try:
+            upgrade_to_head(self._engine)
+        except CommandError as error:
+            raise UserError(
+                f"store {self.url} has a schema this gpu-profiler does not know ({error}); "
+                "upgrade gpu-profiler"
+            ) from None
+        except SQLAlchemyError as error:
+            raise StoreError(f"store {self.url}: {_describe(error)}") from error
+        self._migrated = True
+
+    def _load_last_at(self, connection: Connection, node: str) -> dict[str, datetime]:
+        cached = self._last_at.get(node)
+        if cached is not None:
+            return dict(cached)
+        rows = connection.execute(
+            select(GpuWindow.gpu, func.max(GpuWindow.at))
+            .where(GpuWindow.node == node)
+            .group_by(GpuWindow.gpu)
+        )
+        return {gpu: at for gpu, at in rows if at is not None}
+
+    def _insert_gpu_windows(
+        self, connection: Connection, result: CycleResult, last_at: dict[str, datetime]
+    ) -> None:
+        rows = [
+            _gpu_window_row(result, profile, last_at.get(profile.gpu)) for profile in result.gpus
+        ]
+        if rows:
+            connection.execute(insert(GpuWindow), rows)
+
+    def _upsert_pods(
+        self, connection: Connection, pods: list[PodUsageResult], at: datetime
+    ) -> None:
+        rows = _merge_duplicate_pods([_pod_row(pod, at) for pod in pods])
+        if not rows:
+            return
+        dialect = connection.dialect.name
+        statement = (
+            postgresql.insert(PodUsage) if dialect == "postgresql" else sqlite.insert(PodUsage)
+        )
+        table = PodUsage.__table__.c
+        excluded = statement.excluded
+        updates: dict[str, Any] = {
+            column: _larger(dialect, table[column], excluded[column]) for column in _PEAK_COLUMNS
+        }
+        updates["first_seen"] = _smaller(dialect, table.first_seen, excluded.first_seen)
+        updates["last_seen"] = _larger(dialect, table.last_seen, excluded.last_seen)
+        updates["gpus"] = excluded.gpus
+        updates["gpu_count"] = excluded.gpu_count
+        connection.execute(
+            statement.on_conflict_do_update(index_elements=list(_POD_KEY), set_=updates), rows
+        )
+
+
+def _gpu_window_row(
+    result: CycleResult, profile: GpuProfile, previous_at: datetime | None
+) -> dict[str, Any]:
+    if previous_at is None:
+        covers = result.window_seconds
+    else:
+        since_previous = (result.at - previous_at).total_seconds()
+        covers = min(max(since_previous, 0.0), result.window_seconds)
+    util = profile.stats.get(GPU_UTIL)
+    return {
+        "at": result.at,
+        "node": result.node,
+        "gpu": profile.gpu,
+        "uuid": profile.uuid,
+        "job_type": profile.job_type,
+        "period_seconds": profile.period_seconds,
+        "window_seconds": result.window_seconds,
+        "covers_seconds": covers,
+        "util_max": _stat(util, "max"),
+        "util_p95": _stat(util, "p95"),
+        "util_mean": _stat(util, "mean"),
+        "util_idle_fraction": _stat(util, "idle_fraction"),
+        "mem_util_max": _stat(profile.stats.get(MEM_COPY_UTIL), "max"),
+        "fb_used_max_mib": _stat(profile.stats.get(FB_USED), "max"),
+        "namespace": profile.namespace,
+        "pod": profile.pod,
+    }
+
+
+def _stat(stats: FieldStats | None, name: str) -> float | None:
+    if stats is None:
+        return None
+    return _finite(getattr(stats, name))
+
+
+def _pod_row(pod: PodUsageResult, at: datetime) -> dict[str, Any]:
+    return {
+        "namespace": pod.namespace,
+        "pod": pod.pod,
+        "node": pod.node,
+        "pod_start_time": pod.start_time or UNKNOWN_START_TIME,
+        "gpus": ",".join(pod.gpus),
+        "gpu_count": len(pod.gpus),
+        "gpu_util_max": _finite(pod.gpu_util_max),
+        "gpu_mem_util_max": _finite(pod.gpu_mem_util_max),
+        "fb_used_max_mib": _finite(pod.fb_used_max_mib),
+        "cpu_util_max": _finite(pod.cpu_util_max),
+        "mem_used_max_bytes": _finite(pod.mem_used_max_bytes),
+        "first_seen": at,
+        "last_seen": at,
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    """NaN and infinities (no samples) are stored as NULL."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _merge_duplicate_pods(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per key: an upsert statement may not touch the same row twice."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(row[column] for column in _POD_KEY)
+        if key not in merged:
+            merged[key] = row
+            continue
+        kept = merged[key]
+        for column in _PEAK_COLUMNS:
+            values = [value for value in (kept[column], row[column]) if value is not None]
+            kept[column] = max(values, default=None)
+    return list(merged.values())
+
+
+def _larger(dialect: str, current: Any, new: Any) -> ColumnElement[Any]:
+    """The larger of two values, NULL only when both are (PostgreSQL's GREATEST skips NULLs)."""
+    if dialect == "postgresql":
+        return func.greatest(current, new)
+    return func.max(func.coalesce(current, new), func.coalesce(new, current))
+
+
+def _smaller(dialect: str, current: Any, new: Any) -> ColumnElement[Any]:
+    if dialect == "postgresql":
+        return func.least(current, new)
+    return func.min(func.coalesce(current, new), func.coalesce(new, current))
+
+
+def _describe(error: SQLAlchemyError) -> str:
+    """The driver's first message line: no SQL, no parameters, no password."""
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        detail = str(error.orig).strip().splitlines()
+        kind = "database unavailable" if isinstance(error, OperationalError) else "database error"
+        return f"{kind}: {detail[0] if detail else type(error.orig).__name__}"
+    return type(error).__name__

@@ -1,0 +1,177 @@
+"""A real, throwaway PostgreSQL server for tests (Debian's ``postgresql`` package).
+
+``initdb`` + ``pg_ctl`` in a temporary directory: listens on 127.0.0.1 at a free port only, its
+unix socket in the same directory, trust authentication for the test role. initdb refuses to run
+as root, so under root the server runs as the ``postgres`` system user that the package creates.
+Use it as the session fixture ``postgres_server`` (declare ``pytest_plugins =
+["tests.support.postgres"]`` in the test module); tests skip with the reason when PostgreSQL is
+not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TEST_ROLE = "profiler_test"
+_SERVER_USER = "postgres"
+
+
+def find_bin_dir() -> Path | None:
+    """The newest /usr/lib/postgresql/<version>/bin holding initdb and pg_ctl."""
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
+    )
+    for candidate in reversed(candidates):
+        bin_dir = Path(candidate)
+        if (bin_dir / "initdb").is_file() and (bin_dir / "pg_ctl").is_file():
+            return bin_dir
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class PostgresServer:
+    bin_dir: Path
+    root: Path
+    port: int
+    run_as: str | None  # system user when we are root
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://{TEST_ROLE}@127.0.0.1:{self.port}/{database}"
+
+    def _command(self, *args: str) -> list[str]:
+        if self.run_as is None:
+            return list(args)
+        return ["runuser", "-u", self.run_as, "--", *args]
+
+    def _run(self, *args: str) -> None:
+        completed = subprocess.run(
+            self._command(*args), capture_output=True, text=True, check=False, timeout=120
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed:\n{completed.stdout}{completed.stderr}")
+
+    def start(self) -> None:
+        self._run(
+            str(self.bin_dir / "initdb"),
+            "--pgdata",
+            str(self.data_dir),
+            "--username",
+            TEST_ROLE,
+            "--auth",
+            "trust",
+            "--encoding",
+            "UTF8",
+            "--no-sync",
+        )
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c unix_socket_directories={self.root} -c fsync=on"
+        )
+        self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "--pgdata",
+            str(self.data_dir),
+            "--log",
+            str(self.root / "server.log"),
+            "--options",
+            options,
+            "--wait",
+            "--timeout",
+            "60",
+            "start",
+        )
+
+    def stop(self) -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            self._run(
+                str(self.bin_dir / "pg_ctl"),
+                "--pgdata",
+                str(self.data_dir),
+                "--mode",
+                "immediate",
+                "--wait",
+                "stop",
+            )
+
+    def restart(self) -> None:
+        """Stop and start again (same port): what clients see when the database restarts."""
+        self.stop()
+        self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "--pgdata",
+            str(self.data_dir),
+            "--log",
+            str(self.root / "server.log"),
+            "--wait",
+            "start",
+        )
+
+    def create_database(self) -> str:
+        """A fresh empty database; returns its URL."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._run(
+            str(self.bin_dir / "createdb"),
+            "--host",
+            str(self.root),
+            "--port",
+            str(self.port),
+            "--username",
+            TEST_ROLE,
+            name,
+        )
+        return self.url(name)
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    run_as: str | None = None
+    root = Path(tempfile.mkdtemp(prefix="profiler-pg-"))
+    if os.geteuid() == 0:
+        try:
+            account = pwd.getpwnam(_SERVER_USER)
+        except KeyError:
+            shutil.rmtree(root)
+            pytest.skip("running as root and there is no 'postgres' user to run initdb as")
+        os.chown(root, account.pw_uid, account.pw_gid)
+        run_as = _SERVER_USER
+    server = PostgresServer(bin_dir=bin_dir, root=root, port=free_port(), run_as=run_as)
+    try:
+        server.start()
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    with running_postgres() as server:
+        yield server
