@@ -1,0 +1,339 @@
+"""GPU metrics sampled on this machine through NVML, shaped like dcgm-exporter's.
+
+A sampler thread reads every GPU each ``sample_interval`` into a ring buffer sized to the
+window; ``read`` returns one ``SeriesMatrix`` per field with dcgm-exporter's field names and
+labels, so the same analysis runs on local samples and on Prometheus data.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pynvml
+
+from profiler_app.errors import UserError
+from profiler_app.model import FB_FREE, FB_USED, GPU_UTIL, MEM_COPY_UTIL, FloatMatrix, SeriesMatrix
+from profiler_app.sources.cgroups import ContainerRef, container_of_pid
+
+log = logging.getLogger(__name__)
+
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
+NVML_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE)
+_MIB = 1024 * 1024
+
+
+class SampleRing:
+    """Rows of samples on a fixed time grid (tick ``k`` is at ``origin + k * step``).
+
+    Slots are reused modulo the capacity; a slot remembers its tick so that ticks that were
+    never sampled (a stalled sampler) read back as NaN instead of stale values.
+    """
+
+    def __init__(self, capacity: int, row_shape: tuple[int, ...], step: float, origin: float):
+        self.capacity = capacity
+        self.step = step
+        self.origin = origin
+        self._rows = np.full((capacity, *row_shape), np.nan)
+        self._ticks = np.full(capacity, -1, dtype=np.int64)
+        self.last_tick = -1
+
+    def tick_at(self, timestamp: float) -> int:
+        return max(0, math.floor((timestamp - self.origin) / self.step + 0.5))
+
+    def put(self, tick: int, row: FloatMatrix) -> None:
+        slot = tick % self.capacity
+        self._rows[slot] = row
+        self._ticks[slot] = tick
+        self.last_tick = max(self.last_tick, tick)
+
+    def window(self, count: int) -> tuple[FloatMatrix, FloatMatrix]:
+        """Timestamps and rows of the last ``count`` ticks up to the newest sample."""
+        count = max(1, min(count, self.capacity))
+        last = max(self.last_tick, 0)
+        ticks = np.arange(last - count + 1, last + 1, dtype=np.int64)
+        slots = ticks % self.capacity
+        rows: FloatMatrix = self._rows[slots].copy()
+        rows[self._ticks[slots] != ticks] = np.nan
+        timestamps: FloatMatrix = (self.origin + ticks * self.step).astype(np.float64)
+        return timestamps, rows
+
+
+@dataclass
+class GpuProcess:
+    """A process seen on a GPU within the window, with its peaks."""
+
+    pid: int
+    container: ContainerRef | None
+    last_seen: float
+    used_memory_max_bytes: float = 0.0
+    sm_util_max: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Device:
+    handle: Any
+    index: str
+    uuid: str
+    model: str
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class NvmlSource:
+    """Samples every GPU of this machine; a ``MetricsSource`` that never raises for lack of GPUs.
+
+    ``nvml`` is the ``pynvml`` module (tests pass a stand-in). Without a driver, ``start``
+    says ``no NVIDIA driver found: <reason>`` once and ``read`` returns no matrices.
+    """
+
+    def __init__(
+        self,
+        hostname: str,
+        window_seconds: float,
+        sample_interval: float,
+        *,
+        fields: Sequence[str] = (GPU_UTIL, MEM_COPY_UTIL, FB_USED),
+        nvml: Any = None,
+        proc_root: Path = Path("/proc"),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        unknown = [name for name in fields if name not in NVML_FIELDS]
+        if unknown:
+            raise UserError(
+                f"local NVML sampling cannot provide {', '.join(unknown)}; "
+                f"it provides {', '.join(NVML_FIELDS)} (use --prometheus-url for other fields)"
+            )
+        self.hostname = hostname
+        self.fields = tuple(fields)
+        self.window_seconds = window_seconds
+        self.sample_interval = sample_interval
+        self.unavailable_reason: str | None = None
+        self._nvml = pynvml if nvml is None else nvml
+        self._proc_root = proc_root
+        self._clock = clock
+        self._devices: list[_Device] = []
+        self._ring: SampleRing | None = None
+        self._processes: dict[str, dict[int, GpuProcess]] = {}
+        self._process_timestamps: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reported_errors: set[str] = set()
+
+    @property
+    def available(self) -> bool:
+        return self._ring is not None
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self._devices)
+
+    def open(self) -> bool:
+        """Initialises NVML and lists the GPUs; False (said once) when there is no driver."""
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+            count = nvml.nvmlDeviceGetCount()
+            devices = []
+            for index in range(count):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices.append(
+                    _Device(
+                        handle=handle,
+                        index=str(index),
+                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                        model=_text(nvml.nvmlDeviceGetName(handle)),
+                    )
+                )
+        except (nvml.NVMLError_LibraryNotFound, nvml.NVMLError_DriverNotLoaded) as error:
+            self.unavailable_reason = f"no NVIDIA driver found: {error}"
+        except nvml.NVMLError as error:
+            self.unavailable_reason = f"NVML unavailable: {error}"
+        else:
+            self._devices = devices
+            capacity = math.ceil(self.window_seconds / self.sample_interval) + 1
+            self._ring = SampleRing(
+                capacity, (len(self.fields), count), self.sample_interval, self._clock()
+            )
+            self._processes = {device.index: {} for device in devices}
+            log.info("NVML: sampling %d GPU(s) every %gs", count, self.sample_interval)
+            return True
+        log.warning("%s; profiling the host only", self.unavailable_reason)
+        return False
+
+    def start(self) -> None:
+        """Opens NVML and starts the sampler thread (no thread without GPUs)."""
+        if self.open() and self._devices:
+            self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self._ring is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError as error:
+                log.debug("nvmlShutdown: %s", error)
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except Exception as error:  # the sampler thread must outlive any NVML hiccup
+                self._report("sampler", error)
+            next_at += self.sample_interval
+            now = time.monotonic()
+            if next_at < now:  # fell behind: skip the missed ticks (they read back as NaN)
+                next_at = now + self.sample_interval
+            self._stop.wait(next_at - now)
+
+    def sample(self) -> None:
+        """Reads every GPU once into the tick of the current time."""
+        ring = self._ring
+        if ring is None:
+            return
+        now = self._clock()
+        row = np.full((len(self.fields), len(self._devices)), np.nan)
+        for column, device in enumerate(self._devices):
+            readings = self._read_device(device)
+            for position, name in enumerate(self.fields):
+                row[position, column] = readings.get(name, np.nan)
+            self._sample_processes(device, now)
+        with self._lock:
+            ring.put(ring.tick_at(now), row)
+
+    def _read_device(self, device: _Device) -> dict[str, float]:
+        nvml = self._nvml
+        readings: dict[str, float] = {}
+        try:
+            rates = nvml.nvmlDeviceGetUtilizationRates(device.handle)
+            readings[GPU_UTIL] = float(rates.gpu)
+            readings[MEM_COPY_UTIL] = float(rates.memory)
+        except nvml.NVMLError as error:
+            self._report(f"utilization of GPU {device.index}", error)
+        try:
+            memory = nvml.nvmlDeviceGetMemoryInfo(device.handle)
+            readings[FB_USED] = memory.used / _MIB
+            readings[FB_FREE] = memory.free / _MIB
+        except nvml.NVMLError as error:
+            self._report(f"memory of GPU {device.index}", error)
+        if GPU_TEMP in self.fields:
+            try:
+                temperature = nvml.nvmlDeviceGetTemperature(
+                    device.handle, nvml.NVML_TEMPERATURE_GPU
+                )
+                readings[GPU_TEMP] = float(temperature)
+            except nvml.NVMLError as error:
+                self._report(f"temperature of GPU {device.index}", error)
+        if POWER_USAGE in self.fields:
+            try:
+                readings[POWER_USAGE] = nvml.nvmlDeviceGetPowerUsage(device.handle) / 1000.0
+            except nvml.NVMLError as error:
+                self._report(f"power of GPU {device.index}", error)
+        return readings
+
+    def _sample_processes(self, device: _Device, now: float) -> None:
+        nvml = self._nvml
+        try:
+            running = nvml.nvmlDeviceGetComputeRunningProcesses(device.handle)
+        except nvml.NVMLError as error:
+            self._report(f"processes of GPU {device.index}", error)
+            return
+        sm_util: dict[int, float] = {}
+        since = self._process_timestamps.get(device.index, 0)
+        try:
+            for sample in nvml.nvmlDeviceGetProcessUtilization(device.handle, since):
+                sm_util[sample.pid] = max(sm_util.get(sample.pid, 0.0), float(sample.smUtil))
+                since = max(since, int(sample.timeStamp))
+            self._process_timestamps[device.index] = since
+        except nvml.NVMLError_NotFound:
+            pass  # no process ran since the last sample
+        except nvml.NVMLError as error:
+            self._report(f"process utilisation of GPU {device.index}", error)
+        with self._lock:
+            seen = self._processes[device.index]
+            for process in running:
+                entry = seen.get(process.pid)
+                if entry is None:
+                    container = container_of_pid(process.pid, self._proc_root)
+                    entry = seen[process.pid] = GpuProcess(process.pid, container, now)
+                entry.last_seen = now
+                used = process.usedGpuMemory
+                if used is not None:
+                    entry.used_memory_max_bytes = max(entry.used_memory_max_bytes, float(used))
+                entry.sm_util_max = max(entry.sm_util_max, sm_util.get(process.pid, 0.0))
+            horizon = now - self.window_seconds
+            for pid in [pid for pid, entry in seen.items() if entry.last_seen < horizon]:
+                del seen[pid]
+
+    def _report(self, what: str, error: Exception) -> None:
+        """Logs each distinct failure once at warning level, repeats at debug level."""
+        key = f"{what}: {error}"
+        level = logging.DEBUG if key in self._reported_errors else logging.WARNING
+        self._reported_errors.add(key)
+        log.log(level, "NVML %s failed: %s", what, error)
+
+    def processes(self) -> dict[str, list[GpuProcess]]:
+        """Processes seen within the window, by GPU index."""
+        with self._lock:
+            return {
+                index: [GpuProcess(**vars(entry)) for entry in seen.values()]
+                for index, seen in self._processes.items()
+            }
+
+    def read(self, window_seconds: float) -> list[SeriesMatrix]:
+        ring = self._ring
+        if ring is None:
+            return []
+        count = max(1, round(window_seconds / self.sample_interval))
+        with self._lock:
+            timestamps, rows = ring.window(count)
+        labels = [self._labels(device) for device in self._devices]
+        return [
+            SeriesMatrix(
+                field=name,
+                labels=[dict(series) for series in labels],
+                timestamps=timestamps,
+                values=np.ascontiguousarray(rows[:, position, :].T),
+                step_seconds=self.sample_interval,
+            )
+            for position, name in enumerate(self.fields)
+        ]
+
+    def _labels(self, device: _Device) -> dict[str, str]:
+        labels = {
+            "gpu": device.index,
+            "UUID": device.uuid,
+            "modelName": device.model,
+            "Hostname": self.hostname,
+        }
+        pod_uid = self._main_pod(device.index)
+        if pod_uid is not None:
+            labels["pod_uid"] = pod_uid
+        return labels
+
+    def _main_pod(self, index: str) -> str | None:
+        """The pod whose processes used the most GPU memory on this GPU within the window."""
+        with self._lock:
+            usage: dict[str, float] = {}
+            for entry in self._processes.get(index, {}).values():
+                if entry.container is not None and entry.container.pod_uid is not None:
+                    uid = entry.container.pod_uid
+                    usage[uid] = usage.get(uid, 0.0) + entry.used_memory_max_bytes
+        if not usage:
+            return None
+        return max(usage, key=lambda uid: usage[uid])
