@@ -1,14 +1,90 @@
-"""``gpu-profiler analyze``: placeholder until its issue lands."""
+"""``gpu-profiler analyze``: classify the GPUs of one node, once, and print the result.
+
+Reads the node's dcgm-exporter fields from Prometheus (one ``query_range`` request per field)
+or from a saved ``query_range`` JSON answer (``--input``), then prints a table or JSON.
+"""
+
+from __future__ import annotations
 
 import argparse
+import os
+import sys
 
-from profiler_app.errors import UserError
+from profiler_app.commands import options
+from profiler_app.errors import SourceError, UserError
+from profiler_app.model import GPU_UTIL, SeriesMatrix
+from profiler_app.profiles import build_profiles
+from profiler_app.render import render_json, render_table
+from profiler_app.sources.prometheus import PrometheusSource, load_query_range
 
 
-def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = commands.add_parser("analyze", help="(not available yet)")
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "analyze",
+        help="classify the GPUs of one node from Prometheus or a saved query_range answer",
+        description="Classify what each GPU of one node did over a window (idle, training with "
+        "its period, inference, bursty) from dcgm-exporter metrics, and print it.",
+    )
+    options.add_prometheus_options(parser)
+    parser.add_argument(
+        "--input",
+        metavar="FILE",
+        help="read a saved /api/v1/query_range JSON answer instead of querying Prometheus "
+        "(every series in it; fields from the __name__ label, else --field)",
+    )
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (default) or json: one array, one object per series",
+    )
     parser.set_defaults(handler=handle)
 
 
+def _read_prometheus(args: argparse.Namespace) -> list[SeriesMatrix]:
+    window = options.duration(args.window, "--window")
+    assert window is not None  # the option has a default
+    source = PrometheusSource(
+        args.prometheus_url,
+        args.node,
+        args.node_label,
+        options.fields(args),
+        options.duration(args.step, "--step"),
+    )
+    try:
+        return source.read(window)
+    except SourceError as error:  # worth a retry in the daemon; here the user decides
+        raise UserError(str(error)) from error
+    finally:
+        source.close()
+
+
+def _write(text: str) -> None:
+    """Print, and stay quiet when the reader of a pipe (e.g. ``head``) has gone."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def handle(args: argparse.Namespace) -> int:
-    raise UserError("'analyze' is not available yet")
+    if args.input:
+        matrices = load_query_range(args.input, options.explicit_fields(args))
+    elif args.prometheus_url:
+        matrices = _read_prometheus(args)
+    else:
+        raise UserError(
+            "no metrics to analyse: give --prometheus-url URL (or set GPU_PROFILER_PROMETHEUS_URL)"
+            " or --input FILE"
+        )
+    fields = [matrix.field for matrix in matrices]
+    primary = GPU_UTIL if GPU_UTIL in fields else fields[0]
+    ordered = [primary, *(field for field in fields if field != primary)]
+    profiles = build_profiles(matrices, primary, node_label=args.node_label)
+    if args.output == "json":
+        _write(render_json(profiles))
+    else:
+        _write(render_table(profiles, ordered))
+    return 0

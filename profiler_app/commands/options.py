@@ -1,0 +1,109 @@
+"""Command-line options shared by ``analyze`` and ``run``, each falling back to an environment
+variable, with the effective default shown in ``--help``.
+
+Durations stay strings while parsing and are converted by ``duration`` in the command, so a
+malformed value (from a flag or the environment) is one clear error line, not an argparse
+usage dump or a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+from profiler_app.durations import format_duration, parse_duration
+from profiler_app.errors import UserError
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.sources.prometheus import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
+
+DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED)
+DEFAULT_WINDOW = "30m"
+DEFAULT_NODE_LABEL = "Hostname"
+
+
+def env_default(name: str, fallback: str | None = None) -> str | None:
+    """The environment variable ``name`` when set and not blank, else ``fallback``."""
+    value = os.environ.get(name, "").strip()
+    return value or fallback
+
+
+def duration(text: str | None, flag: str) -> float | None:
+    """Seconds in a duration option (None stays None); a malformed one names its flag."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except UserError as error:
+        raise UserError(f"{flag}: {error}") from error
+
+
+def split_fields(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def add_prometheus_options(
+    parser: argparse.ArgumentParser,
+    *,
+    default_fields: tuple[str, ...] = DEFAULT_FIELDS,
+    default_window: str = DEFAULT_WINDOW,
+) -> None:
+    """--prometheus-url, --node, --node-label, --field, --window and --step."""
+    group = parser.add_argument_group("Prometheus (dcgm-exporter metrics)")
+    group.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        default=env_default("GPU_PROFILER_PROMETHEUS_URL"),
+        help="Prometheus base URL, e.g. http://prometheus:9090 "
+        "(env GPU_PROFILER_PROMETHEUS_URL; default: %(default)s)",
+    )
+    group.add_argument(
+        "--node",
+        metavar="NAME",
+        default=env_default("NODE_NAME", socket.gethostname()),
+        help="the node whose GPUs to read (env NODE_NAME; default: %(default)s)",
+    )
+    group.add_argument(
+        "--node-label",
+        metavar="LABEL",
+        default=env_default("GPU_PROFILER_NODE_LABEL", DEFAULT_NODE_LABEL),
+        help="the dcgm-exporter label holding the node name "
+        "(env GPU_PROFILER_NODE_LABEL; default: %(default)s)",
+    )
+    group.add_argument(
+        "--field",
+        metavar="FIELD",
+        action="append",
+        help="a dcgm-exporter field to read; repeat for several, the first one is classified "
+        f"(env GPU_PROFILER_FIELDS, comma-separated; default: {','.join(default_fields)})",
+    )
+    group.add_argument(
+        "--window",
+        metavar="DURATION",
+        default=env_default("GPU_PROFILER_WINDOW", default_window),
+        help="how much history to analyse (env GPU_PROFILER_WINDOW; default: %(default)s)",
+    )
+    group.add_argument(
+        "--step",
+        metavar="DURATION",
+        default=env_default("GPU_PROFILER_STEP"),
+        help=f"query resolution (env GPU_PROFILER_STEP; default: "
+        f"{format_duration(DEFAULT_STEP_SECONDS)}, coarser for windows over "
+        f"{format_duration(DEFAULT_STEP_SECONDS * DEFAULT_MAX_POINTS)} so that a window holds "
+        f"at most {DEFAULT_MAX_POINTS:,} points)",
+    )
+    parser.set_defaults(default_fields=default_fields)
+
+
+def explicit_fields(args: argparse.Namespace) -> list[str] | None:
+    """Fields named by --field or GPU_PROFILER_FIELDS, or None when neither is given."""
+    if args.field:
+        named = [name for text in args.field for name in split_fields(text)]
+    else:
+        named = split_fields(env_default("GPU_PROFILER_FIELDS") or "")
+    return list(dict.fromkeys(named)) or None
+
+
+def fields(args: argparse.Namespace) -> list[str]:
+    """The fields to read: --field, else GPU_PROFILER_FIELDS, else the command's default."""
+    return explicit_fields(args) or list(args.default_fields)

@@ -1,0 +1,109 @@
+"""GPU profiles as JSON records or as a plain aligned table (no wrapping, safe to pipe)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+from profiler_app.durations import format_duration
+from profiler_app.model import FieldStats, GpuProfile
+
+_FIELD_PREFIXES = ("DCGM_FI_DEV_", "DCGM_FI_PROF_", "DCGM_FI_")
+
+
+def _number(value: float) -> float | None:
+    """JSON has no NaN: a statistic with no valid sample is null."""
+    return None if math.isnan(value) else value
+
+
+def stats_record(stats: FieldStats) -> dict[str, float | None]:
+    return {
+        "max": _number(stats.max),
+        "p95": _number(stats.p95),
+        "mean": _number(stats.mean),
+        "idle_fraction": _number(stats.idle_fraction),
+    }
+
+
+def profile_record(profile: GpuProfile) -> dict[str, object]:
+    """One series' profile: all its labels, the classification and statistics by field."""
+    return {
+        "labels": dict(profile.labels),
+        "hostname": profile.hostname,
+        "gpu": profile.gpu,
+        "uuid": profile.uuid,
+        "namespace": profile.namespace,
+        "pod": profile.pod,
+        "job_type": profile.job_type,
+        "period_seconds": profile.period_seconds,
+        "stats": {field: stats_record(stats) for field, stats in profile.stats.items()},
+    }
+
+
+def render_json(profiles: Sequence[GpuProfile]) -> str:
+    return json.dumps([profile_record(p) for p in profiles], indent=2, allow_nan=False)
+
+
+def short_field_name(field: str) -> str:
+    """DCGM_FI_DEV_GPU_UTIL -> GPU_UTIL."""
+    for prefix in _FIELD_PREFIXES:
+        if field.startswith(prefix):
+            return field.removeprefix(prefix)
+    return field
+
+
+def _cell(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if value.is_integer():
+        return str(int(value))
+    return (
+        f"{value:.0f}"
+        if abs(value) >= 1000
+        else f"{value:.1f}"
+        if abs(value) >= 1
+        else f"{value:.3f}"
+    )
+
+
+def _percent(fraction: float) -> str:
+    return "-" if math.isnan(fraction) else f"{fraction * 100:.0f}%"
+
+
+def render_table(profiles: Sequence[GpuProfile], fields: Sequence[str]) -> str:
+    """One row per profile. ``fields[0]`` is the classified field: max, p95, mean and idle share
+    are shown for it; the maximum of every other field follows. Columns are as wide as their
+    widest cell, numbers right-aligned."""
+    primary, *others = fields
+    name = short_field_name(primary)
+    header = ["NODE", "GPU", "UUID", "POD", "JOB TYPE", "PERIOD"]
+    header += [f"{name} MAX", "P95", "MEAN", "IDLE"]
+    header += [f"{short_field_name(field)} MAX" for field in others]
+    rows = [header]
+    for profile in profiles:
+        main = profile.stats.get(primary)
+        pod = f"{profile.namespace}/{profile.pod}" if profile.pod else "-"
+        period = format_duration(profile.period_seconds) if profile.period_seconds else "-"
+        row = [profile.hostname, profile.gpu, profile.uuid or "-", pod, profile.job_type, period]
+        if main is None:
+            row += ["-"] * 4
+        else:
+            row += [
+                _cell(main.max),
+                _cell(main.p95),
+                _cell(main.mean),
+                _percent(main.idle_fraction),
+            ]
+        row += [_cell(s.max) if (s := profile.stats.get(field)) else "-" for field in others]
+        rows.append(row)
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    numeric_from = 5  # PERIOD and the statistics read better right-aligned
+    lines = [
+        "  ".join(
+            cell.rjust(width) if column >= numeric_from else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+    return "\n".join(lines)
