@@ -1,0 +1,243 @@
+"""Prometheus metrics of the latest cycle and of the daemon's health, on /metrics and /healthz.
+
+Per-GPU series are produced from the latest ``CycleResult`` at scrape time, so a GPU (or a pod
+on it) that disappears from the result disappears from the page. The registry is our own, not
+prometheus-client's global one, so nothing else leaks onto the page.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from profiler_app.errors import UserError
+from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile
+
+log = logging.getLogger(__name__)
+
+JOB_TYPES = ("idle", "training", "inference", "bursty")
+GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
+ERROR_KINDS = ("source", "kubernetes", "store", "metrics", "terminal", "analysis", "cycle")
+_CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class Heartbeat:
+    """When the loop last attempted a cycle; /healthz fails once that is too long ago."""
+
+    def __init__(self, stale_after_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.stale_after_seconds = stale_after_seconds
+        self._clock = clock
+        self._last = clock()
+
+    def beat(self) -> None:
+        self._last = self._clock()
+
+    def age(self) -> float:
+        return self._clock() - self._last
+
+    def alive(self) -> bool:
+        return self.age() <= self.stale_after_seconds
+
+
+class _GpuCollector(Collector):
+    """Turns the latest cycle result into per-GPU metric families at scrape time."""
+
+    def __init__(self) -> None:
+        self.latest: CycleResult | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        result = self.latest
+        families = self._families()
+        if result is None:
+            return families
+        job_type, period, util_max, util_p95, idle = families
+        for profile in result.gpus:
+            labels = _gpu_label_values(profile, result.node)
+            for name in JOB_TYPES:
+                job_type.add_metric([*labels, name], 1.0 if name == profile.job_type else 0.0)
+            if profile.job_type == "training" and _finite(profile.period_seconds):
+                period.add_metric(labels, float(profile.period_seconds or 0.0))
+            stats = profile.stats.get(GPU_UTIL)
+            if stats is None:
+                continue
+            if _finite(stats.max):
+                util_max.add_metric(labels, stats.max)
+            if _finite(stats.p95):
+                util_p95.add_metric(labels, stats.p95)
+            if _finite(stats.idle_fraction):
+                idle.add_metric(labels, stats.idle_fraction * result.window_seconds)
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        labels = list(GPU_LABELS)
+        return [
+            # A state set, written as a gauge so the state label is ``job_type`` (the text
+            # format would name it after the metric).
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_job_type",
+                "What the GPU did over the window: 1 for the current job type, 0 for the others.",
+                labels=[*labels, "job_type"],
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_period_seconds",
+                "Period of the training loop (training GPUs only).",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_utilization_max_percent",
+                "Maximum GPU utilisation over the window.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_utilization_p95_percent",
+                "95th percentile of GPU utilisation over the window.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_idle_seconds",
+                "Seconds the GPU was idle within the window.",
+                labels=labels,
+            ),
+        ]
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _gpu_label_values(profile: GpuProfile, node: str) -> list[str]:
+    return [
+        profile.hostname or node,
+        profile.gpu,
+        profile.uuid,
+        profile.namespace or "",
+        profile.pod or "",
+    ]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics server: " + format, *args)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsSink:
+    """Sink exposing the latest cycle, plus the daemon's health counters, to Prometheus."""
+
+    name = "metrics"
+
+    def __init__(self, heartbeat: Heartbeat, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.heartbeat = heartbeat
+        self._gpus = _GpuCollector()
+        self.registry.register(self._gpus)
+        self.errors = Counter(
+            "gpu_profiler_errors",
+            "Errors by kind (source, kubernetes, store, metrics, ...).",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind=kind)  # present at 0, so rate() and alerts work from the start
+        self.cycle_duration = Histogram(
+            "gpu_profiler_cycle_duration_seconds",
+            "Duration of one profiling cycle.",
+            buckets=_CYCLE_BUCKETS,
+            registry=self.registry,
+        )
+        self.last_success = Gauge(
+            "gpu_profiler_last_success_timestamp_seconds",
+            "Unix time of the last cycle that read its source and published everywhere.",
+            registry=self.registry,
+        )
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def publish(self, result: CycleResult) -> None:
+        self._gpus.latest = result
+
+    def record_error(self, kind: str) -> None:
+        self.errors.labels(kind=kind).inc()
+
+    def record_cycle(self, seconds: float, *, success: bool) -> None:
+        self.cycle_duration.observe(seconds)
+        if success:
+            self.last_success.set_to_current_time()
+
+    def app(self) -> WsgiApp:
+        """The WSGI application: /metrics, /healthz; anything else is 404."""
+        metrics_app: WsgiApp = make_wsgi_app(self.registry)
+
+        def dispatch(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return metrics_app(environ, start_response)
+            if path == "/healthz":
+                return self._healthz(start_response)
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics or /healthz\n"]
+
+        return dispatch
+
+    def _healthz(self, start_response: StartResponse) -> Iterator[bytes]:
+        age = self.heartbeat.age()
+        if self.heartbeat.alive():
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            yield f"ok: last cycle attempt {age:.0f}s ago\n".encode()
+        else:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            limit = self.heartbeat.stale_after_seconds
+            yield f"stale: last cycle attempt {age:.0f}s ago (limit {limit:.0f}s)\n".encode()
+
+    def serve(self, address: str, port: int) -> int:
+        """Starts the HTTP server in a daemon thread; returns the bound port (0 picks one)."""
+        server_class = _ThreadingServer6 if ":" in address else _ThreadingServer
+        try:
+            server = make_server(
+                address, port, self.app(), server_class=server_class, handler_class=_QuietHandler
+            )
+        except OSError as error:
+            raise UserError(
+                f"cannot serve metrics on {address}:{port}: {error.strerror or error}"
+            ) from None
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="metrics-http"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+        bound_port: int = server.server_port
+        log.info("metrics on http://%s:%d/metrics, health on /healthz", address, bound_port)
+        return bound_port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,74 @@
+"""Hand-made cycle results for sink tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from profiler_app.model import (
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    CycleResult,
+    FieldStats,
+    GpuProfile,
+    PodUsage,
+)
+
+AT = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+
+
+def gpu_profile(
+    gpu: str,
+    job_type: str,
+    *,
+    period: float | None = None,
+    util: tuple[float, float, float, float] = (90.0, 85.0, 60.0, 0.1),
+    mem_util_max: float = 40.0,
+    fb_used_max: float = 30_000.0,
+    namespace: str | None = None,
+    pod: str | None = None,
+    hostname: str = "node-a",
+) -> GpuProfile:
+    """A profile with GPU_UTIL stats ``util`` = (max, p95, mean, idle fraction)."""
+    return GpuProfile(
+        gpu=gpu,
+        uuid=f"GPU-{gpu}-0000",
+        hostname=hostname,
+        job_type=job_type,
+        period_seconds=period,
+        stats={
+            GPU_UTIL: FieldStats(*util),
+            MEM_COPY_UTIL: FieldStats(mem_util_max, mem_util_max, mem_util_max / 2, 0.0),
+            FB_USED: FieldStats(fb_used_max, fb_used_max, fb_used_max, 0.0),
+        },
+        namespace=namespace,
+        pod=pod,
+    )
+
+
+def sample_cycle(node: str = "node-a") -> CycleResult:
+    """Two GPUs: a training pod on GPU 0, nothing on GPU 1; host readings and one pod."""
+    return CycleResult(
+        node=node,
+        at=AT,
+        window_seconds=1800.0,
+        gpus=[
+            gpu_profile("0", "training", period=12.5, namespace="ml", pod="trainer-0"),
+            gpu_profile("1", "idle", util=(0.0, 0.0, 0.0, 1.0), mem_util_max=0, fb_used_max=0),
+        ],
+        pods=[
+            PodUsage(
+                namespace="ml",
+                pod="trainer-0",
+                node=node,
+                start_time=AT,
+                gpus=("0",),
+                gpu_util_max=90.0,
+                gpu_mem_util_max=40.0,
+                fb_used_max_mib=30_000.0,
+                cpu_util_max=250.0,
+                mem_used_max_bytes=8 * 2**30,
+            )
+        ],
+        host={"cpu_percent": 12.5, "memory_percent": 40.0, "disk_used_percent": 71.0},
+    )
