@@ -18,9 +18,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from profiler_app.errors import UserError
 
@@ -101,7 +101,7 @@ def create_store_engine(url: URL, *, create_file: bool) -> Engine:
         engine = create_engine(
             url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_SECONDS}, pool_pre_ping=True
         )
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, writer=create_file)
         return engine
     return create_engine(
         url,
@@ -112,12 +112,14 @@ def create_store_engine(url: URL, *, create_file: bool) -> Engine:
     )
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, *, writer: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # sqlite3's legacy mode would not BEGIN before DDL or SELECT; SQLAlchemy's "begin"
         # event below emits BEGIN instead, so migrations and cycles are whole transactions.
         dbapi_connection.isolation_level = None
+        if not writer:
+            return  # readers take the file as the daemon left it
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -149,9 +151,20 @@ def upgrade_to_head(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
-def is_at_head(engine: Engine) -> bool:
-    """Whether the store's schema is the newest this version knows."""
-    heads = set(ScriptDirectory.from_config(alembic_config()).get_heads())
-    with engine.connect() as connection:
-        current = set(MigrationContext.configure(connection).get_current_heads())
-    return current == heads
+def head_revisions() -> tuple[str, ...]:
+    """The newest schema revision(s) this version of gpu-profiler knows."""
+    return tuple(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def current_revisions(connection: Connection) -> tuple[str, ...]:
+    """The store's schema revision(s); empty when it has no gpu-profiler schema."""
+    return tuple(MigrationContext.configure(connection).get_current_heads())
+
+
+def describe_error(error: SQLAlchemyError) -> str:
+    """The driver's first message line: no SQL, no parameters, no password."""
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        detail = str(error.orig).strip().splitlines()
+        kind = "database unavailable" if isinstance(error, OperationalError) else "database error"
+        return f"{kind}: {detail[0] if detail else type(error.orig).__name__}"
+    return type(error).__name__

@@ -10,13 +10,14 @@ from typing import Any
 from alembic.util import CommandError
 from sqlalchemy import ColumnElement, Connection, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_app.errors import UserError
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.model import PodUsage as PodUsageResult
 from profiler_app.sinks.store.engine import (
     create_store_engine,
+    describe_error,
     display_url,
     parse_store_url,
     sqlite_path,
@@ -69,7 +70,7 @@ class TableStore:
                 self._insert_gpu_windows(connection, result, last_at)
                 self._upsert_pods(connection, result.pods, result.at)
         except SQLAlchemyError as error:
-            raise StoreError(f"store {self.url}: {_describe(error)}") from error
+            raise StoreError(f"store {self.url}: {describe_error(error)}") from error
         # Only a committed cycle moves the covered-time bookkeeping forward.
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
@@ -87,7 +88,7 @@ class TableStore:
                 "upgrade gpu-profiler"
             ) from None
         except SQLAlchemyError as error:
-            raise StoreError(f"store {self.url}: {_describe(error)}") from error
+            raise StoreError(f"store {self.url}: {describe_error(error)}") from error
         self._migrated = True
 
     def _load_last_at(self, connection: Connection, node: str) -> dict[str, datetime]:
@@ -218,12 +219,3 @@ def _smaller(dialect: str, current: Any, new: Any) -> ColumnElement[Any]:
     if dialect == "postgresql":
         return func.least(current, new)
     return func.min(func.coalesce(current, new), func.coalesce(new, current))
-
-
-def _describe(error: SQLAlchemyError) -> str:
-    """The driver's first message line: no SQL, no parameters, no password."""
-    if isinstance(error, DBAPIError) and error.orig is not None:
-        detail = str(error.orig).strip().splitlines()
-        kind = "database unavailable" if isinstance(error, OperationalError) else "database error"
-        return f"{kind}: {detail[0] if detail else type(error.orig).__name__}"
-    return type(error).__name__

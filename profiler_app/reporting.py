@@ -1,0 +1,329 @@
+"""Summaries of the table store over a time range: per node, per GPU, per pod, idle pods.
+
+Hours per job type weight each ``gpu_window`` row by its ``covers_seconds`` (the wall time since
+the previous row of that GPU, capped at the window), clipped to the start of the range. Idle
+GPU-hours weight the same time by the row's idle fraction of GPU utilisation, so a bursty GPU that
+sat idle half the time adds half its hours. Aggregation runs in the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, literal, select
+
+from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
+
+JOB_TYPES = ("idle", "training", "inference", "bursty")
+DEFAULT_IDLE_BELOW_PERCENT = 5.0
+_SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass
+class GpuSummary:
+    node: str
+    gpu: str
+    uuid: str
+    hours_by_job_type: dict[str, float]
+    idle_gpu_hours: float
+    util_max_percent: float | None
+    mem_util_max_percent: float | None
+    fb_used_max_mib: float | None
+
+    @property
+    def covered_hours(self) -> float:
+        return sum(self.hours_by_job_type.values())
+
+
+@dataclass
+class NodeSummary:
+    node: str
+    gpus: int
+    hours_by_job_type: dict[str, float] = field(default_factory=dict)
+    idle_gpu_hours: float = 0.0
+    util_max_percent: float | None = None
+
+    @property
+    def covered_hours(self) -> float:
+        return sum(self.hours_by_job_type.values())
+
+
+@dataclass
+class PodSummary:
+    namespace: str
+    pod: str
+    node: str
+    gpus: str
+    start_time: datetime | None
+    first_seen: datetime
+    last_seen: datetime
+    gpu_hours: float  # GPUs held x hours seen within the range
+    gpu_util_max_percent: float | None
+    gpu_mem_util_max_percent: float | None
+    fb_used_max_mib: float | None
+    cpu_util_max_percent: float | None
+    mem_used_max_bytes: float | None
+
+
+@dataclass
+class Report:
+    since: datetime
+    until: datetime
+    nodes: list[NodeSummary]
+    gpus: list[GpuSummary]
+    pods: list[PodSummary]
+    idle_pods: list[PodSummary]
+
+    @property
+    def empty(self) -> bool:
+        return not self.gpus and not self.pods
+
+
+def build_report(
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    top: int | None = None,
+    idle_below_percent: float = DEFAULT_IDLE_BELOW_PERCENT,
+) -> Report:
+    """The report for rows in ``[since, until]`` (aware datetimes), optionally one node only.
+
+    ``top`` limits the pod lists (largest GPU-hours first); idle pods are pods holding GPUs whose
+    peak GPU utilisation over their life stayed at or below ``idle_below_percent``.
+    """
+    gpus = gpu_summaries(connection, since=since, until=until, node=node)
+    pods = pod_summaries(connection, since=since, until=until, node=node)
+    idle_pods = [
+        pod
+        for pod in pods
+        if pod.gpu_util_max_percent is not None and pod.gpu_util_max_percent <= idle_below_percent
+    ]
+    return Report(
+        since=since,
+        until=until,
+        nodes=node_summaries(gpus),
+        gpus=gpus,
+        pods=pods[:top] if top else pods,
+        idle_pods=idle_pods[:top] if top else idle_pods,
+    )
+
+
+def gpu_summaries(
+    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+) -> list[GpuSummary]:
+    covered = _covered_seconds(connection.dialect.name, since)
+    idle_fraction = func.coalesce(GpuWindow.util_idle_fraction, literal(0.0))
+    in_range = [GpuWindow.at >= since, GpuWindow.at <= until]
+    if node is not None:
+        in_range.append(GpuWindow.node == node)
+    hours_rows = connection.execute(
+        select(
+            GpuWindow.node,
+            GpuWindow.gpu,
+            GpuWindow.job_type,
+            func.sum(covered),
+            func.sum(covered * idle_fraction),
+        )
+        .where(*in_range)
+        .group_by(GpuWindow.node, GpuWindow.gpu, GpuWindow.job_type)
+    )
+    peak_rows = connection.execute(
+        select(
+            GpuWindow.node,
+            GpuWindow.gpu,
+            func.max(GpuWindow.uuid),
+            func.max(GpuWindow.util_max),
+            func.max(GpuWindow.mem_util_max),
+            func.max(GpuWindow.fb_used_max_mib),
+        )
+        .where(*in_range)
+        .group_by(GpuWindow.node, GpuWindow.gpu)
+    )
+    summaries = {
+        (row[0], row[1]): GpuSummary(
+            node=row[0],
+            gpu=row[1],
+            uuid=row[2],
+            hours_by_job_type=dict.fromkeys(JOB_TYPES, 0.0),
+            idle_gpu_hours=0.0,
+            util_max_percent=row[3],
+            mem_util_max_percent=row[4],
+            fb_used_max_mib=row[5],
+        )
+        for row in peak_rows
+    }
+    for node_name, gpu, job_type, seconds, idle_seconds in hours_rows:
+        summary = summaries[(node_name, gpu)]
+        hours = summary.hours_by_job_type
+        hours[job_type] = hours.get(job_type, 0.0) + float(seconds) / _SECONDS_PER_HOUR
+        summary.idle_gpu_hours += float(idle_seconds) / _SECONDS_PER_HOUR
+    return sorted(summaries.values(), key=lambda s: (s.node, _gpu_order(s.gpu)))
+
+
+def node_summaries(gpus: list[GpuSummary]) -> list[NodeSummary]:
+    nodes: dict[str, NodeSummary] = {}
+    for gpu in gpus:
+        summary = nodes.setdefault(gpu.node, NodeSummary(node=gpu.node, gpus=0))
+        summary.gpus += 1
+        for job_type, hours in gpu.hours_by_job_type.items():
+            summary.hours_by_job_type[job_type] = (
+                summary.hours_by_job_type.get(job_type, 0.0) + hours
+            )
+        summary.idle_gpu_hours += gpu.idle_gpu_hours
+        if gpu.util_max_percent is not None:
+            summary.util_max_percent = max(summary.util_max_percent or 0.0, gpu.util_max_percent)
+    return sorted(nodes.values(), key=lambda s: s.node)
+
+
+def pod_summaries(
+    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+) -> list[PodSummary]:
+    """Pods seen within the range, the most GPU-hours first."""
+    query = select(PodUsage).where(
+        PodUsage.last_seen >= since, PodUsage.first_seen <= until, PodUsage.gpu_count > 0
+    )
+    if node is not None:
+        query = query.where(PodUsage.node == node)
+    pods = []
+    for row in connection.execute(query).mappings():
+        seen_from = max(row["first_seen"], since)
+        seen_to = min(row["last_seen"], until)
+        hours = max((seen_to - seen_from).total_seconds(), 0.0) / _SECONDS_PER_HOUR
+        pods.append(
+            PodSummary(
+                namespace=row["namespace"],
+                pod=row["pod"],
+                node=row["node"],
+                gpus=row["gpus"],
+                start_time=None
+                if row["pod_start_time"] == UNKNOWN_START_TIME
+                else row["pod_start_time"],
+                first_seen=row["first_seen"],
+                last_seen=row["last_seen"],
+                gpu_hours=hours * row["gpu_count"],
+                gpu_util_max_percent=row["gpu_util_max"],
+                gpu_mem_util_max_percent=row["gpu_mem_util_max"],
+                fb_used_max_mib=row["fb_used_max_mib"],
+                cpu_util_max_percent=row["cpu_util_max"],
+                mem_used_max_bytes=row["mem_used_max_bytes"],
+            )
+        )
+    return sorted(pods, key=lambda p: (-p.gpu_hours, p.namespace, p.pod))
+
+
+def _covered_seconds(dialect: str, since: datetime) -> ColumnElement[Any]:
+    """A row's covered seconds that fall after ``since``."""
+    since_value = literal(since, GpuWindow.at.type)
+    difference: ColumnElement[Any]
+    if dialect == "postgresql":
+        difference = func.extract("epoch", GpuWindow.at - since_value)
+    else:
+        difference = (func.julianday(GpuWindow.at) - func.julianday(since_value)) * 86400.0
+    after_since = cast(difference, Float)
+    return case(
+        (after_since < GpuWindow.covers_seconds, after_since), else_=GpuWindow.covers_seconds
+    )
+
+
+def _gpu_order(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods")
+_HOURS_COLUMNS = ["covered_hours", *(f"{job_type}_hours" for job_type in JOB_TYPES), "other_hours"]
+_VIEW_COLUMNS = {
+    "node": ["node", "gpus", *_HOURS_COLUMNS, "idle_gpu_hours", "util_max_percent"],
+    "gpu": [
+        "node",
+        "gpu",
+        "uuid",
+        *_HOURS_COLUMNS,
+        "idle_gpu_hours",
+        "util_max_percent",
+        "mem_util_max_percent",
+        "fb_used_max_mib",
+    ],
+    "pod": [
+        "namespace",
+        "pod",
+        "node",
+        "gpus",
+        "gpu_hours",
+        "gpu_util_max_percent",
+        "gpu_mem_util_max_percent",
+        "fb_used_max_mib",
+        "cpu_util_max_percent",
+        "mem_used_max_bytes",
+        "start_time",
+        "first_seen",
+        "last_seen",
+    ],
+}
+_VIEW_COLUMNS["idle-pods"] = _VIEW_COLUMNS["pod"]
+
+
+def view_columns(by: str) -> list[str]:
+    """Column names of a view, also when it has no rows (CSV header, empty table)."""
+    return list(_VIEW_COLUMNS[by])
+
+
+def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
+    """One view of the report as flat rows (the same columns in every output format)."""
+    if by == "node":
+        return [
+            {
+                "node": n.node,
+                "gpus": n.gpus,
+                **_hours_columns(n.hours_by_job_type),
+                "idle_gpu_hours": n.idle_gpu_hours,
+                "util_max_percent": n.util_max_percent,
+            }
+            for n in report.nodes
+        ]
+    if by == "gpu":
+        return [
+            {
+                "node": g.node,
+                "gpu": g.gpu,
+                "uuid": g.uuid,
+                **_hours_columns(g.hours_by_job_type),
+                "idle_gpu_hours": g.idle_gpu_hours,
+                "util_max_percent": g.util_max_percent,
+                "mem_util_max_percent": g.mem_util_max_percent,
+                "fb_used_max_mib": g.fb_used_max_mib,
+            }
+            for g in report.gpus
+        ]
+    pods = report.pods if by == "pod" else report.idle_pods
+    return [
+        {
+            "namespace": p.namespace,
+            "pod": p.pod,
+            "node": p.node,
+            "gpus": p.gpus,
+            "gpu_hours": p.gpu_hours,
+            "gpu_util_max_percent": p.gpu_util_max_percent,
+            "gpu_mem_util_max_percent": p.gpu_mem_util_max_percent,
+            "fb_used_max_mib": p.fb_used_max_mib,
+            "cpu_util_max_percent": p.cpu_util_max_percent,
+            "mem_used_max_bytes": p.mem_used_max_bytes,
+            "start_time": p.start_time,
+            "first_seen": p.first_seen,
+            "last_seen": p.last_seen,
+        }
+        for p in pods
+    ]
+
+
+def _hours_columns(hours_by_job_type: dict[str, float]) -> dict[str, float]:
+    columns = {"covered_hours": sum(hours_by_job_type.values())}
+    columns |= {f"{job_type}_hours": hours_by_job_type.get(job_type, 0.0) for job_type in JOB_TYPES}
+    columns["other_hours"] = sum(
+        (hours for job_type, hours in hours_by_job_type.items() if job_type not in JOB_TYPES),
+        0.0,
+    )
+    return columns
