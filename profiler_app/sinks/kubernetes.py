@@ -1,0 +1,318 @@
+"""Publishes each cycle's profile as node and pod annotations, patching only what changed.
+
+Requests per cycle: none when nothing changed (values are rounded so noise does not count);
+otherwise one strategic-merge PATCH for the node plus one per pod whose values changed. The
+first cycle reads the node once (GET) to learn what an earlier run left. ``profiled-at`` is not a
+change by itself: it is written with every real change and, as a heartbeat, at least every
+``heartbeat_seconds`` (default 10 minutes), so "profiled-at is old" means "the profiler is down or
+stuck", while an idle cluster costs no API requests.
+
+Failures: 404 for a pod is churn (it was deleted since the cycle looked), logged once and
+skipped; 404 for the node is a configuration problem (wrong --node) and raises. 409 is retried a
+couple of times. 429, 5xx, timeouts and anything else raise ``KubernetesError`` and start an
+exponential back-off (honouring Retry-After) during which ``publish`` sends nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+
+from profiler_app.errors import UserError
+from profiler_app.kube import (
+    TRANSPORT_ERRORS,
+    KubeConnection,
+    KubernetesError,
+    describe,
+    error_status,
+    release,
+    retry_after_seconds,
+)
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile, PodUsage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DOMAIN = "ai.centaurus.io"
+DEFAULT_HEARTBEAT_SECONDS = 600.0
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+# Kubernetes rejects objects whose annotations exceed 256 KiB in total, ours included with
+# everyone else's. Our share stays far below: at most MAX_GPUS x 5 keys, checked against a budget.
+MAX_GPUS = 64
+ANNOTATION_BUDGET_BYTES = 32 * 1024
+JOB_TYPE, PERIOD, UTIL_MAX, MEM_UTIL_MAX, FB_USED_MAX = (
+    "job-type",
+    "period-seconds",
+    "util-max",
+    "mem-util-max",
+    "fb-used-max-mib",
+)
+PROFILED_AT = "profiled-at"
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GPU_INDEX = re.compile(r"^[A-Za-z0-9]+$")
+
+Annotations = dict[str, str]
+Patch = dict[str, str | None]
+
+
+def validate_domain(domain: str) -> str:
+    """The annotation domain, or UserError if Kubernetes would reject it as a key prefix."""
+    if len(domain) > 253 or not _DNS_SUBDOMAIN.match(domain):
+        raise UserError(
+            f"invalid annotation domain {domain!r}: use a DNS subdomain such as ai.centaurus.io"
+        )
+    return domain
+
+
+def _whole(value: float | None) -> str | None:
+    """Rounded to an integer: a percent or MiB that moves by less does not count as a change."""
+    return None if value is None or math.isnan(value) else str(round(value))
+
+
+def _field_max(profile: GpuProfile, field: str) -> float | None:
+    stats = profile.stats.get(field)
+    return None if stats is None else stats.max
+
+
+def _rfc3339(moment: datetime) -> str:
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS) -> Annotations:
+    """The node annotations ``result`` calls for, values rounded so noise does not churn them."""
+    annotations = {f"{domain}/{PROFILED_AT}": _rfc3339(result.at)}
+    profiles = sorted(
+        (p for p in result.gpus if _GPU_INDEX.match(p.gpu)),
+        key=lambda p: (len(p.gpu), p.gpu),
+    )
+    if len(profiles) > max_gpus:
+        log.warning("annotating the first %d of %d GPUs", max_gpus, len(profiles))
+    for profile in profiles[:max_gpus]:
+        prefix = f"{domain}/gpu-{profile.gpu}-"
+        values = {
+            JOB_TYPE: profile.job_type,
+            PERIOD: None
+            if profile.period_seconds is None or math.isnan(profile.period_seconds)
+            else f"{profile.period_seconds:.1f}",
+            UTIL_MAX: _whole(_field_max(profile, GPU_UTIL)),
+            MEM_UTIL_MAX: _whole(_field_max(profile, MEM_COPY_UTIL)),
+            FB_USED_MAX: _whole(_field_max(profile, FB_USED)),
+        }
+        annotations.update({prefix + name: value for name, value in values.items() if value})
+    return annotations
+
+
+def pod_annotations(usage: PodUsage, domain: str) -> Annotations:
+    """Annotations for a pod that uses GPUs; memory is the peak in MiB (see docs/annotations.md)."""
+    memory_mib = None if usage.mem_used_max_bytes is None else usage.mem_used_max_bytes / 2**20
+    values = {
+        "gpu-util-max": _whole(usage.gpu_util_max),
+        "gpu-mem-util-max": _whole(usage.gpu_mem_util_max),
+        "cpu-util-max": _whole(usage.cpu_util_max),
+        "mem-util-max": _whole(memory_mib),
+    }
+    return {f"{domain}/{name}": value for name, value in values.items() if value is not None}
+
+
+def annotation_bytes(annotations: Mapping[str, str | None]) -> int:
+    """Size as Kubernetes counts it: keys plus values."""
+    return sum(len(key) + len(value or "") for key, value in annotations.items())
+
+
+def diff(known: Mapping[str, str], desired: Mapping[str, str], owned: Iterable[str]) -> Patch:
+    """Patch turning ``known`` into ``desired``: changed values, and null for owned keys gone."""
+    patch: Patch = {key: value for key, value in desired.items() if known.get(key) != value}
+    patch.update({key: None for key in owned if key in known and key not in desired})
+    return patch
+
+
+class _Backoff:
+    """Exponential back-off between failed attempts, never shorter than a Retry-After."""
+
+    def __init__(self, initial: float, maximum: float, clock: Callable[[], float]) -> None:
+        self._initial, self._maximum, self._clock = initial, maximum, clock
+        self._failures = 0
+        self._until = 0.0
+
+    def ready(self) -> bool:
+        return self._clock() >= self._until
+
+    def remaining(self) -> float:
+        return max(0.0, self._until - self._clock())
+
+    def failed(self, retry_after: float | None) -> float:
+        delay = min(self._maximum, self._initial * 2.0 ** min(self._failures, 30))
+        delay = max(delay, min(retry_after or 0.0, self._maximum))
+        self._failures += 1
+        self._until = self._clock() + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self._failures = 0
+        self._until = 0.0
+
+
+class KubernetesSink:
+    """Node and pod annotations. The connection belongs to the caller, who closes it."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        connection: KubeConnection,
+        node: str,
+        *,
+        domain: str = DEFAULT_DOMAIN,
+        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+        conflict_retries: int = 2,
+        backoff_initial: float = 5.0,
+        backoff_max: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._connection = connection
+        self._core = connection.core()
+        self.node = node
+        self.domain = validate_domain(domain)
+        self._heartbeat = heartbeat_seconds
+        self._conflict_retries = conflict_retries
+        self._clock = clock
+        self._backoff = _Backoff(backoff_initial, backoff_max, clock)
+        self._owned_node_key = re.compile(
+            rf"^{re.escape(domain)}/(gpu-[A-Za-z0-9]+-({JOB_TYPE}|{PERIOD}|{UTIL_MAX}|"
+            rf"{MEM_UTIL_MAX}|{FB_USED_MAX})|{PROFILED_AT})$"
+        )
+        self._node_known: Annotations | None = None  # our keys as on the server; None: unknown
+        self._node_written_at: float | None = None
+        self._node_missing = False
+        self._pods_known: dict[tuple[str, str, datetime | None], Annotations] = {}
+        self._pods_missing: set[tuple[str, str, datetime | None]] = set()
+
+    def publish(self, result: CycleResult) -> None:
+        if not self._backoff.ready():
+            log.debug("Kubernetes back-off: %.0fs left, not patching", self._backoff.remaining())
+            return
+        try:
+            self._publish_node(result)
+            self._publish_pods(result.pods)
+        except TRANSPORT_ERRORS as error:
+            delay = self._backoff.failed(retry_after_seconds(error))
+            raise KubernetesError(
+                f"Kubernetes API call failed ({describe(error)}); retrying in {delay:.0f}s"
+            ) from None
+        self._backoff.succeeded()
+
+    def close(self) -> None:
+        """Nothing to release: the caller owns the connection."""
+
+    # -- node --------------------------------------------------------------------------------
+
+    def _publish_node(self, result: CycleResult) -> None:
+        desired = node_annotations(result, self.domain)
+        if annotation_bytes(desired) > ANNOTATION_BUDGET_BYTES:
+            raise KubernetesError(
+                f"node annotations would take {annotation_bytes(desired)} bytes, "
+                f"over the {ANNOTATION_BUDGET_BYTES}-byte budget"
+            )
+        stamp_key = f"{self.domain}/{PROFILED_AT}"
+        try:
+            if self._node_known is None:
+                self._node_known = self._read_node()
+            known = self._node_known
+            patch = diff(known, desired, [key for key in known if key != stamp_key])
+            patch.pop(stamp_key, None)
+            heartbeat_due = (
+                self._node_written_at is None
+                or self._clock() - self._node_written_at >= self._heartbeat
+            )
+            if not patch and not heartbeat_due:
+                return
+            patch[stamp_key] = desired[stamp_key]
+            self._patch(lambda: self._patch_node(patch))
+        except TRANSPORT_ERRORS as error:
+            if error_status(error) != 404:
+                raise
+            self._node_known = None
+            if not self._node_missing:
+                log.warning("node %s not found in the API; check --node / NODE_NAME", self.node)
+            self._node_missing = True
+            raise KubernetesError(f"node {self.node} not found in the Kubernetes API") from None
+        self._node_missing = False
+        self._node_known = {
+            key: value for key, value in {**known, **patch}.items() if value is not None
+        }
+        self._node_written_at = self._clock()
+
+    def _read_node(self) -> Annotations:
+        node = self._core.read_node(self.node, _request_timeout=self._connection.request_timeout)
+        annotations = (node.metadata.annotations if node.metadata else None) or {}
+        return {key: value for key, value in annotations.items() if self._owned_node_key.match(key)}
+
+    def _patch_node(self, patch: Patch) -> None:
+        release(
+            self._core.patch_node(
+                self.node,
+                {"metadata": {"annotations": patch}},
+                _content_type=STRATEGIC_MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self._connection.request_timeout,
+            )
+        )
+
+    # -- pods --------------------------------------------------------------------------------
+
+    def _publish_pods(self, pods: Iterable[PodUsage]) -> None:
+        current = set()
+        for usage in pods:
+            if not usage.gpus:
+                continue
+            key = (usage.namespace, usage.pod, usage.start_time)
+            current.add(key)
+            desired = pod_annotations(usage, self.domain)
+            known = self._pods_known.get(key, {})
+            patch = diff(known, desired, known)
+            if not patch or key in self._pods_missing:
+                continue
+            try:
+                self._patch(functools.partial(self._patch_pod, usage, patch))
+            except TRANSPORT_ERRORS as error:
+                if error_status(error) != 404:
+                    raise
+                log.info("pod %s/%s is gone; not annotating it", usage.namespace, usage.pod)
+                self._pods_missing.add(key)
+                continue
+            self._pods_known[key] = desired
+        # Forget pods that left, so memory follows the pods on the node.
+        self._pods_known = {key: v for key, v in self._pods_known.items() if key in current}
+        self._pods_missing &= current
+
+    def _patch_pod(self, usage: PodUsage, patch: Patch) -> None:
+        release(
+            self._core.patch_namespaced_pod(
+                usage.pod,
+                usage.namespace,
+                {"metadata": {"annotations": patch}},
+                _content_type=STRATEGIC_MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self._connection.request_timeout,
+            )
+        )
+
+    # -- retries -----------------------------------------------------------------------------
+
+    def _patch(self, call: Callable[[], None]) -> None:
+        """Run one PATCH, retrying a 409 Conflict up to ``conflict_retries`` times."""
+        for attempt in range(self._conflict_retries + 1):
+            try:
+                call()
+                return
+            except TRANSPORT_ERRORS as error:
+                if error_status(error) != 409 or attempt == self._conflict_retries:
+                    raise
+                log.debug("409 Conflict patching annotations; retry %d", attempt + 1)
+                time.sleep(0.05 * (attempt + 1))

@@ -1,0 +1,277 @@
+"""The pods scheduled on this node, kept current by a Kubernetes list + watch in a thread.
+
+The watcher lists pods with ``fieldSelector=spec.nodeName=<node>``, then watches from the list's
+resourceVersion, applying ADDED/MODIFIED/DELETED events and following BOOKMARKs. A watch that
+ends (``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted) means
+a fresh list; any other failure backs off exponentially and retries. ``snapshot()`` never blocks
+on the network. Pods are parsed from raw JSON: the typed models would cost far more per event and
+this needs five fields.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import urllib3
+from kubernetes.watch.watch import iter_resp_lines
+
+from profiler_app.kube import KubeConnection, describe, error_status, raw_response
+
+log = logging.getLogger(__name__)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What the profiler needs to know about one pod on this node."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    start_time: datetime | None
+    gpu_requests: int  # nvidia.com/gpu the pod requests (init containers included, as scheduled)
+    gpu_limits: int
+    container_ids: Mapping[str, str]  # runtime container id (no "containerd://" prefix) -> name
+
+    @property
+    def uses_gpus(self) -> bool:
+        return max(self.gpu_requests, self.gpu_limits) > 0
+
+
+class WatchExpiredError(Exception):
+    """The API server no longer has the history the watch resumes from (410 Gone)."""
+
+
+def _quantity(value: Any) -> int:
+    """An extended-resource quantity ("2") as an integer; anything else counts as 0."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _gpu_count(spec: Mapping[str, Any], section: str) -> int:
+    """GPUs the pod reserves: app containers add up, init containers run one at a time."""
+
+    def per_container(containers: Any) -> list[int]:
+        return [
+            _quantity(((c.get("resources") or {}).get(section) or {}).get(GPU_RESOURCE, 0))
+            for c in containers or []
+        ]
+
+    return max(
+        sum(per_container(spec.get("containers"))), *per_container(spec.get("initContainers")), 0
+    )
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
+    """Reduce a Pod's JSON to a PodInfo. Raises KeyError when it has no uid or name."""
+    metadata = manifest.get("metadata") or {}
+    spec = manifest.get("spec") or {}
+    status = manifest.get("status") or {}
+    container_ids = {}
+    for container in (status.get("containerStatuses") or []) + (
+        status.get("initContainerStatuses") or []
+    ):
+        runtime_id = str(container.get("containerID") or "")
+        if runtime_id:
+            container_ids[runtime_id.rpartition("://")[2]] = str(container.get("name", ""))
+    return PodInfo(
+        uid=str(metadata["uid"]),
+        namespace=str(metadata.get("namespace", "")),
+        name=str(metadata["name"]),
+        node=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Unknown"),
+        start_time=_parse_time(status.get("startTime")),
+        gpu_requests=_gpu_count(spec, "requests") or _gpu_count(spec, "limits"),
+        gpu_limits=_gpu_count(spec, "limits"),
+        container_ids=container_ids,
+    )
+
+
+def _parse_or_skip(manifest: Mapping[str, Any]) -> PodInfo | None:
+    try:
+        return pod_info(manifest)
+    except KeyError as missing:
+        log.warning("ignoring a pod without %s in the API answer", missing)
+        return None
+
+
+class PodWatcher:
+    """Keeps the pods on ``node`` in memory: ``start()``, ``snapshot()`` any time, ``stop()``."""
+
+    def __init__(
+        self,
+        connection: KubeConnection,
+        node: str,
+        *,
+        watch_timeout_seconds: int = 30,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 60.0,
+    ) -> None:
+        self._connection = connection
+        self._core = connection.core()
+        self.node = node
+        self._selector = f"spec.nodeName={node}"
+        self._watch_timeout = watch_timeout_seconds
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._pods: dict[str, PodInfo] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._resource_version: str | None = None
+        self._thread = threading.Thread(target=self._run, name="pod-watcher", daemon=True)
+        self.relists = 0  # how often the full list ran; tests and debug logs read it
+
+    # -- public ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask the thread to end and interrupt a blocked watch read; waits at most ``timeout``."""
+        self._stopping.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            # Unblocks a read waiting on the socket in the watcher thread (urllib3 >= 2.3).
+            response.shutdown()
+        self._thread.join(timeout)
+
+    def wait_until_synced(self, timeout: float) -> bool:
+        """True once the first list has completed."""
+        return self._synced.wait(timeout)
+
+    def snapshot(self) -> list[PodInfo]:
+        """The pods currently on the node, sorted by namespace and name."""
+        with self._lock:
+            pods = list(self._pods.values())
+        return sorted(pods, key=lambda pod: (pod.namespace, pod.name))
+
+    # -- thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = self._backoff_initial
+        while not self._stopping.is_set():
+            try:
+                if self._resource_version is None:
+                    self._relist()
+                self._watch()
+                delay = self._backoff_initial
+            except WatchExpiredError:
+                log.info("pod watch on %s expired (410 Gone); listing again", self.node)
+                self._resource_version = None
+            except Exception as error:  # the thread must outlive any fault; it backs off instead
+                if self._stopping.is_set():
+                    break
+                if error_status(error) == 410:
+                    self._resource_version = None
+                    continue
+                log.warning(
+                    "pod watch on %s failed (%s); retrying in %.1fs",
+                    self.node,
+                    describe(error),
+                    delay,
+                )
+                self._stopping.wait(delay)
+                delay = min(delay * 2, self._backoff_max)
+
+    def _relist(self) -> None:
+        response = raw_response(
+            self._core.list_pod_for_all_namespaces(
+                field_selector=self._selector,
+                _preload_content=False,
+                _request_timeout=self._connection.request_timeout,
+            )
+        )
+        try:
+            document = json.loads(response.data)
+        finally:
+            response.release_conn()
+        pods = {}
+        for item in document.get("items") or []:
+            if info := _parse_or_skip(item):
+                pods[info.uid] = info
+        with self._lock:
+            self._pods = pods
+        self._resource_version = str(document["metadata"]["resourceVersion"])
+        self.relists += 1
+        self._synced.set()
+        log.debug(
+            "listed %d pods on %s at version %s", len(pods), self.node, self._resource_version
+        )
+
+    def _watch(self) -> None:
+        connect_timeout = self._connection.request_timeout[0]
+        # The server ends the stream after timeout_seconds; reading longer only guards a hang.
+        read_timeout = self._watch_timeout + self._connection.request_timeout[1]
+        response = raw_response(
+            self._core.list_pod_for_all_namespaces(
+                field_selector=self._selector,
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=self._resource_version,
+                timeout_seconds=self._watch_timeout,
+                _preload_content=False,
+                _request_timeout=(connect_timeout, read_timeout),
+            )
+        )
+        with self._lock:
+            self._response = response
+        try:
+            if self._stopping.is_set():
+                return
+            for event in self._events(response):
+                self._apply(event)
+        finally:
+            with self._lock:
+                self._response = None
+            response.release_conn()
+
+    def _events(self, response: urllib3.BaseHTTPResponse) -> Iterator[Mapping[str, Any]]:
+        lines: Iterator[str] = iter_resp_lines(response)  # type: ignore[no-untyped-call]
+        for line in lines:
+            if self._stopping.is_set():
+                return
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                raise ValueError(f"watch event is not an object: {line[:80]!r}")
+            yield event
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchExpiredError
+            raise ValueError(f"watch error {obj.get('code')}: {obj.get('message')}")
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        info = _parse_or_skip(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
+        if info is not None:
+            with self._lock:
+                if kind == "DELETED":
+                    self._pods.pop(info.uid, None)
+                else:
+                    self._pods[info.uid] = info
+        if version:
+            self._resource_version = str(version)

@@ -1,0 +1,635 @@
+"""A stand-in Kubernetes API server: a TEST DOUBLE for the calls the profiler makes.
+
+No real kube-apiserver can run here, so this small HTTP server answers, over real HTTP on
+127.0.0.1, the handful of requests ``profiler_app.kube``, ``sources.kube_pods`` and
+``sinks.kubernetes`` send, shaped like the real API server's answers:
+
+- ``GET/PATCH /api/v1/nodes/{name}`` and ``GET/PATCH /api/v1/namespaces/{ns}/pods/{name}``;
+  PATCH requires ``Content-Type: application/strategic-merge-patch+json`` (else 415) and a JSON
+  object body (else 400); maps merge, ``null`` deletes a key (lists are replaced: the real
+  strategic merge treats some lists specially, which the profiler never patches). Annotation
+  values must be strings and keys qualified names (else 422), and the total annotation size is
+  capped at 256 KiB, as the real server validates.
+- ``GET /api/v1/pods?fieldSelector=spec.nodeName=X`` lists pods with a ``resourceVersion``;
+  with ``watch=true`` it streams watch events as chunked JSON lines from that version on, ends
+  after ``timeoutSeconds``, and answers an ERROR event with code 410 (Gone) when the version
+  is older than the retained history (see ``expire_history`` / ``break_watches_with_gone``).
+- Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
+
+Every request is recorded (``requests``) so tests can count calls per cycle, and faults can be
+injected per method and path: an error status N times or forever (``fail``), or a hang longer
+than the client's timeout (``hang``). Not modelled: TLS, pagination (``limit``/``continue``),
+label selectors, other resource kinds, admission, and optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import re
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import yaml
+
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+GPU_RESOURCE = "nvidia.com/gpu"
+
+_NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)$")
+_POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+_PODS_PATH = "/api/v1/pods"
+_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str | None
+    body: bytes
+    authorization: str | None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class _Fault:
+    method: str
+    path: str
+    status: int | None  # None: hang for hang_seconds, then answer normally
+    remaining: int | None  # None: forever
+    retry_after: int | None = None
+    hang_seconds: float = 0.0
+
+
+@dataclass
+class _State:
+    token: str
+    lock: threading.Condition = field(default_factory=threading.Condition)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    resource_version: int = 1
+    nodes: dict[str, Json] = field(default_factory=dict)
+    pods: dict[tuple[str, str], Json] = field(default_factory=dict)
+    events: list[tuple[int, str, Json]] = field(default_factory=list)
+    oldest_watchable: int = 0  # watches from an older version get 410 Gone
+    gone_generation: int = 0  # bumped to end every open watch with 410 Gone
+    open_watches: int = 0
+    faults: list[_Fault] = field(default_factory=list)
+    recorded: list[RecordedRequest] = field(default_factory=list)
+
+
+def status_object(code: int, reason: str, message: str) -> Json:
+    """A ``Status`` object as the API server sends for failures."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def pod_manifest(
+    namespace: str,
+    name: str,
+    node: str,
+    *,
+    gpus: int = 0,
+    phase: str = "Running",
+    uid: str | None = None,
+    start_time: datetime | None = None,
+) -> Json:
+    """A minimal but well-formed Pod, optionally requesting ``gpus`` NVIDIA GPUs."""
+    resources: Json = {}
+    if gpus:
+        resources = {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}}
+    started = start_time or datetime(2026, 1, 1, tzinfo=UTC)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or str(uuid.uuid4()),
+            "annotations": {},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+        },
+        "status": {"phase": phase, "startTime": started.strftime("%Y-%m-%dT%H:%M:%SZ")},
+    }
+
+
+def _merge_patch(target: Json, patch: Json) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+            if isinstance(value, dict):
+                _drop_nulls(target[key])
+
+
+def _drop_nulls(mapping: Json) -> None:
+    for key in [key for key, value in mapping.items() if value is None]:
+        del mapping[key]
+    for value in mapping.values():
+        if isinstance(value, dict):
+            _drop_nulls(value)
+
+
+def _annotation_problem(annotations: Any) -> str | None:
+    """Why these annotations would be rejected by the real API server's validation, if so."""
+    if not isinstance(annotations, dict):
+        return "metadata.annotations: must be a map of strings"
+    total = 0
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            return f"metadata.annotations[{key}]: value must be a string"
+        prefix, _, name = key.rpartition("/")
+        if not _NAME_PART.match(name) or (
+            prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))
+        ):
+            return (
+                f"metadata.annotations: Invalid value: {key!r}: name part must be a qualified name"
+            )
+        total += len(key) + len(value)
+    if total > ANNOTATIONS_MAX_BYTES:
+        return f"metadata.annotations: Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes"
+    return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent: tests read ``requests`` instead."""
+
+    @property
+    def state(self) -> _State:
+        return self.server.state
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        split = urlsplit(self.path)
+        path = unquote(split.path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        request = RecordedRequest(
+            method=self.command,
+            path=path,
+            query=query,
+            content_type=self.headers.get("Content-Type"),
+            body=body,
+            authorization=self.headers.get("Authorization"),
+        )
+        with self.state.lock:
+            self.state.recorded.append(request)
+            fault = self._take_fault(request)
+        if request.authorization != f"Bearer {self.state.token}":
+            self._send_status(401, "Unauthorized", "Unauthorized")
+            return
+        if fault is not None:
+            if fault.status is None:
+                if self.state.stopping.wait(fault.hang_seconds):
+                    return
+            else:
+                headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+                reason = HTTPStatus(fault.status).phrase.replace(" ", "")
+                self._send_status(fault.status, reason, f"injected {fault.status}", headers)
+                return
+        try:
+            self._route(request)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _take_fault(self, request: RecordedRequest) -> _Fault | None:
+        for fault in self.state.faults:
+            if fault.method == request.method and fault.path == request.path:
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        self.state.faults.remove(fault)
+                return fault
+        return None
+
+    def _send_json(self, code: int, payload: Json, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_status(
+        self, code: int, reason: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self._send_json(code, status_object(code, reason, message), headers)
+
+    # -- resources --------------------------------------------------------------------------
+
+    def _route(self, request: RecordedRequest) -> None:
+        if node := _NODE_PATH.match(request.path):
+            self._object(request, "nodes", node.group(1), None)
+        elif pod := _POD_PATH.match(request.path):
+            self._object(request, "pods", pod.group(2), pod.group(1))
+        elif request.path == _PODS_PATH and request.method == "GET":
+            self._pods_collection(request)
+        else:
+            self._send_status(404, "NotFound", "the server could not find the requested resource")
+
+    def _object(
+        self, request: RecordedRequest, kind: str, name: str, namespace: str | None
+    ) -> None:
+        state = self.state
+        with state.lock:
+            store: dict[Any, Json] = state.nodes if kind == "nodes" else state.pods
+            key: Any = name if namespace is None else (namespace, name)
+            current = store.get(key)
+            if current is None:
+                self._send_status(404, "NotFound", f'{kind} "{name}" not found')
+                return
+            if request.method == "GET":
+                self._send_json(200, current)
+                return
+            if request.method != "PATCH":
+                self._send_status(405, "MethodNotAllowed", f"{request.method} is not supported")
+                return
+            self._patch_object(request, kind, key, current)
+
+    def _patch_object(self, request: RecordedRequest, kind: str, key: Any, current: Json) -> None:
+        """Validate and apply a strategic merge patch (the caller holds the lock)."""
+        name = current["metadata"]["name"]
+        if (request.content_type or "").split(";")[0].strip() != STRATEGIC_MERGE_PATCH:
+            message = f"the body of the request was in an unknown format: {request.content_type}"
+            self._send_status(415, "UnsupportedMediaType", message)
+            return
+        try:
+            patch = json.loads(request.body)
+        except ValueError as error:
+            self._send_status(400, "BadRequest", f"invalid JSON patch: {error}")
+            return
+        if not isinstance(patch, dict):
+            self._send_status(400, "BadRequest", "a strategic merge patch must be an object")
+            return
+        patched = copy.deepcopy(current)
+        _merge_patch(patched, patch)
+        problem = _annotation_problem(patched.get("metadata", {}).get("annotations", {}))
+        if problem:
+            self._send_status(422, "Invalid", f'{kind} "{name}" is invalid: {problem}')
+            return
+        self.server.commit(kind, key, patched)
+        self._send_json(200, patched)
+
+    def _pods_collection(self, request: RecordedRequest) -> None:
+        selector = request.query.get("fieldSelector", "")
+        match = re.fullmatch(r"spec\.nodeName==?(.*)", selector)
+        if selector and not match:
+            self._send_status(400, "BadRequest", f"unsupported field selector {selector!r}")
+            return
+        node = match.group(1) if match else None
+        if request.query.get("watch", "").lower() in ("true", "1"):
+            self._watch(request, node)
+            return
+        with self.state.lock:
+            items = [pod for pod in self.state.pods.values() if _on_node(pod, node)]
+            version = str(self.state.resource_version)
+        payload = {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": version},
+            "items": items,
+        }
+        self._send_json(200, payload)
+
+    def _watch(self, request: RecordedRequest, node: str | None) -> None:
+        state = self.state
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        since = request.query.get("resourceVersion", "")
+        if not since.isdigit() and since != "":
+            self._send_status(400, "BadRequest", f"invalid resourceVersion {since!r}")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with state.lock:
+            state.open_watches += 1
+            generation = state.gone_generation
+            if since in ("", "0"):
+                # Like the real server: synthetic ADDED events for what exists, then changes.
+                backlog = [("ADDED", pod) for pod in state.pods.values() if _on_node(pod, node)]
+                cursor = state.resource_version
+            elif int(since) < state.oldest_watchable:
+                backlog, cursor = [], -1
+            else:
+                backlog, cursor = [], int(since)
+        try:
+            if cursor < 0:
+                self._send_gone(since)
+                return
+            for kind, pod in backlog:
+                self._write_event(kind, pod)
+            while True:
+                with state.lock:
+                    state.lock.wait_for(
+                        functools.partial(self._watch_should_wake, generation, cursor),
+                        timeout=max(0.0, deadline - time.monotonic()),
+                    )
+                    if state.stopping.is_set() or time.monotonic() >= deadline:
+                        break
+                    gone = state.gone_generation != generation
+                    fresh = [event for event in state.events if event[0] > cursor]
+                    cursor = state.resource_version
+                if gone:
+                    self._send_gone(str(cursor))
+                    return
+                for _version, kind, pod in fresh:
+                    if _on_node(pod, node):
+                        self._write_event(kind, pod)
+            self._end_chunks()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            with state.lock:
+                state.open_watches -= 1
+
+    def _watch_should_wake(self, generation: int, cursor: int) -> bool:
+        state = self.state
+        return (
+            state.stopping.is_set()
+            or state.gone_generation != generation
+            or state.resource_version > cursor
+        )
+
+    def _send_gone(self, version: str) -> None:
+        message = f"too old resource version: {version}"
+        self._write_event("ERROR", status_object(410, "Expired", message))
+        self._end_chunks()
+
+    def _write_event(self, kind: str, obj: Json) -> None:
+        line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+        self.wfile.flush()
+
+    def _end_chunks(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def _on_node(pod: Json, node: str | None) -> bool:
+    return node is None or pod.get("spec", {}).get("nodeName") == node
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def commit(self, kind: str, key: Any, obj: Json, event: str | None = "MODIFIED") -> None:
+        """Store ``obj`` under a new resourceVersion (caller holds the lock)."""
+        state = self.state
+        state.resource_version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(state.resource_version)
+        if kind == "nodes":
+            state.nodes[key] = obj
+        else:
+            if event == "DELETED":
+                state.pods.pop(key, None)
+            else:
+                state.pods[key] = obj
+            state.events.append((state.resource_version, event or "MODIFIED", copy.deepcopy(obj)))
+        state.lock.notify_all()
+
+
+class StandInApiServer:
+    """Owns the server thread and offers the knobs tests turn. Use ``running_apiserver()``."""
+
+    def __init__(self, token: str | None = None) -> None:
+        self.token = token or f"dummy-{secrets.token_hex(8)}"
+        self._state = _State(token=self.token)
+        self._server = _Server(self._state)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._state.stopping.set()
+        with self._state.lock:
+            self._state.lock.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # -- objects ----------------------------------------------------------------------------
+
+    def add_node(self, name: str, annotations: dict[str, str] | None = None) -> Json:
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "uid": str(uuid.uuid4()), "annotations": annotations or {}},
+            "status": {"capacity": {GPU_RESOURCE: "8"}},
+        }
+        with self._state.lock:
+            self._server.commit("nodes", name, node, event=None)
+            return copy.deepcopy(node)
+
+    def remove_node(self, name: str) -> None:
+        with self._state.lock:
+            self._state.nodes.pop(name, None)
+
+    def node(self, name: str) -> Json:
+        with self._state.lock:
+            return copy.deepcopy(self._state.nodes[name])
+
+    def add_pod(self, manifest: Json) -> Json:
+        """Create a pod (a watch sees ADDED); ``pod_manifest`` builds one."""
+        key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        with self._state.lock:
+            pod = copy.deepcopy(manifest)
+            self._server.commit("pods", key, pod, event="ADDED")
+            return copy.deepcopy(pod)
+
+    def update_pod(self, namespace: str, name: str, change: Callable[[Json], None]) -> Json:
+        """Apply ``change`` to the stored pod (a watch sees MODIFIED)."""
+        with self._state.lock:
+            pod = copy.deepcopy(self._state.pods[(namespace, name)])
+            change(pod)
+            self._server.commit("pods", (namespace, name), pod)
+            return copy.deepcopy(pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod (a watch sees DELETED)."""
+        with self._state.lock:
+            pod = self._state.pods[(namespace, name)]
+            self._server.commit("pods", (namespace, name), pod, event="DELETED")
+
+    def pod(self, namespace: str, name: str) -> Json:
+        with self._state.lock:
+            return copy.deepcopy(self._state.pods[(namespace, name)])
+
+    def delete_pod_quietly(self, namespace: str, name: str) -> None:
+        """Remove a pod without a watch event, as if the event was missed during a 410 gap."""
+        with self._state.lock:
+            self._state.pods.pop((namespace, name), None)
+            self._state.resource_version += 1
+
+    # -- watch history ----------------------------------------------------------------------
+
+    def expire_history(self) -> None:
+        """Forget all watch history: a watch resuming from an older version gets 410 Gone."""
+        with self._state.lock:
+            self._state.oldest_watchable = self._state.resource_version + 1
+            self._state.resource_version += 1
+            self._state.events.clear()
+
+    def break_watches_with_gone(self) -> None:
+        """End every open watch with an ERROR event, code 410, and expire the history."""
+        self.expire_history()
+        with self._state.lock:
+            self._state.gone_generation += 1
+            self._state.lock.notify_all()
+
+    @property
+    def open_watches(self) -> int:
+        with self._state.lock:
+            return self._state.open_watches
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def fail(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        *,
+        times: int | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer ``method path`` with ``status`` (a Status body) ``times`` times, or forever."""
+        with self._state.lock:
+            self._state.faults.append(_Fault(method, path, status, times, retry_after))
+
+    def hang(self, method: str, path: str, seconds: float, *, times: int | None = None) -> None:
+        """Sleep ``seconds`` before answering ``method path`` (past the client's timeout)."""
+        with self._state.lock:
+            self._state.faults.append(_Fault(method, path, None, times, hang_seconds=seconds))
+
+    def clear_faults(self) -> None:
+        with self._state.lock:
+            self._state.faults.clear()
+
+    # -- recording --------------------------------------------------------------------------
+
+    def requests(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
+        """Recorded requests, optionally only those with this method and/or exact path."""
+        with self._state.lock:
+            return [
+                request
+                for request in self._state.recorded
+                if (method is None or request.method == method)
+                and (path is None or request.path == path)
+            ]
+
+    def clear_requests(self) -> None:
+        with self._state.lock:
+            self._state.recorded.clear()
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for this server: plain http, bearer token authentication."""
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "stand-in", "cluster": {"server": self.url}}],
+            "users": [{"name": "profiler", "user": {"token": self.token}}],
+            "contexts": [
+                {"name": "stand-in", "context": {"cluster": "stand-in", "user": "profiler"}}
+            ],
+            "current-context": "stand-in",
+        }
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+
+@contextlib.contextmanager
+def running_apiserver(token: str | None = None) -> Iterator[StandInApiServer]:
+    """A started stand-in API server, stopped on exit. Wire it into a fixture with::
+
+    @pytest.fixture
+    def apiserver() -> Iterator[StandInApiServer]:
+        with running_apiserver() as server:
+            yield server
+    """
+    server = StandInApiServer(token)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return condition()
+        time.sleep(interval)
+    return True

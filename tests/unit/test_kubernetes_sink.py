@@ -1,0 +1,407 @@
+"""KubernetesSink against the stand-in API server, over real HTTP, through the real client.
+
+The API server is a test double (tests/support/apiserver.py): no kube-apiserver can run here.
+Time for heartbeats and back-off is a fake clock; request timeouts are real but short.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from profiler_app.errors import UserError
+from profiler_app.kube import KubeConnection, KubernetesError, connect
+from profiler_app.model import CycleResult, PodUsage
+from profiler_app.sinks.kubernetes import (
+    ANNOTATION_BUDGET_BYTES,
+    MAX_GPUS,
+    STRATEGIC_MERGE_PATCH,
+    KubernetesSink,
+    annotation_bytes,
+    node_annotations,
+)
+from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.cycles import AT, gpu_profile, sample_cycle
+
+D = "ai.centaurus.io"
+NODE = "node-a"
+NODE_PATH = f"/api/v1/nodes/{NODE}"
+POD_PATH = "/api/v1/namespaces/ml/pods/trainer-0"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def apiserver() -> Iterator[StandInApiServer]:
+    with running_apiserver() as server:
+        server.add_node(NODE, annotations={"foreign.example.com/keep": "me"})
+        server.add_pod(pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=AT))
+        yield server
+
+
+@pytest.fixture
+def connection(apiserver: StandInApiServer, tmp_path: Path) -> Iterator[KubeConnection]:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    made = connect(str(kubeconfig), request_timeout=(1.0, 0.5))
+    assert made is not None
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
+    return KubernetesSink(
+        connection, NODE, heartbeat_seconds=600, backoff_initial=10, backoff_max=300, clock=clock
+    )
+
+
+def at_offset(result: CycleResult, seconds: float) -> CycleResult:
+    return dataclasses.replace(result, at=result.at + timedelta(seconds=seconds))
+
+
+def annotations(apiserver: StandInApiServer) -> dict[str, str]:
+    return dict(apiserver.node(NODE)["metadata"]["annotations"])
+
+
+def test_first_cycle_reads_node_once_and_writes_one_strategic_merge_patch(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    apiserver.clear_requests()
+    sink.publish(sample_cycle(NODE))
+
+    node_requests = apiserver.requests(path=NODE_PATH)
+    assert [r.method for r in node_requests] == ["GET", "PATCH"]
+    patch = node_requests[1]
+    assert patch.content_type == STRATEGIC_MERGE_PATCH
+    assert set(patch.json()) == {"metadata"}
+    written = annotations(apiserver)
+    assert written == {
+        "foreign.example.com/keep": "me",
+        f"{D}/profiled-at": "2026-11-22T04:00:00Z",
+        f"{D}/gpu-0-job-type": "training",
+        f"{D}/gpu-0-period-seconds": "12.5",
+        f"{D}/gpu-0-util-max": "90",
+        f"{D}/gpu-0-mem-util-max": "40",
+        f"{D}/gpu-0-fb-used-max-mib": "30000",
+        f"{D}/gpu-1-job-type": "idle",
+        f"{D}/gpu-1-util-max": "0",
+        f"{D}/gpu-1-mem-util-max": "0",
+        f"{D}/gpu-1-fb-used-max-mib": "0",
+    }
+
+
+def test_pod_annotations_written_for_gpu_pods_only(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    apiserver.add_pod(pod_manifest("web", "frontend", NODE))
+    result = sample_cycle(NODE)
+    cpu_only = PodUsage("web", "frontend", NODE, AT, gpus=(), cpu_util_max=50.0)
+    sink.publish(dataclasses.replace(result, pods=[*result.pods, cpu_only]))
+
+    pod = apiserver.pod("ml", "trainer-0")["metadata"]["annotations"]
+    assert pod == {
+        f"{D}/gpu-util-max": "90",
+        f"{D}/gpu-mem-util-max": "40",
+        f"{D}/cpu-util-max": "250",
+        f"{D}/mem-util-max": "8192",
+    }
+    assert apiserver.requests(path="/api/v1/namespaces/web/pods/frontend") == []
+    assert apiserver.requests(method="PATCH", path=POD_PATH)[0].content_type == (
+        STRATEGIC_MERGE_PATCH
+    )
+
+
+def test_unchanged_cycle_costs_zero_requests(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    apiserver.clear_requests()
+
+    # Noise below the rounding step, a newer timestamp and 5 minutes later: nothing to send.
+    noisy = dataclasses.replace(
+        result,
+        gpus=[
+            gpu_profile("0", "training", period=12.52, util=(90.3, 85, 60, 0.1), mem_util_max=39.8),
+            result.gpus[1],
+        ],
+    )
+    clock.advance(300)
+    sink.publish(at_offset(noisy, 300))
+
+    assert apiserver.requests() == []
+
+
+def test_change_sends_one_patch_with_only_the_changed_keys(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    apiserver.clear_requests()
+
+    changed = dataclasses.replace(
+        result, gpus=[result.gpus[0], gpu_profile("1", "inference", util=(55, 50, 30, 0.2))]
+    )
+    clock.advance(30)
+    sink.publish(at_offset(changed, 30))
+
+    requests = apiserver.requests()
+    assert [(r.method, r.path) for r in requests] == [("PATCH", NODE_PATH)]
+    assert requests[0].json()["metadata"]["annotations"] == {
+        f"{D}/gpu-1-job-type": "inference",
+        f"{D}/gpu-1-util-max": "55",
+        f"{D}/gpu-1-mem-util-max": "40",
+        f"{D}/gpu-1-fb-used-max-mib": "30000",
+        f"{D}/profiled-at": "2026-11-22T04:00:30Z",
+    }
+
+
+def test_keys_of_vanished_gpus_and_stale_period_are_removed_with_null(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    apiserver.clear_requests()
+
+    # GPU 1 gone; GPU 0 no longer training, so its period must go too.
+    sink.publish(dataclasses.replace(result, gpus=[gpu_profile("0", "bursty")]))
+
+    patch = apiserver.requests(method="PATCH", path=NODE_PATH)[0].json()["metadata"]
+    removed = {key for key, value in patch["annotations"].items() if value is None}
+    assert removed == {
+        f"{D}/gpu-0-period-seconds",
+        f"{D}/gpu-1-job-type",
+        f"{D}/gpu-1-util-max",
+        f"{D}/gpu-1-mem-util-max",
+        f"{D}/gpu-1-fb-used-max-mib",
+    }
+    written = annotations(apiserver)
+    assert not any(key.startswith(f"{D}/gpu-1-") for key in written)
+    assert written[f"{D}/gpu-0-job-type"] == "bursty"
+    assert written["foreign.example.com/keep"] == "me"
+
+
+def test_heartbeat_refreshes_profiled_at_alone(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    clock.advance(599)
+    sink.publish(at_offset(result, 599))
+    assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 1
+
+    clock.advance(1)
+    sink.publish(at_offset(result, 600))
+
+    patches = apiserver.requests(method="PATCH", path=NODE_PATH)
+    assert len(patches) == 2
+    assert patches[1].json() == {
+        "metadata": {"annotations": {f"{D}/profiled-at": "2026-11-22T04:10:00Z"}}
+    }
+
+
+def test_restart_adopts_existing_annotations_and_removes_leftovers(
+    apiserver: StandInApiServer, connection: KubeConnection, sink: KubernetesSink
+) -> None:
+    sink.publish(sample_cycle(NODE))
+    # A previous run knew a GPU 7 that this node no longer reports.
+    apiserver._state.nodes[NODE]["metadata"]["annotations"][f"{D}/gpu-7-job-type"] = "idle"
+    apiserver.clear_requests()
+
+    restarted = KubernetesSink(connection, NODE, heartbeat_seconds=600)
+    restarted.publish(sample_cycle(NODE))
+
+    requests = apiserver.requests(path=NODE_PATH)
+    assert [r.method for r in requests] == ["GET", "PATCH"]
+    assert requests[1].json()["metadata"]["annotations"] == {
+        f"{D}/gpu-7-job-type": None,
+        f"{D}/profiled-at": "2026-11-22T04:00:00Z",
+    }
+
+
+def test_pod_patched_only_when_its_values_change(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    sink.publish(result)
+    assert len(apiserver.requests(method="PATCH", path=POD_PATH)) == 1
+
+    busier = dataclasses.replace(result.pods[0], cpu_util_max=400.0)
+    sink.publish(dataclasses.replace(result, pods=[busier]))
+
+    patches = apiserver.requests(method="PATCH", path=POD_PATH)
+    assert len(patches) == 2
+    assert patches[1].json() == {"metadata": {"annotations": {f"{D}/cpu-util-max": "400"}}}
+
+
+def test_deleted_pod_is_logged_once_and_not_retried(
+    apiserver: StandInApiServer, sink: KubernetesSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    apiserver.delete_pod("ml", "trainer-0")
+    caplog.set_level(logging.INFO, logger="profiler_app")
+
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    sink.publish(
+        dataclasses.replace(result, pods=[dataclasses.replace(result.pods[0], cpu_util_max=1)])
+    )
+
+    assert len(apiserver.requests(method="PATCH", path=POD_PATH)) == 1
+    assert caplog.text.count("trainer-0 is gone") == 1
+    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+
+
+def test_missing_node_raises_and_is_logged_once(
+    apiserver: StandInApiServer, sink: KubernetesSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    apiserver.remove_node(NODE)
+    caplog.set_level(logging.WARNING, logger="profiler_app")
+
+    for _ in range(2):
+        with pytest.raises(KubernetesError, match=f"node {NODE} not found"):
+            sink.publish(sample_cycle(NODE))
+
+    assert caplog.text.count("check --node") == 1
+    apiserver.add_node(NODE)
+    sink.publish(sample_cycle(NODE))
+    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+
+
+def test_conflict_is_retried(apiserver: StandInApiServer, sink: KubernetesSink) -> None:
+    apiserver.fail("PATCH", NODE_PATH, 409, times=2)
+
+    sink.publish(sample_cycle(NODE))
+
+    assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
+    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+
+
+def test_persistent_conflict_raises_after_retries(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    apiserver.fail("PATCH", NODE_PATH, 409)
+
+    with pytest.raises(KubernetesError, match="409"):
+        sink.publish(sample_cycle(NODE))
+
+    assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
+
+
+def test_too_many_requests_honours_retry_after(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    apiserver.fail("PATCH", NODE_PATH, 429, times=1, retry_after=45)
+    result = sample_cycle(NODE)
+
+    with pytest.raises(KubernetesError, match=r"429.*retrying in 45s"):
+        sink.publish(result)
+    apiserver.clear_requests()
+    clock.advance(44)
+    sink.publish(result)  # still backing off: skipped, no error, no request
+    assert apiserver.requests() == []
+
+    clock.advance(1)
+    sink.publish(result)
+    assert [r.method for r in apiserver.requests()] == ["PATCH", "PATCH"]  # node, then pod
+    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+
+
+def test_server_errors_back_off_increasingly_then_recover(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    apiserver.fail("PATCH", NODE_PATH, 500, times=2)
+    result = sample_cycle(NODE)
+
+    with pytest.raises(KubernetesError, match=r"500.*retrying in 10s"):
+        sink.publish(result)
+    clock.advance(10)
+    with pytest.raises(KubernetesError, match=r"500.*retrying in 20s"):
+        sink.publish(result)
+    clock.advance(19)
+    sink.publish(result)
+    assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 2
+
+    clock.advance(1)
+    sink.publish(result)
+    assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
+    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    # Success resets the back-off: the next failure waits the initial delay again.
+    apiserver.fail("PATCH", POD_PATH, 503, times=1)
+    with pytest.raises(KubernetesError, match=r"503.*retrying in 10s"):
+        sink.publish(
+            dataclasses.replace(result, pods=[dataclasses.replace(result.pods[0], cpu_util_max=1)])
+        )
+
+
+def test_hung_server_times_out_backs_off_and_recovers(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    apiserver.hang("PATCH", NODE_PATH, seconds=3, times=1)
+    result = sample_cycle(NODE)
+
+    started = time.monotonic()
+    with pytest.raises(KubernetesError, match=r"ReadTimeoutError|timed out"):
+        sink.publish(result)
+    assert time.monotonic() - started < 2.5  # the 0.5 s read timeout, not the 3 s hang
+
+    clock.advance(10)
+    sink.publish(result)
+    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+
+
+def test_annotation_count_and_size_stay_bounded(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    many = [gpu_profile(str(i), "training", period=1234.5) for i in range(200)]
+    result = dataclasses.replace(sample_cycle(NODE), gpus=many, pods=[])
+
+    desired = node_annotations(result, D)
+    sink.publish(result)
+
+    gpus = {key.split("/")[1].split("-")[1] for key in annotations(apiserver) if "/gpu-" in key}
+    assert len(gpus) == MAX_GPUS
+    assert gpus == {str(i) for i in range(MAX_GPUS)}
+    assert annotation_bytes(desired) <= ANNOTATION_BUDGET_BYTES
+
+
+def test_invalid_domain_is_rejected(
+    connection: KubeConnection,
+) -> None:
+    with pytest.raises(UserError, match="invalid annotation domain"):
+        KubernetesSink(connection, NODE, domain="Not_A_Domain")
+
+
+def test_token_is_sent_but_never_logged(
+    apiserver: StandInApiServer, sink: KubernetesSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    apiserver.fail("PATCH", NODE_PATH, 500, times=1)
+
+    with pytest.raises(KubernetesError) as raised:
+        sink.publish(sample_cycle(NODE))
+
+    assert all(r.authorization == f"Bearer {apiserver.token}" for r in apiserver.requests())
+    assert caplog.records  # debug logging really was captured
+    assert apiserver.token not in caplog.text
+    assert apiserver.token not in str(raised.value)
