@@ -1,0 +1,1 @@
+"""Booted Debian test nodes (systemd-nspawn) that verify the Ansible playbooks."""

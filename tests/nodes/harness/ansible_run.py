@@ -1,0 +1,89 @@
+"""Runs ansible-playbook / ansible against a test inventory and parses the play recap."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+PLAYBOOKS = REPO_ROOT / "playbooks"
+BIN = Path(sys.executable).parent
+RECAP_LINE = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
+    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
+    re.MULTILINE,
+)
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    output: str
+    recap: dict[str, dict[str, int]]
+    seconds: float
+
+    def total(self, field: str) -> int:
+        return sum(host[field] for host in self.recap.values())
+
+    def describe(self) -> str:
+        """The tail of the output, for assertion messages."""
+        return f"rc={self.returncode} recap={self.recap}\n{self.output[-6000:]}"
+
+
+def ansible_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_PIPELINING": "1",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+    }
+
+
+def _run(command: list[str], log: Path | None, timeout: float) -> RunResult:
+    started = time.monotonic()
+    completed = subprocess.run(
+        command,
+        cwd=PLAYBOOKS if PLAYBOOKS.exists() else REPO_ROOT,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    if log is not None:
+        log.write_text(output)
+    recap = {
+        match["host"]: {key: int(match[key]) for key in ("ok", "changed", "unreachable", "failed")}
+        for match in RECAP_LINE.finditer(completed.stdout)
+    }
+    return RunResult(completed.returncode, output, recap, time.monotonic() - started)
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    *extra: str,
+    log: Path | None = None,
+    timeout: float = 1500,
+) -> RunResult:
+    """ansible-playbook PLAYBOOK (relative to playbooks/) -i INVENTORY EXTRA..."""
+    command = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOKS / playbook)]
+    return _run([*command, *extra], log, timeout)
+
+
+def run_module(
+    pattern: str, inventory: Path, module: str, args: str, timeout: float = 600
+) -> RunResult:
+    """An ad-hoc `ansible PATTERN -m MODULE -a ARGS`."""
+    command = [str(BIN / "ansible"), pattern, "-i", str(inventory), "-m", module, "-a", args]
+    return _run(command, None, timeout)

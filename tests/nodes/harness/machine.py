@@ -1,0 +1,239 @@
+"""One Debian node booted by systemd-nspawn: systemd is PID 1, SSH reachable over a veth pair.
+
+The nspawn flags and the per-node cgroup come from /work/shared/notes/test-nodes.md: this machine's
+PID 1 is not systemd (no machined), so each node is started from its own cgroup and driven with
+nsenter or SSH rather than machinectl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.nodes.harness import rootfs
+
+CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
+NSPAWN_FLAGS = (
+    "--register=no",
+    "--keep-unit",
+    "--network-veth",
+    "--console=passive",
+    # What Docker inside the node needs to run containers (see the notes).
+    "--system-call-filter=@keyring",
+    "--system-call-filter=bpf",
+)
+
+
+class NodeError(RuntimeError):
+    """A node failed to boot or to answer."""
+
+
+def free_index(start: int = 1) -> int:
+    """The first N whose veth ve-gctN and subnet 10.200.N.0/24 are unused on this host."""
+    addresses = subprocess.run(
+        ["ip", "-o", "addr"], capture_output=True, text=True, check=True
+    ).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    for index in range(start, 250):
+        if f"ve-gct{index}" not in links and f" 10.200.{index}." not in addresses:
+            return index
+    raise NodeError("no free 10.200.N.0/24 subnet left for a test node")
+
+
+@dataclass
+class Node:
+    """A booted node. `name` is its hostname and Ansible inventory name."""
+
+    name: str
+    index: int
+    workdir: Path
+    ssh_key: Path
+    process: subprocess.Popen[bytes] | None = None
+    leader: int | None = None
+    host_public_keys: list[str] = field(default_factory=list)
+
+    @property
+    def machine(self) -> str:
+        return f"gct{self.index}"
+
+    @property
+    def veth(self) -> str:
+        return f"ve-{self.machine}"
+
+    @property
+    def host_address(self) -> str:
+        return f"10.200.{self.index}.1"
+
+    @property
+    def address(self) -> str:
+        return f"10.200.{self.index}.2"
+
+    @property
+    def root(self) -> Path:
+        return self.workdir / "root"
+
+    @property
+    def cgroup(self) -> str:
+        return f"gpu-cluster-tests-{self.machine}-{os.getpid()}"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def prepare(self, tarball: Path) -> None:
+        """Unpack the root filesystem and configure hostname, network and SSH before boot."""
+        rootfs.unpack(tarball, self.root)
+        etc = self.root / "etc"
+        (etc / "hostname").write_text(f"{self.name}\n")
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{self.address} {self.name}\n")
+        (etc / "machine-id").write_text("")
+        network = etc / "systemd/network"
+        network.mkdir(parents=True, exist_ok=True)
+        (network / "80-container-host0.network").write_text(
+            f"[Match]\nName=host0\n\n[Network]\nAddress={self.address}/24\nLinkLocalAddressing=no\n"
+        )
+        wants = etc / "systemd/system/multi-user.target.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            (wants / "systemd-networkd.service").symlink_to(
+                "/lib/systemd/system/systemd-networkd.service"
+            )
+        ssh_dir = self.root / "root/.ssh"
+        ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        public_key = self.ssh_key.with_suffix(".pub").read_text()
+        (ssh_dir / "authorized_keys").write_text(public_key)
+        (ssh_dir / "authorized_keys").chmod(0o600)
+        subprocess.run(["ssh-keygen", "-A", "-f", str(self.root)], check=True, capture_output=True)
+        self.host_public_keys = [
+            " ".join(path.read_text().split()[:2])
+            for path in sorted((etc / "ssh").glob("ssh_host_*_key.pub"))
+        ]
+
+    def boot(self, timeout: float = 60) -> None:
+        """Start systemd-nspawn detached from its own cgroup and wait until SSH answers."""
+        for hierarchy in CGROUP_HIERARCHIES:
+            (hierarchy / self.cgroup).mkdir(exist_ok=True)
+        enter_cgroups = "; ".join(
+            f"echo $$ > {hierarchy / self.cgroup / 'cgroup.procs'}"
+            for hierarchy in CGROUP_HIERARCHIES
+        )
+        nspawn = " ".join(
+            ["exec systemd-nspawn -b", f"-D {self.root}", f"-M {self.machine}", *NSPAWN_FLAGS]
+        )
+        log = (self.workdir / "console.log").open("wb")
+        self.process = subprocess.Popen(
+            ["sh", "-c", f"{enter_cgroups}; {nspawn}"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"},
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        self.leader = self._wait_for_leader(deadline)
+        self._configure_host_veth(deadline)
+        self._wait_for_systemd(deadline)
+        self._wait_for_ssh(deadline)
+
+    def poweroff(self, timeout: float = 30) -> None:
+        """Power the node off (SIGKILL if it hangs), then remove its cgroups. Safe to call twice."""
+        if self.process is not None and self.process.poll() is None:
+            if self.leader is not None:
+                subprocess.run(
+                    ["nsenter", "-t", str(self.leader), "-a", "systemctl", "poweroff"],
+                    capture_output=True,
+                    check=False,
+                    timeout=30,
+                )
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        for hierarchy in CGROUP_HIERARCHIES:
+            _remove_cgroup(hierarchy / self.cgroup)
+
+    def remove(self) -> None:
+        """Delete the node's files (after poweroff)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- access --------------------------------------------------------------------------------
+
+    def run(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a shell command inside the node (all its namespaces) through nsenter."""
+        if self.leader is None:
+            raise NodeError(f"{self.name} is not booted")
+        return subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-a", "sh", "-c", command],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=300,
+        )
+
+    def read(self, path: str) -> str:
+        return (self.root / path.lstrip("/")).read_text()
+
+    # -- boot steps ----------------------------------------------------------------------------
+
+    def _wait_for_leader(self, deadline: float) -> int:
+        assert self.process is not None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise NodeError(f"{self.name}: systemd-nspawn exited: {self._console_tail()}")
+            children = subprocess.run(
+                ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True, check=False
+            ).stdout.split()
+            if children:
+                return int(children[0])
+            time.sleep(0.1)
+        raise NodeError(f"{self.name}: systemd did not start: {self._console_tail()}")
+
+    def _configure_host_veth(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if Path(f"/sys/class/net/{self.veth}").exists():
+                subprocess.run(
+                    ["ip", "addr", "replace", f"{self.host_address}/24", "dev", self.veth],
+                    check=True,
+                )
+                subprocess.run(["ip", "link", "set", self.veth, "up"], check=True)
+                return
+            time.sleep(0.1)
+        raise NodeError(f"{self.name}: {self.veth} never appeared")
+
+    def _wait_for_systemd(self, deadline: float) -> None:
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.run("systemctl is-system-running", check=False).stdout.strip()
+            if state in {"running", "degraded"}:
+                return
+            time.sleep(0.3)
+        raise NodeError(f"{self.name}: systemd state {state!r} after boot timeout")
+
+    def _wait_for_ssh(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((self.address, 22), 1):
+                return
+            time.sleep(0.2)
+        raise NodeError(f"{self.name}: SSH on {self.address}:22 never answered")
+
+    def _console_tail(self) -> str:
+        log = self.workdir / "console.log"
+        return log.read_text(errors="replace")[-2000:] if log.exists() else ""
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Remove a cgroup directory tree bottom-up (cgroupfs only allows rmdir of empty groups)."""
+    if not path.exists():
+        return
+    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_dir():
+            with contextlib.suppress(OSError):
+                child.rmdir()
+    with contextlib.suppress(OSError):
+        path.rmdir()
