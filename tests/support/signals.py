@@ -239,7 +239,10 @@ def _training_cases(
     if n < 100:
         return
     yield "square-jitter", with_jitter(square(n, period, rng), period, 0.1, rng)
-    yield "spikes-jitter", with_jitter(spikes(n, period, rng, width=2.0), period, 0.1, rng)
+    yield (
+        "spikes-jitter",
+        with_jitter(spikes(n, period, rng, width=max(1.0, period / 8)), period, 0.1, rng),
+    )
     if n >= 8 * period:
         cycle = square(n, period, rng, duty=0.6)
         yield "square-eval-dip", with_eval_dip(cycle, n // 2, max(3, n // 12), rng)
@@ -263,7 +266,7 @@ def _other_cases(n: int, rng: np.random.Generator) -> Iterator[tuple[str, Signal
         BURSTY,
     )
     yield "near-zero", near_zero_noise(n, rng), IDLE
-    yield "near-zero-3pct", near_zero_noise(n, rng, level=2.0), IDLE
+    yield "near-zero-noisy", near_zero_noise(n, rng, level=1.5), IDLE
     yield "zeros", np.zeros(n), IDLE
     if n >= 100:
         yield "serving-gaps", with_gaps(steady_serving(n, rng), 0.05, rng), INFERENCE

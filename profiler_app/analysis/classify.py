@@ -1,0 +1,71 @@
+"""Job type of each GPU from its utilisation samples: the rules applied to the whole matrix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from profiler_app.analysis.gaps import fill_gaps
+from profiler_app.analysis.periodicity import find_periods
+from profiler_app.analysis.stats import Summary, as_matrix, summarise
+from profiler_app.model import FieldStats
+
+# A GPU busy (at or above IDLE_THRESHOLD_PERCENT) in a single sample, or in at most this
+# fraction of its samples, is idle: a health check or an nvidia-smi call is not a workload.
+MAX_IDLE_ACTIVE_FRACTION = 0.01
+# A non-periodic GPU idle for at least this fraction of its samples runs sporadic bursts.
+MIN_BURSTY_IDLE_FRACTION = 0.3
+
+
+class JobType(StrEnum):
+    IDLE = "idle"
+    TRAINING = "training"
+    INFERENCE = "inference"
+    BURSTY = "bursty"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What one row of the matrix shows."""
+
+    job_type: JobType
+    period_seconds: float | None  # only for training
+    stats: FieldStats
+
+
+def job_types(summary: Summary, periodic: npt.NDArray[np.bool_]) -> list[JobType]:
+    """The rules, in order: idle, then training (periodic), then bursty, else inference."""
+    allowed_active = np.maximum(1, MAX_IDLE_ACTIVE_FRACTION * summary.valid_count)
+    bursty = summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION
+    codes = np.select(
+        [summary.active_count <= allowed_active, periodic, bursty], [0, 1, 3], default=2
+    )
+    order = (JobType.IDLE, JobType.TRAINING, JobType.INFERENCE, JobType.BURSTY)
+    return [order[code] for code in codes.tolist()]
+
+
+def classify_matrix(values: object, step_seconds: float) -> list[Classification]:
+    """Classify each row (one GPU's utilisation in percent, NaN for missed samples).
+
+    ``values`` is a 2-D array-like, one row per GPU, samples ``step_seconds`` apart.
+    Returns one ``Classification`` per row, in order. See the package docstring for the rules.
+    """
+    if not step_seconds > 0:
+        raise ValueError(f"step_seconds must be positive, got {step_seconds!r}")
+    matrix = as_matrix(values)
+    summary = summarise(matrix)
+    periods = find_periods(fill_gaps(matrix)).period
+    types = job_types(summary, np.isfinite(periods))
+    return [
+        Classification(
+            job_type,
+            period * step_seconds if job_type is JobType.TRAINING else None,
+            row_stats,
+        )
+        for job_type, period, row_stats in zip(
+            types, periods.tolist(), summary.field_stats(), strict=True
+        )
+    ]

@@ -1,0 +1,158 @@
+"""Finding the iteration period of each row with one FFT-based autocorrelation per matrix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler_app.analysis.stats import IntArray
+from profiler_app.model import FloatMatrix
+
+MIN_PERIOD_SAMPLES = 4  # shorter "periods" are indistinguishable from noise
+MAX_PERIOD_FRACTION = 1 / 3  # at least three iterations must fit in the window
+MIN_PEAK = 0.3  # autocorrelation at the period
+MIN_PROMINENCE = 0.3  # rise of that peak above the lowest autocorrelation before it
+HARMONIC_RATIO = 0.85  # the first peak this close to the highest one is the fundamental
+MIN_CONFIRMATION = 0.2  # autocorrelation near twice the period (the next iteration)
+CONFIRMATION_TOLERANCE = 0.1  # relative search width around twice the period
+ROWS_PER_CHUNK = 1024  # bounds the FFT's working memory
+
+
+@dataclass(frozen=True)
+class Periodicity:
+    """Per-row arrays: the period in samples (NaN when not periodic) and the evidence."""
+
+    period: FloatMatrix
+    peak: FloatMatrix
+    confirmation: FloatMatrix
+
+
+def _fast_length(minimum: int) -> int:
+    """The smallest 2^a 3^b 5^c at least ``minimum``: sizes pocketfft handles fastest."""
+    best = 1 << max(0, (minimum - 1).bit_length())
+    power5 = 1
+    while power5 < best:
+        power3 = power5
+        while power3 < best:
+            size = power3
+            while size < minimum:
+                size *= 2
+            best = min(best, size)
+            power3 *= 3
+        power5 *= 5
+    return best
+
+
+def detrend(matrix: FloatMatrix) -> FloatMatrix:
+    """Each row minus its least-squares line: removes level and slow drift."""
+    columns = matrix.shape[1]
+    time = np.arange(columns) - (columns - 1) / 2
+    centred = matrix - matrix.mean(axis=1, keepdims=True)
+    spread = float(time @ time) or 1.0
+    slope = centred @ time / spread
+    detrended: FloatMatrix = centred - slope[:, None] * time
+    return detrended
+
+
+def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
+    """Normalised autocorrelation of each row for lags 0..max_lag (rows must have no NaN).
+
+    The biased estimate (every lag divided by the full length): a lag covered by fewer pairs
+    of samples gets proportionally less weight, so a coincidence between two bursts far apart
+    cannot pass for a period. Computed as the inverse FFT of the power spectrum, zero-padded
+    so it does not wrap around. Rows with zero variance get 0 everywhere.
+    """
+    columns = matrix.shape[1]
+    size = _fast_length(2 * columns - 1)
+    spectrum = np.fft.rfft(matrix, size, axis=1)
+    power = spectrum.real**2 + spectrum.imag**2
+    covariance = np.fft.irfft(power, size, axis=1)[:, : max_lag + 1]
+    variance = covariance[:, :1]
+    flat = variance <= 1e-9 * columns
+    return np.where(flat, 0.0, covariance / np.where(flat, 1.0, variance))
+
+
+def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatMatrix]:
+    """Lag of the fundamental peak per row (0 when none) and its height."""
+    rows = acf.shape[0]
+    longest = int(columns * MAX_PERIOD_FRACTION)
+    if longest < MIN_PERIOD_SAMPLES or acf.shape[1] < longest + 2:
+        return np.zeros(rows, dtype=np.intp), np.zeros(rows)
+    lags = np.arange(1, longest + 1)
+    here = acf[:, 1 : longest + 1]
+    is_peak = (here > acf[:, :longest]) & (here >= acf[:, 2 : longest + 2])
+    trough = np.minimum.accumulate(acf[:, : longest + 1], axis=1)[:, 1:]
+    candidate = (
+        is_peak
+        & (lags >= MIN_PERIOD_SAMPLES)
+        & (here >= MIN_PEAK)
+        & (here - trough >= MIN_PROMINENCE)
+    )
+    heights = np.where(candidate, here, -np.inf)
+    best = heights.max(axis=1)
+    fundamental = candidate & (here >= HARMONIC_RATIO * best[:, None])
+    found = fundamental.any(axis=1)
+    lag = np.where(found, lags[np.argmax(fundamental, axis=1)], 0)
+    height = np.where(found, np.take_along_axis(acf, lag[:, None], axis=1)[:, 0], 0.0)
+    return lag, height
+
+
+def _refine(acf: FloatMatrix, lag: IntArray) -> FloatMatrix:
+    """Sub-sample peak position by fitting a parabola through the peak and its neighbours."""
+    at = np.maximum(lag, 1)
+    left = np.take_along_axis(acf, (at - 1)[:, None], axis=1)[:, 0]
+    middle = np.take_along_axis(acf, at[:, None], axis=1)[:, 0]
+    right = np.take_along_axis(acf, (at + 1)[:, None], axis=1)[:, 0]
+    curvature = left - 2 * middle + right
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shift = np.where(curvature < 0, 0.5 * (left - right) / curvature, 0.0)
+    refined: FloatMatrix = at + np.clip(shift, -0.5, 0.5)
+    return refined
+
+
+def _confirmation(acf: FloatMatrix, period: FloatMatrix) -> FloatMatrix:
+    """Highest autocorrelation within ``CONFIRMATION_TOLERANCE`` of twice the period."""
+    last = acf.shape[1] - 1
+    reach = np.maximum(1, np.round(CONFIRMATION_TOLERANCE * 2 * period)).astype(np.intp)
+    widest = int(reach.max(initial=1))
+    offsets = np.arange(-widest, widest + 1)
+    centre = np.round(2 * period).astype(np.intp)
+    index = centre[:, None] + offsets
+    inside = (np.abs(offsets) <= reach[:, None]) & (index >= 0) & (index <= last)
+    values = np.take_along_axis(acf, np.clip(index, 0, last), axis=1)
+    highest: FloatMatrix = np.where(inside, values, -np.inf).max(axis=1)
+    return highest
+
+
+def _chunk_periodicity(filled: FloatMatrix) -> Periodicity:
+    columns = filled.shape[1]
+    acf = autocorrelation(detrend(filled), columns - 1)
+    lag, peak = _first_fundamental(acf, columns)
+    period = _refine(acf, lag)
+    confirmation = np.where(lag > 0, _confirmation(acf, period), -np.inf)
+    periodic = (lag > 0) & (confirmation >= MIN_CONFIRMATION)
+    return Periodicity(np.where(periodic, period, np.nan), peak, confirmation)
+
+
+def find_periods(filled: FloatMatrix) -> Periodicity:
+    """The period (in samples) of each row of a gap-free matrix, NaN where there is none.
+
+    A row is periodic when its autocorrelation has a clear peak between ``MIN_PERIOD_SAMPLES``
+    and a third of the window (high enough, prominent over the dip before it), the earliest
+    such peak nearly as high as the best one is taken as the fundamental (not a multiple), and
+    the next iteration confirms it with a peak near twice that lag.
+    """
+    rows, columns = filled.shape
+    if rows == 0 or columns < 3 * MIN_PERIOD_SAMPLES:
+        empty = np.full(rows, np.nan)
+        return Periodicity(empty, np.zeros(rows), np.zeros(rows))
+    parts = [
+        _chunk_periodicity(filled[start : start + ROWS_PER_CHUNK])
+        for start in range(0, rows, ROWS_PER_CHUNK)
+    ]
+    return Periodicity(
+        np.concatenate([part.period for part in parts]),
+        np.concatenate([part.peak for part in parts]),
+        np.concatenate([part.confirmation for part in parts]),
+    )
