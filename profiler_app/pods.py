@@ -1,0 +1,92 @@
+"""Which pod each GPU served, and each GPU-using pod's peaks (GPU from the profiles, CPU and
+memory from the pod's cgroup).
+
+Pure functions: the daemon passes the profiles, the pods the Kubernetes watcher knows on this
+node, and the cgroup peaks by pod UID.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, GpuProfile, PodUsage
+from profiler_app.sources.host import PodPeak
+from profiler_app.sources.kube_pods import PodInfo
+
+# Label the NVML source puts on a GPU's series: the pod whose processes use it (by cgroup).
+POD_UID_LABEL = "pod_uid"
+
+
+def attribute_profiles(profiles: Sequence[GpuProfile], pods: Sequence[PodInfo]) -> list[GpuProfile]:
+    """Names the pod of profiles that carry only a pod UID (local NVML sampling)."""
+    by_uid = {pod.uid: pod for pod in pods}
+    attributed = []
+    for profile in profiles:
+        pod = by_uid.get(profile.labels.get(POD_UID_LABEL, ""))
+        if profile.pod is None and pod is not None:
+            attributed.append(replace(profile, namespace=pod.namespace, pod=pod.name))
+        else:
+            attributed.append(profile)
+    return attributed
+
+
+@dataclass
+class _Peaks:
+    gpus: list[str] = field(default_factory=list)
+    gpu_util: list[float] = field(default_factory=list)
+    gpu_mem_util: list[float] = field(default_factory=list)
+    fb_used: list[float] = field(default_factory=list)
+
+
+def _max(values: list[float]) -> float | None:
+    finite = [value for value in values if math.isfinite(value)]
+    return max(finite) if finite else None
+
+
+def pod_usage(
+    profiles: Sequence[GpuProfile],
+    pods: Sequence[PodInfo],
+    cgroup_peaks: Mapping[str, PodPeak],
+    node: str,
+) -> list[PodUsage]:
+    """One ``PodUsage`` per pod that used a GPU in the window or requests GPUs."""
+    known = {(pod.namespace, pod.name): pod for pod in pods}
+    usage: dict[tuple[str, str], _Peaks] = {}
+    for pod in pods:
+        if pod.uses_gpus:
+            usage[pod.namespace, pod.name] = _Peaks()
+    for profile in profiles:
+        if not profile.pod:
+            continue
+        peaks = usage.setdefault((profile.namespace or "", profile.pod), _Peaks())
+        if profile.gpu not in peaks.gpus:
+            peaks.gpus.append(profile.gpu)
+        for name, values in (
+            (GPU_UTIL, peaks.gpu_util),
+            (MEM_COPY_UTIL, peaks.gpu_mem_util),
+            (FB_USED, peaks.fb_used),
+        ):
+            stats = profile.stats.get(name)
+            if stats is not None:
+                values.append(stats.max)
+    result = []
+    for (namespace, name), peaks in sorted(usage.items()):
+        info = known.get((namespace, name))
+        cgroup = cgroup_peaks.get(info.uid) if info is not None else None
+        result.append(
+            PodUsage(
+                namespace=namespace,
+                pod=name,
+                node=node,
+                start_time=info.start_time if info is not None else None,
+                gpus=tuple(peaks.gpus),
+                gpu_util_max=_max(peaks.gpu_util),
+                gpu_mem_util_max=_max(peaks.gpu_mem_util),
+                fb_used_max_mib=_max(peaks.fb_used),
+                cpu_util_max=cgroup.cpu_util_max if cgroup is not None else None,
+                mem_used_max_bytes=cgroup.mem_used_max_bytes if cgroup is not None else None,
+            )
+        )
+    return result

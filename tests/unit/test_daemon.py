@@ -1,0 +1,277 @@
+"""The profiling loop: publishing, error isolation, backoff, recovery and stopping.
+
+``ScriptedSource`` and ``RecordingSink`` are test doubles for a metrics source and a sink: the
+source returns dcgm-shaped matrices built from the shared signal generators (or raises what the
+test scripts), the sink records what it receives (or raises). The analysis is the real one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from profiler_app.daemon import Backoff, Daemon
+from profiler_app.errors import SourceError
+from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, SeriesMatrix
+from profiler_app.sinks.metrics import Heartbeat, MetricsSink
+from profiler_app.sources.host import PodPeak
+from profiler_app.sources.kube_pods import PodInfo
+from tests.support import signals
+
+STEP = 10.0
+POINTS = 180  # 30 minutes at 10 s
+POD_UID = "0b6a4e0c-5d2f-4c6e-9a3e-2f1b7c8d9e01"
+
+
+def node_matrices() -> list[SeriesMatrix]:
+    """GPU 0 trains with a 120 s period (from a local process of pod ``POD_UID``); GPU 1 idles."""
+    rng = np.random.default_rng(7)
+    util = np.vstack(
+        [signals.square(POINTS, 12, rng, duty=0.6), signals.near_zero_noise(POINTS, rng)]
+    )
+    timestamps = 1_700_000_000.0 + STEP * np.arange(POINTS)
+    labels = [
+        {"gpu": "0", "UUID": "GPU-0", "Hostname": "node-a", "pod_uid": POD_UID},
+        {"gpu": "1", "UUID": "GPU-1", "Hostname": "node-a"},
+    ]
+    fb = np.vstack([np.full(POINTS, 61_000.0), np.zeros(POINTS)])
+    return [
+        SeriesMatrix(GPU_UTIL, labels, timestamps, util, STEP),
+        SeriesMatrix(FB_USED, [dict(x) for x in labels], timestamps, fb, STEP),
+    ]
+
+
+class ScriptedSource:
+    def __init__(self, script: list[Exception | None] | None = None) -> None:
+        self.script = script or []
+        self.reads = 0
+        self.block: threading.Event | None = None
+
+    def read(self, window_seconds: float) -> list[SeriesMatrix]:
+        self.reads += 1
+        if self.block is not None:
+            self.block.wait(30)
+        outcome = self.script.pop(0) if self.script else None
+        if outcome is not None:
+            raise outcome
+        return node_matrices()
+
+
+class RecordingSink:
+    def __init__(self, name: str, failures: int = 0) -> None:
+        self.name = name
+        self.failures = failures
+        self.received: list[CycleResult] = []
+        self.attempts = 0
+        self.closed = False
+
+    def publish(self, result: CycleResult) -> None:
+        self.attempts += 1
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError(f"{self.name} is down")
+        self.received.append(result)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class StaticHost:
+    def snapshot(self) -> dict[str, float]:
+        return {"cpu_percent": 5.0}
+
+    def pod_peaks(self) -> dict[str, PodPeak]:
+        return {POD_UID: PodPeak(cpu_util_max=150.0, mem_used_max_bytes=2e9)}
+
+
+def pod_info() -> PodInfo:
+    return PodInfo(
+        uid=POD_UID,
+        namespace="ml",
+        name="trainer-0",
+        node="node-a",
+        phase="Running",
+        start_time=datetime(2026, 11, 22, 3, 0, tzinfo=UTC),
+        gpu_requests=1,
+        gpu_limits=1,
+        container_ids={},
+    )
+
+
+def errors(metrics: MetricsSink, kind: str) -> float:
+    value = metrics.registry.get_sample_value("gpu_profiler_errors_total", {"kind": kind})
+    assert value is not None
+    return value
+
+
+def make_daemon(
+    source: ScriptedSource,
+    *sinks: RecordingSink,
+    interval: float = 30.0,
+    pods: Callable[[], list[PodInfo]] | None = None,
+) -> tuple[Daemon, MetricsSink]:
+    metrics = MetricsSink(Heartbeat(stale_after_seconds=90))
+    daemon = Daemon(
+        node="node-a",
+        source=source,
+        sinks=[*sinks, metrics],
+        metrics=metrics,
+        window_seconds=POINTS * STEP,
+        interval_seconds=interval,
+        host=StaticHost(),
+        pods=pods,
+    )
+    return daemon, metrics
+
+
+def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
+    backoff = Backoff(cap=10)
+    assert backoff.factor == 1
+    assert [backoff.failed() for _ in range(6)] == [1, 2, 4, 8, 10, 10]
+    backoff.succeeded()
+    assert backoff.factor == 1
+
+
+def test_a_cycle_classifies_and_publishes_everywhere() -> None:
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store, pods=lambda: [pod_info()])
+    assert daemon.run_cycle()
+    (result,) = store.received
+    assert result.node == "node-a"
+    assert result.window_seconds == 1800.0
+    assert [(gpu.gpu, gpu.job_type) for gpu in result.gpus] == [("0", "training"), ("1", "idle")]
+    assert result.gpus[0].period_seconds == pytest.approx(120.0, rel=0.1)
+    assert (result.gpus[0].namespace, result.gpus[0].pod) == ("ml", "trainer-0")
+    assert result.gpus[1].pod is None
+    (pod,) = result.pods
+    assert (pod.namespace, pod.pod, pod.gpus) == ("ml", "trainer-0", ("0",))
+    assert pod.fb_used_max_mib == 61_000.0
+    assert pod.cpu_util_max == 150.0
+    assert pod.start_time == datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    assert result.host == {"cpu_percent": 5.0}
+    sample = metrics.registry.get_sample_value
+    assert sample("gpu_profiler_last_success_timestamp_seconds") == pytest.approx(
+        time.time(), abs=5
+    )
+    assert sample("gpu_profiler_cycle_duration_seconds_count") == 1.0
+    job = {"Hostname": "node-a", "gpu": "0", "UUID": "GPU-0", "namespace": "ml", "pod": "trainer-0"}
+    assert sample("gpu_profiler_gpu_job_type", {**job, "job_type": "training"}) == 1.0
+
+
+def test_a_failing_sink_does_not_stop_the_others_and_backs_off() -> None:
+    kubernetes = RecordingSink("kubernetes", failures=3)
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), kubernetes, store)
+    outcomes = [daemon.run_cycle() for _ in range(9)]
+    assert len(store.received) == 9
+    # Failures 1, 2, 3 skip 0, 1, 3 cycles: attempts at cycles 1, 2, 4, then 8 and 9 succeed.
+    assert kubernetes.attempts == 5
+    assert len(kubernetes.received) == 2
+    assert outcomes == [False, False, False, False, False, False, False, True, True]
+    assert errors(metrics, "kubernetes") == 3
+    assert errors(metrics, "store") == 0
+    assert metrics.registry.get_sample_value("gpu_profiler_cycle_duration_seconds_count") == 9
+
+
+def test_source_failures_back_off_and_recover() -> None:
+    source = ScriptedSource([SourceError("connection refused"), SourceError("HTTP 503"), None])
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(source, store)
+    assert not daemon.run_cycle()
+    assert not daemon.run_cycle()
+    assert daemon.source_backoff.factor == 2
+    assert store.received == []
+    assert daemon.run_cycle()
+    assert daemon.source_backoff.factor == 1
+    assert len(store.received) == 1
+    assert errors(metrics, "source") == 2
+
+
+def test_unexpected_exceptions_are_counted_not_fatal() -> None:
+    source = ScriptedSource([ValueError("bad json"), None])
+    daemon, metrics = make_daemon(source, RecordingSink("store"))
+    assert daemon.run(once=True) == 1
+    assert daemon.run(once=True) == 0
+    assert errors(metrics, "source") == 1
+
+
+def test_loop_waits_the_backed_off_interval_and_stops(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="profiler_app.daemon")
+    source = ScriptedSource([SourceError("down")] * 3)
+    store = RecordingSink("store")
+    daemon, _ = make_daemon(source, store, interval=0.05)
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not store.received and time.monotonic() < deadline:
+        time.sleep(0.02)
+    daemon.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert source.reads >= 4
+    assert store.received
+    assert "source recovered after 3 failure(s)" in caplog.text
+
+
+def test_stop_abandons_a_hung_cycle_quickly() -> None:
+    source = ScriptedSource()
+    source.block = threading.Event()
+    store = RecordingSink("store")
+    daemon, _ = make_daemon(source, store)
+    exit_codes: list[int] = []
+    thread = threading.Thread(target=lambda: exit_codes.append(daemon.run()))
+    thread.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    daemon.stop()
+    thread.join(5)
+    assert exit_codes == [0]
+    assert time.monotonic() - started < 3
+    daemon.close()
+    assert store.closed
+    source.block.set()
+
+
+def test_a_cycle_still_running_is_not_started_twice() -> None:
+    source = ScriptedSource()
+    source.block = threading.Event()
+    daemon, metrics = make_daemon(source, RecordingSink("store"))
+    first = threading.Thread(target=daemon._run_cycle_in_worker)
+    first.start()
+    time.sleep(0.1)
+    daemon.stop()  # the first call returns after the stop grace, its worker stays blocked
+    first.join(5)
+    assert not daemon._run_cycle_in_worker()
+    assert errors(metrics, "cycle") == 1
+    assert source.reads == 1
+    source.block.set()
+
+
+def test_close_survives_a_failing_sink() -> None:
+    class BrokenClose(RecordingSink):
+        def close(self) -> None:
+            raise OSError("flush failed")
+
+    broken = BrokenClose("store")
+    other = RecordingSink("kubernetes")
+    daemon, _ = make_daemon(ScriptedSource(), broken, other)
+    daemon.close()
+    assert other.closed
+
+
+def test_no_gpus_still_publishes_the_host() -> None:
+    class NoGpus(ScriptedSource):
+        def read(self, window_seconds: float) -> list[SeriesMatrix]:
+            return []
+
+    store = RecordingSink("store")
+    daemon, _ = make_daemon(NoGpus(), store)
+    assert daemon.run_cycle()
+    assert store.received[0].gpus == []
+    assert store.received[0].host == {"cpu_percent": 5.0}
