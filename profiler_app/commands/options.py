@@ -55,7 +55,7 @@ def add_prometheus_options(
         metavar="URL",
         default=env_default("GPU_PROFILER_PROMETHEUS_URL"),
         help="Prometheus base URL, e.g. http://prometheus:9090 "
-        "(env GPU_PROFILER_PROMETHEUS_URL; default: %(default)s)",
+        "(env GPU_PROFILER_PROMETHEUS_URL; default: unset)",
     )
     group.add_argument(
         "--node",
@@ -75,7 +75,7 @@ def add_prometheus_options(
         metavar="FIELD",
         action="append",
         help="a dcgm-exporter field to read; repeat for several, the first one is classified "
-        f"(env GPU_PROFILER_FIELDS, comma-separated; default: {','.join(default_fields)})",
+        f"(env GPU_PROFILER_FIELDS, comma-separated; default: {', '.join(default_fields)})",
     )
     group.add_argument(
         "--window",

@@ -8,20 +8,28 @@ a context manager it starts on entry and stops and deletes its folder on exit.
 
 Missing ``prometheus``/``promtool`` binaries make ``start`` skip the calling test with the
 reason. Build the text with ``tests.support.dcgm`` (see ``standard_dataset``).
+
+``StandInPrometheus`` is a test double for the HTTP API (errors, time-outs, odd answers).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.dcgm import Dataset
 
@@ -139,6 +147,19 @@ class PrometheusServer:
     ) -> None:
         self.close()
 
+    def requests_served(self, handler: str = "/api/v1/query_range") -> int:
+        """How many requests Prometheus itself counted for an API handler (any status code)."""
+        text = requests.get(f"{self.url}/metrics", timeout=5).text
+        return round(
+            sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "prometheus_http_requests_total"
+                and sample.labels.get("handler") == handler
+            )
+        )
+
     def _skip_without_binaries(self) -> None:
         missing = missing_binaries()
         if missing:
@@ -178,3 +199,71 @@ class LoadedPrometheus:
     def expected(self) -> dict[tuple[str, str], tuple[str, float | None]]:
         """(hostname, gpu index) -> (job type, training period in seconds or None)."""
         return self.dataset.expected
+
+
+Reply = tuple[int, str | bytes]  # HTTP status, body (str bodies are sent as JSON)
+Responder = Callable[[dict[str, str]], Reply]
+
+
+def matrix_reply(result: list[dict[str, object]]) -> Reply:
+    """A successful query_range answer with ``result`` as its series."""
+    body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    return 200, json.dumps(body)
+
+
+def error_reply(status: int, message: str, kind: str = "bad_data") -> Reply:
+    """An error answer shaped like Prometheus' own."""
+    return status, json.dumps({"status": "error", "errorType": kind, "error": message})
+
+
+class StandInPrometheus:
+    """Test double for Prometheus' HTTP API where a real server cannot misbehave on demand.
+
+    ``responder`` gets the request's query parameters and returns (status, body); it may sleep
+    to provoke time-outs. Every request's parameters and client port are recorded in
+    ``requests`` and ``client_ports`` (equal ports mean the connection was reused).
+    """
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.requests: list[dict[str, str]] = []
+        self.client_ports: list[int] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as Prometheus does
+
+            def do_GET(self) -> None:
+                params = {
+                    key: values[-1] for key, values in parse_qs(urlsplit(self.path).query).items()
+                }
+                stand_in.requests.append(params)
+                stand_in.client_ports.append(self.client_address[1])
+                status, body = stand_in.responder(params)
+                payload = body.encode() if isinstance(body, str) else body
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a time-out test)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def __enter__(self) -> StandInPrometheus:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
