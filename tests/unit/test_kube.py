@@ -1,0 +1,129 @@
+"""Kubernetes client configuration: kubeconfig, in-cluster service account, or disabled.
+
+Requests go to the stand-in API server (a test double, tests/support/apiserver.py). The
+in-cluster case points the client library's service-account file paths at temp files, since
+/var/run/secrets does not exist here.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import incluster_config
+
+from profiler_app.errors import UserError
+from profiler_app.kube import connect, describe, error_status, retry_after_seconds
+from tests.support.apiserver import running_apiserver
+
+
+def test_disabled_without_kubeconfig_or_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert connect(None) is None
+    assert connect("") is None
+
+
+def test_kubeconfig_sends_token_and_never_logs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with running_apiserver() as apiserver:
+        apiserver.add_node("node-a")
+        connection = connect(str(apiserver.write_kubeconfig(tmp_path / "config")))
+        assert connection is not None
+        try:
+            node = connection.core().read_node(
+                "node-a", _request_timeout=connection.request_timeout
+            )
+        finally:
+            connection.close()
+        assert node.metadata.name == "node-a"
+        (request,) = apiserver.requests()
+        assert request.authorization == f"Bearer {apiserver.token}"
+        assert "Kubernetes API at http://127.0.0.1" in caplog.text
+        assert apiserver.token not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "No such file|does not exist|Invalid kube-config"),
+        ("clusters: [unclosed", "cannot use kubeconfig"),
+        ("apiVersion: v1\nkind: Config\nclusters: []\n", "current-context|context"),
+    ],
+)
+def test_bad_kubeconfig_is_one_user_error_line(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content)
+
+    with pytest.raises(UserError, match=problem) as raised:
+        connect(str(path))
+
+    message = str(raised.value)
+    assert message.startswith(f"cannot use kubeconfig {path}")
+    assert "\n" not in message
+
+
+def test_in_cluster_without_service_account_files_is_a_user_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "missing"))
+
+    with pytest.raises(UserError, match="in-cluster service account"):
+        connect(None)
+
+
+def service_account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    token = "in-cluster-dummy-token"
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "ca.crt").write_text("not used before a request\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    return token
+
+
+def test_in_cluster_uses_the_service_account(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    token = service_account(monkeypatch, tmp_path)
+
+    connection = connect(None)
+
+    assert connection is not None
+    configuration = connection.api_client.configuration
+    assert configuration.host == "https://10.96.0.1:443"
+    assert token in configuration.get_api_key_with_prefix("BearerToken")
+    assert connection.source == "in-cluster"
+    connection.close()
+
+
+def test_explicit_kubeconfig_wins_over_in_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    service_account(monkeypatch, tmp_path)
+    with running_apiserver() as apiserver:
+        connection = connect(str(apiserver.write_kubeconfig(tmp_path / "config")))
+        assert connection is not None
+        assert connection.api_client.configuration.host == apiserver.url
+        connection.close()
+
+
+def test_error_helpers_read_status_retry_after_and_stay_one_line() -> None:
+    error = ApiException(status=429, reason="Too Many Requests")
+    error.headers = {"Retry-After": "7"}
+
+    assert error_status(error) == 429
+    assert retry_after_seconds(error) == 7.0
+    assert describe(error) == "HTTP 429 Too Many Requests"
+    assert error_status(TimeoutError("read timed out")) is None
+    assert retry_after_seconds(TimeoutError()) is None
+    assert describe(OSError("connection\nrefused")) == "OSError: connection refused"

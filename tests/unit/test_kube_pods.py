@@ -1,0 +1,215 @@
+"""PodWatcher against the stand-in API server, over real HTTP, through the real client.
+
+The API server is a test double (tests/support/apiserver.py): no kube-apiserver can run here.
+Timeouts and back-off delays are shortened so each test takes well under a second or two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler_app.kube import KubeConnection, connect
+from profiler_app.sources.kube_pods import PodInfo, PodWatcher, pod_info
+from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver, wait_until
+
+NODE = "node-a"
+PODS_PATH = "/api/v1/pods"
+STARTED = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[StandInApiServer]:
+    with running_apiserver() as server:
+        server.add_pod(pod_manifest("ml", "trainer-0", NODE, gpus=2, start_time=STARTED))
+        server.add_pod(pod_manifest("web", "frontend", NODE))
+        server.add_pod(pod_manifest("ml", "elsewhere", "node-b", gpus=1))
+        yield server
+
+
+@pytest.fixture
+def connection(apiserver: StandInApiServer, tmp_path: Path) -> Iterator[KubeConnection]:
+    made = connect(str(apiserver.write_kubeconfig(tmp_path / "kubeconfig")), request_timeout=(1, 1))
+    assert made is not None
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def make_watcher(connection: KubeConnection) -> Iterator[Any]:
+    watchers: list[PodWatcher] = []
+
+    def make(watch_timeout_seconds: int = 30) -> PodWatcher:
+        watcher = PodWatcher(
+            connection,
+            NODE,
+            watch_timeout_seconds=watch_timeout_seconds,
+            backoff_initial=0.05,
+            backoff_max=0.2,
+        )
+        watchers.append(watcher)
+        watcher.start()
+        return watcher
+
+    yield make
+    for watcher in watchers:
+        watcher.stop()
+
+
+def names(watcher: PodWatcher) -> list[str]:
+    return [f"{pod.namespace}/{pod.name}" for pod in watcher.snapshot()]
+
+
+def test_lists_only_this_nodes_pods_with_their_gpus(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    watcher = make_watcher()
+
+    assert watcher.wait_until_synced(5)
+    pods = {pod.name: pod for pod in watcher.snapshot()}
+    assert set(pods) == {"trainer-0", "frontend"}
+    trainer = pods["trainer-0"]
+    assert trainer.uid == apiserver.pod("ml", "trainer-0")["metadata"]["uid"]
+    assert (trainer.namespace, trainer.node, trainer.phase) == ("ml", NODE, "Running")
+    assert trainer.start_time == STARTED
+    assert (trainer.gpu_requests, trainer.gpu_limits, trainer.uses_gpus) == (2, 2, True)
+    assert not pods["frontend"].uses_gpus
+    lists = apiserver.requests(method="GET", path=PODS_PATH)
+    assert lists[0].query["fieldSelector"] == f"spec.nodeName={NODE}"
+
+
+def test_watch_applies_added_modified_and_deleted(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    watcher = make_watcher()
+    assert watcher.wait_until_synced(5)
+
+    apiserver.add_pod(pod_manifest("ml", "trainer-1", NODE, gpus=1, phase="Pending"))
+    assert wait_until(lambda: "ml/trainer-1" in names(watcher))
+
+    def running(pod: dict[str, Any]) -> None:
+        pod["status"]["phase"] = "Running"
+
+    apiserver.update_pod("ml", "trainer-1", running)
+    assert wait_until(
+        lambda: any(p.name == "trainer-1" and p.phase == "Running" for p in watcher.snapshot())
+    )
+
+    apiserver.delete_pod("web", "frontend")
+    assert wait_until(lambda: names(watcher) == ["ml/trainer-0", "ml/trainer-1"])
+    assert watcher.relists == 1
+    watch = [r for r in apiserver.requests(path=PODS_PATH) if r.query.get("watch")]
+    assert watch[0].query["resourceVersion"].isdigit()
+    assert watch[0].query["fieldSelector"] == f"spec.nodeName={NODE}"
+
+
+def test_gone_during_watch_relists_and_drops_pods_missed_meanwhile(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    watcher = make_watcher()
+    assert watcher.wait_until_synced(5)
+    assert wait_until(lambda: apiserver.open_watches == 1)
+
+    # A deletion the watch never hears about, then the server expires the history (410).
+    apiserver.delete_pod_quietly("web", "frontend")
+    apiserver.break_watches_with_gone()
+
+    assert wait_until(lambda: watcher.relists == 2)
+    assert names(watcher) == ["ml/trainer-0"]
+    apiserver.add_pod(pod_manifest("ml", "after", NODE))
+    assert wait_until(lambda: "ml/after" in names(watcher))
+
+
+def test_resuming_from_expired_version_relists(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    watcher = make_watcher(watch_timeout_seconds=1)
+    assert watcher.wait_until_synced(5)
+    assert wait_until(lambda: apiserver.open_watches == 1)
+    apiserver.expire_history()  # the open watch ends after 1 s; resuming gets 410 Gone
+
+    assert wait_until(lambda: watcher.relists == 2, timeout=5)
+    watches = [r for r in apiserver.requests(path=PODS_PATH) if r.query.get("watch")]
+    assert len(watches) >= 2  # the first watch ended by its timeout, the second got 410
+    apiserver.add_pod(pod_manifest("ml", "after", NODE))
+    assert wait_until(lambda: "ml/after" in names(watcher))
+
+
+def test_list_errors_back_off_and_recover(apiserver: StandInApiServer, make_watcher: Any) -> None:
+    apiserver.fail("GET", PODS_PATH, 500, times=3)
+
+    watcher = make_watcher()
+
+    assert watcher.wait_until_synced(5)
+    assert names(watcher) == ["ml/trainer-0", "web/frontend"]
+    assert len(apiserver.requests(method="GET", path=PODS_PATH)) >= 4
+
+
+def test_hung_list_times_out_and_recovers(apiserver: StandInApiServer, make_watcher: Any) -> None:
+    apiserver.hang("GET", PODS_PATH, seconds=3, times=1)
+    started = time.monotonic()
+
+    watcher = make_watcher()
+
+    assert watcher.wait_until_synced(5)
+    assert time.monotonic() - started < 2.5  # 1 s read timeout + back-off, not the 3 s hang
+    assert names(watcher) == ["ml/trainer-0", "web/frontend"]
+
+
+def test_stop_returns_promptly_during_an_open_watch(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    watcher = make_watcher(watch_timeout_seconds=30)
+    assert watcher.wait_until_synced(5)
+    assert wait_until(lambda: apiserver.open_watches == 1)
+
+    started = time.monotonic()
+    watcher.stop()
+
+    assert time.monotonic() - started < 1.0
+    assert not watcher._thread.is_alive()
+
+
+def test_pod_info_counts_init_containers_limits_and_container_ids() -> None:
+    manifest = pod_manifest("ml", "p", NODE)
+    gpu = "nvidia.com/gpu"
+    manifest["spec"]["containers"] = [
+        {"name": "a", "resources": {"limits": {gpu: "1"}}},  # requests default to limits
+        {"name": "b", "resources": {"requests": {gpu: "2"}, "limits": {gpu: "2"}}},
+        {"name": "c"},
+    ]
+    manifest["spec"]["initContainers"] = [
+        {"name": "warmup", "resources": {"limits": {gpu: "4"}, "requests": {gpu: "4"}}}
+    ]
+    manifest["status"]["containerStatuses"] = [
+        {"name": "a", "containerID": "containerd://abc123"},
+        {"name": "b"},
+    ]
+    del manifest["status"]["startTime"]
+
+    info = pod_info(manifest)
+
+    assert isinstance(info, PodInfo)
+    assert (info.gpu_requests, info.gpu_limits) == (4, 4)
+    assert dict(info.container_ids) == {"abc123": "a"}
+    assert info.start_time is None
+
+
+def test_pod_without_uid_is_skipped_not_fatal(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    broken = pod_manifest("ml", "broken", NODE)
+    del broken["metadata"]["uid"]
+    apiserver.add_pod(broken)
+
+    watcher = make_watcher()
+    assert watcher.wait_until_synced(5)
+    apiserver.add_pod(pod_manifest("ml", "fine", NODE))
+
+    assert wait_until(lambda: "ml/fine" in names(watcher))
+    assert "ml/broken" not in names(watcher)
