@@ -1,0 +1,139 @@
+"""KubeadmCluster: a kubeadm cluster on existing hosts, built by the project's Ansible playbooks.
+
+Pulumi runs ``playbooks/gpu_nodes.yml`` and ``playbooks/kubeadm_cluster.yml`` through
+``pulumi_command`` against the inventory of the stack, re-running them whenever the playbook tree,
+the inventory or the variables change, then reads back the admin kubeconfig the playbooks fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+
+from infra import ansible_run
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PLAYBOOK_DIR = REPO_ROOT / "playbooks"
+DEFAULT_PLAYBOOKS = ("gpu_nodes.yml", "kubeadm_cluster.yml")
+# Generated files in the playbook tree that must not trigger a re-run.
+IGNORED_PARTS = frozenset({"artifacts", "__pycache__", ".ansible"})
+
+
+def tree_digest(root: Path, ignored: Iterable[str] = IGNORED_PARTS) -> str:
+    """SHA-256 over the relative paths and contents of every file under ``root``."""
+    skip = frozenset(ignored)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root)
+        if skip.intersection(relative.parts):
+            continue
+        digest.update(str(relative).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of one file's content."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class KubeadmClusterArgs:
+    """Where the hosts are and how to reach them."""
+
+    cluster_name: str
+    inventory: str  # an Ansible inventory file
+    extra_vars: dict[str, Any] = field(default_factory=dict)
+    playbook_dir: Path = PLAYBOOK_DIR
+    playbooks: tuple[str, ...] = DEFAULT_PLAYBOOKS
+    ssh_private_key_file: str | None = None
+    # Secrets: pass Pulumi secrets (config set with --secret); they reach Ansible through files.
+    ssh_key_passphrase: pulumi.Input[str] | None = None
+    become_password: pulumi.Input[str] | None = None
+    kubeconfig_dest: str | None = None  # default: playbooks/artifacts/<cluster>/admin.conf
+
+    def kubeconfig_path(self) -> Path:
+        if self.kubeconfig_dest:
+            return Path(self.kubeconfig_dest).resolve()
+        return self.playbook_dir / "artifacts" / self.cluster_name / "admin.conf"
+
+    def all_extra_vars(self) -> dict[str, Any]:
+        return {
+            **self.extra_vars,
+            "kubeadm_cluster_name": self.cluster_name,
+            "kubeadm_control_plane_kubeconfig_dest": str(self.kubeconfig_path()),
+        }
+
+
+class KubeadmCluster(pulumi.ComponentResource):
+    """Hosts turned into a GPU-ready kubeadm cluster; exposes the admin kubeconfig as a secret."""
+
+    cluster_name: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: KubeadmClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("gpu-cluster:index:KubeadmCluster", name, None, opts)
+        inventory = Path(args.inventory).resolve()
+        if not inventory.is_file():
+            raise ValueError(f"Ansible inventory not found: {inventory}")
+        playbooks = [args.playbook_dir / playbook for playbook in args.playbooks]
+        extra_vars = json.dumps(args.all_extra_vars(), sort_keys=True)
+
+        environment: dict[str, pulumi.Input[str]] = {
+            ansible_run.ENV_INVENTORY: str(inventory),
+            ansible_run.ENV_PLAYBOOKS: os.pathsep.join(str(p) for p in playbooks),
+            ansible_run.ENV_EXTRA_VARS: extra_vars,
+        }
+        if args.ssh_private_key_file:
+            environment[ansible_run.ENV_PRIVATE_KEY] = args.ssh_private_key_file
+        if args.ssh_key_passphrase is not None:
+            environment[ansible_run.ENV_KEY_PASSPHRASE] = pulumi.Output.secret(
+                args.ssh_key_passphrase
+            )
+        if args.become_password is not None:
+            environment[ansible_run.ENV_BECOME_PASSWORD] = pulumi.Output.secret(
+                args.become_password
+            )
+
+        triggers = [
+            tree_digest(args.playbook_dir) if args.playbook_dir.is_dir() else "no-playbooks",
+            file_digest(inventory),
+            hashlib.sha256(extra_vars.encode()).hexdigest(),
+        ]
+        self.provision = command.local.Command(
+            f"{name}-playbooks",
+            create=f"{shlex.quote(sys.executable)} -m infra.ansible_run",
+            dir=str(REPO_ROOT),
+            environment=environment,
+            triggers=triggers,
+            # Ansible's output names hosts and tasks, not secrets; keep it out of Pulumi's log.
+            logging=command.local.Logging.STDERR,
+            opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout"]),
+        )
+        kubeconfig_read = command.local.Command(
+            f"{name}-kubeconfig",
+            create=f"cat {shlex.quote(str(args.kubeconfig_path()))}",
+            triggers=triggers,
+            logging=command.local.Logging.NONE,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.provision], additional_secret_outputs=["stdout"]
+            ),
+        )
+
+        self.cluster_name = pulumi.Output.from_input(args.cluster_name)
+        self.kubeconfig = pulumi.Output.secret(kubeconfig_read.stdout)
+        self.register_outputs({"cluster_name": self.cluster_name, "kubeconfig": self.kubeconfig})

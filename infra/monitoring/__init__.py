@@ -1,0 +1,72 @@
+"""Monitoring content shipped with the GPU platform: data files plus their loaders.
+
+- ``dcgm-counters.csv``: the fields dcgm-exporter collects (its ``customMetrics`` value);
+- ``rules.yaml``: recording and alerting rules (a PrometheusRule spec; a promtool rule file);
+- ``adapter-rules.yaml``: prometheus-adapter's custom and external metric rules;
+- ``dashboards/*.json``: Grafana dashboards, shipped as labelled ConfigMaps.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import yaml
+
+_PACKAGE = resources.files(__name__)
+
+DCGM_COUNTERS_FILE = "dcgm-counters.csv"
+RULES_FILE = "rules.yaml"
+ADAPTER_RULES_FILE = "adapter-rules.yaml"
+
+
+def _text(name: str) -> str:
+    return _PACKAGE.joinpath(name).read_text(encoding="utf-8")
+
+
+def dcgm_counters_csv() -> str:
+    """The counters CSV for dcgm-exporter."""
+    return _text(DCGM_COUNTERS_FILE)
+
+
+def dcgm_counter_fields() -> list[str]:
+    """The DCGM field names the counters CSV enables."""
+    fields = []
+    for line in dcgm_counters_csv().splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            fields.append(stripped.split(",", 1)[0].strip())
+    return fields
+
+
+def prometheus_rules() -> dict[str, Any]:
+    """The rule groups, as the ``spec`` of a PrometheusRule."""
+    spec: dict[str, Any] = yaml.safe_load(_text(RULES_FILE))
+    return spec
+
+
+def adapter_rules() -> dict[str, Any]:
+    """prometheus-adapter rules: ``{"custom": [...], "external": [...]}``."""
+    rules: dict[str, Any] = yaml.safe_load(_text(ADAPTER_RULES_FILE))
+    return rules
+
+
+def dashboards() -> dict[str, str]:
+    """Grafana dashboards by file name, as JSON text."""
+    folder = _PACKAGE.joinpath("dashboards")
+    return {
+        entry.name: entry.read_text(encoding="utf-8")
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".json")
+    }
+
+
+def dashboard_targets() -> list[tuple[str, str, str]]:
+    """``(dashboard file, panel title, PromQL)`` for every panel target of every dashboard."""
+    targets = []
+    for name, text in dashboards().items():
+        for panel in json.loads(text)["panels"]:
+            for target in panel.get("targets", []):
+                targets.append((name, panel["title"], target["expr"]))
+    return targets

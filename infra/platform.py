@@ -1,0 +1,330 @@
+"""GpuPlatform: GPU support and GPU monitoring on any Kubernetes cluster.
+
+Installs, from pinned official charts, the NVIDIA device plugin, kube-prometheus-stack,
+dcgm-exporter and prometheus-adapter, plus the project's dashboards, alert rules and an optional
+example HorizontalPodAutoscaler on a pod's GPU utilisation. The Kubernetes provider comes
+from ``opts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from infra import monitoring, versions
+from infra.gpu import gpu_node_selector, gpu_tolerations
+from infra.versions import HelmChart
+
+# Release names are fixed so that service names (and the URLs below) are predictable.
+PROMETHEUS_STACK_RELEASE = "kube-prometheus-stack"
+PROMETHEUS_SERVICE = f"{PROMETHEUS_STACK_RELEASE}-prometheus"
+PROMETHEUS_PORT = 9090
+GRAFANA_SERVICE = f"{PROMETHEUS_STACK_RELEASE}-grafana"
+GRAFANA_PORT = 80
+DCGM_EXPORTER_RELEASE = "dcgm-exporter"  # also the `job` label of its series
+DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/default-counters.csv"  # where the chart mounts the CSV
+GRAFANA_ADMIN_SECRET = "grafana-admin"  # noqa: S105  a Secret's name
+DASHBOARD_LABEL = "grafana_dashboard"
+CUSTOM_METRIC_GPU_UTILIZATION = "gpu_utilization"
+
+
+@dataclass(frozen=True)
+class ExampleHpaArgs:
+    """An example HorizontalPodAutoscaler that scales a Deployment on its pods' GPU utilisation."""
+
+    namespace: str
+    deployment: str
+    target_gpu_utilization: int = 60  # percent, averaged over the Deployment's pods
+    min_replicas: int = 1
+    max_replicas: int = 4
+
+
+@dataclass(frozen=True)
+class GpuPlatformArgs:
+    """Knobs of the GPU platform; every default is safe to deploy as is."""
+
+    monitoring_namespace: str = "monitoring"
+    device_plugin_namespace: str = "nvidia-device-plugin"
+    # None: a random password is generated (and exported as a secret).
+    grafana_admin_password: pulumi.Input[str] | None = None
+    # Set to expose Grafana through an Ingress at this host; nothing is exposed otherwise.
+    grafana_ingress_host: str | None = None
+    grafana_ingress_class: str = "nginx"
+    prometheus_retention: str = "15d"
+    # dcgm-exporter samples and Prometheus scrapes at this interval; gpu-profiler's period detection
+    # needs samples several times faster than the training iterations it should see.
+    gpu_metrics_interval_seconds: int = 10
+    example_hpa: ExampleHpaArgs | None = None
+    charts: dict[str, HelmChart] = field(
+        default_factory=lambda: {
+            "device-plugin": versions.NVIDIA_DEVICE_PLUGIN,
+            "kube-prometheus-stack": versions.KUBE_PROMETHEUS_STACK,
+            "dcgm-exporter": versions.DCGM_EXPORTER,
+            "prometheus-adapter": versions.PROMETHEUS_ADAPTER,
+        }
+    )
+
+
+def _release(
+    name: str,
+    chart: HelmChart,
+    namespace: pulumi.Input[str],
+    values: pulumi.Input[Mapping[str, Any]],
+    opts: pulumi.ResourceOptions,
+) -> k8s.helm.v3.Release:
+    return k8s.helm.v3.Release(
+        name,
+        k8s.helm.v3.ReleaseArgs(
+            name=name,
+            chart=chart.name,
+            version=chart.version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+            namespace=namespace,
+            values=values,
+            atomic=True,
+            cleanup_on_fail=True,
+        ),
+        opts,
+    )
+
+
+def namespace_name(namespace: k8s.core.v1.Namespace) -> pulumi.Output[str]:
+    """The name of a namespace, as an output that depends on its creation."""
+    return namespace.metadata.apply(lambda meta: str(meta.name))
+
+
+def device_plugin_values() -> dict[str, Any]:
+    """Values of the NVIDIA device plugin chart: run on GPU nodes only, despite their taint."""
+    return {
+        "nodeSelector": gpu_node_selector(),
+        "tolerations": [
+            *gpu_tolerations(),
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+        ],
+        "priorityClassName": "system-node-critical",
+    }
+
+
+def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
+    """Values of kube-prometheus-stack."""
+    grafana: dict[str, Any] = {
+        "admin": {
+            "existingSecret": GRAFANA_ADMIN_SECRET,
+            "userKey": "admin-user",
+            "passwordKey": "admin-password",
+        },
+        "service": {"type": "ClusterIP"},
+        "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1"}},
+        "ingress": {"enabled": False},
+    }
+    if args.grafana_ingress_host:
+        grafana["ingress"] = {
+            "enabled": True,
+            "ingressClassName": args.grafana_ingress_class,
+            "hosts": [args.grafana_ingress_host],
+        }
+    return {
+        "fullnameOverride": PROMETHEUS_STACK_RELEASE,
+        "prometheus": {
+            "service": {"type": "ClusterIP"},
+            "prometheusSpec": {
+                # Pick up every ServiceMonitor, PodMonitor, Probe and PrometheusRule in the
+                # cluster, not only those labelled with this release (dcgm-exporter's, ours).
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "probeSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+                "scrapeConfigSelectorNilUsesHelmValues": False,
+                "retention": args.prometheus_retention,
+            },
+        },
+        "alertmanager": {"service": {"type": "ClusterIP"}},
+        "grafana": grafana,
+    }
+
+
+def dcgm_exporter_values(args: GpuPlatformArgs) -> dict[str, Any]:
+    """Values of dcgm-exporter: our counters, fast sampling, a ServiceMonitor, GPU nodes only."""
+    interval = args.gpu_metrics_interval_seconds
+    return {
+        "image": {"tag": versions.DCGM_EXPORTER_IMAGE_TAG},
+        "arguments": ["-f", DCGM_COUNTERS_PATH, "-c", str(interval * 1000)],
+        "customMetrics": monitoring.dcgm_counters_csv(),
+        # The chart always sets DCGM_EXPORTER_KUBERNETES=true: series of an allocated GPU carry the
+        # namespace, pod and container using it. Copying every pod label too only adds cardinality.
+        "kubernetes": {"enablePodLabels": False},
+        "serviceMonitor": {
+            "enabled": True,
+            "interval": f"{interval}s",
+            # Keep the exporter's namespace/pod labels (the GPU's workload), and drop the scrape
+            # target's own so that unallocated GPUs do not look allocated to dcgm-exporter itself.
+            "honorLabels": True,
+            "relabelings": [{"action": "labeldrop", "regex": "^(namespace|pod|container)$"}],
+        },
+        "nodeSelector": gpu_node_selector(),
+        "tolerations": gpu_tolerations(),
+    }
+
+
+def prometheus_adapter_values(prometheus_url: str) -> dict[str, Any]:
+    """Values of prometheus-adapter: only the project's GPU rules."""
+    rules = monitoring.adapter_rules()
+    return {
+        "prometheus": {"url": prometheus_url, "port": PROMETHEUS_PORT},
+        "rules": {"default": False, "custom": rules["custom"], "external": rules["external"]},
+    }
+
+
+class GpuPlatform(pulumi.ComponentResource):
+    """Device plugin, Prometheus, Grafana, dcgm-exporter, prometheus-adapter, dashboards, rules."""
+
+    monitoring_namespace: pulumi.Output[str]
+    prometheus_url: pulumi.Output[str]
+    grafana_admin_password: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: GpuPlatformArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpu-cluster:index:GpuPlatform", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        monitoring_ns = k8s.core.v1.Namespace(
+            "monitoring-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.monitoring_namespace),
+            opts=child,
+        )
+        device_plugin_ns = k8s.core.v1.Namespace(
+            "device-plugin-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.device_plugin_namespace),
+            opts=child,
+        )
+        namespace = namespace_name(monitoring_ns)
+        in_monitoring = pulumi.ResourceOptions(parent=self, depends_on=[monitoring_ns])
+
+        self.device_plugin = _release(
+            "nvidia-device-plugin",
+            args.charts["device-plugin"],
+            namespace_name(device_plugin_ns),
+            device_plugin_values(),
+            pulumi.ResourceOptions(parent=self, depends_on=[device_plugin_ns]),
+        )
+
+        password: pulumi.Input[str]
+        if args.grafana_admin_password is None:
+            generated = random.RandomPassword(
+                "grafana-admin-password", length=32, special=False, opts=child
+            )
+            password = generated.result
+        else:
+            password = args.grafana_admin_password
+        self.grafana_admin_password = pulumi.Output.secret(password)
+        grafana_secret = k8s.core.v1.Secret(
+            "grafana-admin-secret",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=namespace),
+            type="Opaque",
+            string_data={"admin-user": "admin", "admin-password": self.grafana_admin_password},
+            opts=in_monitoring,
+        )
+
+        self.prometheus_stack = _release(
+            PROMETHEUS_STACK_RELEASE,
+            args.charts["kube-prometheus-stack"],
+            namespace,
+            prometheus_stack_values(args),
+            pulumi.ResourceOptions(parent=self, depends_on=[monitoring_ns, grafana_secret]),
+        )
+        # Everything below uses the operator's CRDs or Prometheus itself.
+        after_stack = pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack])
+
+        self.dcgm_exporter = _release(
+            DCGM_EXPORTER_RELEASE,
+            args.charts["dcgm-exporter"],
+            namespace,
+            dcgm_exporter_values(args),
+            after_stack,
+        )
+        self.prometheus_url = pulumi.Output.concat(
+            "http://", PROMETHEUS_SERVICE, ".", namespace, ".svc:", str(PROMETHEUS_PORT)
+        )
+        adapter_url = pulumi.Output.concat("http://", PROMETHEUS_SERVICE, ".", namespace, ".svc")
+        self.prometheus_adapter = _release(
+            "prometheus-adapter",
+            args.charts["prometheus-adapter"],
+            namespace,
+            adapter_url.apply(prometheus_adapter_values),
+            after_stack,
+        )
+
+        self.dashboards = [
+            k8s.core.v1.ConfigMap(
+                f"dashboard-{file_name.removesuffix('.json')}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=f"dashboard-{file_name.removesuffix('.json')}",
+                    namespace=namespace,
+                    labels={DASHBOARD_LABEL: "1"},
+                ),
+                data={file_name: text},
+                opts=in_monitoring,
+            )
+            for file_name, text in monitoring.dashboards().items()
+        ]
+        self.rules = k8s.apiextensions.CustomResource(
+            "gpu-rules",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="gpu-rules", namespace=namespace),
+            spec=monitoring.prometheus_rules(),
+            opts=after_stack,
+        )
+
+        if args.example_hpa is not None:
+            self.example_hpa = self._example_hpa(args.example_hpa, self.prometheus_adapter)
+
+        self.monitoring_namespace = namespace
+        self.register_outputs(
+            {
+                "monitoring_namespace": self.monitoring_namespace,
+                "prometheus_url": self.prometheus_url,
+                "grafana_admin_password": self.grafana_admin_password,
+            }
+        )
+
+    def _example_hpa(
+        self, hpa: ExampleHpaArgs, adapter: k8s.helm.v3.Release
+    ) -> k8s.autoscaling.v2.HorizontalPodAutoscaler:
+        return k8s.autoscaling.v2.HorizontalPodAutoscaler(
+            "example-gpu-hpa",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{hpa.deployment}-gpu-utilization", namespace=hpa.namespace
+            ),
+            spec=k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
+                scale_target_ref=k8s.autoscaling.v2.CrossVersionObjectReferenceArgs(
+                    api_version="apps/v1", kind="Deployment", name=hpa.deployment
+                ),
+                min_replicas=hpa.min_replicas,
+                max_replicas=hpa.max_replicas,
+                metrics=[
+                    k8s.autoscaling.v2.MetricSpecArgs(
+                        type="Pods",
+                        pods=k8s.autoscaling.v2.PodsMetricSourceArgs(
+                            metric=k8s.autoscaling.v2.MetricIdentifierArgs(
+                                name=CUSTOM_METRIC_GPU_UTILIZATION
+                            ),
+                            target=k8s.autoscaling.v2.MetricTargetArgs(
+                                type="AverageValue",
+                                average_value=str(hpa.target_gpu_utilization),
+                            ),
+                        ),
+                    )
+                ],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[adapter]),
+        )

@@ -1,0 +1,298 @@
+"""GpuProfiler: the gpu-profiler DaemonSet on every GPU node, with least-privilege RBAC.
+
+The daemon reads its node's GPU series from Prometheus, annotates the node and its GPU pods, serves
+its own metrics on port 9401 and keeps a table store (SQLite in an emptyDir, or PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import versions
+from infra.gpu import gpu_node_selector, gpu_tolerations
+from infra.platform import namespace_name
+
+PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
+METRICS_PORT = 9401
+RUN_AS_USER = 65532  # the image's non-root user
+STORE_DIR = "/var/lib/gpu-profiler"
+SQLITE_STORE_URL = f"sqlite:///{STORE_DIR}/profiler.db"
+STORE_SECRET_KEY = "store-url"  # noqa: S105  a key name
+
+# Everything the profiler may do with the Kubernetes API: annotate its node and the pods on it.
+RBAC_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("nodes", ("get", "patch")),
+    ("pods", ("get", "list", "watch", "patch")),
+)
+
+
+@dataclass(frozen=True)
+class GpuProfilerArgs:
+    """Knobs of the profiler DaemonSet."""
+
+    prometheus_url: pulumi.Input[str]
+    image: str = versions.PROFILER_IMAGE
+    namespace: str = PROFILER_NAME
+    # A PostgreSQL URL (a Pulumi secret); None keeps a SQLite file in an emptyDir on each node.
+    store_url: pulumi.Input[str] | None = None
+    annotation_domain: str = "ai.centaurus.io"
+    interval: str = "30s"
+    window: str = "30m"
+    log_level: str = "info"
+    # Only pods in this namespace may reach the metrics port (Prometheus runs there).
+    monitoring_namespace: str = "monitoring"
+    cpu_request: str = "50m"
+    memory_request: str = "128Mi"
+    cpu_limit: str = "500m"
+    memory_limit: str = "512Mi"
+
+
+def _env(
+    args: GpuProfilerArgs, store_secret: k8s.core.v1.Secret | None
+) -> list[k8s.core.v1.EnvVarArgs]:
+    plain = {
+        "GPU_PROFILER_PROMETHEUS_URL": args.prometheus_url,
+        "GPU_PROFILER_NODE_LABEL": "Hostname",  # dcgm-exporter sets it to the node name
+        "GPU_PROFILER_METRICS_ADDRESS": "0.0.0.0",  # noqa: S104  reached through the pod IP only
+        "GPU_PROFILER_METRICS_PORT": str(METRICS_PORT),
+        "GPU_PROFILER_ANNOTATION_DOMAIN": args.annotation_domain,
+        "GPU_PROFILER_INTERVAL": args.interval,
+        "GPU_PROFILER_WINDOW": args.window,
+        "GPU_PROFILER_LOG_LEVEL": args.log_level,
+    }
+    env = [
+        k8s.core.v1.EnvVarArgs(
+            name="NODE_NAME",
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")
+            ),
+        ),
+        *(k8s.core.v1.EnvVarArgs(name=key, value=value) for key, value in plain.items()),
+    ]
+    if store_secret is None:
+        env.append(k8s.core.v1.EnvVarArgs(name="GPU_PROFILER_STORE_URL", value=SQLITE_STORE_URL))
+    else:
+        env.append(
+            k8s.core.v1.EnvVarArgs(
+                name="GPU_PROFILER_STORE_URL",
+                value_from=k8s.core.v1.EnvVarSourceArgs(
+                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
+                        name=store_secret.metadata.apply(lambda m: m.name), key=STORE_SECRET_KEY
+                    )
+                ),
+            )
+        )
+    return env
+
+
+def _health_probe(initial_delay: int, period: int) -> k8s.core.v1.ProbeArgs:
+    return k8s.core.v1.ProbeArgs(
+        http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+        initial_delay_seconds=initial_delay,
+        period_seconds=period,
+        timeout_seconds=5,
+        failure_threshold=3,
+    )
+
+
+class GpuProfiler(pulumi.ComponentResource):
+    """The profiler DaemonSet, its ServiceAccount and RBAC, metrics Service and ServiceMonitor."""
+
+    namespace: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: GpuProfilerArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpu-cluster:index:GpuProfiler", name, None, opts)
+        labels = {"app.kubernetes.io/name": PROFILER_NAME}
+
+        ns = k8s.core.v1.Namespace(
+            "profiler-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.namespace,
+                labels={"pod-security.kubernetes.io/enforce": "restricted"},
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        namespace = namespace_name(ns)
+        child = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+
+        def meta(object_name: str = PROFILER_NAME) -> k8s.meta.v1.ObjectMetaArgs:
+            return k8s.meta.v1.ObjectMetaArgs(name=object_name, namespace=namespace, labels=labels)
+
+        account = k8s.core.v1.ServiceAccount(
+            "profiler-service-account", metadata=meta(), opts=child
+        )
+        self.cluster_role = k8s.rbac.v1.ClusterRole(
+            "profiler-cluster-role",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=PROFILER_NAME, labels=labels),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=[resource], verbs=list(verbs))
+                for resource, verbs in RBAC_RULES
+            ],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            "profiler-cluster-role-binding",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=PROFILER_NAME, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=PROFILER_NAME
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(
+                    kind="ServiceAccount", name=PROFILER_NAME, namespace=namespace
+                )
+            ],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, account]),
+        )
+
+        store_secret = None
+        if args.store_url is not None:
+            store_secret = k8s.core.v1.Secret(
+                "profiler-store-secret",
+                metadata=meta(f"{PROFILER_NAME}-store"),
+                type="Opaque",
+                string_data={STORE_SECRET_KEY: pulumi.Output.secret(args.store_url)},
+                opts=child,
+            )
+
+        container = k8s.core.v1.ContainerArgs(
+            name=PROFILER_NAME,
+            image=args.image,
+            command=["gpu-profiler", "run"],
+            env=_env(args, store_secret),
+            ports=[
+                k8s.core.v1.ContainerPortArgs(
+                    name="metrics", container_port=METRICS_PORT, protocol="TCP"
+                )
+            ],
+            liveness_probe=_health_probe(initial_delay=30, period=30),
+            readiness_probe=_health_probe(initial_delay=5, period=10),
+            resources=k8s.core.v1.ResourceRequirementsArgs(
+                requests={"cpu": args.cpu_request, "memory": args.memory_request},
+                limits={"cpu": args.cpu_limit, "memory": args.memory_limit},
+            ),
+            security_context=k8s.core.v1.SecurityContextArgs(
+                allow_privilege_escalation=False,
+                read_only_root_filesystem=True,
+                run_as_non_root=True,
+                run_as_user=RUN_AS_USER,
+                run_as_group=RUN_AS_USER,
+                capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+                seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+            ),
+            volume_mounts=[
+                k8s.core.v1.VolumeMountArgs(name="store", mount_path=STORE_DIR),
+                k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),  # noqa: S108
+            ],
+        )
+        self.daemon_set = k8s.apps.v1.DaemonSet(
+            "profiler-daemon-set",
+            metadata=meta(),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="25%"),
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=PROFILER_NAME,
+                        node_selector=gpu_node_selector(),
+                        tolerations=[
+                            k8s.core.v1.TolerationArgs(
+                                key=toleration["key"],
+                                operator=toleration["operator"],
+                                effect=toleration["effect"],
+                            )
+                            for toleration in gpu_tolerations()
+                        ],
+                        security_context=k8s.core.v1.PodSecurityContextArgs(
+                            run_as_non_root=True,
+                            run_as_user=RUN_AS_USER,
+                            run_as_group=RUN_AS_USER,
+                            fs_group=RUN_AS_USER,
+                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+                        ),
+                        containers=[container],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="store",
+                                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi"),
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="tmp",
+                                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi"),
+                            ),
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, account]),
+        )
+
+        self.service = k8s.core.v1.Service(
+            "profiler-metrics-service",
+            metadata=meta(),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                cluster_ip="None",
+                selector=labels,
+                ports=[
+                    k8s.core.v1.ServicePortArgs(
+                        name="metrics", port=METRICS_PORT, target_port="metrics", protocol="TCP"
+                    )
+                ],
+            ),
+            opts=child,
+        )
+        self.service_monitor = k8s.apiextensions.CustomResource(
+            "profiler-service-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=meta(),
+            spec={
+                "jobLabel": "app.kubernetes.io/name",
+                "selector": {"matchLabels": labels},
+                "namespaceSelector": {"matchNames": [args.namespace]},
+                "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+            },
+            opts=child,
+        )
+        # Only Prometheus' namespace may reach the metrics port; kubelet probes are not affected.
+        k8s.networking.v1.NetworkPolicy(
+            "profiler-network-policy",
+            metadata=meta(),
+            spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                policy_types=["Ingress"],
+                ingress=[
+                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                        from_=[
+                            k8s.networking.v1.NetworkPolicyPeerArgs(
+                                namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                                    match_labels={
+                                        "kubernetes.io/metadata.name": args.monitoring_namespace
+                                    }
+                                )
+                            )
+                        ],
+                        ports=[
+                            k8s.networking.v1.NetworkPolicyPortArgs(
+                                port=METRICS_PORT, protocol="TCP"
+                            )
+                        ],
+                    )
+                ],
+            ),
+            opts=child,
+        )
+
+        self.namespace = namespace
+        self.register_outputs({"namespace": self.namespace})

@@ -1,0 +1,48 @@
+"""Every chart, image and Kubernetes version the components install, pinned in one place.
+
+Bump a version here, run ``pytest tests/infra`` and read the chart's changelog for renamed values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    """A chart in a Helm repository, at an exact version."""
+
+    name: str
+    repo: str
+    version: str
+
+
+NVIDIA_DEVICE_PLUGIN = HelmChart(
+    name="nvidia-device-plugin",
+    repo="https://nvidia.github.io/k8s-device-plugin",
+    version="0.17.1",
+)
+KUBE_PROMETHEUS_STACK = HelmChart(
+    name="kube-prometheus-stack",
+    repo="https://prometheus-community.github.io/helm-charts",
+    version="72.9.0",
+)
+DCGM_EXPORTER = HelmChart(
+    name="dcgm-exporter",
+    repo="https://nvidia.github.io/dcgm-exporter/helm-charts",
+    version="4.8.2",
+)
+PROMETHEUS_ADAPTER = HelmChart(
+    name="prometheus-adapter",
+    repo="https://prometheus-community.github.io/helm-charts",
+    version="4.14.1",
+)
+
+# dcgm-exporter's image for chart 4.8.2 (DCGM 4.5.3); the chart's own default, pinned explicitly.
+DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
+
+# The profiler's image; stacks override it with config `profilerImage`.
+PROFILER_IMAGE = "ghcr.io/centaurusinfra/gpu-profiler:0.1.0"
+
+# Kubernetes minor version of EKS clusters; also the schema version objects are validated against.
+KUBERNETES_VERSION = "1.31"

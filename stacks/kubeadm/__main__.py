@@ -1,0 +1,33 @@
+"""kubeadm stack: KubeadmCluster (Ansible), GpuPlatform, GpuProfiler. Config: stacks/README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+
+from infra.kubeadm import KubeadmCluster, KubeadmClusterArgs
+from infra.stack import deploy_gpu_layer, export_access
+
+STACK_DIR = Path(__file__).resolve().parent
+
+
+def cluster_args(config: pulumi.Config) -> KubeadmClusterArgs:
+    inventory = Path(config.require("inventory"))
+    key_file = config.get("sshPrivateKeyFile")
+    return KubeadmClusterArgs(
+        cluster_name=config.get("clusterName") or "gpu-cluster",
+        # Relative paths in stack config are relative to this folder.
+        inventory=str(inventory if inventory.is_absolute() else STACK_DIR / inventory),
+        extra_vars=config.get_object("ansibleExtraVars") or {},
+        ssh_private_key_file=key_file and str(Path(key_file).expanduser()),
+        ssh_key_passphrase=config.get_secret("sshKeyPassphrase"),
+        become_password=config.get_secret("becomePassword"),
+        kubeconfig_dest=config.get("kubeconfigDest"),
+    )
+
+
+config = pulumi.Config()
+cluster = KubeadmCluster("gpu-kubeadm", cluster_args(config))
+layer = deploy_gpu_layer(config, cluster.kubeconfig)
+export_access(cluster.cluster_name, cluster.kubeconfig, layer)
