@@ -3,9 +3,10 @@
 ``initdb`` + ``pg_ctl`` in a temporary directory: listens on 127.0.0.1 at a free port only, its
 unix socket in the same directory, trust authentication for the test role. initdb refuses to run
 as root, so under root the server runs as the ``postgres`` system user that the package creates.
-Use it as the session fixture ``postgres_server`` (declare ``pytest_plugins =
-["tests.support.postgres"]`` in the test module); tests skip with the reason when PostgreSQL is
-not installed.
+Use it as the session fixture ``postgres_server``, or ``store_url`` for a fresh empty store on
+each backend (SQLite file; PostgreSQL database, marked ``integration``). Declare ``pytest_plugins =
+["tests.support.postgres"]`` in the test module. Tests skip with the reason when PostgreSQL is not
+installed. fsync is off: the tests kill clients, never the machine.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class PostgresServer:
         )
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.root} -c fsync=on"
+            f"-c unix_socket_directories={self.root} -c fsync=off"
         )
         self._run(
             str(self.bin_dir / "pg_ctl"),
@@ -175,3 +176,12 @@ def running_postgres() -> Iterator[PostgresServer]:
 def postgres_server() -> Iterator[PostgresServer]:
     with running_postgres() as server:
         yield server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a fresh, empty store: a SQLite file, or a new database on the test server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store' / 'profiler.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database()
