@@ -39,6 +39,7 @@ def test_kubeconfig_sends_token_and_never_logs_it(
             )
         finally:
             connection.close()
+        assert node.metadata is not None
         assert node.metadata.name == "node-a"
         (request,) = apiserver.requests()
         assert request.authorization == f"Bearer {apiserver.token}"

@@ -79,7 +79,7 @@ def at_offset(result: CycleResult, seconds: float) -> CycleResult:
     return dataclasses.replace(result, at=result.at + timedelta(seconds=seconds))
 
 
-def annotations(apiserver: StandInApiServer) -> dict[str, str]:
+def on_node(apiserver: StandInApiServer) -> dict[str, str]:
     return dict(apiserver.node(NODE)["metadata"]["annotations"])
 
 
@@ -94,7 +94,7 @@ def test_first_cycle_reads_node_once_and_writes_one_strategic_merge_patch(
     patch = node_requests[1]
     assert patch.content_type == STRATEGIC_MERGE_PATCH
     assert set(patch.json()) == {"metadata"}
-    written = annotations(apiserver)
+    written = on_node(apiserver)
     assert written == {
         "foreign.example.com/keep": "me",
         f"{D}/profiled-at": "2026-11-22T04:00:00Z",
@@ -195,7 +195,7 @@ def test_keys_of_vanished_gpus_and_stale_period_are_removed_with_null(
         f"{D}/gpu-1-mem-util-max",
         f"{D}/gpu-1-fb-used-max-mib",
     }
-    written = annotations(apiserver)
+    written = on_node(apiserver)
     assert not any(key.startswith(f"{D}/gpu-1-") for key in written)
     assert written[f"{D}/gpu-0-job-type"] == "bursty"
     assert written["foreign.example.com/keep"] == "me"
@@ -269,7 +269,7 @@ def test_deleted_pod_is_logged_once_and_not_retried(
 
     assert len(apiserver.requests(method="PATCH", path=POD_PATH)) == 1
     assert caplog.text.count("trainer-0 is gone") == 1
-    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 
 
 def test_missing_node_raises_and_is_logged_once(
@@ -285,7 +285,7 @@ def test_missing_node_raises_and_is_logged_once(
     assert caplog.text.count("check --node") == 1
     apiserver.add_node(NODE)
     sink.publish(sample_cycle(NODE))
-    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 
 
 def test_conflict_is_retried(apiserver: StandInApiServer, sink: KubernetesSink) -> None:
@@ -294,7 +294,7 @@ def test_conflict_is_retried(apiserver: StandInApiServer, sink: KubernetesSink) 
     sink.publish(sample_cycle(NODE))
 
     assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
-    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 
 
 def test_persistent_conflict_raises_after_retries(
@@ -324,7 +324,7 @@ def test_too_many_requests_honours_retry_after(
     clock.advance(1)
     sink.publish(result)
     assert [r.method for r in apiserver.requests()] == ["PATCH", "PATCH"]  # node, then pod
-    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 
 
 def test_server_errors_back_off_increasingly_then_recover(
@@ -345,7 +345,7 @@ def test_server_errors_back_off_increasingly_then_recover(
     clock.advance(1)
     sink.publish(result)
     assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
-    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
     # Success resets the back-off: the next failure waits the initial delay again.
     apiserver.fail("PATCH", POD_PATH, 503, times=1)
     with pytest.raises(KubernetesError, match=r"503.*retrying in 10s"):
@@ -367,7 +367,7 @@ def test_hung_server_times_out_backs_off_and_recovers(
 
     clock.advance(10)
     sink.publish(result)
-    assert annotations(apiserver)[f"{D}/gpu-0-job-type"] == "training"
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 
 
 def test_annotation_count_and_size_stay_bounded(
@@ -379,7 +379,7 @@ def test_annotation_count_and_size_stay_bounded(
     desired = node_annotations(result, D)
     sink.publish(result)
 
-    gpus = {key.split("/")[1].split("-")[1] for key in annotations(apiserver) if "/gpu-" in key}
+    gpus = {key.split("/")[1].split("-")[1] for key in on_node(apiserver) if "/gpu-" in key}
     assert len(gpus) == MAX_GPUS
     assert gpus == {str(i) for i in range(MAX_GPUS)}
     assert annotation_bytes(desired) <= ANNOTATION_BUDGET_BYTES
