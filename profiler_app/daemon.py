@@ -124,17 +124,30 @@ class Daemon:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def run(self, *, once: bool = False) -> int:
-        """Loops until stopped (exit status 0); with ``once``, 0 if the cycle succeeded, else 1."""
+    def run(self, *, once: bool = False, first_delay_seconds: float = 0.0) -> int:
+        """Loops until stopped (exit status 0); with ``once``, 0 if the cycle succeeded, else 1.
+
+        ``first_delay_seconds`` lets a local sampler collect data before the first cycle.
+        """
+        if first_delay_seconds > 0:
+            log.info("sampling for %gs before the first cycle", first_delay_seconds)
+            self._wait(first_delay_seconds)
         while not self._stop.is_set():
             succeeded = self._run_cycle_in_worker()
             if once:
                 return 0 if succeeded else 1
-            wait = self.interval_seconds * self.source_backoff.factor
-            if self._stop.wait(wait):
-                break
+            self._wait(self.interval_seconds * self.source_backoff.factor)
         log.info("stopping after %d cycle(s)", self.cycles)
         return 0
+
+    def _wait(self, seconds: float) -> None:
+        """Sleeps until the next cycle or a stop, beating the heartbeat every interval: a loop
+        that is backing off is alive; only a hung cycle lets /healthz go stale."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self._stop.wait(min(remaining, self.interval_seconds)):
+                return
+            self.metrics.heartbeat.beat()
 
     def close(self) -> None:
         """Closes every sink; one failing to close does not keep the others open."""

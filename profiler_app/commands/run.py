@@ -1,14 +1,324 @@
-"""``gpu-profiler run``: placeholder until its issue lands."""
+"""``gpu-profiler run``: profile this node continuously (or ``--once``) and publish the results.
+
+Without ``--prometheus-url`` it samples this machine itself through NVML and psutil; without a
+kubeconfig or in-cluster service account it leaves Kubernetes alone; the table store defaults to
+a SQLite file under the user's data directory. Every flag falls back to an environment variable.
+"""
+
+from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from urllib.parse import urlsplit, urlunsplit
 
+from profiler_app import kube
+from profiler_app.commands import options
+from profiler_app.daemon import Daemon
+from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
+from profiler_app.sinks import Sink
+from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN, KubernetesSink, validate_domain
+from profiler_app.sinks.metrics import Heartbeat, MetricsSink
+from profiler_app.sinks.store import TableStore, default_store_url
+from profiler_app.sinks.store.engine import display_url, parse_store_url
+from profiler_app.sinks.terminal import TerminalSink
+from profiler_app.sources import MetricsSource
+from profiler_app.sources.host import HostSampler
+from profiler_app.sources.kube_pods import PodWatcher
+from profiler_app.sources.nvml import NvmlSource
+from profiler_app.sources.prometheus import PrometheusSource
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METRICS_PORT = 9401  # 9400 is dcgm-exporter's
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # nothing exposed unless asked (the DaemonSet asks)
+DEFAULT_INTERVAL = "30s"
+DEFAULT_SAMPLE_INTERVAL = "1s"
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Shorter than the 5 s a stop request may take, so a hung Prometheus cannot hold up shutdown.
+PROMETHEUS_TIMEOUT_SECONDS = 4.0
+# How long --once waits for the first pod list before profiling without pod names.
+POD_SYNC_TIMEOUT_SECONDS = 5.0
+# /healthz fails when no cycle was attempted for this many intervals (and at least a minute).
+STALE_INTERVALS = 3
 
 
-def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = commands.add_parser("run", help="(not available yet)")
+def _log_level(text: str) -> str:
+    level = text.strip().lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown log level {text!r}: use {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use 1-65535, or 0 for none")
+    return port
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    env = options.env_default
+    parser = commands.add_parser(
+        "run",
+        help="profile this node continuously and publish annotations, metrics and rows",
+        description="Every --interval, classify what each GPU of this node did over the last "
+        "--window and publish it to Kubernetes annotations, /metrics, the table store and the "
+        "terminal. Without --prometheus-url it samples this machine through NVML and psutil.",
+    )
+    options.add_prometheus_options(parser)
+    group = parser.add_argument_group("run")
+    group.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        default=env("KUBECONFIG"),
+        help="kubeconfig for pod names and annotations (env KUBECONFIG; default: the in-cluster "
+        "service account when KUBERNETES_SERVICE_HOST is set, else Kubernetes is off)",
+    )
+    group.add_argument(
+        "--annotation-domain",
+        metavar="DOMAIN",
+        default=env("GPU_PROFILER_ANNOTATION_DOMAIN", DEFAULT_DOMAIN),
+        help="prefix of the annotation keys (env GPU_PROFILER_ANNOTATION_DOMAIN; "
+        "default: %(default)s)",
+    )
+    group.add_argument(
+        "--store-url",
+        metavar="URL",
+        default=env("GPU_PROFILER_STORE_URL", default_store_url()),
+        help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none' "
+        "(env GPU_PROFILER_STORE_URL; default: %(default)s)",
+    )
+    group.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        type=_port,
+        default=env("GPU_PROFILER_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
+        help="port of /metrics and /healthz, 0 for none (env GPU_PROFILER_METRICS_PORT; "
+        "default: %(default)s)",
+    )
+    group.add_argument(
+        "--metrics-address",
+        metavar="ADDRESS",
+        default=env("GPU_PROFILER_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
+        help="address /metrics listens on; 0.0.0.0 exposes it (env GPU_PROFILER_METRICS_ADDRESS; "
+        "default: %(default)s)",
+    )
+    group.add_argument(
+        "--interval",
+        metavar="DURATION",
+        default=env("GPU_PROFILER_INTERVAL", DEFAULT_INTERVAL),
+        help="time between cycles (env GPU_PROFILER_INTERVAL; default: %(default)s)",
+    )
+    group.add_argument(
+        "--sample-interval",
+        metavar="DURATION",
+        default=env("GPU_PROFILER_SAMPLE_INTERVAL", DEFAULT_SAMPLE_INTERVAL),
+        help="local sampling period of NVML and the host (env GPU_PROFILER_SAMPLE_INTERVAL; "
+        "default: %(default)s)",
+    )
+    group.add_argument(
+        "--cgroup-root",
+        metavar="DIR",
+        default=env("GPU_PROFILER_CGROUP_ROOT", DEFAULT_CGROUP_ROOT),
+        help="where the host's cgroup tree is mounted, for per-pod CPU and memory "
+        "(env GPU_PROFILER_CGROUP_ROOT; default: %(default)s)",
+    )
+    group.add_argument("--once", action="store_true", help="run one cycle and exit")
+    group.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        type=_log_level,
+        default=env("GPU_PROFILER_LOG_LEVEL", "info"),
+        help=f"{', '.join(LOG_LEVELS)} (env GPU_PROFILER_LOG_LEVEL; default: %(default)s)",
+    )
     parser.set_defaults(handler=handle)
 
 
+@dataclass(frozen=True)
+class RunConfig:
+    """The effective configuration, validated."""
+
+    node: str
+    node_label: str
+    prometheus_url: str | None
+    fields: list[str]
+    step_seconds: float | None
+    window_seconds: float
+    interval_seconds: float
+    sample_interval_seconds: float
+    kubeconfig: str | None
+    annotation_domain: str
+    store_url: str | None  # None: no store
+    metrics_address: str
+    metrics_port: int
+    cgroup_root: Path
+    once: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunConfig:
+        window = _required_duration(args.window, "--window")
+        interval = _required_duration(args.interval, "--interval")
+        sample_interval = _required_duration(args.sample_interval, "--sample-interval")
+        if sample_interval > window:
+            raise UserError("--sample-interval must not be longer than --window")
+        store_url = None if args.store_url.strip().lower() == "none" else args.store_url.strip()
+        if store_url is not None:
+            parse_store_url(store_url)  # a malformed URL is one error line before anything starts
+        return cls(
+            node=args.node,
+            node_label=args.node_label,
+            prometheus_url=args.prometheus_url,
+            fields=options.fields(args),
+            step_seconds=options.duration(args.step, "--step"),
+            window_seconds=window,
+            interval_seconds=interval,
+            sample_interval_seconds=sample_interval,
+            kubeconfig=args.kubeconfig,
+            annotation_domain=validate_domain(args.annotation_domain),
+            store_url=store_url,
+            metrics_address=args.metrics_address,
+            metrics_port=args.metrics_port,
+            cgroup_root=Path(args.cgroup_root),
+            once=args.once,
+        )
+
+    def describe(self) -> str:
+        """One log line, passwords masked."""
+        source = (
+            f"prometheus={redact_url(self.prometheus_url)} node-label={self.node_label}"
+            if self.prometheus_url
+            else f"local sampling every {format_duration(self.sample_interval_seconds)}"
+        )
+        store = display_url(parse_store_url(self.store_url)) if self.store_url else "none"
+        metrics = (
+            f"http://{self.metrics_address}:{self.metrics_port}/metrics"
+            if self.metrics_port
+            else "off"
+        )
+        return (
+            f"node={self.node} {source} fields={','.join(self.fields)} "
+            f"window={format_duration(self.window_seconds)} "
+            f"interval={format_duration(self.interval_seconds)} "
+            f"kubeconfig={self.kubeconfig or 'in-cluster or off'} "
+            f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
+            + (" once" if self.once else "")
+        )
+
+
+def _required_duration(text: str, flag: str) -> float:
+    seconds = options.duration(text, flag)
+    if seconds is None:  # options with a default are never None
+        raise UserError(f"{flag} is required")
+    return seconds
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of any ``user:password@`` part masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def handle(args: argparse.Namespace) -> int:
-    raise UserError("'run' is not available yet")
+    config = RunConfig.from_args(args)
+    log.info("gpu-profiler run: %s", config.describe())
+    with contextlib.ExitStack() as resources:
+        daemon = _build(config, resources)
+        _stop_on_signals(daemon)
+        # Local samples start now: give them one interval (at most the window) to accumulate.
+        first_delay = (
+            0.0 if config.prometheus_url else min(config.interval_seconds, config.window_seconds)
+        )
+        return daemon.run(once=config.once, first_delay_seconds=first_delay)
+
+
+def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
+    """Starts every part, registering each one's cleanup in ``resources`` (closed in reverse)."""
+    host = HostSampler(
+        config.sample_interval_seconds, config.window_seconds, cgroup_root=config.cgroup_root
+    )
+    host.start()
+    resources.callback(host.close)
+    notice = None
+    source: MetricsSource
+    if config.prometheus_url:
+        prometheus = PrometheusSource(
+            config.prometheus_url,
+            config.node,
+            config.node_label,
+            config.fields,
+            config.step_seconds,
+            timeout=PROMETHEUS_TIMEOUT_SECONDS,
+        )
+        resources.callback(prometheus.close)
+        source = prometheus
+    else:
+        nvml = NvmlSource(
+            config.node,
+            config.window_seconds,
+            config.sample_interval_seconds,
+            fields=config.fields,
+        )
+        nvml.start()
+        resources.callback(nvml.close)
+        notice = nvml.unavailable_reason
+        source = nvml
+
+    sinks: list[Sink] = []
+    connection = kube.connect(config.kubeconfig)
+    watcher = None
+    if connection is not None:
+        resources.callback(connection.close)
+        watcher = PodWatcher(connection, config.node)
+        watcher.start()
+        resources.callback(watcher.stop, 1.0)
+        if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
+            log.warning("no pod list from Kubernetes yet; profiling without pod names")
+        sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
+    if config.store_url is not None:
+        sinks.append(TableStore(config.store_url))
+    embedded = config.prometheus_url is None and connection is None
+    if embedded or sys.stdout.isatty():
+        sinks.append(TerminalSink(notice=notice))
+    metrics = MetricsSink(
+        Heartbeat(max(STALE_INTERVALS * config.interval_seconds, 60.0)),
+    )
+    if config.metrics_port:
+        metrics.serve(config.metrics_address, config.metrics_port)
+    sinks.append(metrics)
+    daemon = Daemon(
+        node=config.node,
+        source=source,
+        sinks=sinks,
+        metrics=metrics,
+        window_seconds=config.window_seconds,
+        interval_seconds=config.interval_seconds,
+        primary_field=config.fields[0],
+        node_label=config.node_label,
+        host=host,
+        pods=watcher.snapshot if watcher is not None else None,
+    )
+    resources.callback(daemon.close)
+    return daemon
+
+
+def _stop_on_signals(daemon: Daemon) -> None:
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        daemon.stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, request_stop)
