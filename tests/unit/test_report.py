@@ -1,0 +1,283 @@
+"""``gpu-profiler report`` on a known synthetic history, on SQLite and PostgreSQL.
+
+The history (range: T0 .. T0+4h, cycles every 60 s, window 30 min) is built through the real
+``TableStore`` so the covered time per row comes from the sink as in production:
+
+- node-a GPU 0: training from T0-30m to T0+2h, then idle to T0+4h (idle fraction 0.1, then 1.0).
+  The row at T0 lies on the range start and counts 0 s: training 2 h, idle 2 h, 2.2 idle GPU-h.
+- node-a GPU 1: first row at T0+10m (covers a whole window, clipped to the 10 min after T0),
+  then every minute to T0+1h: inference 1 h, idle fraction 0.25 -> 0.25 idle GPU-h.
+- node-b GPU 0: first row at T0+3h (covers 30 min, all inside the range), bursty every minute
+  to T0+5h; rows after T0+4h are outside: bursty 1.5 h, idle fraction 0.5 -> 0.75 idle GPU-h.
+Pods: ml/train-a (GPU 0, T0-10m..T0+2h, busy) 2 GPU-h; ml/idle-c (GPU 0, T0+2h..T0+4h, 2 %)
+2 GPU-h; dev/jupyter-d (3 GPUs on node-b, T0+3h..T0+5h, 0 %) 3 GPU-h in range; dev/gone-e
+(idle, seen only before T0) is outside the range.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler_app.cli import main
+from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
+from profiler_app.reporting import build_report, report_rows, view_columns
+from profiler_app.sinks.store import TableStore
+from profiler_app.sinks.store.engine import create_store_engine, parse_store_url
+
+pytest_plugins = ["tests.support.postgres"]
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+UNTIL = T0 + timedelta(hours=4)
+MINUTE = timedelta(minutes=1)
+RANGE_ARGS = ["--since", "4h", "--until", "2026-01-01T04:00:00Z"]
+
+
+def gpu(node: str, index: str, job_type: str, util_max: float, idle_fraction: float) -> GpuProfile:
+    stats = FieldStats(max=util_max, p95=util_max, mean=util_max / 2, idle_fraction=idle_fraction)
+    return GpuProfile(index, f"GPU-{node}-{index}", node, job_type, None, {GPU_UTIL: stats})
+
+
+def pod(
+    namespace: str, name: str, node: str, gpus: int, util: float, *, start: datetime
+) -> PodUsage:
+    return PodUsage(
+        namespace, name, node, start, tuple(str(g) for g in range(gpus)), gpu_util_max=util
+    )
+
+
+def node_a_cycle(at: datetime) -> CycleResult:
+    gpus, pods = [], []
+    if at <= T0 + timedelta(hours=2):
+        gpus.append(gpu("node-a", "0", "training", 98.0 if at.minute % 2 else 90.0, 0.1))
+    else:
+        gpus.append(gpu("node-a", "0", "idle", 2.0, 1.0))
+    if T0 + timedelta(minutes=10) <= at <= T0 + timedelta(hours=1):
+        gpus.append(gpu("node-a", "1", "inference", 80.0, 0.25))
+    if T0 - timedelta(minutes=10) <= at <= T0 + timedelta(hours=2):
+        pods.append(pod("ml", "train-a", "node-a", 1, 98.0, start=T0 - timedelta(minutes=10)))
+    if at >= T0 + timedelta(hours=2):
+        pods.append(pod("ml", "idle-c", "node-a", 1, 2.0, start=T0 + timedelta(hours=2)))
+    if T0 - timedelta(minutes=30) <= at <= T0 - timedelta(minutes=20):
+        pods.append(pod("dev", "gone-e", "node-a", 1, 0.0, start=T0 - timedelta(minutes=30)))
+    return CycleResult("node-a", at, 1800.0, gpus, pods)
+
+
+def node_b_cycle(at: datetime) -> CycleResult:
+    jupyter = pod("dev", "jupyter-d", "node-b", 3, 0.0, start=T0 + timedelta(hours=3))
+    return CycleResult("node-b", at, 1800.0, [gpu("node-b", "0", "bursty", 70.0, 0.5)], [jupyter])
+
+
+def build_history(url: str) -> None:
+    store = TableStore(url)
+    at = T0 - timedelta(minutes=30)
+    while at <= T0 + timedelta(hours=5):
+        store.publish(node_a_cycle(at))
+        if at >= T0 + timedelta(hours=3):
+            store.publish(node_b_cycle(at))
+        at += MINUTE
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def history_sqlite(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('history') / 'profiler.db'}"
+    build_history(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def history(request: pytest.FixtureRequest) -> str:
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("history_sqlite"))
+    return str(request.getfixturevalue("history_postgresql"))
+
+
+@pytest.fixture(scope="module")
+def history_postgresql(postgres_server: Any) -> str:
+    url = str(postgres_server.create_database())
+    build_history(url)
+    return url
+
+
+def report_for(url: str, **options: Any) -> Any:
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            return build_report(connection, since=T0, until=UNTIL, **options)
+    finally:
+        engine.dispose()
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["report", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_hours_per_job_type_and_idle_gpu_hours_per_gpu(history: str) -> None:
+    report = report_for(history)
+    got = {
+        (g.node, g.gpu): (g.hours_by_job_type, g.idle_gpu_hours, g.util_max_percent)
+        for g in report.gpus
+    }
+    approx = pytest.approx  # SQLite's julianday arithmetic is exact to ~0.1 ms
+    assert got == {
+        ("node-a", "0"): (
+            approx({"idle": 2.0, "training": 2.0, "inference": 0.0, "bursty": 0.0}, abs=1e-6),
+            approx(2.2, abs=1e-6),
+            98.0,
+        ),
+        ("node-a", "1"): (
+            approx({"idle": 0.0, "training": 0.0, "inference": 1.0, "bursty": 0.0}, abs=1e-6),
+            approx(0.25, abs=1e-6),
+            80.0,
+        ),
+        ("node-b", "0"): (
+            approx({"idle": 0.0, "training": 0.0, "inference": 0.0, "bursty": 1.5}, abs=1e-6),
+            approx(0.75, abs=1e-6),
+            70.0,
+        ),
+    }
+
+
+def test_node_summaries_add_up_their_gpus(history: str) -> None:
+    rows = report_rows(report_for(history), "node")
+    assert [(r["node"], r["gpus"], r["util_max_percent"]) for r in rows] == [
+        ("node-a", 2, 98.0),
+        ("node-b", 1, 70.0),
+    ]
+    node_a = rows[0]
+    assert node_a["covered_hours"] == pytest.approx(5.0, abs=1e-6)
+    assert node_a["training_hours"] == pytest.approx(2.0, abs=1e-6)
+    assert node_a["idle_gpu_hours"] == pytest.approx(2.45, abs=1e-6)
+    assert rows[1]["bursty_hours"] == pytest.approx(1.5, abs=1e-6)
+
+
+def test_pods_and_top_idle_pods(history: str) -> None:
+    report = report_for(history)
+    assert [(p.namespace, p.pod, round(p.gpu_hours, 6)) for p in report.pods] == [
+        ("dev", "jupyter-d", 3.0),
+        ("ml", "idle-c", 2.0),
+        ("ml", "train-a", 2.0),
+    ]
+    assert [(p.pod, p.gpus) for p in report.idle_pods] == [("jupyter-d", "0,1,2"), ("idle-c", "0")]
+    assert [p.pod for p in report_for(history, top=1).idle_pods] == ["jupyter-d"]
+    assert report_for(history, idle_below_percent=1.0).idle_pods[0].pod == "jupyter-d"
+    assert len(report_for(history, idle_below_percent=1.0).idle_pods) == 1
+
+
+def test_node_filter(history: str) -> None:
+    report = report_for(history, node="node-b")
+    assert [(g.node, g.gpu) for g in report.gpus] == [("node-b", "0")]
+    assert [p.pod for p in report.pods] == ["jupyter-d"]
+
+
+def test_cli_json_is_the_rows_of_the_view(history: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_cli(
+        capsys, "--store-url", history, *RANGE_ARGS, "--by", "idle-pods", "--output", "json"
+    )
+    assert (status, err) == (0, "")
+    rows = json.loads(out)
+    assert [(r["namespace"], r["pod"], r["gpus"]) for r in rows] == [
+        ("dev", "jupyter-d", "0,1,2"),
+        ("ml", "idle-c", "0"),
+    ]
+    assert rows[0]["first_seen"] == "2026-01-01T03:00:00Z"
+    assert rows[0]["start_time"] == "2026-01-01T03:00:00Z"
+    assert list(rows[0]) == view_columns("idle-pods")
+
+
+def test_cli_csv_has_a_header_and_one_line_per_gpu(
+    history: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = run_cli(capsys, "--store-url", history, *RANGE_ARGS, "--output", "csv")
+    assert status == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert out.splitlines()[0] == ",".join(view_columns("gpu"))
+    assert [(r["node"], r["gpu"]) for r in rows] == [
+        ("node-a", "0"),
+        ("node-a", "1"),
+        ("node-b", "0"),
+    ]
+    assert float(rows[2]["bursty_hours"]) == pytest.approx(1.5, abs=1e-6)
+
+
+def test_cli_table_lists_every_node(history: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_cli(capsys, "--store-url", history, *RANGE_ARGS, "--by", "node")
+    assert status == 0
+    assert "Nodes, 4h up to 2026-01-01T04:00:00Z" in out
+    lines = [line for line in out.splitlines() if "node-" in line]
+    assert len(lines) == 2
+    assert "2.45" in lines[0]
+    assert "98.00" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("output", "expected_out"), [("json", "[]\n"), ("table", ""), ("csv", None)]
+)
+def test_no_rows_in_range_is_a_message_not_an_error(
+    history_sqlite: str, capsys: pytest.CaptureFixture[str], output: str, expected_out: str | None
+) -> None:
+    args = ["--store-url", history_sqlite, "--since", "1h", "--until", "2025-01-01T00:00Z"]
+    status, out, err = run_cli(capsys, *args, "--output", output)
+    assert status == 0
+    assert "no gpu data in the store between 2024-12-31T23:00:00Z and 2025-01-01T00:00:00Z" in err
+    assert out == (
+        expected_out if expected_out is not None else ",".join(view_columns("gpu")) + "\n"
+    )
+
+
+def test_an_empty_store_reports_no_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'profiler.db'}"
+    TableStore(url).close()
+    status, out, err = run_cli(capsys, "--store-url", url, "--by", "pod", "--output", "json")
+    assert (status, out) == (0, "[]\n")
+    assert "no pod data" in err
+
+
+def test_store_url_comes_from_the_environment(
+    history_sqlite: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPU_PROFILER_STORE_URL", history_sqlite)
+    status, out, _ = run_cli(capsys, *RANGE_ARGS, "--by", "node", "--output", "json")
+    assert status == 0
+    assert [row["node"] for row in json.loads(out)] == ["node-a", "node-b"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--store-url", "sqlite:///{tmp}/missing.db"], "no store at"),
+        (["--store-url", "sqlite:///{tmp}/junk.db"], "cannot read the store"),
+        (["--store-url", "sqlite:///{tmp}/bare.db"], "has no gpu-profiler tables"),
+        (["--store-url", "none"], "reads the table store"),
+        (["--store-url", "ftp://x/y"], "unsupported store URL scheme"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--since", "yesterday"], "malformed duration"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--until", "soon"], "malformed --until"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--top", "-1"], "--top must be"),
+        (
+            ["--store-url", "postgresql://u:hunter2@127.0.0.1:9/db?connect_timeout=2"],
+            "database unavailable",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "junk.db").write_text("this is not a database, just text long enough" * 50)
+    sqlite3.connect(tmp_path / "bare.db").close()
+    status, out, err = run_cli(capsys, *(arg.format(tmp=tmp_path) for arg in args))
+    assert status == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("gpu-profiler: error: ")
+    assert message in err
+    assert "hunter2" not in err
