@@ -1,0 +1,215 @@
+"""``gpu-profiler run``: flags and environment variables, configuration log, embedded default.
+
+The embedded-default test runs the real command on this GPU-less machine: real pynvml (no
+driver), real psutil, a real SQLite store in tmp_path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler_app.cli import build_parser, main
+from profiler_app.commands.run import RunConfig, redact_url
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+
+ENV_NAMES = (
+    "NODE_NAME",
+    "GPU_PROFILER_PROMETHEUS_URL",
+    "GPU_PROFILER_NODE_LABEL",
+    "GPU_PROFILER_FIELDS",
+    "KUBECONFIG",
+    "KUBERNETES_SERVICE_HOST",
+    "GPU_PROFILER_ANNOTATION_DOMAIN",
+    "GPU_PROFILER_STORE_URL",
+    "GPU_PROFILER_METRICS_PORT",
+    "GPU_PROFILER_METRICS_ADDRESS",
+    "GPU_PROFILER_INTERVAL",
+    "GPU_PROFILER_WINDOW",
+    "GPU_PROFILER_SAMPLE_INTERVAL",
+    "GPU_PROFILER_LOG_LEVEL",
+    "GPU_PROFILER_STEP",
+    "GPU_PROFILER_CGROUP_ROOT",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["run", *argv])
+
+
+def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    config = RunConfig.from_args(parse())
+    assert config.prometheus_url is None
+    assert config.node_label == "Hostname"
+    assert config.fields == [GPU_UTIL, MEM_COPY_UTIL, FB_USED]
+    assert config.kubeconfig is None
+    assert config.annotation_domain == "ai.centaurus.io"
+    assert config.store_url == f"sqlite:///{tmp_path}/gpu-profiler/profiler.db"
+    assert (config.metrics_address, config.metrics_port) == ("127.0.0.1", 9401)
+    assert (config.interval_seconds, config.window_seconds) == (30.0, 1800.0)
+    assert config.sample_interval_seconds == 1.0
+    assert config.cgroup_root == Path("/sys/fs/cgroup")
+    assert not config.once
+    assert parse().log_level == "info"
+
+
+def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    environment = {
+        "NODE_NAME": "gpu-node-7",
+        "GPU_PROFILER_PROMETHEUS_URL": "http://prometheus:9090",
+        "GPU_PROFILER_NODE_LABEL": "instance",
+        "GPU_PROFILER_FIELDS": f"{GPU_UTIL}, {FB_USED}",
+        "KUBECONFIG": "/etc/kube/config",
+        "GPU_PROFILER_ANNOTATION_DOMAIN": "example.com",
+        "GPU_PROFILER_STORE_URL": "none",
+        "GPU_PROFILER_METRICS_PORT": "9555",
+        "GPU_PROFILER_METRICS_ADDRESS": "0.0.0.0",
+        "GPU_PROFILER_INTERVAL": "1m",
+        "GPU_PROFILER_WINDOW": "1h",
+        "GPU_PROFILER_SAMPLE_INTERVAL": "5s",
+        "GPU_PROFILER_LOG_LEVEL": "DEBUG",
+        "GPU_PROFILER_CGROUP_ROOT": "/host/sys/fs/cgroup",
+    }
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    args = parse()
+    config = RunConfig.from_args(args)
+    assert config.node == "gpu-node-7"
+    assert config.prometheus_url == "http://prometheus:9090"
+    assert config.node_label == "instance"
+    assert config.fields == [GPU_UTIL, FB_USED]
+    assert config.kubeconfig == "/etc/kube/config"
+    assert config.annotation_domain == "example.com"
+    assert config.store_url is None
+    assert (config.metrics_address, config.metrics_port) == ("0.0.0.0", 9555)
+    assert (config.interval_seconds, config.window_seconds) == (60.0, 3600.0)
+    assert config.sample_interval_seconds == 5.0
+    assert config.cgroup_root == Path("/host/sys/fs/cgroup")
+    assert args.log_level == "debug"
+
+
+def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_PROFILER_INTERVAL", "1m")
+    monkeypatch.setenv("GPU_PROFILER_FIELDS", GPU_UTIL)
+    config = RunConfig.from_args(
+        parse("--interval", "10s", "--field", FB_USED, "--field", GPU_UTIL, "--once")
+    )
+    assert config.interval_seconds == 10.0
+    assert config.fields == [FB_USED, GPU_UTIL]
+    assert config.once
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--interval", "soon"], "--interval: malformed duration 'soon'"),
+        (["--window", "0s"], "--window: malformed duration '0s'"),
+        (["--store-url", "mysql://db/x"], "unsupported store URL scheme 'mysql'"),
+        (["--annotation-domain", "Not A Domain"], "invalid annotation domain 'Not A Domain'"),
+        (["--sample-interval", "1h", "--window", "30m"], "--sample-interval must not be longer"),
+        (
+            ["--field", "DCGM_FI_PROF_SM_ACTIVE", "--store-url", "none", "--metrics-port", "0"],
+            "local NVML sampling cannot provide DCGM_FI_PROF_SM_ACTIVE",
+        ),
+    ],
+)
+def test_bad_input_is_one_error_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--once", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-profiler: error: {message}")
+    assert "Traceback" not in err
+
+
+def test_bad_port_and_log_level_are_usage_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse("--metrics-port", "70000")
+    assert exited.value.code == 2
+    monkeypatch.setenv("GPU_PROFILER_LOG_LEVEL", "chatty")
+    with pytest.raises(SystemExit) as exited:
+        parse()
+    assert exited.value.code == 2
+    assert "unknown log level 'chatty'" in capsys.readouterr().err
+
+
+def test_redact_url() -> None:
+    assert redact_url("http://admin:hunter2@prom:9090/x") == "http://admin:***@prom:9090/x"
+    assert redact_url("http://prom:9090") == "http://prom:9090"
+
+
+def test_configuration_log_hides_passwords() -> None:
+    config = RunConfig.from_args(
+        parse(
+            "--store-url",
+            "postgresql://profiler:s3cret@db.internal:5432/gpus",
+            "--prometheus-url",
+            "https://reader:t0ken@prometheus.example:9090",
+            "--node",
+            "gpu-node-2",
+        )
+    )
+    line = config.describe()
+    assert "s3cret" not in line
+    assert "t0ken" not in line
+    assert "store=postgresql+psycopg://profiler:***@db.internal:5432/gpus" in line
+    assert "prometheus=https://reader:***@prometheus.example:9090" in line
+    assert "node=gpu-node-2" in line
+    assert "metrics=http://127.0.0.1:9401/metrics" in line
+
+
+def test_once_embedded_default_without_a_gpu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No driver here: it says so once, profiles the host, stores into SQLite, exits 0."""
+    database = tmp_path / "profiler.db"
+    caplog.set_level(logging.INFO)
+    status = main(
+        [
+            "run",
+            "--once",
+            "--interval",
+            "0.3s",
+            "--sample-interval",
+            "0.1s",
+            "--store-url",
+            f"sqlite:///{database}",
+            "--metrics-port",
+            "0",
+            "--node",
+            "workstation",
+        ]
+    )
+    assert status == 0
+    messages = [record.getMessage() for record in caplog.records]
+    assert sum("no NVIDIA driver found" in message for message in messages) == 1
+    assert any(
+        message.startswith("gpu-profiler run: node=workstation local sampling")
+        for message in messages
+    )
+    host_lines = [message for message in messages if message.startswith("host cpu ")]
+    assert len(host_lines) == 1
+    assert " mem " in host_lines[0]
+    with sqlite3.connect(database) as connection:
+        tables = {row[0] for row in connection.execute("select name from sqlite_master")}
+        assert {"gpu_window", "pod_usage"} <= tables
+        assert connection.execute("select count(*) from gpu_window").fetchone() == (0,)
