@@ -58,13 +58,9 @@ def _cell(value: float | None) -> str:
         return "-"
     if value.is_integer():
         return str(int(value))
-    return (
-        f"{value:.0f}"
-        if abs(value) >= 1000
-        else f"{value:.1f}"
-        if abs(value) >= 1
-        else f"{value:.3f}"
-    )
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2f}"
 
 
 def _percent(fraction: float) -> str:
