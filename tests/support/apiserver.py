@@ -186,6 +186,7 @@ def _annotation_problem(annotations: Any) -> str | None:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as Go servers do; avoids 40 ms delayed-ACK stalls
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
