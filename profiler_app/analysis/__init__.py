@@ -2,30 +2,35 @@
 
 Input is a matrix, one row per GPU and one column per sample (percent, 0-100; NaN for a
 missed scrape), ``step_seconds`` apart. ``classify_matrix`` returns one ``Classification``
-per row; ``field_stats`` summarises rows of any other field.
+per row; ``field_stats`` summarises rows of any other field. No I/O, numpy only, and no
+Python loop per series or per lag: every step works on the whole matrix.
 
-Rules, applied in this order (constants live in the modules named):
+Rules, applied in this order (constants live in the modules named; docs/analysis.md has the
+reasoning and the measured accuracy):
 
 1. **idle** (``classify``): a single valid sample, or at most ``MAX_IDLE_ACTIVE_FRACTION``
-   (1 %) of them, reach ``IDLE_THRESHOLD_PERCENT`` (5 %, ``stats``). A few percent of noise,
-   or one blip, is idle. A row whose samples are all missing is idle with NaN statistics (nothing ran
-   that we could see; "unknown" would force every consumer to handle a fifth type).
+   (1 %) of them, reach ``IDLE_THRESHOLD_PERCENT`` (5 %, ``stats``). A few percent of
+   noise, or one blip, is idle. A row whose samples are all missing is idle with NaN
+   statistics: nothing ran that we could see, and an "unknown" type would force every
+   consumer to handle a fifth case.
 2. **training** (``periodicity``): the row repeats an iteration loop. Gaps are filled by
    linear interpolation, the row's level and linear trend are removed, and the normalised
-   autocorrelation of every row is computed at once from the zero-padded FFT power spectrum
-   (the biased estimate: long lags, backed by fewer sample pairs, count for less). The period is the earliest autocorrelation peak between
-   ``MIN_PERIOD_SAMPLES`` (4) and a third of the window that is at least ``MIN_PEAK`` high,
-   rises ``MIN_PROMINENCE`` above the lowest autocorrelation at shorter lags (a random walk's
-   slowly decaying autocorrelation has no such dip and rise) and is within
-   ``HARMONIC_RATIO`` of the highest such peak (so the fundamental wins over its multiples).
-   The next iteration must confirm it: the autocorrelation within 10 % of twice the period
-   reaches ``MIN_CONFIRMATION``. The period is refined to a fraction of a sample with a
-   parabola through the peak.
-3. **bursty** (``classify``): not periodic, idle for at least ``MIN_BURSTY_IDLE_FRACTION``
-   (30 %) of the samples: sporadic bursts separated by idle stretches.
+   autocorrelation of every row is computed at once from the zero-padded FFT power
+   spectrum (the biased estimate: long lags, backed by fewer sample pairs, count for
+   less). The period is the earliest autocorrelation peak between ``MIN_PERIOD_SAMPLES``
+   (4) and a third of the window that is at least ``MIN_PEAK`` high, rises
+   ``MIN_PROMINENCE`` above the lowest autocorrelation at shorter lags (a random walk's
+   slowly decaying autocorrelation has no such dip and rise), and reaches
+   ``HARMONIC_RATIO`` of the highest such peak (so the fundamental wins over its
+   multiples). The next iteration must confirm it: the autocorrelation within 10 % of twice
+   the period reaches ``MIN_CONFIRMATION``. A parabola through the peak and its neighbours
+   refines the period to a fraction of a sample.
+3. **bursty** (``classify``): not periodic, and idle for at least
+   ``MIN_BURSTY_IDLE_FRACTION`` (30 %) of the samples: sporadic bursts separated by idle
+   stretches.
 4. **inference**: anything else: sustained, non-periodic activity.
 
-Windows shorter than 12 samples cannot show three iterations of four samples, so they are
+Windows shorter than 12 samples cannot hold three iterations of four samples, so they are
 never training.
 """
 

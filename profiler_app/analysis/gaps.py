@@ -12,9 +12,16 @@ def fill_gaps(matrix: FloatMatrix) -> FloatMatrix:
 
     Leading and trailing gaps take the nearest valid sample; rows without any sample become 0.
     """
-    valid = np.isfinite(matrix)
-    if valid.all():
+    gapped = ~np.isfinite(matrix).all(axis=1)
+    if not gapped.any():
         return matrix
+    filled = matrix.copy()
+    filled[gapped] = _interpolate(matrix[gapped])
+    return filled
+
+
+def _interpolate(matrix: FloatMatrix) -> FloatMatrix:
+    valid = np.isfinite(matrix)
     columns = matrix.shape[1]
     index = np.arange(columns)
     before = np.maximum.accumulate(np.where(valid, index, -1), axis=1)

@@ -48,10 +48,9 @@ def detrend(matrix: FloatMatrix) -> FloatMatrix:
     """Each row minus its least-squares line: removes level and slow drift."""
     columns = matrix.shape[1]
     time = np.arange(columns) - (columns - 1) / 2
-    centred = matrix - matrix.mean(axis=1, keepdims=True)
+    detrended: FloatMatrix = matrix - matrix.mean(axis=1, keepdims=True)
     spread = float(time @ time) or 1.0
-    slope = centred @ time / spread
-    detrended: FloatMatrix = centred - slope[:, None] * time
+    detrended -= np.outer(detrended @ (time / spread), time)
     return detrended
 
 
@@ -61,16 +60,19 @@ def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
     The biased estimate (every lag divided by the full length): a lag covered by fewer pairs
     of samples gets proportionally less weight, so a coincidence between two bursts far apart
     cannot pass for a period. Computed as the inverse FFT of the power spectrum, zero-padded
-    so it does not wrap around. Rows with zero variance get 0 everywhere.
+    to at least ``columns + max_lag`` so lags up to ``max_lag`` do not wrap around. Rows with
+    zero variance get 0 everywhere.
     """
     columns = matrix.shape[1]
-    size = _fast_length(2 * columns - 1)
+    size = _fast_length(columns + max_lag)
     spectrum = np.fft.rfft(matrix, size, axis=1)
-    power = spectrum.real**2 + spectrum.imag**2
+    power = np.square(spectrum.real)
+    power += np.square(spectrum.imag)
     covariance = np.fft.irfft(power, size, axis=1)[:, : max_lag + 1]
-    variance = covariance[:, :1]
-    flat = variance <= 1e-9 * columns
-    return np.where(flat, 0.0, covariance / np.where(flat, 1.0, variance))
+    variance = covariance[:, 0]
+    scale = np.where(variance > 1e-9 * columns, 1.0 / np.maximum(variance, 1e-300), 0.0)
+    normalised: FloatMatrix = covariance * scale[:, None]
+    return normalised
 
 
 def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatMatrix]:
@@ -127,7 +129,10 @@ def _confirmation(acf: FloatMatrix, period: FloatMatrix) -> FloatMatrix:
 
 def _chunk_periodicity(filled: FloatMatrix) -> Periodicity:
     columns = filled.shape[1]
-    acf = autocorrelation(detrend(filled), columns - 1)
+    longest = int(columns * MAX_PERIOD_FRACTION)
+    # Lags needed: the peak search (up to ``longest`` + 1) and the confirmation near 2x.
+    max_lag = min(columns - 1, int(2 * (longest + 1) * (1 + CONFIRMATION_TOLERANCE)) + 2)
+    acf = autocorrelation(detrend(filled), max_lag)
     lag, peak = _first_fundamental(acf, columns)
     period = _refine(acf, lag)
     confirmation = np.where(lag > 0, _confirmation(acf, period), -np.inf)
