@@ -1,0 +1,171 @@
+"""The container image, checked statically: no Docker engine can run here.
+
+The Dockerfile is parsed into stages and instructions and checked for what the deployment
+relies on (non-root uid 65532, the ``gpu-profiler run`` entrypoint, port 9401, no build tools or
+dev extras in the final stage). The slow test rebuilds the wheel from exactly what the builder
+stage copies, as its ``pip wheel`` step does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [argument for name, argument in self.instructions if name == keyword]
+
+
+def parse_dockerfile(text: str) -> list[Stage]:
+    """Stages with their instructions; continuation lines joined, comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, argument = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            words = argument.split()
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(words[0], name))
+        else:
+            assert stages, f"{keyword} before FROM"
+            stages[-1].instructions.append((keyword, argument.strip()))
+    return stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse_dockerfile((ROOT / "Dockerfile").read_text())
+
+
+def test_multi_stage_on_slim_python(stages: list[Stage]) -> None:
+    assert len(stages) == 2
+    builder, final = stages
+    assert builder.name == "builder"
+    assert builder.base == final.base == "python:3.11-slim-bookworm"
+    assert any(argument.startswith("--from=builder ") for argument in final.all("COPY"))
+
+
+def test_final_stage_runs_gpu_profiler_as_non_root(stages: list[Stage]) -> None:
+    final = stages[-1]
+    assert final.all("USER") == ["65532:65532"]
+    # USER comes after every RUN, so nothing later runs as root.
+    keywords = [name for name, _ in final.instructions]
+    assert keywords.index("USER") > max(i for i, name in enumerate(keywords) if name == "RUN")
+    assert json.loads(final.all("ENTRYPOINT")[0]) == ["gpu-profiler"]
+    assert json.loads(final.all("CMD")[0]) == ["run"]
+    assert final.all("EXPOSE") == ["9401"]
+    environment = " ".join(final.all("ENV"))
+    assert "XDG_DATA_HOME=/var/lib" in environment  # the SQLite store: /var/lib/gpu-profiler
+    assert "install -d -o 65532 -g 65532" in final.all("RUN")[0]
+
+
+def test_no_build_tools_or_dev_extras(stages: list[Stage]) -> None:
+    text = " ".join(argument for stage in stages for _, argument in stage.instructions)
+    for extra in ("[dev", "[infra", "[ansible", ",dev", ",infra", ",ansible"):
+        assert extra not in text
+    assert "[postgres]" in text
+    final_runs = " ".join(stages[-1].all("RUN"))
+    for tool in ("apt-get", "gcc", "build-essential", "pip "):
+        assert tool not in final_runs
+
+
+def test_builder_copies_only_what_exists_and_dockerignore_keeps_it(stages: list[Stage]) -> None:
+    copied = copied_paths(stages[0])
+    assert copied == ["pyproject.toml", "README.md", "profiler_app"]
+    for path in copied:
+        assert (ROOT / path).exists(), path
+        assert not ignored(path)
+    for path in (".venv", "tests", ".git", "infra", "profiler_app/__pycache__/x.pyc"):
+        assert ignored(path), path
+
+
+def copied_paths(stage: Stage) -> list[str]:
+    paths = []
+    for argument in stage.all("COPY"):
+        words = shlex.split(argument)
+        assert not words[0].startswith("--"), "the builder copies from the build context only"
+        paths.extend(words[:-1])
+    return paths
+
+
+def ignored(path: str) -> bool:
+    """.dockerignore semantics for our simple patterns: the last matching pattern wins."""
+    verdict = False
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        candidates = [path, *("/".join(path.split("/")[: i + 1]) for i in range(path.count("/")))]
+        if any(
+            fnmatch.fnmatch(c, pattern) or fnmatch.fnmatch(c, pattern.replace("**/", "*/"))
+            for c in candidates
+        ):
+            verdict = not negate
+    return verdict
+
+
+@pytest.mark.slow
+def test_builder_context_builds_a_wheel_with_the_daemon(
+    stages: list[Stage], tmp_path: Path
+) -> None:
+    """Runs the builder's ``pip wheel`` step on the copied paths (needs PyPI for setuptools)."""
+    context = tmp_path / "context"
+    context.mkdir()
+    for path in copied_paths(stages[0]):
+        source = ROOT / path
+        if source.is_dir():
+            shutil.copytree(source, context / path, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, context / path)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), "."],
+        cwd=context,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if completed.returncode != 0 and "NewConnectionError" in completed.stderr:
+        pytest.skip("PyPI unreachable: cannot fetch the build backend")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    (wheel,) = tmp_path.glob("gpu_cluster_profiler-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+        assert "gpu-profiler = profiler_app.cli:main" in archive.read(entry_points).decode()
+        metadata = archive.read(next(n for n in names if n.endswith("METADATA"))).decode()
+    for module in ("daemon.py", "commands/run.py", "sources/nvml.py", "sinks/metrics.py"):
+        assert f"profiler_app/{module}" in names
+    assert any(name.startswith("profiler_app/sinks/store/migrations/versions/") for name in names)
+    assert "Provides-Extra: postgres" in metadata
+    assert not any(name.startswith(("tests/", "infra/")) for name in names)
