@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +34,7 @@ MAX_POINTS_PER_REQUEST = 11_000  # Prometheus' per-series limit for query_range
 DEFAULT_STEP_SECONDS = 10.0  # dcgm-exporter collects every 30 s by default; 10 s loses nothing
 DEFAULT_MAX_POINTS = 1_000  # the default step coarsens so a window has at most this many points
 DEFAULT_TIMEOUT_SECONDS = 10.0
+MAX_POINTS_PER_READ = 10 * MAX_POINTS_PER_REQUEST  # beyond this a finer step is a mistake
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -99,6 +101,12 @@ def grid_ending_at(end: float, window_seconds: float, step_seconds: float) -> Ti
         )
     aligned_end = math.floor(end / step_seconds) * step_seconds
     points = int(window_seconds // step_seconds) + 1
+    if points > MAX_POINTS_PER_READ:
+        raise UserError(
+            f"a {format_duration(window_seconds)} window at a {format_duration(step_seconds)} "
+            f"step is {points:,} points per GPU; use a coarser step (at most "
+            f"{MAX_POINTS_PER_READ:,} points)"
+        )
     return TimeGrid(aligned_end - (points - 1) * step_seconds, step_seconds, points)
 
 
@@ -123,6 +131,7 @@ class PrometheusSource:
         if step_seconds is not None and not step_seconds > 0:
             raise UserError("step must be a positive duration")
         self.url = url.rstrip("/")
+        self.display_url = _without_credentials(self.url)  # for messages and logs
         self.node = node
         self.node_label = node_label
         self.fields = list(fields)
@@ -166,17 +175,28 @@ class PrometheusSource:
             response = self._session.get(endpoint, params=params, timeout=self.timeout)
         except requests.Timeout as error:
             raise SourceError(
-                f"Prometheus at {self.url} timed out after {self.timeout:g}s"
+                f"Prometheus at {self.display_url} timed out after {self.timeout:g}s"
             ) from error
         except requests.ConnectionError as error:
             raise SourceError(
-                f"cannot reach Prometheus at {self.url}: {_short_reason(error)}"
+                f"cannot reach Prometheus at {self.display_url}: {_short_reason(error)}"
             ) from error
         except requests.RequestException as error:
-            raise UserError(f"cannot query Prometheus at {self.url}: {error}") from error
+            raise UserError(
+                f"cannot query Prometheus at {self.display_url}: {type(error).__name__}"
+            ) from error
         self.stats.requests += 1
         self.stats.bytes_read += len(response.content)
-        return _result_of(response, self.url, query)
+        return _result_of(response, self.display_url, query)
+
+
+def _without_credentials(url: str) -> str:
+    """The URL without user:password, which must never reach a message or a log."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def _timestamp(seconds: float) -> str:

@@ -220,14 +220,15 @@ class StandInPrometheus:
     """Test double for Prometheus' HTTP API where a real server cannot misbehave on demand.
 
     ``responder`` gets the request's query parameters and returns (status, body); it may sleep
-    to provoke time-outs. Every request's parameters and client port are recorded in
-    ``requests`` and ``client_ports`` (equal ports mean the connection was reused).
+    to provoke time-outs. Every request's parameters, client port and headers are recorded in
+    ``requests``, ``client_ports`` (equal ports mean the connection was reused) and ``headers``.
     """
 
     def __init__(self, responder: Responder) -> None:
         self.responder = responder
         self.requests: list[dict[str, str]] = []
         self.client_ports: list[int] = []
+        self.headers: list[dict[str, str]] = []
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -239,6 +240,7 @@ class StandInPrometheus:
                 }
                 stand_in.requests.append(params)
                 stand_in.client_ports.append(self.client_address[1])
+                stand_in.headers.append(dict(self.headers.items()))
                 status, body = stand_in.responder(params)
                 payload = body.encode() if isinstance(body, str) else body
                 try:

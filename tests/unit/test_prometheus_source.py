@@ -318,3 +318,29 @@ def test_load_query_range_errors(tmp_path: Path, content: str | None, message: s
         path.write_text(content)
     with pytest.raises(UserError, match=message):
         load_query_range(str(path))
+
+
+def test_credentials_in_the_url_never_reach_messages() -> None:
+    port = free_port()
+    source = PrometheusSource(f"http://admin:s3cret@127.0.0.1:{port}", "node-a")
+    with pytest.raises(SourceError) as raised:
+        source.read(600)
+    assert (
+        str(raised.value)
+        == f"cannot reach Prometheus at http://***@127.0.0.1:{port}: Connection refused"
+    )
+    assert "s3cret" not in source.display_url
+
+
+def test_credentials_are_sent_to_prometheus() -> None:
+    """Basic authentication in the URL still works (requests sends it as a header)."""
+    with StandInPrometheus(sample_series) as server:
+        url = server.url.replace("http://", "http://admin:s3cret@")
+        (matrix,) = PrometheusSource(url, "node-a").read(600, end=END)
+    assert matrix.values.shape == (2, 61)
+    assert server.headers[0]["Authorization"] == "Basic YWRtaW46czNjcmV0"  # admin:s3cret
+
+
+def test_absurdly_fine_steps_are_refused() -> None:
+    with pytest.raises(UserError, match=r"2,592,001 points per GPU; use a coarser step"):
+        grid_ending_at(END, 30 * 86400, 1)
