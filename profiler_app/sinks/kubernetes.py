@@ -5,7 +5,8 @@ otherwise one strategic-merge PATCH for the node plus one per pod whose values c
 first cycle reads the node once (GET) to learn what an earlier run left. ``profiled-at`` is not a
 change by itself: it is written with every real change and, as a heartbeat, at least every
 ``heartbeat_seconds`` (default 10 minutes), so "profiled-at is old" means "the profiler is down or
-stuck", while an idle cluster costs no API requests.
+stuck", while an idle cluster costs no API requests between heartbeats. The heartbeat re-reads
+the node first (GET + PATCH), so annotations edited or removed by hand are repaired.
 
 Failures: 404 for a pod is churn (it was deleted since the cycle looked), logged once and
 skipped; 404 for the node is a configuration problem (wrong --node) and raises. 409 is retried a
@@ -220,17 +221,18 @@ class KubernetesSink:
                 f"over the {ANNOTATION_BUDGET_BYTES}-byte budget"
             )
         stamp_key = f"{self.domain}/{PROFILED_AT}"
+        resync_due = (
+            self._node_written_at is not None
+            and self._clock() - self._node_written_at >= self._heartbeat
+        )
         try:
-            if self._node_known is None:
+            if self._node_known is None or resync_due:
+                # First use, and with each heartbeat: edits made by hand are repaired.
                 self._node_known = self._read_node()
             known = self._node_known
             patch = diff(known, desired, [key for key in known if key != stamp_key])
             patch.pop(stamp_key, None)
-            heartbeat_due = (
-                self._node_written_at is None
-                or self._clock() - self._node_written_at >= self._heartbeat
-            )
-            if not patch and not heartbeat_due:
+            if not patch and not (resync_due or self._node_written_at is None):
                 return
             patch[stamp_key] = desired[stamp_key]
             self._patch(lambda: self._patch_node(patch))

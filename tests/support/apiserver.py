@@ -492,6 +492,14 @@ class StandInApiServer:
             self._server.commit("nodes", name, node, event=None)
             return copy.deepcopy(node)
 
+    def update_node(self, name: str, change: Callable[[Json], None]) -> Json:
+        """Apply ``change`` to the stored node, as someone with kubectl might."""
+        with self._state.lock:
+            node = copy.deepcopy(self._state.nodes[name])
+            change(node)
+            self._server.commit("nodes", name, node, event=None)
+            return copy.deepcopy(node)
+
     def remove_node(self, name: str) -> None:
         with self._state.lock:
             self._state.nodes.pop(name, None)

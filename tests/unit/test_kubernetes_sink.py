@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,6 +216,7 @@ def test_heartbeat_refreshes_profiled_at_alone(
 
     patches = apiserver.requests(method="PATCH", path=NODE_PATH)
     assert len(patches) == 2
+    assert len(apiserver.requests(method="GET", path=NODE_PATH)) == 2  # start, heartbeat
     assert patches[1].json() == {
         "metadata": {"annotations": {f"{D}/profiled-at": "2026-11-22T04:10:00Z"}}
     }
@@ -225,7 +227,9 @@ def test_restart_adopts_existing_annotations_and_removes_leftovers(
 ) -> None:
     sink.publish(sample_cycle(NODE))
     # A previous run knew a GPU 7 that this node no longer reports.
-    apiserver._state.nodes[NODE]["metadata"]["annotations"][f"{D}/gpu-7-job-type"] = "idle"
+    apiserver.update_node(
+        NODE, lambda node: node["metadata"]["annotations"].update({f"{D}/gpu-7-job-type": "idle"})
+    )
     apiserver.clear_requests()
 
     restarted = KubernetesSink(connection, NODE, heartbeat_seconds=600)
@@ -405,3 +409,27 @@ def test_token_is_sent_but_never_logged(
     assert caplog.records  # debug logging really was captured
     assert apiserver.token not in caplog.text
     assert apiserver.token not in str(raised.value)
+
+
+def test_heartbeat_repairs_annotations_edited_by_hand(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    result = sample_cycle(NODE)
+    sink.publish(result)
+
+    def edit(node: dict[str, Any]) -> None:
+        del node["metadata"]["annotations"][f"{D}/gpu-0-job-type"]
+        node["metadata"]["annotations"][f"{D}/gpu-1-util-max"] = "99"
+
+    apiserver.update_node(NODE, edit)
+
+    clock.advance(600)
+    sink.publish(at_offset(result, 600))
+
+    patch = apiserver.requests(method="PATCH", path=NODE_PATH)[-1].json()["metadata"]
+    assert patch["annotations"] == {
+        f"{D}/gpu-0-job-type": "training",
+        f"{D}/gpu-1-util-max": "0",
+        f"{D}/profiled-at": "2026-11-22T04:10:00Z",
+    }
+    assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
