@@ -11,15 +11,19 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 
 from profiler_app.cli import main
+from profiler_app.errors import SourceError
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, SM_ACTIVE
 from profiler_app.sources.prometheus import PrometheusSource
-from tests.support.prometheus import LoadedPrometheus
+from tests.support.dcgm import Gpu, OpenMetricsBuilder, sample_times, standard_dataset
+from tests.support.prometheus import LoadedPrometheus, PrometheusServer
 
 pytestmark = pytest.mark.integration
 DCGM_LABELS = {"gpu", "UUID", "device", "modelName", "Hostname"}
@@ -152,3 +156,46 @@ def test_console_script_prints_the_table(prometheus: LoadedPrometheus) -> None:
     found = {(row.split()[0], row.split()[1]): row.split()[4] for row in rows}
     expected = {key: job for key, (job, _) in prometheus.expected.items() if key[0] == "gpu-node-1"}
     assert found == expected
+
+
+def test_a_restarted_server_keeps_port_and_data() -> None:
+    """The support server others' reliability tests rely on: down is transient, then back."""
+    dataset = standard_dataset(nodes=1, gpus_per_node=2, hours=1, fields=[GPU_UTIL])
+    with PrometheusServer(dataset.openmetrics) as server:
+        source = PrometheusSource(server.url, "gpu-node-1")
+        (before,) = source.read(1800, end=dataset.end)
+        server.stop()
+        with pytest.raises(SourceError, match="Connection refused"):
+            source.read(1800, end=dataset.end)
+        server.start()
+        (after,) = source.read(1800, end=dataset.end)
+    np.testing.assert_array_equal(before.values, after.values)
+    assert before.values.shape == (2, 181)
+    assert not np.isnan(before.values).any()
+
+
+def test_openmetrics_builder_round_trips_through_promtool_and_prometheus() -> None:
+    times = sample_times(30, 10.0, end=time.time() // 10 * 10)  # on the query grid
+    values = np.arange(30, dtype=np.float64)
+    values[5:8] = np.nan  # missed scrapes: left out of the text
+    builder = OpenMetricsBuilder()
+    odd = {"Hostname": 'we"ird\\host', "gpu": "0"}
+    builder.add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", odd, values * 1000, times, kind="counter")
+    builder.add(GPU_UTIL, Gpu("gpu-node-1", 0, namespace="ml", pod="p").labels(), values, times)
+    text = builder.text()
+    assert text.endswith("# EOF\n")
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in text
+    with PrometheusServer(text) as server:
+        source = PrometheusSource(
+            server.url, 'we"ird\\host', fields=["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"]
+        )
+        (energy,) = source.read(290, end=float(times[-1]))
+        (util,) = PrometheusSource(server.url, "gpu-node-1", step_seconds=10).read(
+            290, end=float(times[-1])
+        )
+    assert energy.labels == [odd]
+    np.testing.assert_array_equal(energy.values[0][[0, 4, 8, 29]], [0, 4000, 8000, 29000])
+    assert util.labels[0]["pod"] == "p"
+    assert util.labels[0]["UUID"].startswith("GPU-")
+    # Within the 5-minute lookback a gap shows the last sample before it.
+    np.testing.assert_array_equal(util.values[0][4:9], [4, 4, 4, 4, 8])
