@@ -184,8 +184,8 @@ class PodWatcher:
             except Exception as error:  # the thread must outlive any fault; it backs off instead
                 if self._stopping.is_set():
                     break
-                if error_status(error) == 410:
-                    self._resource_version = None
+                if error_status(error) == 410 and self._resource_version is not None:
+                    self._resource_version = None  # some servers answer a stale watch with 410
                     continue
                 log.warning(
                     "pod watch on %s failed (%s); retrying in %.1fs",

@@ -30,6 +30,7 @@ import functools
 import json
 import re
 import secrets
+import sys
 import threading
 import time
 import uuid
@@ -435,6 +436,11 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, state: _State) -> None:
         self.state = state
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients hanging up (timeouts, ``stop()``) are normal here; report anything else."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def commit(self, kind: str, key: Any, obj: Json, event: str | None = "MODIFIED") -> None:
         """Store ``obj`` under a new resourceVersion (caller holds the lock)."""

@@ -140,8 +140,11 @@ def test_resuming_from_expired_version_relists(
     assert wait_until(lambda: "ml/after" in names(watcher))
 
 
-def test_list_errors_back_off_and_recover(apiserver: StandInApiServer, make_watcher: Any) -> None:
-    apiserver.fail("GET", PODS_PATH, 500, times=3)
+@pytest.mark.parametrize("status", [500, 403, 410])
+def test_list_errors_back_off_and_recover(
+    apiserver: StandInApiServer, make_watcher: Any, status: int
+) -> None:
+    apiserver.fail("GET", PODS_PATH, status, times=3)
 
     watcher = make_watcher()
 
