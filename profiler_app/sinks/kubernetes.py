@@ -235,7 +235,7 @@ class KubernetesSink:
             if not patch and not (resync_due or self._node_written_at is None):
                 return
             patch[stamp_key] = desired[stamp_key]
-            self._patch(lambda: self._patch_node(patch))
+            self._patch(functools.partial(self._patch_node, patch))
         except TRANSPORT_ERRORS as error:
             if error_status(error) != 404:
                 raise
