@@ -140,8 +140,10 @@ class HostSampler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        psutil.cpu_percent(interval=None)  # primes the CPU counter; the first call returns 0
-        self.sample()
+        # Prime the CPU and I/O counters: a reading right after priming covers microseconds
+        # and can say 0 % or 100 %, so the first one is taken one interval later.
+        psutil.cpu_percent(interval=None)
+        self._previous = (time.monotonic(), psutil.disk_io_counters(), psutil.net_io_counters())
         self._thread = threading.Thread(target=self._run, name="host-sampler", daemon=True)
         self._thread.start()
 
