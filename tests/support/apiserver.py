@@ -13,7 +13,8 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
 - ``GET /api/v1/pods?fieldSelector=spec.nodeName=X`` lists pods with a ``resourceVersion``;
   with ``watch=true`` it streams watch events as chunked JSON lines from that version on, ends
   after ``timeoutSeconds``, and answers an ERROR event with code 410 (Gone) when the version
-  is older than the retained history (see ``expire_history`` / ``break_watches_with_gone``).
+  is older than the retained history (see ``expire_history`` / ``break_watches_with_gone``);
+  BOOKMARK events on request (``send_bookmark``) to watches that allow them.
 - Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
 
 Every request is recorded (``requests``) so tests can count calls per cycle, and faults can be
@@ -354,6 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = float(request.query.get("timeoutSeconds") or 1800)
         deadline = time.monotonic() + timeout
         since = request.query.get("resourceVersion", "")
+        bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         if not since.isdigit() and since != "":
             self._send_status(400, "BadRequest", f"invalid resourceVersion {since!r}")
             return
@@ -393,7 +395,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send_gone(str(cursor))
                     return
                 for _version, kind, pod in fresh:
-                    if _on_node(pod, node):
+                    if (kind == "BOOKMARK" and bookmarks) or (
+                        kind != "BOOKMARK" and _on_node(pod, node)
+                    ):
                         self._write_event(kind, pod)
             self._end_chunks()
         except (BrokenPipeError, ConnectionResetError):
@@ -561,6 +565,20 @@ class StandInApiServer:
         with self._state.lock:
             self._state.gone_generation += 1
             self._state.lock.notify_all()
+
+    def send_bookmark(self) -> int:
+        """Send a BOOKMARK at a new version to watches that allow them; returns the version."""
+        with self._state.lock:
+            self._state.resource_version += 1
+            version = self._state.resource_version
+            marker = {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(version)},
+            }
+            self._state.events.append((version, "BOOKMARK", marker))
+            self._state.lock.notify_all()
+            return version
 
     @property
     def open_watches(self) -> int:

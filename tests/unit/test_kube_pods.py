@@ -140,6 +140,25 @@ def test_resuming_from_expired_version_relists(
     assert wait_until(lambda: "ml/after" in names(watcher))
 
 
+def test_bookmark_moves_the_resume_version(apiserver: StandInApiServer, make_watcher: Any) -> None:
+    watcher = make_watcher(watch_timeout_seconds=1)
+    assert watcher.wait_until_synced(5)
+    assert wait_until(lambda: apiserver.open_watches == 1)
+
+    # Changes elsewhere in the cluster advance the version; only a bookmark tells this watch.
+    apiserver.add_pod(pod_manifest("ml", "far-away", "node-b"))
+    version = apiserver.send_bookmark()
+
+    def watches() -> list[str]:
+        requests = apiserver.requests(path=PODS_PATH)
+        return [r.query["resourceVersion"] for r in requests if r.query.get("watch")]
+
+    assert wait_until(lambda: len(watches()) >= 2, timeout=5)
+    assert watches()[1] == str(version)
+    assert watches()[0] != str(version)
+    assert watcher.relists == 1
+
+
 @pytest.mark.parametrize("status", [500, 403, 410])
 def test_list_errors_back_off_and_recover(
     apiserver: StandInApiServer, make_watcher: Any, status: int
