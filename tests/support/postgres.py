@@ -1,8 +1,9 @@
 """A real, throwaway PostgreSQL server for tests (Debian's ``postgresql`` package).
 
 ``initdb`` + ``pg_ctl`` in a temporary directory: listens on 127.0.0.1 at a free port only, its
-unix socket in the same directory, trust authentication for the test role. initdb refuses to run
-as root, so under root the server runs as the ``postgres`` system user that the package creates.
+unix socket in the same directory (settings appended to its postgresql.conf), trust
+authentication for the test role. initdb refuses to run as root, so under root the server runs
+as the ``postgres`` system user that the package creates.
 Use it as the session fixture ``postgres_server``, or ``store_url`` for a fresh empty store on
 each backend (SQLite file; PostgreSQL database, marked ``integration``). Declare ``pytest_plugins =
 ["tests.support.postgres"]`` in the test module. Tests skip with the reason when PostgreSQL is not
@@ -87,23 +88,15 @@ class PostgresServer:
             "UTF8",
             "--no-sync",
         )
-        options = (
-            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.root} -c fsync=off"
+        settings = (
+            "listen_addresses = '127.0.0.1'",
+            f"port = {self.port}",
+            f"unix_socket_directories = '{self.root}'",
+            "fsync = off",
         )
-        self._run(
-            str(self.bin_dir / "pg_ctl"),
-            "--pgdata",
-            str(self.data_dir),
-            "--log",
-            str(self.root / "server.log"),
-            "--options",
-            options,
-            "--wait",
-            "--timeout",
-            "60",
-            "start",
-        )
+        with (self.data_dir / "postgresql.conf").open("a") as conf:
+            conf.write("\n".join(settings) + "\n")
+        self.resume()
 
     def stop(self) -> None:
         if (self.data_dir / "postmaster.pid").exists():
@@ -120,6 +113,10 @@ class PostgresServer:
     def restart(self) -> None:
         """Stop and start again (same port): what clients see when the database restarts."""
         self.stop()
+        self.resume()
+
+    def resume(self) -> None:
+        """Start a stopped server again with its data and port."""
         self._run(
             str(self.bin_dir / "pg_ctl"),
             "--pgdata",
@@ -127,6 +124,8 @@ class PostgresServer:
             "--log",
             str(self.root / "server.log"),
             "--wait",
+            "--timeout",
+            "60",
             "start",
         )
 

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Any fixed number: serialises concurrent upgrades by daemons sharing one PostgreSQL database.
-_MIGRATION_LOCK_ID = 0x67707570726F66
+MIGRATION_LOCK_ID = 0x67707570726F66
 _SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 _URL_HELP = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
 
@@ -144,9 +144,7 @@ def upgrade_to_head(engine: Engine) -> None:
     config = alembic_config()
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
-            connection.execute(
-                text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID}
-            )
+            connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
