@@ -10,9 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.nodes.harness.cluster import Cluster, missing_requirements, running_cluster
-
-NODE_NAMES = ["gpu-cp-1", "gpu-worker-1"]
+from tests.nodes.harness.cluster import (
+    DEFAULT_NODE_NAMES,
+    Cluster,
+    missing_requirements,
+    running_cluster,
+)
+from tests.nodes.harness.provision import Provisioned, provision
 
 
 @pytest.fixture(scope="session")
@@ -21,5 +25,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     reason = missing_requirements()
     if reason:
         pytest.skip(reason)
-    with running_cluster(tmp_path_factory.mktemp("nodes"), NODE_NAMES) as booted:
+    with running_cluster(tmp_path_factory.mktemp("nodes"), DEFAULT_NODE_NAMES) as booted:
         yield booted
+
+
+@pytest.fixture(scope="session")
+def provisioned(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Provisioned:
+    """The playbook runs, done once: check mode, a run that fails half-way, converge, rerun."""
+    return provision(cluster, tmp_path_factory.mktemp("ansible"))

@@ -18,6 +18,8 @@ from tests.nodes.harness import rootfs, standin_repo
 from tests.nodes.harness.aptproxy import AptProxy
 from tests.nodes.harness.machine import Node, free_index
 
+# Hostnames (and inventory names) of the default two-node test cluster.
+DEFAULT_NODE_NAMES = ["gpu-cp-1", "gpu-worker-1"]
 REQUIRED_TOOLS = (
     "debootstrap",
     "systemd-nspawn",
@@ -113,6 +115,8 @@ class Cluster:
             ),
             "ansible_python_interpreter": "/usr/bin/python3",
             "apt_proxy_url": self.proxy.url(node.host_address),
+            # The stand-in repositories are on the host itself, not behind the proxy.
+            "apt_proxy_direct_hosts": [node.host_address],
             "nvidia_container_toolkit_repo_url": (f"{base}/libnvidia-container/stable/deb/$(ARCH)"),
             "nvidia_container_toolkit_repo_key_url": f"{base}/{standin_repo.NVIDIA_KEY}",
             "kubernetes_node_repo_url": f"{base}/{standin_repo.KUBERNETES_REPO}/",

@@ -250,20 +250,24 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 class RepositoryServer:
-    """Serves www on the same port of each given host address (the veth host ends)."""
+    """Serves www on the same port of each given host address (the veth host ends).
+
+    stop() and start() let a test take the vendor repositories away and bring them back.
+    """
 
     def __init__(self, www: Path, addresses: list[str]) -> None:
-        handler = partial(_QuietHandler, directory=str(www))
-        first = ThreadingHTTPServer((addresses[0], 0), handler)
-        self.port = first.server_address[1]
-        self.servers = [first] + [
-            ThreadingHTTPServer((address, self.port), handler) for address in addresses[1:]
-        ]
-        self.threads = [
-            threading.Thread(target=server.serve_forever, daemon=True) for server in self.servers
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.handler = partial(_QuietHandler, directory=str(www))
+        self.addresses = addresses
+        self.port = 0
+        self.servers: list[ThreadingHTTPServer] = []
+        self.start()
+
+    def start(self) -> None:
+        for address in self.addresses:
+            server = ThreadingHTTPServer((address, self.port), self.handler)
+            self.port = server.server_address[1]
+            self.servers.append(server)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
 
     def base_url(self, address: str) -> str:
         return f"http://{address}:{self.port}"
@@ -272,3 +276,4 @@ class RepositoryServer:
         for server in self.servers:
             server.shutdown()
             server.server_close()
+        self.servers = []

@@ -1,0 +1,188 @@
+"""What the playbooks promise on every GPU node, checked with testinfra.
+
+Valid on the booted test nodes and on real hosts (`--hosts=...`): nothing here depends on the
+stand-in packages. Stand-in specific checks live in tests/nodes/test_standin_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+import yaml
+from testinfra.host import Host
+
+pytestmark = pytest.mark.nodes
+
+KUBERNETES_PACKAGES = ("kubelet", "kubeadm", "kubectl")
+REQUIRED_SYSCTLS = (
+    "net.bridge.bridge-nf-call-iptables",
+    "net.bridge.bridge-nf-call-ip6tables",
+    "net.ipv4.ip_forward",
+)
+
+
+def _installed(node: Host, *names: str) -> list[str]:
+    return [name for name in names if node.package(name).is_installed]
+
+
+def test_runs_a_supported_operating_system(node: Host) -> None:
+    system = node.system_info
+    assert (system.distribution, system.release) in {
+        ("debian", "12"),
+        ("ubuntu", "22.04"),
+        ("ubuntu", "24.04"),
+    } or (system.distribution == "debian" and system.release.startswith("12."))
+
+
+def test_kubernetes_packages_are_installed_at_the_wanted_version_and_held(
+    node: Host, kubernetes_version: str
+) -> None:
+    held = node.check_output("apt-mark showhold").split()
+    for name in KUBERNETES_PACKAGES:
+        package = node.package(name)
+        assert package.is_installed, name
+        assert package.version.startswith(f"{kubernetes_version}-"), (name, package.version)
+        assert name in held, f"{name} is not held: {held}"
+
+
+def test_container_runtime_and_toolkit_packages_are_installed(node: Host) -> None:
+    assert _installed(node, "docker.io", "docker-ce"), "no Docker package"
+    assert _installed(node, "containerd", "containerd.io"), "no containerd package"
+    for name in ("nvidia-container-toolkit", "nvidia-container-toolkit-base"):
+        assert node.package(name).is_installed, name
+    assert node.file("/usr/bin/nvidia-container-runtime").mode & 0o111
+
+
+def test_nvidia_driver_packages_are_installed(node: Host) -> None:
+    if node.system_info.distribution == "debian":
+        assert _installed(node, "nvidia-driver") == ["nvidia-driver"]
+        assert node.package("nvidia-smi").is_installed
+    else:
+        assert _installed(node, "cuda-drivers", "nvidia-driver-535", "cuda-drivers-535")
+    assert node.exists("nvidia-smi")
+
+
+@pytest.mark.parametrize("service", ["containerd", "docker"])
+def test_runtimes_are_running_and_enabled(node: Host, service: str) -> None:
+    assert node.service(service).is_running
+    assert node.service(service).is_enabled
+
+
+def test_docker_daemon_json_uses_the_nvidia_runtime_and_systemd_cgroups(node: Host) -> None:
+    daemon = json.loads(node.file("/etc/docker/daemon.json").content_string)
+    assert daemon["default-runtime"] == "nvidia"
+    assert daemon["runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
+    assert "native.cgroupdriver=systemd" in daemon["exec-opts"]
+
+
+def test_docker_really_uses_the_nvidia_runtime(node: Host) -> None:
+    info = json.loads(node.check_output("docker info --format '{{json .}}'"))
+    assert info["DefaultRuntime"] == "nvidia"
+    assert "nvidia" in info["Runtimes"]
+    assert info["CgroupDriver"] == "systemd"
+
+
+def test_containerd_config_has_the_nvidia_runtime_and_systemd_cgroups(node: Host) -> None:
+    config = tomllib.loads(node.file("/etc/containerd/config.toml").content_string)
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["default_runtime_name"] == "nvidia"
+    nvidia = cri["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert nvidia["options"]["SystemdCgroup"] is True
+    assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+
+
+def test_containerd_answers_on_its_cri_socket(node: Host) -> None:
+    assert node.socket("unix:///run/containerd/containerd.sock").is_listening
+
+
+def test_docker_runs_a_container(node: Host, docker_image: str) -> None:
+    output = node.check_output(f"docker run --rm {docker_image} cat /etc/debian_version")
+    assert output.strip()
+
+
+def _loaded_or_builtin(node: Host, module: str) -> bool:
+    """Loaded (/proc/modules) or built into the kernel (modules.builtin; kernels without
+    loadable-module support have no /proc/modules at all)."""
+    proc_modules = node.file("/proc/modules")
+    if proc_modules.exists and any(
+        line.split()[0] == module for line in proc_modules.content_string.splitlines()
+    ):
+        return True
+    builtin = node.file(f"/lib/modules/{node.check_output('uname -r')}/modules.builtin")
+    return builtin.exists and any(
+        line.endswith(f"/{module}.ko") for line in builtin.content_string.splitlines()
+    )
+
+
+def test_kernel_modules_load_at_boot_and_are_loaded(node: Host) -> None:
+    configured = node.check_output("cat /etc/modules-load.d/*.conf").split()
+    for module in ("overlay", "br_netfilter"):
+        assert module in configured
+        assert _loaded_or_builtin(node, module), f"{module} neither loaded nor built in"
+
+
+def test_sysctls_are_persisted_and_live(node: Host) -> None:
+    persisted = node.check_output("cat /etc/sysctl.d/*.conf")
+    for key in REQUIRED_SYSCTLS:
+        assert any(line.replace(" ", "") == f"{key}=1" for line in persisted.splitlines()), (
+            f"{key}=1 not in /etc/sysctl.d"
+        )
+        assert node.sysctl(key) == 1, key
+
+
+def test_swap_is_off_now_and_at_boot(node: Host) -> None:
+    assert node.check_output("swapon --noheadings --show") == ""
+    for line in node.file("/etc/fstab").content_string.splitlines():
+        fields = line.split()
+        if fields and not fields[0].startswith("#"):
+            assert "swap" not in fields[2:3], f"active swap entry in fstab: {line}"
+
+
+def test_kubelet_is_enabled(node: Host) -> None:
+    assert node.service("kubelet").is_enabled
+
+
+def test_node_joined_the_cluster(node: Host) -> None:
+    """kubeadm init or join ran: the kubelet has its kubeconfig."""
+    assert node.file("/etc/kubernetes/kubelet.conf").exists
+
+
+def test_control_plane_kubeadm_config_is_as_intended(
+    node: Host, is_control_plane: bool, kubernetes_version: str
+) -> None:
+    if not is_control_plane:
+        pytest.skip("a worker has no kubeadm init configuration")
+    documents = {
+        document["kind"]: document
+        for document in yaml.safe_load_all(
+            node.file("/etc/kubernetes/kubeadm-config.yaml").content_string
+        )
+    }
+    assert documents["InitConfiguration"]["nodeRegistration"]["criSocket"] == (
+        "unix:///run/containerd/containerd.sock"
+    )
+    cluster = documents["ClusterConfiguration"]
+    assert cluster["kubernetesVersion"].lstrip("v") == kubernetes_version
+    assert cluster["networking"]["podSubnet"]
+    assert cluster["networking"]["serviceSubnet"]
+    assert documents["KubeletConfiguration"]["cgroupDriver"] == "systemd"
+    assert node.file("/etc/kubernetes/admin.conf").exists
+
+
+@pytest.mark.gpu
+def test_nvidia_smi_lists_the_gpus(node: Host, real_gpu: None) -> None:
+    gpus = node.check_output("nvidia-smi -L").splitlines()
+    assert gpus
+    assert all(line.startswith("GPU ") for line in gpus)
+
+
+@pytest.mark.gpu
+def test_a_container_sees_the_gpus_through_the_nvidia_runtime(
+    node: Host, real_gpu: None, docker_image: str
+) -> None:
+    output = node.check_output(f"docker run --rm --gpus all {docker_image} nvidia-smi -L")
+    assert output.startswith("GPU ")

@@ -1,0 +1,103 @@
+"""The playbook runs: check mode, failure half-way and rerun, idempotence, unsupported OS.
+
+The runs happen once per session (tests/nodes/harness/provision.py) against two booted Debian 12
+nodes: gpu-cp-1 (control plane) and gpu-worker-1 (worker), both GPU nodes. Test doubles: the
+stand-in vendor packages (NVIDIA container toolkit, Kubernetes) served from a local signed repo.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.nodes.harness.ansible_run import run_playbook
+from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES
+from tests.nodes.harness.provision import CONTROL_PLANE, Provisioned, inventory_for
+
+pytestmark = [pytest.mark.nodes, pytest.mark.slow]
+
+
+def test_check_run_on_fresh_nodes_is_clean(provisioned: Provisioned) -> None:
+    run = provisioned.check_run
+    assert run.returncode == 0, run.describe()
+    assert sorted(run.recap) == sorted(DEFAULT_NODE_NAMES)
+    assert run.total("failed") == 0
+    assert run.total("unreachable") == 0
+
+
+def test_run_with_vendor_repositories_down_fails_half_way(provisioned: Provisioned) -> None:
+    run = provisioned.interrupted_run
+    assert run.returncode != 0, run.describe()
+    for host in DEFAULT_NODE_NAMES:
+        assert run.recap[host]["failed"] == 1, run.describe()
+        # It failed after real work: the driver and its sources were already installed.
+        assert run.recap[host]["changed"] > 0, run.describe()
+    assert "Could not fetch signed_by key" in run.output
+
+
+def test_rerun_after_the_failure_converges(provisioned: Provisioned) -> None:
+    run = provisioned.converge_run
+    assert run.returncode == 0, run.describe()
+    assert sorted(run.recap) == sorted(DEFAULT_NODE_NAMES)
+    assert run.total("failed") == 0
+    assert run.total("unreachable") == 0
+    assert run.total("changed") > 0
+
+
+def test_second_run_changes_nothing(provisioned: Provisioned) -> None:
+    run = provisioned.rerun
+    assert run.returncode == 0, run.describe()
+    for host in DEFAULT_NODE_NAMES:
+        assert run.recap[host]["changed"] == 0, run.describe()
+        assert run.recap[host]["failed"] == 0
+
+
+def test_no_bootstrap_token_reaches_the_ansible_output(provisioned: Provisioned) -> None:
+    worker = provisioned.cluster.node(DEFAULT_NODE_NAMES[1])
+    join = worker.read("/var/lib/kubeadm-standin/join-config.yaml")
+    token = next(line.split(":", 1)[1].strip() for line in join.splitlines() if "token:" in line)
+    assert token
+    for run in (provisioned.converge_run, provisioned.rerun):
+        assert token not in run.output
+
+
+@pytest.mark.parametrize(
+    ("distribution", "version_id", "codename"),
+    [("debian", "11", "bullseye"), ("ubuntu", "20.04", "focal")],
+)
+def test_unsupported_operating_system_fails_at_the_start_with_one_clear_message(
+    provisioned: Provisioned,
+    tmp_path_factory: pytest.TempPathFactory,
+    distribution: str,
+    version_id: str,
+    codename: str,
+) -> None:
+    cluster = provisioned.cluster
+    node = cluster.node(CONTROL_PLANE[0])
+    os_release = node.root / "etc/os-release"
+    original = os_release.readlink() if os_release.is_symlink() else None
+    saved = os_release.read_text()
+    name = "Debian GNU/Linux" if distribution == "debian" else "Ubuntu"
+    os_release.unlink()
+    os_release.write_text(
+        f'NAME="{name}"\nID={distribution}\nVERSION_ID="{version_id}"\n'
+        f"VERSION_CODENAME={codename}\n"
+    )
+    try:
+        inventory = inventory_for(
+            cluster, tmp_path_factory.mktemp("unsupported") / "inventory.yml", [node.name]
+        )
+        run = run_playbook("site.yml", inventory)
+    finally:
+        os_release.unlink()
+        if original is not None:
+            os_release.symlink_to(original)
+        else:
+            os_release.write_text(saved)
+    assert run.returncode != 0, run.describe()
+    assert run.recap[node.name]["failed"] == 1, run.describe()
+    assert run.recap[node.name]["changed"] == 0, run.describe()
+    failures = [line for line in run.output.splitlines() if line.startswith(("fatal:", "failed:"))]
+    assert len(failures) == 1, run.describe()
+    label = "Debian" if distribution == "debian" else "Ubuntu"
+    assert f"Unsupported operating system {label} {version_id}" in failures[0]
+    assert "Debian 12, Ubuntu 22.04, Ubuntu 24.04" in failures[0]

@@ -1,0 +1,150 @@
+"""Checks that need the test harness: they read what the stand-in packages recorded.
+
+Test doubles: stand-in nvidia-container-runtime (logs each call, then runs runc), stand-in kubeadm
+(records its arguments and the config file it was given, writes the files real kubeadm writes),
+stand-in kubectl (records applies). The NVIDIA driver is Debian's real non-free package (no GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES
+from tests.nodes.harness.machine import Node
+from tests.nodes.harness.provision import CONTROL_PLANE, WORKERS, Provisioned
+from tests.nodes.harness.standin_repo import PAYLOADS
+
+pytestmark = [pytest.mark.nodes, pytest.mark.slow]
+RUNTIME_LOG = "/var/log/nvidia-container-runtime-standin.log"
+
+
+def _calls(node: Node, path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in node.read(path).splitlines()]
+
+
+@pytest.fixture(scope="module")
+def control_plane(provisioned: Provisioned) -> Node:
+    return provisioned.cluster.node(CONTROL_PLANE[0])
+
+
+@pytest.fixture(scope="module")
+def worker(provisioned: Provisioned) -> Node:
+    return provisioned.cluster.node(WORKERS[0])
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_docker_run_goes_through_the_nvidia_runtime(provisioned: Provisioned, name: str) -> None:
+    node = provisioned.cluster.node(name)
+    before = node.run(f"cat {RUNTIME_LOG} 2>/dev/null || true").stdout.splitlines()
+    ran = node.run(f"docker run --rm {provisioned.image} echo through-nvidia", check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "through-nvidia"
+    after = node.run(f"cat {RUNTIME_LOG}").stdout.splitlines()
+    new = after[len(before) :]
+    assert any(" create " in f" {line} " and "--bundle" in line for line in new), new
+    assert any(" start " in f" {line} " for line in new), new
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_kubernetes_is_pinned_below_the_newest_version_available(
+    provisioned: Provisioned, name: str
+) -> None:
+    node = provisioned.cluster.node(name)
+    for package in ("kubelet", "kubeadm", "kubectl"):
+        installed = node.run(f"dpkg-query -W -f '${{Version}}' {package}").stdout
+        available = node.run(f"apt-cache madison {package}").stdout
+        assert installed == "1.31.2-1.1"
+        assert "1.31.3-1.1" in available
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_the_real_debian_driver_is_installed_and_finds_no_gpu(
+    provisioned: Provisioned, name: str
+) -> None:
+    node = provisioned.cluster.node(name)
+    version = node.run("dpkg-query -W -f '${Version}' nvidia-driver").stdout
+    assert version.startswith("535."), version
+    sources = node.run("cat /etc/apt/sources.list.d/debian-non-free.sources").stdout
+    assert "non-free" in sources
+    smi = node.run("nvidia-smi -L", check=False)
+    assert smi.returncode != 0
+    assert "NVIDIA" in smi.stdout + smi.stderr
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_debian_packages_came_through_the_apt_proxy(provisioned: Provisioned, name: str) -> None:
+    node = provisioned.cluster.node(name)
+    proxy = provisioned.cluster.proxy
+    assert proxy is not None
+    assert proxy.url(node.host_address) in node.read("/etc/apt/apt.conf.d/01proxy")
+    log = (proxy.workdir / "log" / "apt-cacher.log").read_text()
+    for package in ("nvidia-driver_", "docker.io_", "containerd_"):
+        assert package in log
+
+
+def test_kubeadm_init_ran_once_with_the_generated_config(control_plane: Node) -> None:
+    calls = _calls(control_plane, "/var/lib/kubeadm-standin/calls.jsonl")
+    inits = [call["argv"] for call in calls if call["argv"][:1] == ["init"]]
+    assert inits == [["init", "--config", "/etc/kubernetes/kubeadm-config.yaml"]]
+    given = control_plane.read("/var/lib/kubeadm-standin/init-config.yaml")
+    assert given == control_plane.read("/etc/kubernetes/kubeadm-config.yaml")
+    documents = {document["kind"]: document for document in yaml.safe_load_all(given)}
+    assert documents["InitConfiguration"]["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    cluster = documents["ClusterConfiguration"]
+    assert cluster["clusterName"] == "gct"
+    assert cluster["kubernetesVersion"] == "v1.31.2"
+    assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
+    assert documents["KubeletConfiguration"]["cgroupDriver"] == "systemd"
+
+
+def test_worker_joined_once_with_a_token_from_the_control_plane(
+    control_plane: Node, worker: Node
+) -> None:
+    joins = [
+        call["argv"]
+        for call in _calls(worker, "/var/lib/kubeadm-standin/calls.jsonl")
+        if call["argv"][:1] == ["join"]
+    ]
+    assert joins == [["join", "--config", "/etc/kubernetes/kubeadm-join.yaml"]]
+    token_requests = [
+        call["argv"]
+        for call in _calls(control_plane, "/var/lib/kubeadm-standin/calls.jsonl")
+        if call["argv"][:2] == ["token", "create"]
+    ]
+    assert len(token_requests) == 1
+    assert "--print-join-command" in token_requests[0]
+    join = yaml.safe_load(worker.read("/var/lib/kubeadm-standin/join-config.yaml"))
+    assert join["kind"] == "JoinConfiguration"
+    bootstrap = join["discovery"]["bootstrapToken"]
+    assert bootstrap["apiServerEndpoint"] == f"{control_plane.address}:6443"
+    ca = (control_plane.root / "etc/kubernetes/pki/ca.crt").read_bytes()
+    assert bootstrap["caCertHashes"] == [f"sha256:{hashlib.sha256(ca).hexdigest()}"]
+    assert join["nodeRegistration"]["criSocket"] == "unix:///run/containerd/containerd.sock"
+    # The join configuration holds the token: the role removes it after joining.
+    assert not (worker.root / "etc/kubernetes/kubeadm-join.yaml").exists()
+
+
+def test_cni_manifest_was_applied_with_the_admin_kubeconfig(control_plane: Node) -> None:
+    applies = [
+        call
+        for call in _calls(control_plane, "/var/lib/kubectl-standin/calls.jsonl")
+        if call["argv"][:1] == ["apply"]
+    ]
+    assert applies
+    assert all("--kubeconfig=/etc/kubernetes/admin.conf" in call["argv"] for call in applies)
+    assert applies[0]["manifest"] == (PAYLOADS / "standin-cni.yaml").read_text()
+
+
+def test_admin_kubeconfig_was_fetched_privately(
+    provisioned: Provisioned, control_plane: Node
+) -> None:
+    fetched = Path(provisioned.inventory).parent / "admin.conf"
+    assert fetched.read_text() == control_plane.read("/etc/kubernetes/admin.conf")
+    assert stat.S_IMODE(fetched.stat().st_mode) == 0o600
