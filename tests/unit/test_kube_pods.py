@@ -6,6 +6,7 @@ Timeouts and back-off delays are shortened so each test takes well under a secon
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -161,8 +162,12 @@ def test_bookmark_moves_the_resume_version(apiserver: StandInApiServer, make_wat
 
 @pytest.mark.parametrize("status", [500, 403, 410])
 def test_list_errors_back_off_and_recover(
-    apiserver: StandInApiServer, make_watcher: Any, status: int
+    apiserver: StandInApiServer,
+    make_watcher: Any,
+    status: int,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     apiserver.fail("GET", PODS_PATH, status, times=3)
 
     watcher = make_watcher()
@@ -170,6 +175,8 @@ def test_list_errors_back_off_and_recover(
     assert watcher.wait_until_synced(5)
     assert names(watcher) == ["ml/trainer-0", "web/frontend"]
     assert len(apiserver.requests(method="GET", path=PODS_PATH)) >= 4
+    assert caplog.text.count(f"pod watch on {NODE} failed (HTTP {status}") == 3
+    assert apiserver.token not in caplog.text
 
 
 def test_hung_list_times_out_and_recovers(apiserver: StandInApiServer, make_watcher: Any) -> None:
