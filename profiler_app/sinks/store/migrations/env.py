@@ -1,7 +1,8 @@
 """Alembic environment of the store.
 
-The store calls migrations with an open connection (``config.attributes["connection"]``); the
-``alembic`` command line works too, given ``-x url=...`` or ``sqlalchemy.url``.
+The store calls migrations with an open connection (``config.attributes["connection"]``). The
+``alembic`` command line works too, with an ini file whose ``script_location`` is this directory
+and the URL in ``-x url=...`` or ``sqlalchemy.url`` (offline ``--sql`` output for DBAs included).
 """
 
 from alembic import context
