@@ -24,7 +24,11 @@ reasoning and the measured accuracy):
    ``HARMONIC_RATIO`` of the highest such peak (so the fundamental wins over its
    multiples). The next iteration must confirm it: the autocorrelation within 10 % of twice
    the period reaches ``MIN_CONFIRMATION``. A parabola through the peak and its neighbours
-   refines the period to a fraction of a sample.
+   refines the period to a fraction of a sample. Finally (``recurrence``), a periodic row
+   that is idle at least ``MIN_BURSTY_IDLE_FRACTION`` of the time must be busy in every
+   iteration: at most ``MAX_IDLE_ITERATION_FRACTION`` (15 %) of the windows one period long
+   may lack a busy sample (half the row's p95), which leaves room for an evaluation pause
+   but not for a few bursts that happen to be spaced alike.
 3. **bursty** (``classify``): not periodic, and idle for at least
    ``MIN_BURSTY_IDLE_FRACTION`` (30 %) of the samples: sporadic bursts separated by idle
    stretches.
@@ -36,6 +40,7 @@ never training.
 
 from profiler_app.analysis.classify import (
     MAX_IDLE_ACTIVE_FRACTION,
+    MAX_IDLE_ITERATION_FRACTION,
     MIN_BURSTY_IDLE_FRACTION,
     Classification,
     JobType,
@@ -46,6 +51,7 @@ from profiler_app.analysis.stats import IDLE_THRESHOLD_PERCENT, field_stats
 __all__ = [
     "IDLE_THRESHOLD_PERCENT",
     "MAX_IDLE_ACTIVE_FRACTION",
+    "MAX_IDLE_ITERATION_FRACTION",
     "MIN_BURSTY_IDLE_FRACTION",
     "Classification",
     "JobType",

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.periodicity import find_periods
+from profiler_app.analysis.recurrence import idle_window_fraction
 from profiler_app.analysis.stats import Summary, as_matrix, summarise
 from profiler_app.model import FieldStats
 
@@ -18,6 +19,9 @@ from profiler_app.model import FieldStats
 MAX_IDLE_ACTIVE_FRACTION = 0.01
 # A non-periodic GPU idle for at least this fraction of its samples runs sporadic bursts.
 MIN_BURSTY_IDLE_FRACTION = 0.3
+# A periodic GPU with idle stretches is training only if at most this fraction of the windows
+# one period long hold no busy sample (room for an evaluation pause).
+MAX_IDLE_ITERATION_FRACTION = 0.15
 
 
 class JobType(StrEnum):
@@ -57,8 +61,15 @@ def classify_matrix(values: object, step_seconds: float) -> list[Classification]
         raise ValueError(f"step_seconds must be positive, got {step_seconds!r}")
     matrix = as_matrix(values)
     summary = summarise(matrix)
-    periods = find_periods(fill_gaps(matrix)).period
-    types = job_types(summary, np.isfinite(periods))
+    filled = fill_gaps(matrix)
+    periods = find_periods(filled).period
+    periodic = np.isfinite(periods)
+    # Only periodic rows with idle stretches could be bursts that happen to line up.
+    suspect = periodic & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
+    if suspect.any():
+        idle_windows = idle_window_fraction(filled[suspect], summary.p95[suspect], periods[suspect])
+        periodic[suspect] = idle_windows <= MAX_IDLE_ITERATION_FRACTION
+    types = job_types(summary, periodic)
     return [
         Classification(
             job_type,

@@ -146,3 +146,27 @@ def test_only_training_has_a_period() -> None:
 
     assert [r.job_type for r in results] == [JobType.INFERENCE, JobType.BURSTY, JobType.IDLE]
     assert [r.period_seconds for r in results] == [None, None, None]
+
+
+def test_bursts_that_line_up_for_a_while_are_bursty_not_training() -> None:
+    """Three bursts 200 samples apart, then nothing: the ACF sees a period, but most windows
+    one period long hold no busy sample, so the activity does not recur every iteration."""
+    rng = np.random.default_rng(13)
+    values = signals.near_zero_noise(1800, rng)
+    for start in (100, 300, 500):
+        values[start : start + 12] = 85.0
+
+    [result] = classify_matrix(values[None, :], 1.0)
+
+    assert result.job_type == JobType.BURSTY
+
+
+def test_training_with_an_idle_evaluation_pause_is_still_training() -> None:
+    rng = np.random.default_rng(14)
+    loop = signals.square(1800, 45, rng, duty=0.5, low=1.0)
+    values = signals.with_eval_dip(loop, 900, 180, rng, level=1.0, noise=0.5)
+
+    [result] = classify_matrix(values[None, :], 1.0)
+
+    assert result.job_type == JobType.TRAINING
+    assert result.period_seconds == pytest.approx(45, rel=0.05)

@@ -14,6 +14,7 @@ from profiler_app.analysis import (
     field_stats,
 )
 from profiler_app.analysis.gaps import fill_gaps
+from profiler_app.analysis.recurrence import idle_window_fraction
 from profiler_app.model import FieldStats
 from tests.support import signals
 
@@ -174,3 +175,18 @@ def test_matrices_that_are_not_two_dimensional_are_refused(values: object) -> No
 def test_step_must_be_positive(step: float) -> None:
     with pytest.raises(ValueError, match="step_seconds"):
         classify_matrix(np.zeros((1, 10)), step)
+
+
+def test_idle_window_fraction_counts_windows_without_a_busy_sample() -> None:
+    busy_every_four = np.tile([90.0, 0.0, 0.0, 0.0], 5)
+    busy_twice = np.zeros(20)
+    busy_twice[[0, 4]] = 90.0
+
+    fractions = idle_window_fraction(
+        np.stack([busy_every_four, busy_twice]),
+        p95=np.array([90.0, 90.0]),
+        period=np.array([4.0, 4.0]),
+    )
+
+    # 17 windows of 4 samples fit in 20; the second row's windows starting at 5..16 are idle.
+    np.testing.assert_allclose(fractions, [0.0, 12 / 17])

@@ -1,0 +1,154 @@
+"""Throughput and accuracy of the analysis engine, run by hand: python benchmarks/bench_analysis.py
+
+1. ``classify_matrix`` on 8,000 series x 1,800 samples (a 1,000-node cluster, 8 GPUs each,
+   30 minutes at 1 s) on one core. Goal: under 1 s for the whole matrix.
+2. The per-series, per-lag baseline the Alnair profiler uses (pandas ``Series.autocorr`` for
+   every lag up to n/2) on a sample of the same series. Goal: the engine at least 500x faster
+   per series.
+3. Accuracy of the engine and of the reference rule on the labelled corpus
+   (tests/support/signals.py), by job type alone and by job type plus period within 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+# One core: numpy reads these when it loads its BLAS, so they come before the imports below.
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from benchmarks.alnair_rule import alnair_classify  # noqa: E402
+from profiler_app.analysis import classify_matrix  # noqa: E402
+from tests.support import signals  # noqa: E402
+
+GPUS = 8_000
+SAMPLES = 1_800
+STEP_SECONDS = 1.0
+
+
+def cluster_matrix(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+    """8,000 labelled rows: a mix of training loops, serving, bursts and idle GPUs."""
+    makers: list[tuple[str, Callable[[], np.ndarray]]] = [
+        ("training", lambda: signals.square(SAMPLES, rng.uniform(5, 120), rng)),
+        ("training", lambda: signals.sawtooth(SAMPLES, rng.uniform(5, 120), rng)),
+        ("training", lambda: signals.spikes(SAMPLES, rng.uniform(8, 60), rng, width=3)),
+        ("inference", lambda: signals.steady_serving(SAMPLES, rng)),
+        ("inference", lambda: signals.random_walk(SAMPLES, rng)),
+        ("bursty", lambda: signals.sporadic_bursts(SAMPLES, rng, longest=60)),
+        ("idle", lambda: signals.near_zero_noise(SAMPLES, rng)),
+    ]
+    labels, rows = [], []
+    for index in range(GPUS):
+        label, make = makers[index % len(makers)]
+        values = make()
+        if index % 10 == 0:
+            values = signals.with_gaps(values, 0.02, rng)
+        labels.append(label)
+        rows.append(values)
+    return np.stack(rows), labels
+
+
+def best_of(repeats: int, run: Callable[[], object]) -> tuple[float, float]:
+    """Best wall-clock and best CPU seconds of ``repeats`` runs."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        started_wall, started_cpu = time.perf_counter(), time.process_time()
+        run()
+        wall.append(time.perf_counter() - started_wall)
+        cpu.append(time.process_time() - started_cpu)
+    return min(wall), min(cpu)
+
+
+def pandas_per_lag(values: np.ndarray) -> list[float]:
+    series = pd.Series(values)
+    return [series.autocorr(lag=lag) for lag in range(values.size // 2)]
+
+
+def accuracy(
+    cases: list[signals.LabelledSignal], verdicts: Iterable[tuple[str, float | None]]
+) -> tuple[float, float]:
+    """(job type right, job type right and period within 10 %) as fractions of the cases."""
+    type_right = both_right = 0
+    for case, (job_type, period) in zip(cases, verdicts, strict=True):
+        if job_type != case.job_type:
+            continue
+        type_right += 1
+        expected = case.period_seconds
+        if expected is None:
+            both_right += period is None
+        else:
+            both_right += period is not None and abs(period - expected) <= 0.1 * expected
+    return type_right / len(cases), both_right / len(cases)
+
+
+def engine_verdicts(cases: list[signals.LabelledSignal]) -> list[tuple[str, float | None]]:
+    return [
+        (str(result.job_type), result.period_seconds)
+        for case in cases
+        for result in classify_matrix(case.values[None, :], case.step_seconds)
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-series", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=10, help="extra corpus draws for accuracy")
+    args = parser.parse_args()
+
+    print(f"python {platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}")
+    rng = np.random.default_rng(20261122)
+    matrix, labels = cluster_matrix(rng)
+    classify_matrix(matrix[:100], STEP_SECONDS)  # warm up imports and FFT plans
+
+    wall, cpu = best_of(args.repeats, lambda: classify_matrix(matrix, STEP_SECONDS))
+    per_series = cpu / GPUS
+    print(
+        f"engine: {GPUS} x {SAMPLES} in {wall:.3f} s wall, {cpu:.3f} s CPU (best of "
+        f"{args.repeats}), {per_series * 1e6:.1f} us CPU per series"
+    )
+    results = classify_matrix(matrix, STEP_SECONDS)
+    matrix_right = np.mean([r.job_type == label for r, label in zip(results, labels, strict=True)])
+    print(f"engine job type right on the benchmark matrix: {matrix_right:.1%}")
+
+    sample = matrix[:: GPUS // args.baseline_series][: args.baseline_series]
+    started = time.process_time()
+    for row in sample:
+        pandas_per_lag(row)
+    baseline = (time.process_time() - started) / len(sample)
+    print(
+        f"baseline (pandas Series.autocorr per lag, {SAMPLES // 2} lags): "
+        f"{baseline * 1e3:.1f} ms CPU per series over {len(sample)} series"
+    )
+    print(f"speed-up per series: {baseline / per_series:,.0f}x")
+
+    corpus = list(signals.labelled_corpus())
+    engine_type, engine_both = accuracy(corpus, engine_verdicts(corpus))
+    reference = [alnair_classify(case.values, case.step_seconds) for case in corpus]
+    reference_type, reference_both = accuracy(corpus, reference)
+    print(
+        f"corpus ({len(corpus)} signals): engine {engine_type:.1%} job type, "
+        f"{engine_both:.1%} job type + period; reference rule {reference_type:.1%} job type, "
+        f"{reference_both:.1%} job type + period"
+    )
+
+    drawn = [case for seed in range(1, args.seeds + 1) for case in signals.labelled_corpus(seed)]
+    drawn_type, drawn_both = accuracy(drawn, engine_verdicts(drawn))
+    print(
+        f"engine on {args.seeds} more corpus draws ({len(drawn)} signals): "
+        f"{drawn_type:.1%} job type, {drawn_both:.1%} job type + period"
+    )
+
+
+if __name__ == "__main__":
+    main()
