@@ -39,6 +39,7 @@ from profiler_app.sinks.store.engine import (
     parse_store_url,
 )
 from profiler_app.sinks.store.models import Base, GpuWindow
+from profiler_app.sinks.store.models import PodUsage as PodUsageRow
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -211,14 +212,9 @@ def test_pod_upsert_keeps_the_maximum_of_each_resource(store: TableStore, store_
     assert [tuple(row) for row in rows] == [(95.0, 150.0, 5e9, 9.0, None, "0", 1)]
     engine = engine_for(store_url)
     with engine.connect() as connection:
-        first_seen, last_seen = connection.execute(
-            sa.select(sa.column("first_seen", sa.DateTime), sa.column("last_seen")).select_from(
-                sa.table("pod_usage")
-            )
-        ).one()
+        seen = connection.execute(sa.select(PodUsageRow.first_seen, PodUsageRow.last_seen)).one()
     engine.dispose()
-    assert str(first_seen).startswith("2026-01-01 00:00:00")
-    assert str(last_seen).startswith("2026-01-01 00:02:00")
+    assert tuple(seen) == (T0, T0 + timedelta(minutes=2))
 
 
 def test_pods_are_keyed_by_start_time_and_unknown_start_is_one_row(
@@ -384,3 +380,23 @@ def test_unreachable_postgresql_is_retried_not_fatal(caplog: pytest.LogCaptureFi
         store.publish(cycle(T0, [profile("0")]))
     assert "hunter2" not in str(caught.value)
     store.close()
+
+
+def test_a_store_from_a_newer_version_is_refused(store: TableStore, store_url: str) -> None:
+    engine = engine_for(store_url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(UserError, match="has a schema this gpu-profiler does not know"):
+        TableStore(store_url)
+
+
+def test_postgres_fixture_skips_without_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support import postgres as postgres_support  # noqa: PLC0415 (loaded as a plugin)
+
+    monkeypatch.setattr(postgres_support, "find_bin_dir", lambda: None)
+    with (
+        pytest.raises(pytest.skip.Exception, match="PostgreSQL is not installed"),
+        postgres_support.running_postgres(),
+    ):
+        pass
