@@ -392,7 +392,8 @@ def test_a_store_from_a_newer_version_is_refused(store: TableStore, store_url: s
 
 
 def test_postgres_fixture_skips_without_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.support import postgres as postgres_support  # noqa: PLC0415 (loaded as a plugin)
+    # Imported here: at module level it would precede its registration as a pytest plugin.
+    from tests.support import postgres as postgres_support
 
     monkeypatch.setattr(postgres_support, "find_bin_dir", lambda: None)
     with (
