@@ -31,6 +31,7 @@ from profiler_app.sinks.store.engine import (
     display_url,
     head_revisions,
     parse_store_url,
+    redact,
 )
 
 _VIEW_TITLES = {
@@ -48,11 +49,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Summaries from the table store for a time range: per node, per GPU, per "
         "pod, or the pods that hold GPUs without using them.",
     )
+    store_url = os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url()
     parser.add_argument(
         "--store-url",
-        default=os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url(),
+        metavar="URL",
+        default=store_url,
+        # The environment's URL may hold a password: --help shows it masked.
         help="sqlite:///PATH or postgresql://USER@HOST/DB (env GPU_PROFILER_STORE_URL; "
-        "default: %(default)s)",
+        f"default: {redact(store_url).replace('%', '%%')})",
     )
     parser.add_argument(
         "--by",

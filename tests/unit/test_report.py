@@ -281,3 +281,16 @@ def test_bad_input_is_one_line_and_non_zero(
     assert err.startswith("gpu-profiler: error: ")
     assert message in err
     assert "hunter2" not in err
+
+
+def test_help_masks_a_password_from_the_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPU_PROFILER_STORE_URL", "postgresql://reader:hun%40t@er2@db:5432/gpus")
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0
+    assert "postgresql://reader:***@db:5432/gpus" in out
+    assert "hun" not in out
+    assert "er2" not in out

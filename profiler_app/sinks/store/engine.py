@@ -41,7 +41,7 @@ def default_store_url() -> str:
 
 def redact(url: str) -> str:
     """``url`` with any password masked, for messages about URLs that did not parse."""
-    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
+    return re.sub(r"(://[^/@:]*:)[^/]*@", r"\1***@", url)
 
 
 def parse_store_url(url: str) -> URL:
