@@ -76,10 +76,6 @@ class Report:
     pods: list[PodSummary]
     idle_pods: list[PodSummary]
 
-    @property
-    def empty(self) -> bool:
-        return not self.gpus and not self.pods
-
 
 def build_report(
     connection: Connection,
