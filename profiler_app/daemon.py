@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, SeriesMatrix
 from profiler_app.pods import attribute_profiles, pod_usage
@@ -24,7 +24,9 @@ from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource
 from profiler_app.sources.host import PodPeak
-from profiler_app.sources.kube_pods import PodInfo
+
+if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
+    from profiler_app.sources.kube_pods import PodInfo
 
 log = logging.getLogger(__name__)
 

@@ -10,32 +10,36 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from profiler_app import kube
 from profiler_app.commands import options
 from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
 from profiler_app.sinks import Sink
-from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN, KubernetesSink, validate_domain
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
-from profiler_app.sinks.store import TableStore, default_store_url
-from profiler_app.sinks.store.engine import display_url, parse_store_url
 from profiler_app.sinks.terminal import TerminalSink
 from profiler_app.sources import MetricsSource
 from profiler_app.sources.host import HostSampler
-from profiler_app.sources.kube_pods import PodWatcher
 from profiler_app.sources.nvml import NvmlSource
 from profiler_app.sources.prometheus import PrometheusSource
 
+if TYPE_CHECKING:
+    from profiler_app.sources.kube_pods import PodWatcher
+
+# The Kubernetes client (about 35 MiB resident) and SQLAlchemy with Alembic (about 30 MiB) are
+# imported only when the configuration uses them, to keep the daemon small.
+
 log = logging.getLogger(__name__)
 
+DEFAULT_ANNOTATION_DOMAIN = "ai.centaurus.io"  # sinks.kubernetes.DEFAULT_DOMAIN (a test checks)
 DEFAULT_METRICS_PORT = 9401  # 9400 is dcgm-exporter's
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # nothing exposed unless asked (the DaemonSet asks)
 DEFAULT_INTERVAL = "30s"
@@ -88,16 +92,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     group.add_argument(
         "--annotation-domain",
         metavar="DOMAIN",
-        default=env("GPU_PROFILER_ANNOTATION_DOMAIN", DEFAULT_DOMAIN),
+        default=env("GPU_PROFILER_ANNOTATION_DOMAIN", DEFAULT_ANNOTATION_DOMAIN),
         help="prefix of the annotation keys (env GPU_PROFILER_ANNOTATION_DOMAIN; "
         "default: %(default)s)",
     )
     group.add_argument(
         "--store-url",
         metavar="URL",
-        default=env("GPU_PROFILER_STORE_URL", default_store_url()),
+        default=env("GPU_PROFILER_STORE_URL"),
         help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none' "
-        "(env GPU_PROFILER_STORE_URL; default: %(default)s)",
+        "(env GPU_PROFILER_STORE_URL; default: profiler.db in this user's data directory)",
     )
     group.add_argument(
         "--metrics-port",
@@ -172,9 +176,12 @@ class RunConfig:
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
         if sample_interval > window:
             raise UserError("--sample-interval must not be longer than --window")
-        store_url = None if args.store_url.strip().lower() == "none" else args.store_url.strip()
-        if store_url is not None:
-            parse_store_url(store_url)  # a malformed URL is one error line before anything starts
+        store_url = _store_url(args.store_url)
+        domain = args.annotation_domain
+        if kubernetes_configured(args.kubeconfig):
+            from profiler_app.sinks.kubernetes import validate_domain  # noqa: PLC0415
+
+            domain = validate_domain(domain)
         return cls(
             node=args.node,
             node_label=args.node_label,
@@ -185,7 +192,7 @@ class RunConfig:
             interval_seconds=interval,
             sample_interval_seconds=sample_interval,
             kubeconfig=args.kubeconfig,
-            annotation_domain=validate_domain(args.annotation_domain),
+            annotation_domain=domain,
             store_url=store_url,
             metrics_address=args.metrics_address,
             metrics_port=args.metrics_port,
@@ -200,7 +207,11 @@ class RunConfig:
             if self.prometheus_url
             else f"local sampling every {format_duration(self.sample_interval_seconds)}"
         )
-        store = display_url(parse_store_url(self.store_url)) if self.store_url else "none"
+        store = "none"
+        if self.store_url is not None:
+            from profiler_app.sinks.store.engine import display_url, parse_store_url  # noqa: PLC0415
+
+            store = display_url(parse_store_url(self.store_url))
         metrics = (
             f"http://{self.metrics_address}:{self.metrics_port}/metrics"
             if self.metrics_port
@@ -214,6 +225,22 @@ class RunConfig:
             f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
             + (" once" if self.once else "")
         )
+
+
+def kubernetes_configured(kubeconfig: str | None) -> bool:
+    """Whether ``kube.connect`` will find credentials (checked without importing the client)."""
+    return bool(kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _store_url(text: str | None) -> str | None:
+    """The store URL, validated (one error line before anything starts); None for 'none'."""
+    if text is not None and text.strip().lower() == "none":
+        return None
+    from profiler_app.sinks.store.engine import default_store_url, parse_store_url  # noqa: PLC0415
+
+    url = text.strip() if text else default_store_url()
+    parse_store_url(url)
+    return url
 
 
 def _required_duration(text: str, flag: str) -> float:
@@ -278,19 +305,12 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         source = nvml
 
     sinks: list[Sink] = []
-    connection = kube.connect(config.kubeconfig)
-    watcher = None
-    if connection is not None:
-        resources.callback(connection.close)
-        watcher = PodWatcher(connection, config.node)
-        watcher.start()
-        resources.callback(watcher.stop, 1.0)
-        if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
-            log.warning("no pod list from Kubernetes yet; profiling without pod names")
-        sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
+    watcher = _start_kubernetes(config, resources, sinks)
     if config.store_url is not None:
+        from profiler_app.sinks.store import TableStore  # noqa: PLC0415
+
         sinks.append(TableStore(config.store_url))
-    embedded = config.prometheus_url is None and connection is None
+    embedded = config.prometheus_url is None and watcher is None
     if embedded or sys.stdout.isatty():
         sinks.append(TerminalSink(notice=notice))
     metrics = MetricsSink(
@@ -313,6 +333,29 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     )
     resources.callback(daemon.close)
     return daemon
+
+
+def _start_kubernetes(
+    config: RunConfig, resources: contextlib.ExitStack, sinks: list[Sink]
+) -> PodWatcher | None:
+    """Starts the pod watcher and adds the annotation sink; None when Kubernetes is off."""
+    if not kubernetes_configured(config.kubeconfig):
+        return None
+    from profiler_app import kube  # noqa: PLC0415
+    from profiler_app.sinks.kubernetes import KubernetesSink  # noqa: PLC0415
+    from profiler_app.sources.kube_pods import PodWatcher  # noqa: PLC0415
+
+    connection = kube.connect(config.kubeconfig)
+    if connection is None:
+        return None
+    resources.callback(connection.close)
+    watcher = PodWatcher(connection, config.node)
+    watcher.start()
+    resources.callback(watcher.stop, 1.0)
+    if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
+        log.warning("no pod list from Kubernetes yet; profiling without pod names")
+    sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
+    return watcher
 
 
 def _stop_on_signals(daemon: Daemon) -> None:

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from profiler_app.cli import build_parser, main
-from profiler_app.commands.run import RunConfig, redact_url
+from profiler_app.commands.run import DEFAULT_ANNOTATION_DOMAIN, RunConfig, redact_url
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN
 
 ENV_NAMES = (
     "NODE_NAME",
@@ -122,7 +126,10 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--interval", "soon"], "--interval: malformed duration 'soon'"),
         (["--window", "0s"], "--window: malformed duration '0s'"),
         (["--store-url", "mysql://db/x"], "unsupported store URL scheme 'mysql'"),
-        (["--annotation-domain", "Not A Domain"], "invalid annotation domain 'Not A Domain'"),
+        (
+            ["--annotation-domain", "Not A Domain", "--kubeconfig", "/nonexistent"],
+            "invalid annotation domain 'Not A Domain'",
+        ),
         (["--sample-interval", "1h", "--window", "30m"], "--sample-interval must not be longer"),
         (
             ["--field", "DCGM_FI_PROF_SM_ACTIVE", "--store-url", "none", "--metrics-port", "0"],
@@ -150,6 +157,28 @@ def test_bad_port_and_log_level_are_usage_errors(
         parse()
     assert exited.value.code == 2
     assert "unknown log level 'chatty'" in capsys.readouterr().err
+
+
+def test_annotation_domain_default_matches_the_sink() -> None:
+    assert DEFAULT_ANNOTATION_DOMAIN == DEFAULT_DOMAIN
+
+
+def test_kubernetes_client_is_not_imported_unless_used() -> None:
+    """The client costs ~35 MiB of RSS; the CLI and an embedded run must not load it."""
+    code = (
+        "import sys; from profiler_app.cli import build_parser; "
+        "from profiler_app.commands.run import RunConfig; "
+        "RunConfig.from_args(build_parser().parse_args(['run', '--store-url', 'none'])); "
+        "print('kubernetes' in sys.modules)"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=clean_env()
+    )
+    assert completed.stdout.strip() == "False"
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
 
 
 def test_redact_url() -> None:

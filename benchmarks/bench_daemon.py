@@ -1,0 +1,150 @@
+"""Cost of ``gpu-profiler run`` on one node: peak RSS, CPU, requests per cycle.
+
+Run by hand from the repository root: ``.venv/bin/python benchmarks/bench_daemon.py``
+(``--duration 600 --interval 30`` by default). Starts a real Prometheus holding the standard
+dcgm-exporter dataset (3 nodes x 4 GPUs, 6 h at 10 s), the stand-in Kubernetes API server (a
+test double: see tests/support/apiserver.py) with the node and its GPU pods, and the daemon as a
+subprocess profiling gpu-node-1 into a SQLite store. Samples the daemon's RSS and CPU time every
+second and counts requests server side: Prometheus' own ``prometheus_http_requests_total`` and
+the API server's request log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.apiserver import pod_manifest, running_apiserver  # noqa: E402
+from tests.support.dcgm import standard_dataset  # noqa: E402
+from tests.support.prometheus import PrometheusServer, free_port  # noqa: E402
+
+NODE = "gpu-node-1"
+FIELDS = 3  # the daemon's default fields
+
+
+def cycle_count(metrics_url: str) -> int:
+    try:
+        text = requests.get(metrics_url, timeout=2).text
+    except requests.RequestException:
+        return 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gpu_profiler_cycle_duration_seconds_count":
+                return round(sample.value)
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--interval", type=float, default=30.0, help="seconds (default 30)")
+    options = parser.parse_args()
+
+    dataset = standard_dataset()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+    with PrometheusServer(dataset.openmetrics) as prometheus, running_apiserver() as apiserver:
+        apiserver.add_node(NODE)
+        for gpu in dataset.gpus:
+            if gpu.hostname == NODE and gpu.pod:
+                apiserver.add_pod(pod_manifest("ml", gpu.pod, NODE, gpus=1))
+        kubeconfig = apiserver.write_kubeconfig(workdir / "kubeconfig")
+        port = free_port()
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPU_PROFILER_")}
+        command = [
+            sys.executable, "-m", "profiler_app", "run",
+            "--prometheus-url", prometheus.url, "--node", NODE,
+            "--kubeconfig", str(kubeconfig),
+            "--store-url", f"sqlite:///{workdir / 'profiler.db'}",
+            "--metrics-port", str(port), "--interval", f"{options.interval}s",
+            "--log-level", "warning",
+        ]  # fmt: skip
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        log = (workdir / "daemon.log").open("wb")
+        daemon = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=log)
+        process = psutil.Process(daemon.pid)
+        started = time.monotonic()
+        while cycle_count(metrics_url) < 1 and time.monotonic() - started < 60:
+            time.sleep(0.2)
+        startup_seconds = time.monotonic() - started
+        first_cpu = process.cpu_times()
+        first_at = time.monotonic()
+        prometheus_first = prometheus.requests_served()
+        kube_first = len(apiserver.requests())
+        kube_writes_first = len(apiserver.requests("PATCH"))
+        cycles_first = cycle_count(metrics_url)
+        peak_rss = first_rss = process.memory_info().rss
+        while time.monotonic() - first_at < options.duration:
+            time.sleep(1.0)
+            peak_rss = max(peak_rss, process.memory_info().rss)
+        cpu = process.cpu_times()
+        elapsed = time.monotonic() - first_at
+        cycles = cycle_count(metrics_url) - cycles_first
+        prometheus_requests = prometheus.requests_served() - prometheus_first
+        all_kube = apiserver.requests()[kube_first:]
+        kube_writes = len(apiserver.requests("PATCH")) - kube_writes_first
+        daemon.send_signal(signal.SIGTERM)
+        stop_started = time.monotonic()
+        status = daemon.wait(timeout=30)
+        stop_seconds = time.monotonic() - stop_started
+        log.close()
+
+    report(
+        options.interval,
+        elapsed=elapsed,
+        startup_seconds=startup_seconds,
+        cycles=cycles,
+        rss=(first_rss, peak_rss),
+        busy=(cpu.user + cpu.system) - (first_cpu.user + first_cpu.system),
+        prometheus_requests=prometheus_requests,
+        kube_requests=[(r.method, "watch" in r.query) for r in all_kube],
+        kube_writes=kube_writes,
+        stop=(status, stop_seconds),
+    )
+
+
+def report(
+    interval: float,
+    *,
+    elapsed: float,
+    startup_seconds: float,
+    cycles: int,
+    rss: tuple[int, int],
+    busy: float,
+    prometheus_requests: int,
+    kube_requests: list[tuple[str, bool]],
+    kube_writes: int,
+    stop: tuple[int, float],
+) -> None:
+    watch_requests = sum(1 for method, watch in kube_requests if method == "GET" and watch)
+    other_kube = len(kube_requests) - watch_requests
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    print(f"interval {interval:g}s, measured {elapsed:.0f}s after the first cycle")
+    print(f"startup to first cycle: {startup_seconds:.1f}s")
+    print(f"cycles: {cycles}")
+    print(f"RSS after the first cycle: {rss[0] / 2**20:.1f} MiB, peak: {rss[1] / 2**20:.1f} MiB")
+    print(f"CPU: {busy:.2f}s over {elapsed:.0f}s = {100 * busy / elapsed:.2f}% of one core")
+    print(f"Prometheus requests per cycle: {prometheus_requests / max(cycles, 1):.2f}")
+    print(
+        f"Kubernetes requests per cycle, excluding pod watches: {other_kube / max(cycles, 1):.2f}"
+    )
+    print(f"Kubernetes PATCH requests after the first cycle: {kube_writes}")
+    print(f"pod watch (re)connections: {watch_requests} (one per watch timeout, 30 s)")
+    print(f"SIGTERM: exit {stop[0]} after {stop[1]:.2f}s")
+
+
+if __name__ == "__main__":
+    main()
