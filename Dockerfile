@@ -23,7 +23,10 @@ LABEL org.opencontainers.image.title="gpu-profiler" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /opt/gpu-profiler /opt/gpu-profiler
 RUN install -d -o 65532 -g 65532 -m 0750 /var/lib/gpu-profiler
+# One OpenBLAS thread: the analysis is vectorised and small, and a BLAS thread pool sized to a
+# 100-core GPU node would only cost memory.
 ENV PATH=/opt/gpu-profiler/bin:$PATH \
+    OPENBLAS_NUM_THREADS=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \

@@ -84,6 +84,7 @@ def test_final_stage_runs_gpu_profiler_as_non_root(stages: list[Stage]) -> None:
     assert final.all("EXPOSE") == ["9401"]
     environment = " ".join(final.all("ENV"))
     assert "XDG_DATA_HOME=/var/lib" in environment  # the SQLite store: /var/lib/gpu-profiler
+    assert "OPENBLAS_NUM_THREADS=1" in environment
     assert "install -d -o 65532 -g 65532" in final.all("RUN")[0]
 
 
