@@ -41,14 +41,20 @@ class Classification:
 
 
 def job_types(summary: Summary, periodic: npt.NDArray[np.bool_]) -> list[JobType]:
-    """The rules, in order: idle, then training (periodic), then bursty, else inference."""
+    """The rules, first match wins: idle, training (periodic), bursty, else inference."""
     allowed_active = np.maximum(1, MAX_IDLE_ACTIVE_FRACTION * summary.valid_count)
-    bursty = summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION
+    rules = [
+        (summary.active_count <= allowed_active, JobType.IDLE),
+        (periodic, JobType.TRAINING),
+        (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION, JobType.BURSTY),
+    ]
+    types = list(JobType)
     codes = np.select(
-        [summary.active_count <= allowed_active, periodic, bursty], [0, 1, 3], default=2
+        [condition for condition, _ in rules],
+        [types.index(job_type) for _, job_type in rules],
+        default=types.index(JobType.INFERENCE),
     )
-    order = (JobType.IDLE, JobType.TRAINING, JobType.INFERENCE, JobType.BURSTY)
-    return [order[code] for code in codes.tolist()]
+    return [types[code] for code in codes.tolist()]
 
 
 def classify_matrix(values: object, step_seconds: float) -> list[Classification]:

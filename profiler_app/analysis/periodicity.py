@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_app.analysis.stats import IntArray
+from profiler_app.analysis.stats import FloatArray, IntArray
 from profiler_app.model import FloatMatrix
 
 MIN_PERIOD_SAMPLES = 4  # shorter "periods" are indistinguishable from noise
@@ -23,9 +23,9 @@ ROWS_PER_CHUNK = 1024  # bounds the FFT's working memory
 class Periodicity:
     """Per-row arrays: the period in samples (NaN when not periodic) and the evidence."""
 
-    period: FloatMatrix
-    peak: FloatMatrix
-    confirmation: FloatMatrix
+    period: FloatArray
+    peak: FloatArray
+    confirmation: FloatArray
 
 
 def _fast_length(minimum: int) -> int:
@@ -75,7 +75,7 @@ def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
     return normalised
 
 
-def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatMatrix]:
+def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatArray]:
     """Lag of the fundamental peak per row (0 when none) and its height."""
     rows = acf.shape[0]
     longest = int(columns * MAX_PERIOD_FRACTION)
@@ -100,7 +100,7 @@ def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatM
     return lag, height
 
 
-def _refine(acf: FloatMatrix, lag: IntArray) -> FloatMatrix:
+def _refine(acf: FloatMatrix, lag: IntArray) -> FloatArray:
     """Sub-sample peak position by fitting a parabola through the peak and its neighbours."""
     at = np.maximum(lag, 1)
     left = np.take_along_axis(acf, (at - 1)[:, None], axis=1)[:, 0]
@@ -109,11 +109,11 @@ def _refine(acf: FloatMatrix, lag: IntArray) -> FloatMatrix:
     curvature = left - 2 * middle + right
     with np.errstate(divide="ignore", invalid="ignore"):
         shift = np.where(curvature < 0, 0.5 * (left - right) / curvature, 0.0)
-    refined: FloatMatrix = at + np.clip(shift, -0.5, 0.5)
+    refined: FloatArray = at + np.clip(shift, -0.5, 0.5)
     return refined
 
 
-def _confirmation(acf: FloatMatrix, period: FloatMatrix) -> FloatMatrix:
+def _confirmation(acf: FloatMatrix, period: FloatArray) -> FloatArray:
     """Highest autocorrelation within ``CONFIRMATION_TOLERANCE`` of twice the period."""
     last = acf.shape[1] - 1
     reach = np.maximum(1, np.round(CONFIRMATION_TOLERANCE * 2 * period)).astype(np.intp)
@@ -123,7 +123,7 @@ def _confirmation(acf: FloatMatrix, period: FloatMatrix) -> FloatMatrix:
     index = centre[:, None] + offsets
     inside = (np.abs(offsets) <= reach[:, None]) & (index >= 0) & (index <= last)
     values = np.take_along_axis(acf, np.clip(index, 0, last), axis=1)
-    highest: FloatMatrix = np.where(inside, values, -np.inf).max(axis=1)
+    highest: FloatArray = np.where(inside, values, -np.inf).max(axis=1)
     return highest
 
 

@@ -12,8 +12,8 @@ from profiler_app.model import FieldStats, FloatMatrix
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
-# A reading below this percentage counts as idle: dcgm-exporter reports a few percent on GPUs
-# that only run monitoring or health checks.
+# A reading below this percentage counts as idle: a few percent is noise (a monitoring
+# query, a context kept alive), not a workload.
 IDLE_THRESHOLD_PERCENT = 5.0
 
 
