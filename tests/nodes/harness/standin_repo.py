@@ -40,11 +40,13 @@ class Package:
     version: str
     depends: str = ""
     files: dict[str, tuple[str, int]] = field(default_factory=dict)
-    description: str = ""
+    directories: tuple[str, ...] = ()
 
     def build(self, outdir: Path, workdir: Path) -> Path:
         tree = workdir / f"{self.name}_{self.version}"
         (tree / "DEBIAN").mkdir(parents=True)
+        for directory in self.directories:
+            (tree / directory.lstrip("/")).mkdir(parents=True, exist_ok=True)
         for install_path, (payload, mode) in self.files.items():
             target = tree / install_path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +61,7 @@ class Package:
             "Maintainer: gpu-cluster-profiler tests <tests@invalid>",
             *([f"Depends: {self.depends}"] if self.depends else []),
             f"Description: stand-in {self.name} (test double)",
-            f" {self.description or 'Records how it was called; not the real software.'}",
+            " Records how it was called; not the real software.",
         ]
         conffiles = [path for path in self.files if path.startswith("/etc/")]
         (tree / "DEBIAN/control").write_text("\n".join(control) + "\n")
@@ -124,6 +126,8 @@ def kubernetes_packages() -> list[Package]:
                 "kubelet",
                 version,
                 depends="kubernetes-cni (>= 1.1.1)",
+                # Like the real package, which ships the static pod folder.
+                directories=("/etc/kubernetes/manifests",),
                 files={
                     "/usr/bin/kubelet": ("kubelet", 0o755),
                     "/usr/lib/systemd/system/kubelet.service": ("kubelet.service", 0o644),
