@@ -275,3 +275,53 @@ def test_no_gpus_still_publishes_the_host() -> None:
     assert daemon.run_cycle()
     assert store.received[0].gpus == []
     assert store.received[0].host == {"cpu_percent": 5.0}
+
+
+def test_heartbeat_stays_fresh_while_backing_off() -> None:
+    """A loop waiting out a long backoff is alive; /healthz must not restart it."""
+    source = ScriptedSource([SourceError("down")] * 50)
+    metrics = MetricsSink(Heartbeat(stale_after_seconds=0.3))
+    daemon = Daemon(
+        node="node-a",
+        source=source,
+        sinks=[metrics],
+        metrics=metrics,
+        window_seconds=1800.0,
+        interval_seconds=0.1,
+    )
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        while daemon.source_backoff.factor < 8:  # waits of 0.8 s and more between tries
+            time.sleep(0.05)
+        ages = []
+        for _ in range(20):
+            ages.append(metrics.heartbeat.age())
+            time.sleep(0.05)
+        assert max(ages) < 0.3
+    finally:
+        daemon.stop()
+        thread.join(5)
+
+
+def test_heartbeat_goes_stale_while_a_cycle_hangs() -> None:
+    source = ScriptedSource()
+    source.block = threading.Event()
+    metrics = MetricsSink(Heartbeat(stale_after_seconds=0.3))
+    daemon = Daemon(
+        node="node-a",
+        source=source,
+        sinks=[metrics],
+        metrics=metrics,
+        window_seconds=1800.0,
+        interval_seconds=0.1,
+    )
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        time.sleep(0.6)
+        assert not metrics.heartbeat.alive()
+    finally:
+        daemon.stop()
+        thread.join(5)
+        source.block.set()
