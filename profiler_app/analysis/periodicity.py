@@ -11,7 +11,7 @@ from profiler_app.model import FloatMatrix
 
 MIN_PERIOD_SAMPLES = 4  # shorter "periods" are indistinguishable from noise
 MAX_PERIOD_FRACTION = 1 / 3  # at least three iterations must fit in the window
-MIN_PEAK = 0.3  # autocorrelation at the period
+MIN_PEAK = 0.35  # autocorrelation at the period
 MIN_PROMINENCE = 0.3  # rise of that peak above the lowest autocorrelation before it
 HARMONIC_RATIO = 0.85  # the first peak this close to the highest one is the fundamental
 MIN_CONFIRMATION = 0.2  # autocorrelation near twice the period (the next iteration)

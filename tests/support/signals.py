@@ -219,12 +219,12 @@ class LabelledSignal(NamedTuple):
 
 # (name, window seconds, step seconds, periods in samples used for training cases)
 WINDOWS: tuple[tuple[str, float, float, tuple[float, ...]], ...] = (
-    ("2m@1s", 120, 1, (6, 17)),
+    ("2m@1s", 120, 1, (6, 17, 36)),
     ("2m@10s", 120, 10, (4,)),
-    ("30m@1s", 1800, 1, (7, 45, 300)),
-    ("30m@10s", 1800, 10, (6, 24)),
-    ("1h@5s", 3600, 5, (12, 90)),
-    ("6h@10s", 21600, 10, (9, 60, 330)),
+    ("30m@1s", 1800, 1, (7, 45, 300, 540)),
+    ("30m@10s", 1800, 10, (6, 24, 54)),
+    ("1h@5s", 3600, 5, (12, 90, 216)),
+    ("6h@10s", 21600, 10, (9, 60, 330, 650)),
 )
 
 
@@ -232,7 +232,9 @@ def _training_cases(
     n: int, period: float, rng: np.random.Generator
 ) -> Iterator[tuple[str, Signal]]:
     yield "square", square(n, period, rng, duty=rng.uniform(0.3, 0.7), noise=3.0)
-    yield "square-narrow", square(n, period, rng, duty=0.2, low=10.0, noise=3.0)
+    # Busy at least one whole sample per iteration, or the loop is invisible when sampled.
+    narrow = max(0.2, 1.0 / period)
+    yield "square-narrow", square(n, period, rng, duty=narrow, low=10.0, noise=3.0)
     yield "sawtooth", sawtooth(n, period, rng, noise=3.0)
     yield "sine", sine(n, period, rng, noise=3.0)
     yield "spikes", spikes(n, period, rng, width=max(1.0, period / 8))
@@ -258,7 +260,7 @@ def _other_cases(n: int, rng: np.random.Generator) -> Iterator[tuple[str, Signal
     yield "serving-low", steady_serving(n, rng, level=25.0, drift=8.0, noise=3.0), INFERENCE
     yield "random-walk", random_walk(n, rng), INFERENCE
     yield "random-walk-wide", random_walk(n, rng, step=4.0, low=10.0, high=100.0), INFERENCE
-    bursts = 2 if n < 100 else 4
+    bursts = 3 if n < 100 else 4
     shortest, longest = (1, 2) if n < 100 else (max(2, n // 100), max(4, n // 20))
     yield (
         "bursts",
