@@ -106,22 +106,53 @@ def _start_agent(run: PlaybookRun, folder: Path, env: dict[str, str]) -> subproc
     assert run.private_key is not None
     assert run.key_passphrase is not None
     socket = folder / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket)], stdout=subprocess.DEVNULL)
     passphrase_file = _private_file(folder, "passphrase", run.key_passphrase)
-    askpass = _private_file(folder, "askpass", f"#!/bin/sh\ncat '{passphrase_file}'\n", mode=0o700)
-    env["SSH_AUTH_SOCK"] = str(socket)
-    add_env = {**env, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"}
-    for _ in range(50):  # the agent creates its socket within milliseconds
-        if socket.exists():
-            break
-        time.sleep(0.1)
-    added = subprocess.run(
-        ["ssh-add", run.private_key], env=add_env, stdin=subprocess.DEVNULL, check=False
+    # ssh-add asks again after a wrong passphrase until it gets an empty answer: answer once.
+    askpass = _private_file(
+        folder,
+        "askpass",
+        f"#!/bin/sh\ncat '{passphrase_file}' 2>/dev/null\nrm -f '{passphrase_file}'\n",
+        mode=0o700,
     )
-    if added.returncode != 0:
-        agent.terminate()
-        raise RunError(f"ssh-add could not unlock {run.private_key}")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(50):  # the agent creates its socket within milliseconds
+            if socket.exists():
+                break
+            time.sleep(0.1)
+        env["SSH_AUTH_SOCK"] = str(socket)
+        add_env = {
+            **env,
+            "SSH_ASKPASS": str(askpass),
+            "SSH_ASKPASS_REQUIRE": "force",
+            "DISPLAY": ":0",
+        }
+        added = subprocess.run(
+            ["ssh-add", run.private_key],
+            env=add_env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if added.returncode != 0:
+            raise RunError(f"ssh-add could not unlock {run.private_key}")
+    except subprocess.TimeoutExpired:
+        _stop(agent)
+        raise RunError(f"ssh-add timed out unlocking {run.private_key}") from None
+    except BaseException:
+        _stop(agent)
+        raise
     return agent
+
+
+def _stop(agent: subprocess.Popen[bytes]) -> None:
+    agent.terminate()
+    try:
+        agent.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait()
 
 
 def run_playbooks(run: PlaybookRun, environ: Mapping[str, str]) -> int:
@@ -141,8 +172,7 @@ def run_playbooks(run: PlaybookRun, environ: Mapping[str, str]) -> int:
             return subprocess.run(command, env=env, check=False).returncode
         finally:
             if agent is not None:
-                agent.terminate()
-                agent.wait(timeout=10)
+                _stop(agent)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

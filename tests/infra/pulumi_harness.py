@@ -1,0 +1,261 @@
+"""Run Pulumi programs under Pulumi's mocks and record the resource graph they declare.
+
+Test double: the Pulumi CLI, its provider plugins, helm and AWS cannot run here, so programs run
+against ``pulumi.runtime.Mocks`` (Pulumi's own unit-testing engine, ``preview=False`` so that every
+apply runs). Each registered resource is recorded with its inputs (wire names, camelCase) and the
+paths of the inputs that were marked secret on the wire. Remote components (pulumi-eks's Cluster and
+ManagedNodeGroup) are single resources here: their inputs are what is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import runpy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.proto import resource_pb2
+
+SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+FAKE_KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1\n"
+    "users:\n- name: u\n  user:\n    token: fake-token-not-a-secret\n"
+)
+FAKE_PASSWORD = "generated-password-0123456789abcd"
+AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
+
+
+@dataclass
+class Recorded:
+    """One resource the program declared."""
+
+    typ: str
+    name: str
+    inputs: dict[str, Any]
+    secret_paths: set[str] = field(default_factory=set)
+    parent: str = ""
+
+    def get(self, path: str) -> Any:
+        """The input at a dotted path (``spec.template.spec``); list items by index."""
+        value: Any = self.inputs
+        for part in path.split("."):
+            value = value[int(part)] if isinstance(value, list) else value[part]
+        return value
+
+
+def _integral_numbers(value: Any) -> Any:
+    """Whole floats back to ints: the wire has only doubles, the API server's schema has ints."""
+    if isinstance(value, dict):
+        return {key: _integral_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral_numbers(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _unwrap_secrets(value: Any) -> Any:
+    """Plain values in place of the engine's ``{sig: secret, value: ...}`` wrappers."""
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG_KEY) == SECRET_SIG:
+            return _unwrap_secrets(value.get("value"))
+        return {key: _unwrap_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secrets(item) for item in value]
+    return value
+
+
+def _secret_paths(value: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG_KEY) == SECRET_SIG:
+            yield prefix
+            return
+        for key, item in value.items():
+            yield from _secret_paths(item, f"{prefix}.{key}" if prefix else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _secret_paths(item, f"{prefix}.{index}" if prefix else str(index))
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Echoes inputs as outputs, plus plausible values for the outputs programs read."""
+
+    def __init__(self) -> None:
+        self.resources: list[Recorded] = []
+        self.calls: list[str] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ == "eks:index:Cluster":
+            outputs["kubeconfigJson"] = FAKE_KUBECONFIG
+            outputs["kubeconfig"] = {"apiVersion": "v1"}
+        elif args.typ == "command:local:Command":
+            outputs["stdout"] = FAKE_KUBECONFIG
+            outputs["stderr"] = ""
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            outputs["result"] = FAKE_PASSWORD
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        self.calls.append(args.token)
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            return {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """Records secret markers of inputs; declines the resourceReferences feature.
+
+    Without resource references, passing resources into remote components (the EKS cluster into a
+    ManagedNodeGroup) no longer hangs under mocks (pulumi/pulumi#6561).
+    """
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+        self.recording_mocks = mocks
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            wire = json_format.MessageToDict(request.object)
+            inputs = self.resources[response.urn].state
+            self.recording_mocks.resources.append(
+                Recorded(
+                    typ=request.type,
+                    name=request.name,
+                    inputs=_unwrap_secrets(dict(inputs)),
+                    secret_paths=set(_secret_paths(wire)),
+                    parent=request.parent,
+                )
+            )
+        return response
+
+    def SupportsFeature(self, request: Any) -> Any:
+        supported = request.id not in ("outputValues", "resourceReferences")
+        return type("SupportsFeatureResponse", (object,), {"hasSupport": supported})
+
+    def GetDeploymentInfo(self, request: Any) -> Any:
+        info = super().GetDeploymentInfo(request)
+        features = [
+            f
+            for f in info.supportedFeatures
+            if f != resource_pb2.RESOURCE_MONITOR_FEATURE_RESOURCE_REFERENCES
+        ]
+        return resource_pb2.DeploymentInfo(supportedFeatures=features)
+
+
+@dataclass
+class ProgramRun:
+    """The resources a program declared and its stack outputs as ``(value, is_secret)``."""
+
+    resources: list[Recorded]
+    outputs: dict[str, tuple[Any, bool]]
+
+    def of_type(self, typ: str) -> list[Recorded]:
+        return [r for r in self.resources if r.typ == typ]
+
+    def one(self, typ: str, name: str | None = None) -> Recorded:
+        found = [r for r in self.of_type(typ) if name is None or r.name == name]
+        assert len(found) == 1, f"expected one {typ} {name or ''}, found {[r.name for r in found]}"
+        return found[0]
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Kubernetes objects declared directly (not through charts), as manifests."""
+        manifests = []
+        for resource in self.resources:
+            if not resource.typ.startswith("kubernetes:") or resource.typ.startswith(
+                ("kubernetes:helm", "kubernetes:index:Provider", "pulumi:providers")
+            ):
+                continue
+            manifests.append(_integral_numbers(resource.inputs))
+        return manifests
+
+    def release(self, chart: str) -> Recorded:
+        releases = [
+            r for r in self.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == chart
+        ]
+        assert len(releases) == 1, f"expected one release of {chart}"
+        return releases[0]
+
+
+def run_program(
+    program: Callable[[], None],
+    project: str = "project",
+    config: dict[str, str] | None = None,
+    secret_keys: list[str] | None = None,
+) -> ProgramRun:
+    """Run ``program`` under fresh mocks; returns what it declared and exported."""
+    mocks = RecordingMocks()
+    pulumi_settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(
+        mocks, project=project, stack="dev", preview=False, monitor=RecordingMonitor(mocks)
+    )
+    pulumi.runtime.set_all_config(config or {}, secret_keys or [])
+    outputs: dict[str, tuple[Any, bool]] = {}
+
+    async def read_outputs() -> None:
+        root = pulumi_settings.get_root_resource()
+        assert root is not None
+        for key, value in root.outputs.items():  # type: ignore[attr-defined]
+            output = pulumi.Output.from_input(value)
+            outputs[key] = (await output.future(), await output.is_secret())
+
+    @pulumi.runtime.test
+    def run() -> Any:
+        program()
+        return asyncio.ensure_future(read_outputs())
+
+    run()
+    return ProgramRun(resources=mocks.resources, outputs=outputs)
+
+
+def _config_value(value: Any) -> str:
+    # The engine passes structured config values as JSON text.
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def stack_config(stack_dir: Path, stack: str = "dev") -> tuple[str, dict[str, str]]:
+    """The project name and the config of ``Pulumi.<stack>.yaml``, as the engine passes it."""
+    project = yaml.safe_load((stack_dir / "Pulumi.yaml").read_text())["name"]
+    raw = yaml.safe_load((stack_dir / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return project, {key: _config_value(value) for key, value in raw.items()}
+
+
+def run_stack(
+    stack_dir: Path,
+    overrides: dict[str, Any] | None = None,
+    secrets: dict[str, str] | None = None,
+    stack: str = "dev",
+) -> ProgramRun:
+    """Run a stack's ``__main__.py`` with its example config (plus overrides) under mocks.
+
+    An override of None removes the key; ``secrets`` are set as secret config values, as
+    ``pulumi config set --secret`` does.
+    """
+    project, config = stack_config(stack_dir, stack)
+    for key, value in (overrides or {}).items():
+        full_key = key if ":" in key else f"{project}:{key}"
+        if value is None:
+            config.pop(full_key, None)
+        else:
+            config[full_key] = _config_value(value)
+    secret_keys = []
+    for key, value in (secrets or {}).items():
+        config[f"{project}:{key}"] = value
+        secret_keys.append(f"{project}:{key}")
+    return run_program(
+        lambda: runpy.run_path(str(stack_dir / "__main__.py"), run_name="__main__"),
+        project=project,
+        config=config,
+        secret_keys=secret_keys,
+    )

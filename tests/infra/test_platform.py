@@ -1,0 +1,204 @@
+"""GpuPlatform under Pulumi mocks: pinned charts and the values that matter.
+
+Test double: Pulumi's mock engine instead of a Kubernetes API server and helm (neither can run
+here); the Helm releases' recorded inputs are what helm would receive.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from infra import monitoring, versions
+from tests.infra.conftest import EKS_STACK
+from tests.infra.pulumi_harness import FAKE_PASSWORD, ProgramRun, run_stack
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_SELECTOR = {"nvidia.com/gpu.present": "true"}
+
+
+@pytest.mark.parametrize(
+    ("chart", "repo", "version"),
+    [
+        ("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.17.1"),
+        ("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "72.9.0"),
+        ("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
+        ("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "4.14.1"),
+    ],
+)
+def test_official_charts_at_pinned_versions(
+    eks_run: ProgramRun, chart: str, repo: str, version: str
+) -> None:
+    release = eks_run.release(chart).inputs
+    assert release["repositoryOpts"] == {"repo": repo}
+    assert release["version"] == version
+    assert release["atomic"] is True
+
+
+def test_versions_module_is_the_single_source(eks_run: ProgramRun) -> None:
+    pinned = {
+        c.name: c.version
+        for c in (
+            versions.NVIDIA_DEVICE_PLUGIN,
+            versions.KUBE_PROMETHEUS_STACK,
+            versions.DCGM_EXPORTER,
+            versions.PROMETHEUS_ADAPTER,
+        )
+    }
+    installed = {
+        r.inputs["chart"]: r.inputs["version"]
+        for r in eks_run.of_type("kubernetes:helm.sh/v3:Release")
+    }
+    assert installed == pinned
+
+
+def test_device_plugin_runs_on_tainted_gpu_nodes_only(eks_run: ProgramRun) -> None:
+    release = eks_run.release("nvidia-device-plugin").inputs
+    assert release["namespace"] == "nvidia-device-plugin"
+    assert GPU_TOLERATION in release["values"]["tolerations"]
+    assert release["values"]["nodeSelector"] == GPU_SELECTOR
+
+
+def test_prometheus_stack_selects_every_monitor_and_rule(eks_run: ProgramRun) -> None:
+    values = eks_run.release("kube-prometheus-stack").inputs["values"]
+    spec = values["prometheus"]["prometheusSpec"]
+    for key in (
+        "serviceMonitorSelectorNilUsesHelmValues",
+        "podMonitorSelectorNilUsesHelmValues",
+        "ruleSelectorNilUsesHelmValues",
+        "probeSelectorNilUsesHelmValues",
+    ):
+        assert spec[key] is False, key
+
+
+def test_nothing_exposed_outside_the_cluster_by_default(eks_run: ProgramRun) -> None:
+    values = eks_run.release("kube-prometheus-stack").inputs["values"]
+    assert values["prometheus"]["service"]["type"] == "ClusterIP"
+    assert values["grafana"]["service"]["type"] == "ClusterIP"
+    assert values["alertmanager"]["service"]["type"] == "ClusterIP"
+    assert values["grafana"]["ingress"] == {"enabled": False}
+    for release in eks_run.of_type("kubernetes:helm.sh/v3:Release"):
+        assert "NodePort" not in json.dumps(release.inputs["values"])
+        assert "LoadBalancer" not in json.dumps(release.inputs["values"])
+
+
+def test_grafana_ingress_only_when_configured() -> None:
+    run = run_stack(EKS_STACK, overrides={"grafanaIngressHost": "grafana.example.org"})
+    grafana = run.release("kube-prometheus-stack").inputs["values"]["grafana"]
+    assert grafana["ingress"]["enabled"] is True
+    assert grafana["ingress"]["hosts"] == ["grafana.example.org"]
+
+
+def test_grafana_password_is_generated_secret_never_the_chart_default(
+    eks_run: ProgramRun,
+) -> None:
+    values = eks_run.release("kube-prometheus-stack").inputs["values"]
+    assert values["grafana"]["admin"]["existingSecret"] == "grafana-admin"
+    assert "adminPassword" not in values["grafana"]
+    assert "prom-operator" not in json.dumps(values)
+    secret = eks_run.one("kubernetes:core/v1:Secret", "grafana-admin-secret")
+    assert secret.inputs["stringData"]["admin-password"] == FAKE_PASSWORD
+    assert "stringData" in secret.secret_paths
+    assert eks_run.one("random:index/randomPassword:RandomPassword").inputs["length"] == 32
+
+
+def test_configured_grafana_password_is_used_and_stays_secret() -> None:
+    run = run_stack(EKS_STACK, secrets={"grafanaAdminPassword": "correct-horse-battery"})
+    assert run.of_type("random:index/randomPassword:RandomPassword") == []
+    secret = run.one("kubernetes:core/v1:Secret", "grafana-admin-secret")
+    assert secret.inputs["stringData"]["admin-password"] == "correct-horse-battery"
+    assert "stringData" in secret.secret_paths
+    assert run.outputs["grafanaAdminPassword"] == ("correct-horse-battery", True)
+
+
+def test_dcgm_exporter_counters_service_monitor_and_attribution(eks_run: ProgramRun) -> None:
+    release = eks_run.release("dcgm-exporter").inputs
+    values = release["values"]
+    assert release["namespace"] == "monitoring"
+    assert values["image"]["tag"] == versions.DCGM_EXPORTER_IMAGE_TAG
+    assert values["customMetrics"] == monitoring.dcgm_counters_csv()
+    # The counters file the chart mounts is the one the exporter is told to read.
+    assert values["arguments"][:2] == ["-f", "/etc/dcgm-exporter/default-counters.csv"]
+    assert values["arguments"][2:] == ["-c", "10000"]
+    monitor = values["serviceMonitor"]
+    assert monitor["enabled"] is True
+    assert monitor["interval"] == "10s"
+    assert monitor["honorLabels"] is True
+    assert monitor["relabelings"] == [
+        {"action": "labeldrop", "regex": "^(namespace|pod|container)$"}
+    ]
+    assert values["nodeSelector"] == GPU_SELECTOR
+    assert values["tolerations"] == [GPU_TOLERATION]
+
+
+def test_prometheus_adapter_rules_and_url(eks_run: ProgramRun) -> None:
+    values = eks_run.release("prometheus-adapter").inputs["values"]
+    assert values["prometheus"] == {
+        "url": "http://kube-prometheus-stack-prometheus.monitoring.svc",
+        "port": 9090,
+    }
+    assert values["rules"]["default"] is False
+    custom_names = [rule["name"]["as"] for rule in values["rules"]["custom"]]
+    external_names = [rule["name"]["as"] for rule in values["rules"]["external"]]
+    assert "gpu_utilization" in custom_names
+    assert external_names == ["gpu_utilization_cluster_average"]
+    assert values["rules"]["external"][0]["resources"] == {"namespaced": False}
+
+
+def test_example_hpa_scales_on_the_adapter_metric(eks_run: ProgramRun) -> None:
+    hpa = eks_run.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs
+    assert hpa["metadata"]["namespace"] == "inference"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "llm-server",
+    }
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    assert metric["pods"]["metric"]["name"] == "gpu_utilization"
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "60"}
+
+
+def test_example_hpa_is_off_without_config() -> None:
+    run = run_stack(EKS_STACK, overrides={"exampleHpa": None})
+    assert run.of_type("kubernetes:autoscaling/v2:HorizontalPodAutoscaler") == []
+
+
+def test_dashboards_are_labelled_config_maps(eks_run: ProgramRun) -> None:
+    maps = eks_run.of_type("kubernetes:core/v1:ConfigMap")
+    shipped = monitoring.dashboards()
+    assert {name for m in maps for name in m.inputs["data"]} == set(shipped)
+    for config_map in maps:
+        assert config_map.inputs["metadata"]["labels"] == {"grafana_dashboard": "1"}
+        assert config_map.inputs["metadata"]["namespace"] == "monitoring"
+        for text in config_map.inputs["data"].values():
+            assert json.loads(text)["panels"]
+
+
+def test_prometheus_rule_carries_the_rule_file(eks_run: ProgramRun) -> None:
+    rule = eks_run.one("kubernetes:monitoring.coreos.com/v1:PrometheusRule").inputs
+    assert rule["spec"] == yaml.safe_load(
+        (EKS_STACK.parents[1] / "infra" / "monitoring" / "rules.yaml").read_text()
+    )
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert {
+        "GpuXidError",
+        "GpuTemperatureHigh",
+        "GpuDoubleBitEccErrors",
+        "GpuRowRemapFailure",
+        "DcgmExporterDown",
+        "GpuAllocatedButIdle",
+    } <= alerts
+
+
+def test_every_alert_has_a_runbook_style_description() -> None:
+    for group in monitoring.prometheus_rules()["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            annotations = rule["annotations"]
+            assert set(annotations) == {"summary", "description", "runbook"}, rule["alert"]
+            assert annotations["runbook"].startswith("1. "), rule["alert"]
+            assert rule["labels"]["severity"] in {"info", "warning", "critical"}

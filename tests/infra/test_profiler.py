@@ -1,0 +1,142 @@
+"""GpuProfiler under Pulumi mocks: RBAC, pod security, probes, the daemon's environment.
+
+Test double: Pulumi's mock engine instead of a Kubernetes API server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.infra.conftest import EKS_STACK
+from tests.infra.pulumi_harness import ProgramRun, run_stack
+
+DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
+
+
+def pod_spec(run: ProgramRun) -> dict[str, Any]:
+    spec: dict[str, Any] = run.one(DAEMON_SET).get("spec.template.spec")
+    return spec
+
+
+def env_of(run: ProgramRun) -> dict[str, Any]:
+    (container,) = pod_spec(run)["containers"]
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def test_cluster_role_is_exactly_nodes_get_patch_and_pods_read_patch(eks_run: ProgramRun) -> None:
+    role = eks_run.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs
+    rules = {
+        (tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in role["rules"]
+    }
+    assert rules == {
+        (("",), ("nodes",)): ["get", "patch"],
+        (("",), ("pods",)): ["get", "list", "patch", "watch"],
+    }
+    assert "*" not in str(role["rules"])
+
+
+def test_binding_gives_the_role_to_the_profiler_account_only(eks_run: ProgramRun) -> None:
+    binding = eks_run.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding").inputs
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "gpu-profiler",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-profiler", "namespace": "gpu-profiler"}
+    ]
+    assert pod_spec(eks_run)["serviceAccountName"] == "gpu-profiler"
+    bindings = eks_run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    assert all(b.inputs["roleRef"]["name"] != "cluster-admin" for b in bindings)
+
+
+def test_runs_on_gpu_nodes_only(eks_run: ProgramRun) -> None:
+    spec = pod_spec(eks_run)
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_pod_is_non_root_read_only_without_capabilities(eks_run: ProgramRun) -> None:
+    spec = pod_spec(eks_run)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] == 65532
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in security
+    assert "hostNetwork" not in spec
+    assert "hostPID" not in spec
+    assert all("hostPath" not in volume for volume in spec["volumes"])
+    namespace = eks_run.one("kubernetes:core/v1:Namespace", "profiler-namespace").inputs
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_resources_and_probes(eks_run: ProgramRun) -> None:
+    (container,) = pod_spec(eks_run)["containers"]
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9401, "protocol": "TCP"}]
+    assert container["command"] == ["gpu-profiler", "run"]
+    assert container["image"] == "ghcr.io/centaurusinfra/gpu-profiler:0.1.0"
+
+
+def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
+    env = env_of(eks_run)
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["GPU_PROFILER_PROMETHEUS_URL"] == (
+        "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
+    )
+    assert env["GPU_PROFILER_METRICS_ADDRESS"] == "0.0.0.0"
+    assert env["GPU_PROFILER_METRICS_PORT"] == "9401"
+    assert env["GPU_PROFILER_NODE_LABEL"] == "Hostname"
+    assert env["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
+    assert env["GPU_PROFILER_STORE_URL"] == "sqlite:////var/lib/gpu-profiler/profiler.db"
+    (container,) = pod_spec(eks_run)["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/var/lib/gpu-profiler"] == "store"
+    volumes = {v["name"]: v for v in pod_spec(eks_run)["volumes"]}
+    assert "emptyDir" in volumes["store"]
+
+
+def test_postgres_store_url_comes_from_a_secret() -> None:
+    url = "postgresql+psycopg://profiler:s3cret@db.internal/profiler"
+    run = run_stack(EKS_STACK, secrets={"profilerStoreUrl": url})
+    secret = run.one("kubernetes:core/v1:Secret", "profiler-store-secret")
+    assert secret.inputs["stringData"] == {"store-url": url}
+    assert "stringData" in secret.secret_paths
+    assert env_of(run)["GPU_PROFILER_STORE_URL"] == {
+        "secretKeyRef": {"name": "gpu-profiler-store", "key": "store-url"}
+    }
+    assert "s3cret" not in str(run.one(DAEMON_SET).inputs)
+
+
+def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
+    service = eks_run.one("kubernetes:core/v1:Service").inputs
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9401, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "gpu-profiler"}
+    monitor = eks_run.one("kubernetes:monitoring.coreos.com/v1:ServiceMonitor").inputs
+    assert monitor["spec"]["selector"] == {"matchLabels": service["spec"]["selector"]}
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"  # job="gpu-profiler"
+
+
+def test_metrics_port_reachable_from_monitoring_namespace_only(eks_run: ProgramRun) -> None:
+    policy = eks_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert rule["ports"] == [{"port": 9401, "protocol": "TCP"}]
