@@ -67,13 +67,14 @@ def classify_matrix(values: object, step_seconds: float) -> list[Classification]
         raise ValueError(f"step_seconds must be positive, got {step_seconds!r}")
     matrix = as_matrix(values)
     summary = summarise(matrix)
-    filled = fill_gaps(matrix)
-    periods = find_periods(filled).period
+    periods = find_periods(matrix).period
     periodic = np.isfinite(periods)
     # Only periodic rows with idle stretches could be bursts that happen to line up.
     suspect = periodic & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
     if suspect.any():
-        idle_windows = idle_window_fraction(filled[suspect], summary.p95[suspect], periods[suspect])
+        idle_windows = idle_window_fraction(
+            fill_gaps(matrix[suspect]), summary.p95[suspect], periods[suspect]
+        )
         periodic[suspect] = idle_windows <= MAX_IDLE_ITERATION_FRACTION
     types = job_types(summary, periodic)
     return [

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.stats import FloatArray, IntArray
 from profiler_app.model import FloatMatrix
 
@@ -44,14 +45,19 @@ def _fast_length(minimum: int) -> int:
     return best
 
 
-def detrend(matrix: FloatMatrix) -> FloatMatrix:
-    """Each row minus its least-squares line: removes level and slow drift."""
-    columns = matrix.shape[1]
+def detrended(matrix: FloatMatrix) -> FloatMatrix:
+    """A gap-filled copy of ``matrix`` with each row's mean and least-squares slope removed,
+    so a level or a slow drift does not count as a pattern."""
+    work = fill_gaps(matrix)
+    if work is matrix:
+        work = matrix.copy()
+    columns = work.shape[1]
     time = np.arange(columns) - (columns - 1) / 2
-    detrended: FloatMatrix = matrix - matrix.mean(axis=1, keepdims=True)
-    spread = float(time @ time) or 1.0
-    detrended -= np.outer(detrended @ (time / spread), time)
-    return detrended
+    slope = work @ (time / (float(time @ time) or 1.0))  # time is centred: the mean drops out
+    trend = slope[:, None] * time
+    trend += work.mean(axis=1, keepdims=True)
+    work -= trend
+    return work
 
 
 def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
@@ -127,12 +133,12 @@ def _confirmation(acf: FloatMatrix, period: FloatArray) -> FloatArray:
     return highest
 
 
-def _chunk_periodicity(filled: FloatMatrix) -> Periodicity:
-    columns = filled.shape[1]
+def _chunk_periodicity(chunk: FloatMatrix) -> Periodicity:
+    columns = chunk.shape[1]
     longest = int(columns * MAX_PERIOD_FRACTION)
     # Lags needed: the peak search (up to ``longest`` + 1) and the confirmation near 2x.
     max_lag = min(columns - 1, int(2 * (longest + 1) * (1 + CONFIRMATION_TOLERANCE)) + 2)
-    acf = autocorrelation(detrend(filled), max_lag)
+    acf = autocorrelation(detrended(chunk), max_lag)
     lag, peak = _first_fundamental(acf, columns)
     period = _refine(acf, lag)
     confirmation = np.where(lag > 0, _confirmation(acf, period), -np.inf)
@@ -140,20 +146,22 @@ def _chunk_periodicity(filled: FloatMatrix) -> Periodicity:
     return Periodicity(np.where(periodic, period, np.nan), peak, confirmation)
 
 
-def find_periods(filled: FloatMatrix) -> Periodicity:
-    """The period (in samples) of each row of a gap-free matrix, NaN where there is none.
+def find_periods(matrix: FloatMatrix) -> Periodicity:
+    """The period (in samples) of each row, NaN where there is none.
+
+    Missing samples (NaN) are filled by linear interpolation first, a chunk of rows at a time.
 
     A row is periodic when its autocorrelation has a clear peak between ``MIN_PERIOD_SAMPLES``
     and a third of the window (high enough, prominent over the dip before it), the earliest
     such peak nearly as high as the best one is taken as the fundamental (not a multiple), and
     the next iteration confirms it with a peak near twice that lag.
     """
-    rows, columns = filled.shape
+    rows, columns = matrix.shape
     if rows == 0 or columns < 3 * MIN_PERIOD_SAMPLES:
         empty = np.full(rows, np.nan)
         return Periodicity(empty, np.zeros(rows), np.zeros(rows))
     parts = [
-        _chunk_periodicity(filled[start : start + ROWS_PER_CHUNK])
+        _chunk_periodicity(matrix[start : start + ROWS_PER_CHUNK])
         for start in range(0, rows, ROWS_PER_CHUNK)
     ]
     return Periodicity(
