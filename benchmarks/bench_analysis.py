@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -116,6 +117,13 @@ def main() -> None:
     print(
         f"engine: {GPUS} x {SAMPLES} in {wall:.3f} s wall, {cpu:.3f} s CPU (best of "
         f"{args.repeats}), {per_series * 1e6:.1f} us CPU per series"
+    )
+    node_wall, node_cpu = best_of(50, lambda: classify_matrix(matrix[:8], STEP_SECONDS))
+    print(f"one node (8 x {SAMPLES}): {node_wall * 1e3:.2f} ms wall, {node_cpu * 1e3:.2f} ms CPU")
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"peak resident memory of this process: {peak_mib:.0f} MiB "
+        f"(the input matrix alone: {matrix.nbytes / 2**20:.0f} MiB)"
     )
     results = classify_matrix(matrix, STEP_SECONDS)
     matrix_right = np.mean([r.job_type == label for r, label in zip(results, labels, strict=True)])
