@@ -1,0 +1,147 @@
+"""stacks/kubeadm under Pulumi mocks: the Ansible command, its triggers and secrets.
+
+Test double: Pulumi's mock engine; the local commands are recorded, not run (infra.ansible_run,
+which they run, is tested in test_ansible_run.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import ansible_run
+from infra.kubeadm import KubeadmClusterArgs, tree_digest
+from tests.infra.conftest import KUBEADM_STACK, REPO_ROOT
+from tests.infra.pulumi_harness import FAKE_KUBECONFIG, ProgramRun, Recorded, run_stack
+
+COMMAND = "command:local:Command"
+
+
+def playbook_command(run: ProgramRun) -> Recorded:
+    return run.one(COMMAND, "gpu-kubeadm-playbooks")
+
+
+def environment(run: ProgramRun) -> dict[str, Any]:
+    env: dict[str, Any] = playbook_command(run).inputs["environment"]
+    return env
+
+
+def test_command_runs_both_playbooks_against_the_inventory(kubeadm_run: ProgramRun) -> None:
+    command = playbook_command(kubeadm_run).inputs
+    assert command["create"].endswith(" -m infra.ansible_run")
+    assert command["dir"] == str(REPO_ROOT)
+    env = environment(kubeadm_run)
+    assert env[ansible_run.ENV_INVENTORY] == str(KUBEADM_STACK / "inventory.example.ini")
+    assert env[ansible_run.ENV_PLAYBOOKS].split(":") == [
+        str(REPO_ROOT / "playbooks" / "gpu_nodes.yml"),
+        str(REPO_ROOT / "playbooks" / "kubeadm_cluster.yml"),
+    ]
+    assert env[ansible_run.ENV_PRIVATE_KEY] == str(Path("~/.ssh/id_ed25519").expanduser())
+
+
+def test_extra_vars_name_the_cluster_and_the_kubeconfig_destination(
+    kubeadm_run: ProgramRun,
+) -> None:
+    extra_vars = json.loads(environment(kubeadm_run)[ansible_run.ENV_EXTRA_VARS])
+    dest = str(REPO_ROOT / "playbooks" / "artifacts" / "gpu-lab" / "admin.conf")
+    assert extra_vars == {
+        "kubeadm_pod_network_cidr": "10.244.0.0/16",
+        "kubeadm_cluster_name": "gpu-lab",
+        "kubeadm_control_plane_kubeconfig_dest": dest,
+    }
+    read = kubeadm_run.one(COMMAND, "gpu-kubeadm-kubeconfig").inputs
+    assert read["create"] == f"cat {dest}"
+    assert read["logging"] == "none"
+
+
+def test_kubeconfig_is_a_secret_output_and_reaches_the_provider(kubeadm_run: ProgramRun) -> None:
+    assert kubeadm_run.outputs["kubeconfig"] == (FAKE_KUBECONFIG, True)
+    assert "kubeconfig" in kubeadm_run.one("pulumi:providers:kubernetes").secret_paths
+    assert kubeadm_run.outputs["clusterName"] == ("gpu-lab", False)
+
+
+def test_gpu_layer_is_installed_on_the_kubeadm_cluster(kubeadm_run: ProgramRun) -> None:
+    charts = {r.inputs["chart"] for r in kubeadm_run.of_type("kubernetes:helm.sh/v3:Release")}
+    assert charts == {
+        "nvidia-device-plugin",
+        "kube-prometheus-stack",
+        "dcgm-exporter",
+        "prometheus-adapter",
+    }
+    assert len(kubeadm_run.of_type("kubernetes:apps/v1:DaemonSet")) == 1
+    values = kubeadm_run.release("kube-prometheus-stack").inputs["values"]
+    assert values["prometheus"]["prometheusSpec"]["retention"] == "30d"
+
+
+def test_secrets_are_pulumi_secrets_in_the_command_environment() -> None:
+    run = run_stack(
+        KUBEADM_STACK, secrets={"becomePassword": "sudo-Pa55", "sshKeyPassphrase": "key-Pa55"}
+    )
+    command = playbook_command(run)
+    env = command.inputs["environment"]
+    assert env[ansible_run.ENV_BECOME_PASSWORD] == "sudo-Pa55"
+    assert env[ansible_run.ENV_KEY_PASSPHRASE] == "key-Pa55"
+    assert command.secret_paths & {
+        "environment",
+        f"environment.{ansible_run.ENV_BECOME_PASSWORD}",
+    }
+    assert command.secret_paths & {
+        "environment",
+        f"environment.{ansible_run.ENV_KEY_PASSPHRASE}",
+    }
+    assert "sudo-Pa55" not in command.inputs["create"]
+    assert "sudo-Pa55" not in json.dumps(command.inputs["triggers"])
+
+
+def test_no_secret_variables_without_secret_config(kubeadm_run: ProgramRun) -> None:
+    env = environment(kubeadm_run)
+    assert ansible_run.ENV_BECOME_PASSWORD not in env
+    assert ansible_run.ENV_KEY_PASSPHRASE not in env
+
+
+def test_triggers_change_with_inventory_variables_and_playbooks(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu_nodes]\ngpu-1\n")
+    first = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
+    again = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
+    assert first.inputs["triggers"] == again.inputs["triggers"]
+
+    inventory.write_text("[gpu_nodes]\ngpu-1\ngpu-2\n")
+    grown = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
+    assert grown.inputs["triggers"][0] == first.inputs["triggers"][0]  # playbooks
+    assert grown.inputs["triggers"][1] != first.inputs["triggers"][1]  # inventory
+
+    revarred = playbook_command(
+        run_stack(
+            KUBEADM_STACK,
+            overrides={"inventory": str(inventory), "ansibleExtraVars": {"x": 1}},
+        )
+    )
+    assert revarred.inputs["triggers"][2] != grown.inputs["triggers"][2]  # variables
+
+
+def test_playbook_digest_covers_content_and_ignores_artifacts(tmp_path: Path) -> None:
+    (tmp_path / "roles" / "a" / "tasks").mkdir(parents=True)
+    task = tmp_path / "roles" / "a" / "tasks" / "main.yml"
+    task.write_text("- name: One.\n")
+    before = tree_digest(tmp_path)
+    (tmp_path / "artifacts" / "lab").mkdir(parents=True)
+    (tmp_path / "artifacts" / "lab" / "admin.conf").write_text("fetched")
+    assert tree_digest(tmp_path) == before
+    task.write_text("- name: Two.\n")
+    assert tree_digest(tmp_path) != before
+
+
+def test_missing_inventory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="Ansible inventory not found"):
+        run_stack(KUBEADM_STACK, overrides={"inventory": str(tmp_path / "missing.ini")})
+
+
+def test_kubeconfig_dest_can_be_chosen(tmp_path: Path) -> None:
+    args = KubeadmClusterArgs(
+        cluster_name="lab", inventory="x", kubeconfig_dest=str(tmp_path / "kc")
+    )
+    assert args.all_extra_vars()["kubeadm_control_plane_kubeconfig_dest"] == str(tmp_path / "kc")
