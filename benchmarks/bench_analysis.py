@@ -100,6 +100,31 @@ def engine_verdicts(cases: list[signals.LabelledSignal]) -> list[tuple[str, floa
     ]
 
 
+def false_training_rates(rng: np.random.Generator, count: int) -> list[tuple[str, float]]:
+    """How often non-periodic signals come out as training: ``count`` draws of each."""
+    stress: list[tuple[str, float, Callable[[], np.ndarray]]] = [
+        ("serving, 2 min at 1 s", 1.0, lambda: signals.steady_serving(120, rng)),
+        ("serving, 30 min at 1 s", 1.0, lambda: signals.steady_serving(1800, rng)),
+        ("random walk, 30 min at 1 s", 1.0, lambda: signals.random_walk(1800, rng)),
+        ("random walk, 30 min at 10 s", 10.0, lambda: signals.random_walk(180, rng)),
+        (
+            "4 bursts of 3-60 samples, 30 min at 1 s",
+            1.0,
+            lambda: signals.sporadic_bursts(1800, rng, longest=60),
+        ),
+        (
+            "3 bursts of 2-9 samples, 30 min at 10 s",
+            10.0,
+            lambda: signals.sporadic_bursts(180, rng, bursts=3, shortest=2, longest=9),
+        ),
+    ]
+    rates = []
+    for name, step, make in stress:
+        results = classify_matrix(np.stack([make() for _ in range(count)]), step)
+        rates.append((name, sum(r.job_type == "training" for r in results) / count))
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-series", type=int, default=8)
@@ -156,6 +181,8 @@ def main() -> None:
         f"engine on {args.seeds} more corpus draws ({len(drawn)} signals): "
         f"{drawn_type:.1%} job type, {drawn_both:.1%} job type + period"
     )
+    for name, rate in false_training_rates(np.random.default_rng(1), 1000):
+        print(f"called training (1,000 draws): {name}: {rate:.1%}")
 
 
 if __name__ == "__main__":
