@@ -7,13 +7,37 @@ stand-in vendor packages (NVIDIA container toolkit, Kubernetes) served from a lo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from tests.nodes.harness.ansible_run import run_playbook
-from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES
+from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES, Cluster
 from tests.nodes.harness.provision import CONTROL_PLANE, Provisioned, inventory_for
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
+
+
+@contextlib.contextmanager
+def _replaced_files(root: Path, contents: dict[str, str]) -> Iterator[None]:
+    """Replace files (or symlinks) under a node's root for the duration of the block."""
+    saved: dict[Path, tuple[Path | None, bytes]] = {}
+    for relative, text in contents.items():
+        path = root / relative
+        saved[path] = (path.readlink() if path.is_symlink() else None, path.read_bytes())
+        path.unlink()
+        path.write_text(text)
+    try:
+        yield
+    finally:
+        for path, (link, data) in saved.items():
+            path.unlink()
+            if link is not None:
+                path.symlink_to(link)
+            else:
+                path.write_bytes(data)
 
 
 def test_check_run_on_fresh_nodes_is_clean(provisioned: Provisioned) -> None:
@@ -65,34 +89,29 @@ def test_no_bootstrap_token_reaches_the_ansible_output(provisioned: Provisioned)
     [("debian", "11", "bullseye"), ("ubuntu", "20.04", "focal")],
 )
 def test_unsupported_operating_system_fails_at_the_start_with_one_clear_message(
-    provisioned: Provisioned,
+    cluster: Cluster,
     tmp_path_factory: pytest.TempPathFactory,
     distribution: str,
     version_id: str,
     codename: str,
 ) -> None:
-    cluster = provisioned.cluster
+    """Needs no provisioning: it must fail before changing anything, on a fresh node too."""
     node = cluster.node(CONTROL_PLANE[0])
-    os_release = node.root / "etc/os-release"
-    original = os_release.readlink() if os_release.is_symlink() else None
-    saved = os_release.read_text()
     name = "Debian GNU/Linux" if distribution == "debian" else "Ubuntu"
-    os_release.unlink()
-    os_release.write_text(
-        f'NAME="{name}"\nID={distribution}\nVERSION_ID="{version_id}"\n'
-        f"VERSION_CODENAME={codename}\n"
-    )
-    try:
+    fake = {
+        "etc/os-release": (
+            f'NAME="{name}"\nID={distribution}\nVERSION_ID="{version_id}"\n'
+            f"VERSION_CODENAME={codename}\n"
+        ),
+    }
+    if distribution == "debian":
+        # Ansible reads Debian's point release from /etc/debian_version, not from os-release.
+        fake["etc/debian_version"] = f"{version_id}.9\n"
+    with _replaced_files(node.root, fake):
         inventory = inventory_for(
             cluster, tmp_path_factory.mktemp("unsupported") / "inventory.yml", [node.name]
         )
         run = run_playbook("site.yml", inventory)
-    finally:
-        os_release.unlink()
-        if original is not None:
-            os_release.symlink_to(original)
-        else:
-            os_release.write_text(saved)
     assert run.returncode != 0, run.describe()
     assert run.recap[node.name]["failed"] == 1, run.describe()
     assert run.recap[node.name]["changed"] == 0, run.describe()
