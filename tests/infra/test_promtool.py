@@ -42,7 +42,7 @@ def test_rules_pass_promtool_check() -> None:
 
 def test_committed_unit_tests_match_the_cases() -> None:
     assert TEST_FILE.read_text() == promtool_cases.render(), (
-        f"regenerate: python -m tests.infra.promtool_cases > {TEST_FILE.relative_to(Path.cwd())}"
+        f"regenerate: python -m tests.infra.promtool_cases > tests/infra/promtool/{TEST_FILE.name}"
     )
 
 
