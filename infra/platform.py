@@ -31,6 +31,8 @@ DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/default-counters.csv"  # where the char
 GRAFANA_ADMIN_SECRET = "grafana-admin"  # noqa: S105  a Secret's name
 DASHBOARD_LABEL = "grafana_dashboard"
 CUSTOM_METRIC_GPU_UTILIZATION = "gpu_utilization"
+# kube-prometheus-stack's CRDs and images take longer than helm's default 5 minutes.
+RELEASE_TIMEOUT_SECONDS = 900
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def _release(
             values=values,
             atomic=True,
             cleanup_on_fail=True,
+            timeout=RELEASE_TIMEOUT_SECONDS,
         ),
         opts,
     )
