@@ -54,7 +54,7 @@ class KubeadmClusterArgs:
     """Where the hosts are and how to reach them."""
 
     cluster_name: str
-    inventory: str  # an Ansible inventory file
+    inventory: str  # an Ansible inventory: a file, or a folder with group_vars/host_vars
     extra_vars: dict[str, Any] = field(default_factory=dict)
     playbook_dir: Path = PLAYBOOK_DIR
     playbooks: tuple[str, ...] = DEFAULT_PLAYBOOKS
@@ -88,7 +88,7 @@ class KubeadmCluster(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpu-cluster:index:KubeadmCluster", name, None, opts)
         inventory = Path(args.inventory).resolve()
-        if not inventory.is_file():
+        if not inventory.exists():
             raise ValueError(f"Ansible inventory not found: {inventory}")
         playbooks = [args.playbook_dir / playbook for playbook in args.playbooks]
         extra_vars = json.dumps(args.all_extra_vars(), sort_keys=True)
@@ -111,7 +111,7 @@ class KubeadmCluster(pulumi.ComponentResource):
 
         triggers = [
             tree_digest(args.playbook_dir) if args.playbook_dir.is_dir() else "no-playbooks",
-            file_digest(inventory),
+            tree_digest(inventory) if inventory.is_dir() else file_digest(inventory),
             hashlib.sha256(extra_vars.encode()).hexdigest(),
         ]
         self.provision = command.local.Command(

@@ -84,12 +84,8 @@ def test_secrets_are_pulumi_secrets_in_the_command_environment() -> None:
     env = command.inputs["environment"]
     assert env[ansible_run.ENV_BECOME_PASSWORD] == "sudo-Pa55"
     assert env[ansible_run.ENV_KEY_PASSPHRASE] == "key-Pa55"
-    assert command.secret_paths & {
-        "environment",
+    assert command.secret_paths == {
         f"environment.{ansible_run.ENV_BECOME_PASSWORD}",
-    }
-    assert command.secret_paths & {
-        "environment",
         f"environment.{ansible_run.ENV_KEY_PASSPHRASE}",
     }
     assert "sudo-Pa55" not in command.inputs["create"]
@@ -100,6 +96,7 @@ def test_no_secret_variables_without_secret_config(kubeadm_run: ProgramRun) -> N
     env = environment(kubeadm_run)
     assert ansible_run.ENV_BECOME_PASSWORD not in env
     assert ansible_run.ENV_KEY_PASSPHRASE not in env
+    assert playbook_command(kubeadm_run).secret_paths == set()
 
 
 def test_triggers_change_with_inventory_variables_and_playbooks(tmp_path: Path) -> None:
@@ -145,3 +142,14 @@ def test_kubeconfig_dest_can_be_chosen(tmp_path: Path) -> None:
         cluster_name="lab", inventory="x", kubeconfig_dest=str(tmp_path / "kc")
     )
     assert args.all_extra_vars()["kubeadm_control_plane_kubeconfig_dest"] == str(tmp_path / "kc")
+
+
+def test_inventory_folder_is_hashed_whole(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.ini").write_text("[gpu_nodes]\ngpu-1\n")
+    (inventory / "group_vars" / "all.yml").write_text("ansible_user: ubuntu\n")
+    before = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
+    (inventory / "group_vars" / "all.yml").write_text("ansible_user: admin\n")
+    after = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
+    assert before.inputs["triggers"][1] != after.inputs["triggers"][1]
