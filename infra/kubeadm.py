@@ -19,8 +19,10 @@ from typing import Any
 
 import pulumi
 import pulumi_command as command
+import pulumi_kubernetes as k8s
 
 from infra import ansible_run
+from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOK_DIR = REPO_ROOT / "playbooks"
@@ -137,3 +139,20 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.cluster_name = pulumi.Output.from_input(args.cluster_name)
         self.kubeconfig = pulumi.Output.secret(kubeconfig_read.stdout)
         self.register_outputs({"cluster_name": self.cluster_name, "kubeconfig": self.kubeconfig})
+
+
+def label_gpu_nodes(node_names: list[str], provider: k8s.Provider) -> list[k8s.core.v1.NodePatch]:
+    """Give these nodes the GPU label, for playbooks that do not set it themselves.
+
+    A server-side-apply patch of one label: the rest of each Node stays the kubelet's.
+    """
+    return [
+        k8s.core.v1.NodePatch(
+            f"gpu-node-label-{node}",
+            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                name=node, labels={GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
+            ),
+            opts=pulumi.ResourceOptions(provider=provider),
+        )
+        for node in node_names
+    ]

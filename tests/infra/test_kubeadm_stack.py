@@ -48,7 +48,7 @@ def test_extra_vars_name_the_cluster_and_the_kubeconfig_destination(
     extra_vars = json.loads(environment(kubeadm_run)[ansible_run.ENV_EXTRA_VARS])
     dest = str(REPO_ROOT / "playbooks" / "artifacts" / "gpu-lab" / "admin.conf")
     assert extra_vars == {
-        "kubeadm_pod_network_cidr": "10.244.0.0/16",
+        "kubeadm_control_plane_pod_subnet": "10.244.0.0/16",
         "kubeadm_cluster_name": "gpu-lab",
         "kubeadm_control_plane_kubeconfig_dest": dest,
     }
@@ -153,3 +153,11 @@ def test_inventory_folder_is_hashed_whole(tmp_path: Path) -> None:
     (inventory / "group_vars" / "all.yml").write_text("ansible_user: admin\n")
     after = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
     assert before.inputs["triggers"][1] != after.inputs["triggers"][1]
+
+
+def test_listed_gpu_nodes_get_the_gpu_label(kubeadm_run: ProgramRun) -> None:
+    patches = kubeadm_run.of_type("kubernetes:core/v1:NodePatch")
+    assert {p.inputs["metadata"]["name"] for p in patches} == {"gpu-1", "gpu-2"}
+    for patch in patches:
+        assert patch.inputs["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
+        assert set(patch.inputs) == {"apiVersion", "kind", "metadata"}

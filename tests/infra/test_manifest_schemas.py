@@ -104,6 +104,7 @@ def test_all_kinds_are_covered(manifests: list[tuple[str, dict[str, Any]]]) -> N
         "Service",
         "ServiceMonitor",
         "NetworkPolicy",
+        "Node",  # kubeadm's GPU label patches
     }
 
 
