@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.infra.conftest import EKS_STACK
+from tests.infra.conftest import EKS_STACK, REPO_ROOT
 from tests.infra.pulumi_harness import ProgramRun, run_stack
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
@@ -140,3 +140,10 @@ def test_metrics_port_reachable_from_monitoring_namespace_only(eks_run: ProgramR
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]
     assert rule["ports"] == [{"port": 9401, "protocol": "TCP"}]
+
+
+def test_every_variable_set_is_one_the_daemon_reads(eks_run: ProgramRun) -> None:
+    """Cross-check with profiler_app: a misspelt variable would silently be ignored."""
+    source = "\n".join(path.read_text() for path in (REPO_ROOT / "profiler_app").rglob("*.py"))
+    for name in env_of(eks_run):
+        assert f'"{name}"' in source, f"profiler_app never reads {name}"
