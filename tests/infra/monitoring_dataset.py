@@ -88,7 +88,7 @@ def build(end: float | None = None) -> str:
         util = _utilisation(gpu, times)
         fb_used = 40000.0 if gpu.pod else 0.0
         faulty = key == FAULTY
-        fields = {
+        fields: dict[str, np.ndarray | float] = {
             "DCGM_FI_DEV_GPU_UTIL": util,
             "DCGM_FI_DEV_MEM_COPY_UTIL": util / 2,
             "DCGM_FI_DEV_FB_USED": fb_used,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pulumi
 import yaml
-from google.protobuf import json_format
+from google.protobuf import json_format  # type: ignore[import-untyped]
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import resource_pb2
@@ -106,11 +106,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["result"] = FAKE_PASSWORD
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         self.calls.append(args.token)
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            return {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
-        return {}
+            zones = {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
+            return zones, []
+        return {}, []
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -125,7 +128,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.recording_mocks = mocks
 
     def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         if request.type != "pulumi:pulumi:Stack":
             wire = json_format.MessageToDict(request.object)
             inputs = self.resources[response.urn].state
@@ -145,7 +148,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return type("SupportsFeatureResponse", (object,), {"hasSupport": supported})
 
     def GetDeploymentInfo(self, request: Any) -> Any:
-        info = super().GetDeploymentInfo(request)
+        info = super().GetDeploymentInfo(request)  # type: ignore[no-untyped-call]
         features = [
             f
             for f in info.supportedFeatures
@@ -189,7 +192,7 @@ class ProgramRun:
 
 
 def run_program(
-    program: Callable[[], None],
+    program: Callable[[], object],
     project: str = "project",
     config: dict[str, str] | None = None,
     secret_keys: list[str] | None = None,
@@ -210,7 +213,7 @@ def run_program(
             output = pulumi.Output.from_input(value)
             outputs[key] = (await output.future(), await output.is_secret())
 
-    @pulumi.runtime.test
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def run() -> Any:
         program()
         return asyncio.ensure_future(read_outputs())

@@ -62,7 +62,7 @@ def adapter_query(rule: dict[str, Any]) -> str:
     assert series is not None
     namespaced = "overrides" in rule.get("resources", {})
     matchers = 'namespace="ml",pod=~"trainer-0|notebook-0"' if namespaced else ""
-    return (
+    return str(
         rule["metricsQuery"]
         .replace("<<.Series>>", series.group(0))
         .replace("<<.LabelMatchers>>", matchers)
