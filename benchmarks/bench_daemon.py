@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.apiserver import pod_manifest, running_apiserver  # noqa: E402
+from tests.support.apiserver import RecordedRequest, pod_manifest, running_apiserver  # noqa: E402
 from tests.support.dcgm import standard_dataset  # noqa: E402
 from tests.support.prometheus import PrometheusServer, free_port  # noqa: E402
 
@@ -48,13 +48,26 @@ def cycle_count(metrics_url: str) -> int:
     return 0
 
 
+def changed_annotation_keys(recorded: list[RecordedRequest]) -> dict[str, int]:
+    """How often each annotation (by key suffix, e.g. gpu-0-fb-used-max-mib) was patched."""
+    counts: dict[str, int] = {}
+    for request in recorded:
+        if request.method != "PATCH":
+            continue
+        for key in request.json().get("metadata", {}).get("annotations", {}):
+            suffix = key.rpartition("/")[2]
+            counts[suffix] = counts.get(suffix, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("--interval", type=float, default=30.0, help="seconds (default 30)")
     options = parser.parse_args()
 
-    dataset = standard_dataset()
+    # Data runs on past the end of the measurement, as a live dcgm-exporter's would.
+    dataset = standard_dataset(end=time.time() + options.duration + 300)
     workdir = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
     with PrometheusServer(dataset.openmetrics) as prometheus, running_apiserver() as apiserver:
         apiserver.add_node(NODE)
@@ -111,6 +124,7 @@ def main() -> None:
         busy=(cpu.user + cpu.system) - (first_cpu.user + first_cpu.system),
         prometheus_requests=prometheus_requests,
         kube_requests=[(r.method, "watch" in r.query) for r in all_kube],
+        changed_keys=changed_annotation_keys(all_kube),
         kube_writes=kube_writes,
         stop=(status, stop_seconds),
     )
@@ -127,6 +141,7 @@ def report(
     prometheus_requests: int,
     kube_requests: list[tuple[str, bool]],
     kube_writes: int,
+    changed_keys: dict[str, int],
     stop: tuple[int, float],
 ) -> None:
     watch_requests = sum(1 for method, watch in kube_requests if method == "GET" and watch)
@@ -142,6 +157,7 @@ def report(
         f"Kubernetes requests per cycle, excluding pod watches: {other_kube / max(cycles, 1):.2f}"
     )
     print(f"Kubernetes PATCH requests after the first cycle: {kube_writes}")
+    print(f"annotations those PATCHes changed (key suffix: count): {changed_keys}")
     print(f"pod watch (re)connections: {watch_requests} (one per watch timeout, 30 s)")
     print(f"SIGTERM: exit {stop[0]} after {stop[1]:.2f}s")
 
