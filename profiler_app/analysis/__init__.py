@@ -24,11 +24,15 @@ reasoning and the measured accuracy):
    ``HARMONIC_RATIO`` of the highest such peak (so the fundamental wins over its
    multiples). The next iteration must confirm it: the autocorrelation within 10 % of twice
    the period reaches ``MIN_CONFIRMATION``. A parabola through the peak and its neighbours
-   refines the period to a fraction of a sample. Finally (``recurrence``), a periodic row
-   that is idle at least ``MIN_BURSTY_IDLE_FRACTION`` of the time must be busy in every
-   iteration: at most ``MAX_IDLE_ITERATION_FRACTION`` (15 %) of the windows one period long
-   may lack a busy sample (half the row's p95), which leaves room for an evaluation pause
-   but not for a few bursts that happen to be spaced alike.
+   refines the period to a fraction of a sample. A period between two whole samples (12.5)
+   repeats exactly only at a multiple (25), whose peak can read higher than the sampled
+   peak at 12 or 13: rows with a local peak near a half to a fifth of their period are
+   searched again on a 4x finer, band-limited lag grid of the lightly smoothed signal, where
+   the fundamental wins if it reaches ``FINE_HARMONIC_RATIO`` of the best. Finally
+   (``recurrence``), a periodic row that is idle at least ``MIN_BURSTY_IDLE_FRACTION`` of
+   the time must be busy in every iteration: at most ``MAX_IDLE_ITERATION_FRACTION`` (15 %)
+   of the windows one period long may lack a busy sample (half the row's p95), which leaves
+   room for an evaluation pause but not for a few bursts that happen to be spaced alike.
 3. **bursty** (``classify``): not periodic, and idle for at least
    ``MIN_BURSTY_IDLE_FRACTION`` (30 %) of the samples: sporadic bursts separated by idle
    stretches.

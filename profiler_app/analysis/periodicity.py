@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_app.analysis.gaps import fill_gaps
-from profiler_app.analysis.stats import FloatArray, IntArray
+from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray
 from profiler_app.model import FloatMatrix
 
 MIN_PERIOD_SAMPLES = 4  # shorter "periods" are indistinguishable from noise
@@ -17,7 +17,17 @@ MIN_PROMINENCE = 0.3  # rise of that peak above the lowest autocorrelation befor
 HARMONIC_RATIO = 0.85  # the first peak this close to the highest one is the fundamental
 MIN_CONFIRMATION = 0.2  # autocorrelation near twice the period (the next iteration)
 CONFIRMATION_TOLERANCE = 0.1  # relative search width around twice the period
+# A local peak this high relative to the chosen one, near a half, third, fourth or fifth of its
+# lag, may be the true period between two samples: search again on a lag grid this many times
+# finer.
+FRACTIONAL_PEAK_RATIO = 0.3
+FINE_RESOLUTION = 4
+# On the finer grid the signal is smoothed first (a [1, 2, 1] / 4 moving average), so the
+# two halves of a sampled 12.5-sample iteration, which differ only at their sharp edges, look
+# alike; halves that really differ (a forward and a lighter backward pass) still do not.
+FINE_HARMONIC_RATIO = 0.8
 ROWS_PER_CHUNK = 1024  # bounds the FFT's working memory
+FLAT_ENERGY = 1e-12  # mean squared deviation (percent squared) below which a row is constant
 
 
 @dataclass(frozen=True)
@@ -57,35 +67,55 @@ def detrended(matrix: FloatMatrix) -> FloatMatrix:
     trend = slope[:, None] * time
     trend += work.mean(axis=1, keepdims=True)
     work -= trend
+    # A constant row leaves only rounding error: make it exactly flat (no autocorrelation).
+    work[np.einsum("ij,ij->i", work, work) <= FLAT_ENERGY * columns] = 0.0
     return work
 
 
-def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
-    """Normalised autocorrelation of each row for lags 0..max_lag (rows must have no NaN).
-
-    The biased estimate (every lag divided by the full length): a lag covered by fewer pairs
-    of samples gets proportionally less weight, so a coincidence between two bursts far apart
-    cannot pass for a period. Computed as the inverse FFT of the power spectrum, zero-padded
-    to at least ``columns + max_lag`` so lags up to ``max_lag`` do not wrap around. Rows with
-    zero variance get 0 everywhere.
-    """
-    columns = matrix.shape[1]
-    size = _fast_length(columns + max_lag)
+def _power_spectrum(matrix: FloatMatrix, max_lag: int) -> tuple[FloatMatrix, int]:
+    """Power spectrum of each row, zero-padded to at least ``columns + max_lag`` so that the
+    autocorrelation up to ``max_lag`` does not wrap around; and that padded length."""
+    size = _fast_length(matrix.shape[1] + max_lag)
     spectrum = np.fft.rfft(matrix, size, axis=1)
-    power = np.square(spectrum.real)
+    power: FloatMatrix = np.square(spectrum.real)
     power += np.square(spectrum.imag)
-    covariance = np.fft.irfft(power, size, axis=1)[:, : max_lag + 1]
+    return power, size
+
+
+def _autocorrelation(power: FloatMatrix, size: int, max_index: int) -> FloatMatrix:
+    """Normalised autocorrelation at indexes 0..max_index of the inverse FFT of ``power``.
+
+    With ``size`` the padded length the indexes are lags in samples; with a multiple of it
+    the spectrum is zero-padded further, which interpolates the autocorrelation between
+    samples (band-limited) so a period between two whole samples shows its full peak.
+    It is the biased estimate (every lag divided by the full length): a lag covered by fewer
+    pairs of samples gets proportionally less weight, so a coincidence between two bursts
+    far apart cannot pass for a period. Rows with zero variance get 0 everywhere.
+    """
+    covariance = np.fft.irfft(power, size, axis=1)[:, : max_index + 1]
     variance = covariance[:, 0]
-    scale = np.where(variance > 1e-9 * columns, 1.0 / np.maximum(variance, 1e-300), 0.0)
+    scale = np.zeros_like(variance)
+    np.divide(1.0, variance, out=scale, where=variance > 0)
     normalised: FloatMatrix = covariance * scale[:, None]
     return normalised
 
 
-def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatArray]:
-    """Lag of the fundamental peak per row (0 when none) and its height."""
+def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
+    """Normalised (biased) autocorrelation of each gap-free row for lags 0..max_lag."""
+    power, size = _power_spectrum(matrix, max_lag)
+    return _autocorrelation(power, size, max_lag)
+
+
+def _first_fundamental(
+    acf: FloatMatrix, columns: int, resolution: int, harmonic_ratio: float
+) -> tuple[IntArray, FloatArray]:
+    """Index of the fundamental peak per row (0 when none) and its height.
+
+    ``acf`` is sampled ``resolution`` times per sample of lag.
+    """
     rows = acf.shape[0]
-    longest = int(columns * MAX_PERIOD_FRACTION)
-    if longest < MIN_PERIOD_SAMPLES or acf.shape[1] < longest + 2:
+    longest = int(columns * MAX_PERIOD_FRACTION * resolution)
+    if longest < MIN_PERIOD_SAMPLES * resolution or acf.shape[1] < longest + 2:
         return np.zeros(rows, dtype=np.intp), np.zeros(rows)
     lags = np.arange(1, longest + 1)
     here = acf[:, 1 : longest + 1]
@@ -93,13 +123,13 @@ def _first_fundamental(acf: FloatMatrix, columns: int) -> tuple[IntArray, FloatA
     trough = np.minimum.accumulate(acf[:, : longest + 1], axis=1)[:, 1:]
     candidate = (
         is_peak
-        & (lags >= MIN_PERIOD_SAMPLES)
+        & (lags >= MIN_PERIOD_SAMPLES * resolution)
         & (here >= MIN_PEAK)
         & (here - trough >= MIN_PROMINENCE)
     )
     heights = np.where(candidate, here, -np.inf)
     best = heights.max(axis=1)
-    fundamental = candidate & (here >= HARMONIC_RATIO * best[:, None])
+    fundamental = candidate & (here >= harmonic_ratio * best[:, None])
     found = fundamental.any(axis=1)
     lag = np.where(found, lags[np.argmax(fundamental, axis=1)], 0)
     height = np.where(found, np.take_along_axis(acf, lag[:, None], axis=1)[:, 0], 0.0)
@@ -133,17 +163,64 @@ def _confirmation(acf: FloatMatrix, period: FloatArray) -> FloatArray:
     return highest
 
 
+def _search(
+    acf: FloatMatrix, columns: int, resolution: int = 1, harmonic_ratio: float = HARMONIC_RATIO
+) -> Periodicity:
+    """Periods (in samples) found in autocorrelations sampled ``resolution`` times per lag."""
+    lag, peak = _first_fundamental(acf, columns, resolution, harmonic_ratio)
+    position = _refine(acf, lag)
+    confirmation = np.where(lag > 0, _confirmation(acf, position), -np.inf)
+    periodic = (lag > 0) & (confirmation >= MIN_CONFIRMATION)
+    return Periodicity(np.where(periodic, position / resolution, np.nan), peak, confirmation)
+
+
+def _fractional_harmonic(acf: FloatMatrix, period: FloatArray) -> BoolArray:
+    """Rows with a local autocorrelation peak near a half or a third of their period.
+
+    When the true period falls between two samples (12.5), the samples at lags 12 and 13
+    straddle its peak and read lower than at 25, where the sampled pattern repeats exactly:
+    the search can then pick the double. Such rows are searched again on a finer lag grid.
+    """
+    last = acf.shape[1] - 1
+    whole = np.nan_to_num(period, nan=0.0)
+    best = np.take_along_axis(acf, np.clip(np.round(whole), 0, last).astype(np.intp)[:, None], 1)
+    suspect = np.zeros(period.shape, dtype=bool)
+    for divisor in (2, 3, 4, 5):
+        near = np.floor(whole / divisor).astype(np.intp)[:, None] + np.arange(0, 2)
+        at = np.clip(near, 1, last - 1)
+        here = np.take_along_axis(acf, at, axis=1)
+        peak = (here > np.take_along_axis(acf, at - 1, axis=1)) & (
+            here >= np.take_along_axis(acf, at + 1, axis=1)
+        )
+        strong = here >= FRACTIONAL_PEAK_RATIO * best
+        usable = near >= MIN_PERIOD_SAMPLES - 1
+        suspect |= (peak & strong & usable).any(axis=1)
+    return suspect & np.isfinite(period)
+
+
 def _chunk_periodicity(chunk: FloatMatrix) -> Periodicity:
     columns = chunk.shape[1]
     longest = int(columns * MAX_PERIOD_FRACTION)
     # Lags needed: the peak search (up to ``longest`` + 1) and the confirmation near 2x.
     max_lag = min(columns - 1, int(2 * (longest + 1) * (1 + CONFIRMATION_TOLERANCE)) + 2)
-    acf = autocorrelation(detrended(chunk), max_lag)
-    lag, peak = _first_fundamental(acf, columns)
-    period = _refine(acf, lag)
-    confirmation = np.where(lag > 0, _confirmation(acf, period), -np.inf)
-    periodic = (lag > 0) & (confirmation >= MIN_CONFIRMATION)
-    return Periodicity(np.where(periodic, period, np.nan), peak, confirmation)
+    power, size = _power_spectrum(detrended(chunk), max_lag)
+    acf = _autocorrelation(power, size, max_lag)
+    found = _search(acf, columns)
+    again = _fractional_harmonic(acf, found.period)
+    if not again.any():
+        return found
+    smoothing = np.cos(np.pi * np.arange(power.shape[1]) / size) ** 4
+    fine_acf = _autocorrelation(
+        power[again] * smoothing, FINE_RESOLUTION * size, FINE_RESOLUTION * max_lag
+    )
+    fine = _search(fine_acf, columns, FINE_RESOLUTION, FINE_HARMONIC_RATIO)
+    better = np.flatnonzero(again)[np.isfinite(fine.period)]
+    kept = np.isfinite(fine.period)
+    period, peak, confirmation = found.period.copy(), found.peak.copy(), found.confirmation.copy()
+    period[better] = fine.period[kept]
+    peak[better] = fine.peak[kept]
+    confirmation[better] = fine.confirmation[kept]
+    return Periodicity(period, peak, confirmation)
 
 
 def find_periods(matrix: FloatMatrix) -> Periodicity:

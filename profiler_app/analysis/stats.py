@@ -11,6 +11,7 @@ from profiler_app.model import FieldStats, FloatMatrix
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
+BoolArray = npt.NDArray[np.bool_]
 
 # A reading below this percentage counts as idle: a few percent is noise (a monitoring
 # query, a context kept alive), not a workload.

@@ -15,7 +15,7 @@ Non-periodic shapes: ``steady_serving`` and ``random_walk`` (inference), ``spora
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -34,9 +34,21 @@ def _finish(clean: Signal, noise: float, rng: np.random.Generator) -> Signal:
     return np.clip(noisy, 0.0, 100.0)
 
 
-def _cycle_phase(n: int, period: float, rng: np.random.Generator) -> Signal:
-    """Position within the iteration, in [0, 1), starting at a random point of the cycle."""
-    return (np.arange(n) / period + rng.uniform(0.0, 1.0)) % 1.0
+# Sub-samples per sample: like dcgm-exporter's utilisation (the share of the sampling interval
+# a kernel ran), each sample averages the shape over its interval instead of picking one point.
+_SUBSAMPLES = 8
+
+
+def _sampled(
+    n: int, period: float, rng: np.random.Generator, shape: Callable[[Signal], Signal]
+) -> Signal:
+    """``shape`` (of the position within the iteration, in [0, 1)) averaged over each sample
+    interval, starting at a random point of the cycle."""
+    offsets = (np.arange(_SUBSAMPLES) + 0.5) / _SUBSAMPLES
+    time = np.arange(n)[:, None] + offsets
+    phase = (time / period + rng.uniform(0.0, 1.0)) % 1.0
+    averaged: Signal = shape(phase).mean(axis=1)
+    return averaged
 
 
 def square(
@@ -50,8 +62,8 @@ def square(
     noise: float = 2.0,
 ) -> Signal:
     """Busy (``high``) for ``duty`` of each iteration, then ``low``."""
-    phase = _cycle_phase(n, period, rng)
-    return _finish(np.where(phase < duty, high, low), noise, rng)
+    clean = _sampled(n, period, rng, lambda phase: np.where(phase < duty, high, low))
+    return _finish(clean, noise, rng)
 
 
 def sawtooth(
@@ -64,8 +76,8 @@ def sawtooth(
     noise: float = 2.0,
 ) -> Signal:
     """Load ramps from ``low`` to ``high`` over each iteration, then drops."""
-    phase = _cycle_phase(n, period, rng)
-    return _finish(low + (high - low) * phase, noise, rng)
+    clean = _sampled(n, period, rng, lambda phase: low + (high - low) * phase)
+    return _finish(clean, noise, rng)
 
 
 def sine(
@@ -78,9 +90,9 @@ def sine(
     noise: float = 2.0,
 ) -> Signal:
     """Smooth oscillation between ``low`` and ``high``."""
-    phase = _cycle_phase(n, period, rng)
     middle, amplitude = (high + low) / 2, (high - low) / 2
-    return _finish(middle + amplitude * np.sin(2 * np.pi * phase), noise, rng)
+    clean = _sampled(n, period, rng, lambda phase: middle + amplitude * np.sin(2 * np.pi * phase))
+    return _finish(clean, noise, rng)
 
 
 def spikes(
@@ -94,8 +106,8 @@ def spikes(
     noise: float = 1.5,
 ) -> Signal:
     """A short busy burst of ``width`` samples per iteration, near idle in between."""
-    phase = _cycle_phase(n, period, rng)
-    return _finish(np.where(phase < width / period, high, low), noise, rng)
+    clean = _sampled(n, period, rng, lambda phase: np.where(phase < width / period, high, low))
+    return _finish(clean, noise, rng)
 
 
 def with_jitter(values: Signal, period: float, jitter: float, rng: np.random.Generator) -> Signal:
@@ -219,13 +231,13 @@ class LabelledSignal(NamedTuple):
 
 # (name, window seconds, step seconds, periods in samples used for training cases)
 WINDOWS: tuple[tuple[str, float, float, tuple[float, ...]], ...] = (
-    ("2m@1s", 120, 1, (6, 17, 36)),
+    ("2m@1s", 120, 1, (6, 17.5, 36)),
     ("2m@10s", 120, 10, (4,)),
-    ("30m@1s", 1800, 1, (7, 45, 300, 540)),
-    ("30m@10s", 1800, 10, (6, 24, 54)),
-    ("30m@30s", 1800, 30, (4, 9, 18)),
-    ("1h@5s", 3600, 5, (12, 90, 216)),
-    ("6h@10s", 21600, 10, (9, 60, 330, 650)),
+    ("30m@1s", 1800, 1, (7.5, 45, 300, 540)),
+    ("30m@10s", 1800, 10, (6, 24.5, 54)),
+    ("30m@30s", 1800, 30, (4, 9.5, 18)),
+    ("1h@5s", 3600, 5, (12.5, 90, 216)),
+    ("6h@10s", 21600, 10, (9.4, 60, 330, 650.5)),
 )
 
 

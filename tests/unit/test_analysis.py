@@ -101,15 +101,42 @@ def test_fundamental_wins_over_its_half_when_an_iteration_has_two_phases() -> No
     assert result.period_seconds == pytest.approx(60.0, rel=0.05)
 
 
-@pytest.mark.parametrize("period", [9.3, 12.5, 27.7])
-def test_period_between_whole_samples_is_refined(period: float) -> None:
+SHAPES = {
+    "square": lambda n, period, rng: signals.square(n, period, rng, duty=rng.uniform(0.2, 0.8)),
+    "sawtooth": signals.sawtooth,
+    "sine": signals.sine,
+    "spikes": lambda n, period, rng: signals.spikes(n, period, rng, width=max(1, period / 8)),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("period", [4.5, 7.5, 9.4, 12.5, 27.7])
+def test_period_between_whole_samples_is_not_reported_doubled(shape: str, period: float) -> None:
+    """Sampled at whole seconds, a 12.5 s loop repeats exactly only every 25 samples; the
+    autocorrelation at 12 and 13 reads lower than at 25, but the period is still 12.5."""
     rng = np.random.default_rng(9)
-    values = signals.sine(1800, period, rng, noise=2.0)
+    values = SHAPES[shape](1800, period, rng)
 
     [result] = classify_matrix(values[None, :], 1.0)
 
     assert result.job_type == JobType.TRAINING
-    assert result.period_seconds == pytest.approx(period, rel=0.03)
+    assert result.period_seconds == pytest.approx(period, rel=0.05)
+
+
+def test_periods_drawn_at_random_are_found_for_every_shape() -> None:
+    rng = np.random.default_rng(10)
+    draws = [(shape, rng.uniform(4, 60)) for shape in SHAPES for _ in range(40)]
+    matrix = np.stack([SHAPES[shape](1800, period, rng) for shape, period in draws])
+
+    results = classify_matrix(matrix, 1.0)
+
+    wrong = [
+        (shape, round(period, 2), result.job_type, result.period_seconds)
+        for (shape, period), result in zip(draws, results, strict=True)
+        if result.job_type != JobType.TRAINING
+        or abs((result.period_seconds or 0) - period) > 0.1 * period
+    ]
+    assert wrong == []
 
 
 def test_training_with_half_its_samples_missing_is_still_training() -> None:
