@@ -37,24 +37,37 @@ SAMPLES = 1_800
 STEP_SECONDS = 1.0
 
 
-def cluster_matrix(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
-    """8,000 labelled rows: a mix of training loops, serving, bursts and idle GPUs."""
-    makers: list[tuple[str, Callable[[], np.ndarray]]] = [
-        ("training", lambda: signals.square(SAMPLES, rng.uniform(5, 120), rng)),
-        ("training", lambda: signals.sawtooth(SAMPLES, rng.uniform(5, 120), rng)),
-        ("training", lambda: signals.spikes(SAMPLES, rng.uniform(8, 60), rng, width=3)),
-        ("inference", lambda: signals.steady_serving(SAMPLES, rng)),
-        ("inference", lambda: signals.random_walk(SAMPLES, rng)),
-        ("bursty", lambda: signals.sporadic_bursts(SAMPLES, rng, longest=60)),
-        ("idle", lambda: signals.near_zero_noise(SAMPLES, rng)),
+def cluster_matrix(rng: np.random.Generator) -> tuple[np.ndarray, list[tuple[str, float | None]]]:
+    """8,000 rows labelled (job type, period in samples): training loops with periods drawn
+    at random, serving, random walks, bursts and idle GPUs; every tenth row has gaps."""
+    shapes: list[tuple[str, Callable[[float], np.ndarray] | None]] = [
+        ("training", lambda period: signals.square(SAMPLES, period, rng)),
+        ("training", lambda period: signals.sawtooth(SAMPLES, period, rng)),
+        ("training", lambda period: signals.spikes(SAMPLES, period, rng, width=period / 8)),
+        ("inference", None),
+        ("inference", None),
+        ("bursty", None),
+        ("idle", None),
     ]
-    labels, rows = [], []
+    others = [
+        lambda: signals.steady_serving(SAMPLES, rng),
+        lambda: signals.random_walk(SAMPLES, rng),
+        lambda: signals.sporadic_bursts(SAMPLES, rng, longest=60),
+        lambda: signals.near_zero_noise(SAMPLES, rng),
+    ]
+    labels: list[tuple[str, float | None]] = []
+    rows = []
     for index in range(GPUS):
-        label, make = makers[index % len(makers)]
-        values = make()
+        label, periodic = shapes[index % len(shapes)]
+        if periodic is not None:
+            period = float(rng.uniform(5, 120))
+            values = periodic(period)
+            labels.append((label, period))
+        else:
+            values = others[index % len(shapes) - 3]()
+            labels.append((label, None))
         if index % 10 == 0:
             values = signals.with_gaps(values, 0.02, rng)
-        labels.append(label)
         rows.append(values)
     return np.stack(rows), labels
 
@@ -151,8 +164,16 @@ def main() -> None:
         f"(the input matrix alone: {matrix.nbytes / 2**20:.0f} MiB)"
     )
     results = classify_matrix(matrix, STEP_SECONDS)
-    matrix_right = np.mean([r.job_type == label for r, label in zip(results, labels, strict=True)])
-    print(f"engine job type right on the benchmark matrix: {matrix_right:.1%}")
+    type_right = [r.job_type == label for r, (label, _) in zip(results, labels, strict=True)]
+    period_right = [
+        r.job_type == label
+        and (period is None or abs((r.period_seconds or 0) - period) <= 0.1 * period)
+        for r, (label, period) in zip(results, labels, strict=True)
+    ]
+    print(
+        f"engine on the benchmark matrix: {np.mean(type_right):.1%} job type, "
+        f"{np.mean(period_right):.1%} job type + period"
+    )
 
     sample = matrix[:: GPUS // args.baseline_series][: args.baseline_series]
     started = time.process_time()
