@@ -26,7 +26,7 @@ FINE_RESOLUTION = 4
 # two halves of a sampled 12.5-sample iteration, which differ only at their sharp edges, look
 # alike; halves that really differ (a forward and a lighter backward pass) still do not.
 FINE_HARMONIC_RATIO = 0.8
-ROWS_PER_CHUNK = 1024  # bounds the FFT's working memory
+SAMPLES_PER_CHUNK = 2_000_000  # rows x columns per FFT batch: bounds its working memory
 FLAT_ENERGY = 1e-12  # mean squared deviation (percent squared) below which a row is constant
 
 
@@ -231,15 +231,17 @@ def find_periods(matrix: FloatMatrix) -> Periodicity:
     A row is periodic when its autocorrelation has a clear peak between ``MIN_PERIOD_SAMPLES``
     and a third of the window (high enough, prominent over the dip before it), the earliest
     such peak nearly as high as the best one is taken as the fundamental (not a multiple), and
-    the next iteration confirms it with a peak near twice that lag.
+    the next iteration confirms it with a peak near twice that lag. Rows whose period may lie
+    between two whole samples are searched again on a finer lag grid.
     """
     rows, columns = matrix.shape
     if rows == 0 or columns < 3 * MIN_PERIOD_SAMPLES:
         empty = np.full(rows, np.nan)
         return Periodicity(empty, np.zeros(rows), np.zeros(rows))
+    rows_per_chunk = max(1, SAMPLES_PER_CHUNK // columns)
     parts = [
-        _chunk_periodicity(matrix[start : start + ROWS_PER_CHUNK])
-        for start in range(0, rows, ROWS_PER_CHUNK)
+        _chunk_periodicity(matrix[start : start + rows_per_chunk])
+        for start in range(0, rows, rows_per_chunk)
     ]
     return Periodicity(
         np.concatenate([part.period for part in parts]),

@@ -13,6 +13,7 @@ from profiler_app.analysis import (
     classify_matrix,
     field_stats,
 )
+from profiler_app.analysis import periodicity
 from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.recurrence import idle_window_fraction
 from profiler_app.model import FieldStats
@@ -190,3 +191,19 @@ def test_idle_window_fraction_counts_windows_without_a_busy_sample() -> None:
 
     # 17 windows of 4 samples fit in 20; the second row's windows starting at 5..16 are idle.
     np.testing.assert_allclose(fractions, [0.0, 12 / 17])
+
+
+def test_results_do_not_depend_on_how_rows_are_batched(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [case for case in signals.labelled_corpus() if case.values.size == 1800]
+    matrix = np.stack([case.values for case in cases])
+    whole = classify_matrix(matrix, 1.0)
+
+    monkeypatch.setattr(periodicity, "SAMPLES_PER_CHUNK", 3 * 1800)  # three rows per batch
+    batched = classify_matrix(matrix, 1.0)
+
+    assert [r.job_type for r in batched] == [r.job_type for r in whole]
+    np.testing.assert_allclose(
+        [r.period_seconds or np.nan for r in batched],
+        [r.period_seconds or np.nan for r in whole],
+        rtol=1e-9,
+    )
