@@ -12,8 +12,8 @@ from profiler_app.analysis import (
     JobType,
     classify_matrix,
     field_stats,
+    periodicity,
 )
-from profiler_app.analysis import periodicity
 from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.recurrence import idle_window_fraction
 from profiler_app.model import FieldStats
