@@ -20,12 +20,12 @@ class HelmChart:
 NVIDIA_DEVICE_PLUGIN = HelmChart(
     name="nvidia-device-plugin",
     repo="https://nvidia.github.io/k8s-device-plugin",
-    version="0.17.1",
+    version="0.20.0",
 )
 KUBE_PROMETHEUS_STACK = HelmChart(
     name="kube-prometheus-stack",
     repo="https://prometheus-community.github.io/helm-charts",
-    version="72.9.0",
+    version="88.5.3",  # prometheus-operator v0.93.1, grafana chart 12.11.1
 )
 DCGM_EXPORTER = HelmChart(
     name="dcgm-exporter",
@@ -35,7 +35,7 @@ DCGM_EXPORTER = HelmChart(
 PROMETHEUS_ADAPTER = HelmChart(
     name="prometheus-adapter",
     repo="https://prometheus-community.github.io/helm-charts",
-    version="4.14.1",
+    version="5.3.0",
 )
 
 # dcgm-exporter's image for chart 4.8.2 (DCGM 4.5.3); the chart's own default, pinned explicitly.

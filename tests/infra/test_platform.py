@@ -22,10 +22,10 @@ GPU_SELECTOR = {"nvidia.com/gpu.present": "true"}
 @pytest.mark.parametrize(
     ("chart", "repo", "version"),
     [
-        ("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.17.1"),
-        ("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "72.9.0"),
+        ("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.20.0"),
+        ("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.5.3"),
         ("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
-        ("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "4.14.1"),
+        ("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "5.3.0"),
     ],
 )
 def test_official_charts_at_pinned_versions(
