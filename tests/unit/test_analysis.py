@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -101,7 +103,8 @@ def test_fundamental_wins_over_its_half_when_an_iteration_has_two_phases() -> No
     assert result.period_seconds == pytest.approx(60.0, rel=0.05)
 
 
-SHAPES = {
+Shape = Callable[[int, float, np.random.Generator], signals.Signal]
+SHAPES: dict[str, Shape] = {
     "square": lambda n, period, rng: signals.square(n, period, rng, duty=rng.uniform(0.2, 0.8)),
     "sawtooth": signals.sawtooth,
     "sine": signals.sine,

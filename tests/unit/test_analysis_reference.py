@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +14,7 @@ from tests.support import signals
 
 
 def _accuracy(
-    cases: list[signals.LabelledSignal], verdicts: list[tuple[str, float | None]]
+    cases: list[signals.LabelledSignal], verdicts: Sequence[tuple[str, float | None]]
 ) -> float:
     right = 0
     for case, (job_type, period) in zip(cases, verdicts, strict=True):
