@@ -1,8 +1,10 @@
 """Labelled GPU-utilisation signals for tests and benchmarks.
 
 Every generator returns a 1-D float array of percentages in [0, 100] and takes a seeded
-``np.random.Generator`` so data sets are reproducible. Periods and lengths are in samples;
-``labelled_corpus`` converts them to seconds with each window's step.
+``np.random.Generator`` so data sets are reproducible. Periods and lengths are in samples
+(any positive real number); ``labelled_corpus`` converts them to seconds with each window's
+step. Periodic shapes are averaged over each sample interval, as dcgm-exporter's utilisation
+is, rather than sampled at one instant. Shape parameters are keyword-only.
 
 Shapes of a training loop: ``square`` (compute/communication phases), ``sawtooth`` (ramping
 load), ``sine`` (smooth oscillation), ``spikes`` (a short busy burst per iteration).
