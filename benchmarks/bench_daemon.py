@@ -60,11 +60,53 @@ def changed_annotation_keys(recorded: list[RecordedRequest]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def measure_embedded(duration: float, interval: float) -> None:
+    """RSS and CPU of ``gpu-profiler run`` on its defaults (this machine has no GPU)."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPU_PROFILER_")}
+    environment.pop("KUBECONFIG", None)
+    environment["XDG_DATA_HOME"] = str(workdir)
+    command = [
+        sys.executable, "-m", "profiler_app", "run", "--interval", f"{interval}s",
+        "--metrics-port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+    with (workdir / "daemon.log").open("wb") as log:
+        daemon = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=log)
+        process = psutil.Process(daemon.pid)
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        while cycle_count(metrics_url) < 1:
+            time.sleep(0.5)
+        first_cpu, first_at = process.cpu_times(), time.monotonic()
+        peak_rss = process.memory_info().rss
+        while time.monotonic() - first_at < duration:
+            time.sleep(1.0)
+            peak_rss = max(peak_rss, process.memory_info().rss)
+        cpu, elapsed = process.cpu_times(), time.monotonic() - first_at
+        cycles = cycle_count(metrics_url)
+        daemon.send_signal(signal.SIGTERM)
+        status = daemon.wait(timeout=30)
+    busy = (cpu.user + cpu.system) - (first_cpu.user + first_cpu.system)
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}")
+    print(f"embedded default, interval {interval:g}s, sampling every 1s, {elapsed:.0f}s measured")
+    print(f"cycles: {cycles}, peak RSS: {peak_rss / 2**20:.1f} MiB")
+    print(f"CPU: {busy:.2f}s over {elapsed:.0f}s = {100 * busy / elapsed:.2f}% of one core")
+    print(f"SIGTERM: exit {status}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("--interval", type=float, default=30.0, help="seconds (default 30)")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="measure the embedded default instead (local sampling, SQLite, no Kubernetes)",
+    )
     options = parser.parse_args()
+    if options.embedded:
+        measure_embedded(options.duration, options.interval)
+        return
 
     # Data runs on past the end of the measurement, as a live dcgm-exporter's would.
     dataset = standard_dataset(end=time.time() + options.duration + 300)
