@@ -116,7 +116,7 @@ def pod_annotations(usage: PodUsage, domain: str) -> Annotations:
         "gpu-util-max": _whole(usage.gpu_util_max),
         "gpu-mem-util-max": _whole(usage.gpu_mem_util_max),
         "cpu-util-max": _whole(usage.cpu_util_max),
-        "mem-util-max": _whole(memory_mib),
+        "mem-used-max-mib": _whole(memory_mib),
     }
     return {f"{domain}/{name}": value for name, value in values.items() if value is not None}
 

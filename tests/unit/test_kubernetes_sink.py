@@ -124,7 +124,7 @@ def test_pod_annotations_written_for_gpu_pods_only(
         f"{D}/gpu-util-max": "90",
         f"{D}/gpu-mem-util-max": "40",
         f"{D}/cpu-util-max": "250",
-        f"{D}/mem-util-max": "8192",
+        f"{D}/mem-used-max-mib": "8192",
     }
     assert apiserver.requests(path="/api/v1/namespaces/web/pods/frontend") == []
     assert apiserver.requests(method="PATCH", path=POD_PATH)[0].content_type == (
