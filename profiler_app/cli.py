@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
 from profiler_app import __version__
-from profiler_app.commands import analyze, report, run
 from profiler_app.errors import UserError
 
+# Imported only when used: the store's and the daemon's dependencies take about a second to load.
+COMMAND_MODULES = {
+    "run": "profiler_app.commands.run",
+    "analyze": "profiler_app.commands.analyze",
+    "report": "profiler_app.commands.report",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or with just ``only`` when the command line names it."""
     parser = argparse.ArgumentParser(
         prog="gpu-profiler",
         description="Classify what each GPU is doing (idle, training, inference, bursty) "
@@ -20,14 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (run, analyze, report):
-        command.register(commands)
+    for name, module in COMMAND_MODULES.items():
+        if only in (None, name):
+            importlib.import_module(module).register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    first = arguments[0] if arguments else None
+    if first in COMMAND_MODULES or first == "--version":
+        parser = build_parser(only=first)  # "--version" loads no command at all
+    else:
+        parser = build_parser()
+    args = parser.parse_args(arguments)
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
