@@ -70,6 +70,9 @@ def _write(text: str) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    # Checked even where unused (--input) so a typo is never silently ignored.
+    options.duration(args.window, "--window")
+    options.duration(args.step, "--step")
     if args.input:
         matrices = load_query_range(args.input, options.explicit_fields(args))
     elif args.prometheus_url:

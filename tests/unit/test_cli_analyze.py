@@ -264,3 +264,11 @@ def test_malformed_window_from_the_environment(
     one_error_line(
         capsys, ["--prometheus-url", "http://127.0.0.1:9"], "--window: malformed duration 'soon'"
     )
+
+
+def test_malformed_window_is_refused_with_input_too(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["analyze", "--input", str(EXAMPLE), "--window", "3x"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1
+    assert "--window" in err
