@@ -7,6 +7,7 @@ node checks in checks/ can also run against real hosts (`--hosts=ssh://gpu1`) on
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,17 @@ from tests.nodes.harness.cluster import (
     running_cluster,
 )
 from tests.nodes.harness.provision import Provisioned, provision
+
+HERE = Path(__file__).resolve().parent
+# The first test to ask for `provisioned` pays for booting and provisioning: on a cold cache that is
+# debootstrap plus every .deb downloaded, well past the suite's default per-test timeout.
+FIRST_TEST_TIMEOUT_S = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

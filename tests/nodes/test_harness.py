@@ -6,6 +6,8 @@ toolkit and Kubernetes packages, whose repositories cannot be reached from this 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import requests
 from tests.nodes.harness import standin_repo
 from tests.nodes.harness.ansible_run import run_module
 from tests.nodes.harness.cluster import Cluster, missing_requirements, running_cluster
+from tests.nodes.harness.machine import reap_stale_nodes
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
 
@@ -124,3 +127,41 @@ def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not Path(f"/sys/fs/cgroup/systemd/{cgroup}").exists()
     assert not Path(f"/sys/fs/cgroup/unified/{cgroup}").exists()
     assert not (tmp_path / "lone" / "gct-lone").exists()
+
+
+ORPHAN_SCRIPT = """
+import os, sys
+from pathlib import Path
+from tests.nodes.harness.cluster import Cluster
+cluster = Cluster(Path(sys.argv[1]), ["gct-orphan"])
+cluster.start()
+node = cluster.nodes[0]
+assert cluster.proxy is not None and cluster.proxy.process is not None
+print(node.process.pid, node.cgroup, cluster.proxy.process.pid, cluster.proxy.cgroup, flush=True)
+os._exit(0)  # dies without any teardown, like a SIGKILLed test run
+"""
+
+
+def test_nodes_of_a_run_that_died_are_reaped_by_the_next(tmp_path: Path) -> None:
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    orphan = subprocess.run(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path / "orphan")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    nspawn_pid, node_cgroup, proxy_pid, proxy_cgroup = orphan.stdout.split()
+    assert Path(f"/proc/{nspawn_pid}").exists()
+    assert Path(f"/proc/{proxy_pid}").exists()
+    reaped = reap_stale_nodes()
+    assert set(reaped) >= {node_cgroup, proxy_cgroup}
+    for pid in (nspawn_pid, proxy_pid):
+        # Zombies of the dead parent are re-parented to init; gone or defunct both mean dead.
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "State:\tZ" in status.read_text()
+    for hierarchy in ("systemd", "unified"):
+        assert not Path(f"/sys/fs/cgroup/{hierarchy}/{node_cgroup}").exists()

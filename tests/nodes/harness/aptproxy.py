@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.nodes.harness.machine import enter_cgroup_command, harness_cgroup, remove_cgroup
 from tests.nodes.harness.rootfs import CACHE_DIR
 
 PORT = 3142
@@ -63,8 +64,10 @@ class AptProxy:
             )
         )
         output = (logs / "stdout.log").open("wb")
+        # In its own cgroup so that a later run can reap it if this one dies without teardown.
+        self.cgroup = harness_cgroup("aptproxy")
         self.process = subprocess.Popen(
-            ["apt-cacher-ng", "-c", str(conf)],
+            ["sh", "-c", f"{enter_cgroup_command(self.cgroup)}; exec apt-cacher-ng -c {conf}"],
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -90,6 +93,8 @@ class AptProxy:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+        if self.process is not None:
+            remove_cgroup(self.cgroup)
 
     def log_tail(self) -> str:
         path = self.workdir / "log" / "stdout.log"

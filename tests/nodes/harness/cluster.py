@@ -16,7 +16,7 @@ import yaml
 
 from tests.nodes.harness import rootfs, standin_repo
 from tests.nodes.harness.aptproxy import AptProxy
-from tests.nodes.harness.machine import Node, free_index
+from tests.nodes.harness.machine import Node, free_index, reap_stale_nodes
 
 # Hostnames (and inventory names) of the default two-node test cluster.
 DEFAULT_NODE_NAMES = ["gpu-cp-1", "gpu-worker-1"]
@@ -66,6 +66,7 @@ class Cluster:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        reap_stale_nodes()
         tarball = rootfs.ensure_tarball()
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.ssh_key)], check=True

@@ -44,6 +44,28 @@ BUILTIN_PROBES = {
 }
 
 
+CGROUP_PREFIX = "gpu-cluster-tests-"
+
+
+def harness_cgroup(what: str) -> str:
+    """The cgroup name of something this process starts, so a later run can reap it."""
+    return f"{CGROUP_PREFIX}{what}-{os.getpid()}"
+
+
+def enter_cgroup_command(name: str) -> str:
+    """Shell commands that create cgroup `name` and move the running shell into it."""
+    for hierarchy in CGROUP_HIERARCHIES:
+        (hierarchy / name).mkdir(exist_ok=True)
+    return "; ".join(
+        f"echo $$ > {hierarchy / name / 'cgroup.procs'}" for hierarchy in CGROUP_HIERARCHIES
+    )
+
+
+def remove_cgroup(name: str) -> None:
+    for hierarchy in CGROUP_HIERARCHIES:
+        _remove_cgroup(hierarchy / name)
+
+
 class NodeError(RuntimeError):
     """A node failed to boot or to answer."""
 
@@ -94,7 +116,7 @@ class Node:
 
     @property
     def cgroup(self) -> str:
-        return f"gpu-cluster-tests-{self.machine}-{os.getpid()}"
+        return harness_cgroup(self.machine)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -151,12 +173,7 @@ class Node:
 
     def boot(self, timeout: float = 60) -> None:
         """Start systemd-nspawn detached from its own cgroup and wait until SSH answers."""
-        for hierarchy in CGROUP_HIERARCHIES:
-            (hierarchy / self.cgroup).mkdir(exist_ok=True)
-        enter_cgroups = "; ".join(
-            f"echo $$ > {hierarchy / self.cgroup / 'cgroup.procs'}"
-            for hierarchy in CGROUP_HIERARCHIES
-        )
+        enter_cgroups = enter_cgroup_command(self.cgroup)
         binds = []
         if (self.workdir / "proc-modules").exists():
             binds.append(f"--bind-ro={self.workdir / 'proc-modules'}:/proc/modules")
@@ -199,8 +216,7 @@ class Node:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
-        for hierarchy in CGROUP_HIERARCHIES:
-            _remove_cgroup(hierarchy / self.cgroup)
+        remove_cgroup(self.cgroup)
 
     def remove(self) -> None:
         """Delete the node's files (after poweroff)."""
@@ -269,6 +285,28 @@ class Node:
     def _console_tail(self) -> str:
         log = self.workdir / "console.log"
         return log.read_text(errors="replace")[-2000:] if log.exists() else ""
+
+
+def reap_stale_nodes() -> list[str]:
+    """Kill the nodes of harness runs that died without tearing down (SIGKILL, power loss).
+
+    Only cgroups this harness created (gpu-cluster-tests-<what>-PID: nodes, the apt proxy)
+    whose creating process PID is gone are touched. Returns the cgroup names reaped.
+    """
+    reaped = []
+    for hierarchy in CGROUP_HIERARCHIES:
+        for group in hierarchy.glob(f"{CGROUP_PREFIX}*-*"):
+            owner = group.name.rsplit("-", 1)[1]
+            if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+                continue
+            for procs in group.rglob("cgroup.procs"):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.5)
+            _remove_cgroup(group)
+            reaped.append(group.name)
+    return reaped
 
 
 def _remove_cgroup(path: Path) -> None:
