@@ -289,6 +289,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             config.fields,
             config.step_seconds,
             timeout=PROMETHEUS_TIMEOUT_SECONDS,
+            optional_fields=config.fields[1:],
         )
         resources.callback(prometheus.close)
         source = prometheus

@@ -13,10 +13,11 @@ concatenating them, so only such explicit fine steps cost more than one request 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,6 +28,8 @@ import requests
 from profiler_app.durations import format_duration
 from profiler_app.errors import SourceError, UserError
 from profiler_app.model import GPU_UTIL, FloatMatrix, SeriesMatrix
+
+log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -123,6 +126,7 @@ class PrometheusSource:
         *,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         session: requests.Session | None = None,
+        optional_fields: Collection[str] = (),
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise UserError(f"invalid Prometheus URL {url!r}: expected http://HOST:PORT")
@@ -139,6 +143,9 @@ class PrometheusSource:
         self.step_seconds = step_seconds
         self.timeout = timeout
         self.stats = RequestStats()
+        # Fields a cycle may do without (the daemon's extras): missing ones are skipped, said once.
+        self.optional_fields = frozenset(optional_fields) - {self.fields[0]}
+        self._missing_said: set[str] = set()
         self._session = session or requests.Session()
 
     def read(self, window_seconds: float, end: float | None = None) -> list[SeriesMatrix]:
@@ -152,6 +159,13 @@ class PrometheusSource:
                 for chunk in grid.chunks(MAX_POINTS_PER_REQUEST)
                 for item in self._query(query, chunk)
             ]
+            if not series and field in self.optional_fields:
+                if field not in self._missing_said:
+                    self._missing_said.add(field)
+                    log.warning(
+                        "%s; going on without it", self._no_series_message(field, 1, window_seconds)
+                    )
+                continue
             if not series:
                 raise UserError(self._no_series_message(field, position, window_seconds))
             labels, values = _align(series, grid)

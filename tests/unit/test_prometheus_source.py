@@ -226,6 +226,32 @@ def test_a_field_the_exporter_lacks_is_named() -> None:
             source.read(600)
 
 
+def test_an_optional_field_the_exporter_lacks_is_skipped_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def only_util(params: dict[str, str]) -> Reply:
+        return sample_series(params) if GPU_UTIL in params["query"] else matrix_reply([])
+
+    with StandInPrometheus(only_util) as server:
+        source = PrometheusSource(
+            server.url, "node-a", fields=[GPU_UTIL, FB_USED], optional_fields=[GPU_UTIL, FB_USED]
+        )
+        first = source.read(600)
+        second = source.read(600)
+    assert [matrix.field for matrix in first] == [GPU_UTIL]
+    assert [matrix.field for matrix in second] == [GPU_UTIL]
+    said = [record.message for record in caplog.records if FB_USED in record.message]
+    assert len(said) == 1
+    assert "going on without it" in said[0]
+
+
+def test_the_primary_field_is_never_optional() -> None:
+    with StandInPrometheus(lambda _params: matrix_reply([])) as server:
+        source = PrometheusSource(server.url, "node-x", optional_fields=[GPU_UTIL])
+        with pytest.raises(UserError, match="unknown node"):
+            source.read(600)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
