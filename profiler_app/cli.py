@@ -47,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for chatty in ("alembic", "kubernetes", "urllib3"):  # their INFO lines say nothing to users
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         status: int = args.handler(args)
     except UserError as error:
