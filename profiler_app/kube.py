@@ -3,20 +3,30 @@
 In a pod (``KUBERNETES_SERVICE_HOST`` set) the service account is used; elsewhere a kubeconfig
 file given with ``--kubeconfig`` / ``KUBECONFIG``. An explicit kubeconfig wins over the in-cluster
 service account. With neither, Kubernetes integration is off (``connect`` returns None).
+
+The official client loads the configuration and authenticates every request (its refresh hook
+re-reads rotated service-account tokens and re-runs exec plugins). Requests go through its
+``ApiClient`` with raw JSON in and out: the generated ``CoreV1Api`` module and the typed models
+would add about 20 MiB to a daemon that needs three endpoints and a handful of fields.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 import yaml
-from kubernetes import client, config
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import load_incluster_config
+from kubernetes.config.kube_config import load_kube_config
 
 from profiler_app.errors import UserError
 
@@ -25,6 +35,9 @@ log = logging.getLogger(__name__)
 # (connect, read) seconds: every call carries a timeout so a hung API server cannot stall a
 # profiling cycle or shutdown.
 DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (3.0, 10.0)
+
+# The auth setting the client's Configuration fills from a token, kubeconfig user or exec plugin.
+_AUTH_SETTINGS = ["BearerToken"]
 
 # What one call can raise when the API server is unreachable, slow or refuses: the caller
 # decides whether that is a miss (404), a retry (409) or a back-off (429, 5xx, timeouts).
@@ -43,12 +56,66 @@ class KubernetesError(Exception):
 class KubeConnection:
     """An API client plus the timeout every call made with it must carry."""
 
-    api_client: client.ApiClient
+    api_client: ApiClient
     request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT
     source: str = ""  # "in-cluster" or the kubeconfig path, for the startup log line
 
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api_client)
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        path_params: Mapping[str, str] | None = None,
+        query: Mapping[str, str | int | bool | None] | None = None,
+        body: object = None,
+        content_type: str | None = None,
+        timeout: tuple[float, float] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """Send one authenticated request; the caller reads and releases the raw response.
+
+        ``path`` may hold ``{name}`` placeholders filled, URL-quoted, from ``path_params``.
+        Raises ApiException for a non-2xx answer, urllib3/OS errors for transport failures.
+        """
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        serialized = self.api_client.param_serialize(
+            method,
+            path,
+            path_params=dict(path_params or {}),
+            query_params=[
+                (key, value) for key, value in (query or {}).items() if value is not None
+            ],
+            header_params=headers,
+            body=body,
+            auth_settings=_AUTH_SETTINGS,
+        )
+        answer = self.api_client.call_api(
+            *serialized, _request_timeout=timeout or self.request_timeout
+        )
+        if not 200 <= answer.status <= 299:
+            answer.read()  # type: ignore[no-untyped-call]  # ends the exchange: conn back to the pool
+            raise ApiException.from_response(http_resp=answer, body=None, data=None)
+        return raw_response(answer.response)
+
+    def get_json(
+        self,
+        path: str,
+        *,
+        path_params: Mapping[str, str] | None = None,
+        query: Mapping[str, str | int | bool | None] | None = None,
+    ) -> dict[str, Any]:
+        """GET ``path`` and decode its JSON object."""
+        response = self.request("GET", path, path_params=path_params, query=query)
+        try:
+            document = json.loads(response.data)
+        finally:
+            response.release_conn()
+        if not isinstance(document, dict):
+            raise ValueError(
+                f"the API answered {path} with {type(document).__name__}, not an object"
+            )
+        return document
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]
@@ -65,11 +132,11 @@ def connect(
     Raises UserError (one line) for a kubeconfig that is missing or unusable.
     """
     env = os.environ if environ is None else environ
-    configuration = client.Configuration()
+    configuration = Configuration()
     if kubeconfig:
         source = kubeconfig
         try:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
+            load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration
             )
         except (ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, KeyError) as error:
@@ -77,7 +144,7 @@ def connect(
     elif env.get("KUBERNETES_SERVICE_HOST"):
         source = "in-cluster"
         try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
+            load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
         except (ConfigException, OSError) as error:
@@ -89,7 +156,7 @@ def connect(
     # Our callers back off themselves; urllib3's silent retries would multiply every timeout.
     configuration.retries = False
     log.info("Kubernetes API at %s (credentials from %s)", configuration.host, source)
-    return KubeConnection(client.ApiClient(configuration), request_timeout, source)
+    return KubeConnection(ApiClient(configuration), request_timeout, source)
 
 
 def raw_response(value: object) -> urllib3.BaseHTTPResponse:

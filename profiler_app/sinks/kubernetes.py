@@ -1,7 +1,10 @@
 """Publishes each cycle's profile as node and pod annotations, patching only what changed.
 
-Requests per cycle: none when nothing changed (values are rounded so noise does not count);
-otherwise one strategic-merge PATCH for the node plus one per pod whose values changed. The
+Requests per cycle: none when nothing changed meaningfully; otherwise one strategic-merge PATCH
+for the node plus one per pod whose values changed. Numbers count as changed only when they move
+beyond a tolerance (``TOLERANCES``) from the value last written, so a period estimate wobbling as
+the window slides costs nothing while slow drift is still written once it adds up. A PATCH sent
+anyway carries every value that differs at all, so the object is brought fully up to date. The
 first cycle reads the node once (GET) to learn what an earlier run left. ``profiled-at`` is not a
 change by itself: it is written with every real change and, as a heartbeat, at least every
 ``heartbeat_seconds`` (default 10 minutes), so "profiled-at is old" means "the profiler is down or
@@ -22,6 +25,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from profiler_app.errors import UserError
@@ -41,6 +45,8 @@ log = logging.getLogger(__name__)
 DEFAULT_DOMAIN = "ai.centaurus.io"
 DEFAULT_HEARTBEAT_SECONDS = 600.0
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+NODE_PATH = "/api/v1/nodes/{name}"
+POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 # Kubernetes rejects objects whose annotations exceed 256 KiB in total, ours included with
 # everyone else's. Our share stays far below: at most MAX_GPUS x 5 keys, checked against a budget.
 MAX_GPUS = 64
@@ -53,9 +59,43 @@ JOB_TYPE, PERIOD, UTIL_MAX, MEM_UTIL_MAX, FB_USED_MAX = (
     "fb-used-max-mib",
 )
 PROFILED_AT = "profiled-at"
+POD_GPU_UTIL_MAX, POD_GPU_MEM_UTIL_MAX, POD_CPU_UTIL_MAX, POD_MEM_USED_MAX = (
+    "gpu-util-max",
+    "gpu-mem-util-max",
+    "cpu-util-max",
+    "mem-used-max-mib",
+)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a number may move from the value last written before it counts as a change."""
+
+    absolute: float = 0.0
+    relative: float = 0.0  # fraction of the value last written
+
+    def exceeded(self, written: float, current: float) -> bool:
+        return abs(current - written) > max(self.absolute, self.relative * abs(written))
+
+
+_PERCENT = Tolerance(absolute=1.0)  # 1 point: 99 <-> 100 is noise, 97 -> 99 is news
+_MIB = Tolerance(absolute=64.0, relative=0.01)
+# Keyed by annotation name (after the domain and, on nodes, the gpu-<i>- prefix); see
+# docs/annotations.md. Names not listed (job-type, profiled-at) change on any difference.
+TOLERANCES: dict[str, Tolerance] = {
+    PERIOD: Tolerance(relative=0.02),
+    UTIL_MAX: _PERCENT,
+    MEM_UTIL_MAX: _PERCENT,
+    FB_USED_MAX: _MIB,
+    POD_GPU_UTIL_MAX: _PERCENT,
+    POD_GPU_MEM_UTIL_MAX: _PERCENT,
+    POD_CPU_UTIL_MAX: Tolerance(absolute=1.0, relative=0.02),  # percent of one core, may be > 100
+    POD_MEM_USED_MAX: _MIB,
+}
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GPU_INDEX = re.compile(r"^[A-Za-z0-9]+$")
+_NODE_GPU_KEY_NAME = re.compile(r"^gpu-[A-Za-z0-9]+-(.+)$")
 
 Annotations = dict[str, str]
 Patch = dict[str, str | None]
@@ -113,10 +153,10 @@ def pod_annotations(usage: PodUsage, domain: str) -> Annotations:
     """Annotations for a pod that uses GPUs; memory is the peak in MiB (see docs/annotations.md)."""
     memory_mib = None if usage.mem_used_max_bytes is None else usage.mem_used_max_bytes / 2**20
     values = {
-        "gpu-util-max": _whole(usage.gpu_util_max),
-        "gpu-mem-util-max": _whole(usage.gpu_mem_util_max),
-        "cpu-util-max": _whole(usage.cpu_util_max),
-        "mem-used-max-mib": _whole(memory_mib),
+        POD_GPU_UTIL_MAX: _whole(usage.gpu_util_max),
+        POD_GPU_MEM_UTIL_MAX: _whole(usage.gpu_mem_util_max),
+        POD_CPU_UTIL_MAX: _whole(usage.cpu_util_max),
+        POD_MEM_USED_MAX: _whole(memory_mib),
     }
     return {f"{domain}/{name}": value for name, value in values.items() if value is not None}
 
@@ -131,6 +171,34 @@ def diff(known: Mapping[str, str], desired: Mapping[str, str], owned: Iterable[s
     patch: Patch = {key: value for key, value in desired.items() if known.get(key) != value}
     patch.update({key: None for key in owned if key in known and key not in desired})
     return patch
+
+
+def _tolerance(key: str) -> Tolerance | None:
+    name = key.rpartition("/")[2]
+    if name in TOLERANCES:  # a pod key, or a node key whose GPU index looks like one
+        return TOLERANCES[name]
+    node_key = _NODE_GPU_KEY_NAME.match(name)
+    return TOLERANCES.get(node_key.group(1)) if node_key else None
+
+
+def significant(key: str, written: str | None, current: str | None) -> bool:
+    """Whether ``key`` going from ``written`` to ``current`` is worth a request.
+
+    Appearing and disappearing always are; numbers only beyond the key's tolerance.
+    """
+    if written == current:
+        return False
+    tolerance = _tolerance(key)
+    if tolerance is None or written is None or current is None:
+        return True
+    try:
+        return tolerance.exceeded(float(written), float(current))
+    except ValueError:
+        return True
+
+
+def significant_patch(known: Mapping[str, str], patch: Patch) -> bool:
+    return any(significant(key, known.get(key), value) for key, value in patch.items())
 
 
 class _Backoff:
@@ -177,7 +245,6 @@ class KubernetesSink:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._connection = connection
-        self._core = connection.core()
         self.node = node
         self.domain = validate_domain(domain)
         self._heartbeat = heartbeat_seconds
@@ -232,7 +299,8 @@ class KubernetesSink:
             known = self._node_known
             patch = diff(known, desired, [key for key in known if key != stamp_key])
             patch.pop(stamp_key, None)
-            if not patch and not (resync_due or self._node_written_at is None):
+            due = resync_due or self._node_written_at is None
+            if not due and not significant_patch(known, patch):
                 return
             patch[stamp_key] = desired[stamp_key]
             self._patch(functools.partial(self._patch_node, patch))
@@ -251,20 +319,16 @@ class KubernetesSink:
         self._node_written_at = self._clock()
 
     def _read_node(self) -> Annotations:
-        node = self._core.read_node(self.node, _request_timeout=self._connection.request_timeout)
-        annotations = (node.metadata.annotations if node.metadata else None) or {}
-        return {key: value for key, value in annotations.items() if self._owned_node_key.match(key)}
+        node = self._connection.get_json(NODE_PATH, path_params={"name": self.node})
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        return {
+            str(key): str(value)
+            for key, value in annotations.items()
+            if self._owned_node_key.match(str(key))
+        }
 
     def _patch_node(self, patch: Patch) -> None:
-        release(
-            self._core.patch_node(
-                self.node,
-                {"metadata": {"annotations": patch}},
-                _content_type=STRATEGIC_MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self._connection.request_timeout,
-            )
-        )
+        self._send_patch(NODE_PATH, {"name": self.node}, patch)
 
     # -- pods --------------------------------------------------------------------------------
 
@@ -278,7 +342,7 @@ class KubernetesSink:
             desired = pod_annotations(usage, self.domain)
             known = self._pods_known.get(key, {})
             patch = diff(known, desired, known)
-            if not patch or key in self._pods_missing:
+            if not significant_patch(known, patch) or key in self._pods_missing:
                 continue
             try:
                 self._patch(functools.partial(self._patch_pod, usage, patch))
@@ -294,14 +358,16 @@ class KubernetesSink:
         self._pods_missing &= current
 
     def _patch_pod(self, usage: PodUsage, patch: Patch) -> None:
+        self._send_patch(POD_PATH, {"namespace": usage.namespace, "name": usage.pod}, patch)
+
+    def _send_patch(self, path: str, path_params: Mapping[str, str], patch: Patch) -> None:
         release(
-            self._core.patch_namespaced_pod(
-                usage.pod,
-                usage.namespace,
-                {"metadata": {"annotations": patch}},
-                _content_type=STRATEGIC_MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self._connection.request_timeout,
+            self._connection.request(
+                "PATCH",
+                path,
+                path_params=path_params,
+                body={"metadata": {"annotations": patch}},
+                content_type=STRATEGIC_MERGE_PATCH,
             )
         )
 

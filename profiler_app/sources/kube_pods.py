@@ -21,11 +21,12 @@ from typing import Any
 import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 
-from profiler_app.kube import KubeConnection, describe, error_status, raw_response
+from profiler_app.kube import KubeConnection, describe, error_status
 
 log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+PODS_PATH = "/api/v1/pods"  # all namespaces; the field selector keeps this node's
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,6 @@ class PodWatcher:
         backoff_max: float = 60.0,
     ) -> None:
         self._connection = connection
-        self._core = connection.core()
         self.node = node
         self._selector = f"spec.nodeName={node}"
         self._watch_timeout = watch_timeout_seconds
@@ -197,17 +197,7 @@ class PodWatcher:
                 delay = min(delay * 2, self._backoff_max)
 
     def _relist(self) -> None:
-        response = raw_response(
-            self._core.list_pod_for_all_namespaces(
-                field_selector=self._selector,
-                _preload_content=False,
-                _request_timeout=self._connection.request_timeout,
-            )
-        )
-        try:
-            document = json.loads(response.data)
-        finally:
-            response.release_conn()
+        document = self._connection.get_json(PODS_PATH, query={"fieldSelector": self._selector})
         pods = {}
         for item in document.get("items") or []:
             if info := _parse_or_skip(item):
@@ -225,16 +215,17 @@ class PodWatcher:
         connect_timeout = self._connection.request_timeout[0]
         # The server ends the stream after timeout_seconds; reading longer only guards a hang.
         read_timeout = self._watch_timeout + self._connection.request_timeout[1]
-        response = raw_response(
-            self._core.list_pod_for_all_namespaces(
-                field_selector=self._selector,
-                watch=True,
-                allow_watch_bookmarks=True,
-                resource_version=self._resource_version,
-                timeout_seconds=self._watch_timeout,
-                _preload_content=False,
-                _request_timeout=(connect_timeout, read_timeout),
-            )
+        response = self._connection.request(
+            "GET",
+            PODS_PATH,
+            query={
+                "fieldSelector": self._selector,
+                "watch": True,
+                "allowWatchBookmarks": True,
+                "resourceVersion": self._resource_version,
+                "timeoutSeconds": self._watch_timeout,
+            },
+            timeout=(connect_timeout, read_timeout),
         )
         with self._lock:
             self._response = response

@@ -8,9 +8,11 @@ in-cluster case points the client library's service-account file paths at temp f
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import incluster_config
 
@@ -34,13 +36,10 @@ def test_kubeconfig_sends_token_and_never_logs_it(
         connection = connect(str(apiserver.write_kubeconfig(tmp_path / "config")))
         assert connection is not None
         try:
-            node = connection.core().read_node(
-                "node-a", _request_timeout=connection.request_timeout
-            )
+            node = connection.get_json("/api/v1/nodes/{name}", path_params={"name": "node-a"})
         finally:
             connection.close()
-        assert node.metadata is not None
-        assert node.metadata.name == "node-a"
+        assert node["metadata"]["name"] == "node-a"
         (request,) = apiserver.requests()
         assert request.authorization == f"Bearer {apiserver.token}"
         assert "Kubernetes API at http://127.0.0.1" in caplog.text
@@ -128,3 +127,60 @@ def test_error_helpers_read_status_retry_after_and_stay_one_line() -> None:
     assert error_status(TimeoutError("read timed out")) is None
     assert retry_after_seconds(TimeoutError()) is None
     assert describe(OSError("connection\nrefused")) == "OSError: connection refused"
+
+
+def test_expiring_exec_credentials_are_refreshed_before_each_request(tmp_path: Path) -> None:
+    """An exec plugin (as EKS' aws-iam-authenticator uses) whose token has already expired runs
+    again before every request: the raw-JSON requests keep the client's refresh hook working."""
+    plugin = tmp_path / "credential-plugin.py"
+    runs = tmp_path / "runs"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        f"runs = pathlib.Path({str(runs)!r})\n"
+        "runs.write_text(str(int(runs.read_text() if runs.exists() else '0') + 1))\n"
+        "json.dump({'apiVersion': 'client.authentication.k8s.io/v1beta1',\n"
+        "    'kind': 'ExecCredential', 'status': {'token': sys.argv[1],\n"
+        "    'expirationTimestamp': '2000-01-01T00:00:00Z'}}, sys.stdout)\n"
+    )
+    with running_apiserver() as apiserver:
+        apiserver.add_node("node-a")
+        kubeconfig = tmp_path / "config"
+        exec_user = {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": [str(plugin), apiserver.token],
+        }
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": apiserver.url}}],
+                    "users": [{"name": "u", "user": {"exec": exec_user}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        connection = connect(str(kubeconfig))
+        assert connection is not None
+        try:
+            runs_after_connect = int(runs.read_text())
+            for _ in range(2):
+                connection.get_json("/api/v1/nodes/{name}", path_params={"name": "node-a"})
+        finally:
+            connection.close()
+        assert int(runs.read_text()) == runs_after_connect + 2
+        assert [r.authorization for r in apiserver.requests()] == [f"Bearer {apiserver.token}"] * 2
+
+
+def test_non_2xx_answers_raise_api_exception_with_status(tmp_path: Path) -> None:
+    with running_apiserver() as apiserver:
+        connection = connect(str(apiserver.write_kubeconfig(tmp_path / "config")))
+        assert connection is not None
+        try:
+            with pytest.raises(ApiException) as raised:
+                connection.get_json("/api/v1/nodes/{name}", path_params={"name": "absent"})
+        finally:
+            connection.close()
+        assert error_status(raised.value) == 404
