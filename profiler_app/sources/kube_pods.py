@@ -19,9 +19,8 @@ from datetime import datetime
 from typing import Any
 
 import urllib3
-from kubernetes.watch.watch import iter_resp_lines
 
-from profiler_app.kube import KubeConnection, describe, error_status
+from profiler_app.kube import KubeConnection, describe, error_status, response_lines
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +239,7 @@ class PodWatcher:
             response.release_conn()
 
     def _events(self, response: urllib3.BaseHTTPResponse) -> Iterator[Mapping[str, Any]]:
-        lines: Iterator[str] = iter_resp_lines(response)  # type: ignore[no-untyped-call]
-        for line in lines:
+        for line in response_lines(response):
             if self._stopping.is_set():
                 return
             event = json.loads(line)
