@@ -46,14 +46,39 @@ def _real_hosts(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "node" in metafunc.fixturenames:
-        targets = _real_hosts(metafunc.config) or DEFAULT_NODE_NAMES
-        metafunc.parametrize("node_target", targets, indirect=True, scope="session")
+    if "node" not in metafunc.fixturenames:
+        return
+    specs = _real_hosts(metafunc.config)
+    if not specs:
+        metafunc.parametrize("node_target", DEFAULT_NODE_NAMES, indirect=True, scope="session")
+        return
+    option = metafunc.config.getoption
+    # Expands patterns such as ansible://gpu_nodes, like testinfra's own `host` fixture does.
+    hosts = testinfra.get_hosts(
+        specs,
+        connection=option("connection", default=None),
+        ssh_config=option("ssh_config", default=None),
+        ssh_identity_file=option("ssh_identity_file", default=None),
+        ssh_extra_args=option("ssh_extra_args", default=None),
+        sudo=option("sudo", default=False),
+        sudo_user=option("sudo_user", default=None),
+        ansible_inventory=option("ansible_inventory", default=None),
+        force_ansible=option("force_ansible", default=False),
+    )
+    metafunc.parametrize(
+        "node_target",
+        hosts,
+        ids=[host.backend.get_pytest_id() for host in hosts],
+        indirect=True,
+        scope="session",
+    )
 
 
 @pytest.fixture(scope="session")
-def node_target(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def node_target(request: pytest.FixtureRequest) -> str | Host:
+    """A test node's name, or a real host given with --hosts."""
+    target: str | Host = request.param
+    return target
 
 
 @pytest.fixture(scope="session")
@@ -62,19 +87,10 @@ def on_test_nodes(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture(scope="session")
-def node(request: pytest.FixtureRequest, node_target: str, on_test_nodes: bool) -> Host:
+def node(request: pytest.FixtureRequest, node_target: str | Host, on_test_nodes: bool) -> Host:
     """A testinfra host: a provisioned test node, or a real host from --hosts."""
-    option = request.config.getoption
-    if not on_test_nodes:
-        return testinfra.get_host(
-            node_target,
-            connection=option("connection", default=None),
-            ssh_config=option("ssh_config", default=None),
-            ssh_identity_file=option("ssh_identity_file", default=None),
-            sudo=option("sudo", default=False),
-            sudo_user=option("sudo_user", default=None),
-            ansible_inventory=option("ansible_inventory", default=None),
-        )
+    if not isinstance(node_target, str):
+        return node_target
     provisioned: Provisioned = request.getfixturevalue("provisioned")
     cluster = provisioned.cluster
     booted = cluster.node(node_target)
@@ -86,8 +102,8 @@ def node(request: pytest.FixtureRequest, node_target: str, on_test_nodes: bool) 
 
 
 @pytest.fixture(scope="session")
-def is_control_plane(node: Host, node_target: str, on_test_nodes: bool) -> bool:
-    if on_test_nodes:
+def is_control_plane(node: Host, node_target: str | Host) -> bool:
+    if isinstance(node_target, str):
         return node_target in CONTROL_PLANE
     # On real hosts: only a control plane has the admin kubeconfig kubeadm init writes.
     return bool(node.file("/etc/kubernetes/admin.conf").exists)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -71,19 +72,22 @@ class Cluster:
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.ssh_key)], check=True
         )
-        index = 0
-        for name in self.names:
-            index = free_index(index + 1)
-            self.nodes.append(Node(name, index, self.workdir / name, self.ssh_key))
-        with ThreadPoolExecutor(len(self.nodes)) as pool:
-            list(pool.map(lambda node: node.prepare(tarball), self.nodes))
+        # Two harness runs at once (tests and a benchmark) must not pick the same subnets.
+        with (rootfs.CACHE_DIR / "subnets.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            index = 0
+            for name in self.names:
+                index = free_index(index + 1)
+                self.nodes.append(Node(name, index, self.workdir / name, self.ssh_key))
+            with ThreadPoolExecutor(len(self.nodes)) as pool:
+                list(pool.map(lambda node: node.prepare(tarball), self.nodes))
+            for node in self.nodes:
+                node.boot()
         self.known_hosts.write_text(
             "".join(
                 f"{node.address} {key}\n" for node in self.nodes for key in node.host_public_keys
             )
         )
-        for node in self.nodes:
-            node.boot()
         addresses = [node.host_address for node in self.nodes]
         standin_repo.build_repositories(self.workdir / "www")
         self.repo = standin_repo.RepositoryServer(self.workdir / "www", addresses)

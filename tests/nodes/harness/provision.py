@@ -8,6 +8,7 @@ back; an idempotent rerun. Then a Docker image is imported on each node for the 
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from tests.nodes.harness import rootfs
 from tests.nodes.harness.ansible_run import RunResult, run_playbook
 from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES, Cluster
+from tests.nodes.harness.machine import Node
 
 CONTROL_PLANE = DEFAULT_NODE_NAMES[:1]
 WORKERS = DEFAULT_NODE_NAMES[1:]
@@ -51,7 +53,8 @@ def inventory_for(cluster: Cluster, path: Path, names: list[str] | None = None) 
 def import_image(cluster: Cluster) -> str:
     """`docker import` the cached root filesystem tarball on every node (no image can be pulled)."""
     tarball = rootfs.ensure_tarball()
-    for node in cluster.nodes:
+
+    def load(node: Node) -> None:
         with subprocess.Popen(["zstd", "-dc", str(tarball)], stdout=subprocess.PIPE) as unzstd:
             subprocess.run(
                 ["nsenter", "-t", str(node.leader), "-a", "docker", "import", "-", IMAGE],
@@ -60,6 +63,9 @@ def import_image(cluster: Cluster) -> str:
                 capture_output=True,
                 timeout=300,
             )
+
+    with ThreadPoolExecutor(len(cluster.nodes)) as pool:
+        list(pool.map(load, cluster.nodes))
     return IMAGE
 
 
