@@ -61,12 +61,18 @@ DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (3.0, 10.0)
 # The auth setting the client's Configuration fills from a token, kubeconfig user or exec plugin.
 _AUTH_SETTINGS = ["BearerToken"]
 
+
 # What one call can raise when the API server is unreachable, slow or refuses: the caller
 # decides whether that is a miss (404), a retry (409) or a back-off (429, 5xx, timeouts).
+class UnexpectedAnswerError(ValueError):
+    """The API server (or something in front of it) answered with what is not a JSON object."""
+
+
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     ApiException,
     urllib3.exceptions.HTTPError,
     OSError,
+    UnexpectedAnswerError,
 )
 
 
@@ -131,12 +137,12 @@ class KubeConnection:
         response = self.request("GET", path, path_params=path_params, query=query)
         try:
             document = json.loads(response.data)
+        except ValueError:  # JSON or Unicode decoding
+            document = None
         finally:
             response.release_conn()
         if not isinstance(document, dict):
-            raise ValueError(
-                f"the API answered {path} with {type(document).__name__}, not an object"
-            )
+            raise UnexpectedAnswerError(f"the API answer to GET {path} is not a JSON object")
         return document
 
     def close(self) -> None:

@@ -7,7 +7,9 @@ Time for heartbeats and back-off is a fake clock; request timeouts are real but 
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -590,3 +592,39 @@ def test_significance_by_key(
 ) -> None:
     assert significant(key, written, current) is expected
     assert significant(key, written, written) is False
+
+
+class _HtmlHandler(http.server.BaseHTTPRequestHandler):
+    """What a misconfigured proxy in front of the API server might answer: 200 with HTML."""
+
+    def do_GET(self) -> None:
+        body = b"<html>login</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+def test_non_json_answer_is_a_kubernetes_error(tmp_path: Path, clock: FakeClock) -> None:
+    """A stand-in HTTP server (test double) answering HTML instead of a Node object."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with running_apiserver() as apiserver:
+            kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        kubeconfig.write_text(kubeconfig.read_text().replace(apiserver.url, url))
+        made = connect(str(kubeconfig), request_timeout=(1.0, 1.0))
+        assert made is not None
+        sink = KubernetesSink(made, NODE, clock=clock)
+        with pytest.raises(KubernetesError, match="not a JSON object"):
+            sink.publish(sample_cycle(NODE))
+        made.close()
+    finally:
+        server.shutdown()
+        server.server_close()
