@@ -29,6 +29,10 @@ REQUIRED_TOOLS = (
     "gpg",
     "zstd",
     "ssh",
+    "ssh-keygen",
+    "nsenter",
+    "pgrep",
+    "ip",
 )
 
 
