@@ -6,6 +6,7 @@ toolkit and Kubernetes packages, whose repositories cannot be reached from this 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,4 @@ def test_nodes_of_a_run_that_died_are_reaped_by_the_next(tmp_path: Path) -> None
         assert not status.exists() or "State:\tZ" in status.read_text()
     for hierarchy in ("systemd", "unified"):
         assert not Path(f"/sys/fs/cgroup/{hierarchy}/{node_cgroup}").exists()
+    shutil.rmtree(tmp_path / "orphan")
