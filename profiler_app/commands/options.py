@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from typing import Any
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
@@ -26,6 +27,29 @@ def env_default(name: str, fallback: str | None = None) -> str | None:
     """The environment variable ``name`` when set and not blank, else ``fallback``."""
     value = os.environ.get(name, "").strip()
     return value or fallback
+
+
+def add_env_option(
+    group: argparse._ArgumentGroup,
+    flag: str,
+    *,
+    env: str,
+    help: str,
+    default: str | None = None,
+    shown_default: str | None = None,
+    **kwargs: Any,  # passed on to argparse as they are (type, metavar)
+) -> None:
+    """A flag that falls back to the environment variable ``env``, then to ``default``.
+
+    The help text ends with both, e.g. "(env GPU_PROFILER_WINDOW; default: 30m)".
+    """
+    shown = shown_default or ("%(default)s" if default is not None else "unset")
+    group.add_argument(
+        flag,
+        default=env_default(env, default),
+        help=f"{help} (env {env}; default: {shown})",
+        **kwargs,
+    )
 
 
 def duration(text: str | None, flag: str) -> float | None:
@@ -50,47 +74,53 @@ def add_prometheus_options(
 ) -> None:
     """--prometheus-url, --node, --node-label, --field, --window and --step."""
     group = parser.add_argument_group("Prometheus (dcgm-exporter metrics)")
-    group.add_argument(
+    add_env_option(
+        group,
         "--prometheus-url",
+        env="GPU_PROFILER_PROMETHEUS_URL",
         metavar="URL",
-        default=env_default("GPU_PROFILER_PROMETHEUS_URL"),
-        help="Prometheus base URL, e.g. http://prometheus:9090 "
-        "(env GPU_PROFILER_PROMETHEUS_URL; default: unset)",
+        help="Prometheus base URL, e.g. http://prometheus:9090",
     )
-    group.add_argument(
+    add_env_option(
+        group,
         "--node",
+        env="NODE_NAME",
+        default=socket.gethostname(),
         metavar="NAME",
-        default=env_default("NODE_NAME", socket.gethostname()),
-        help="the node whose GPUs to read (env NODE_NAME; default: %(default)s)",
+        help="the node whose GPUs to read",
     )
-    group.add_argument(
+    add_env_option(
+        group,
         "--node-label",
+        env="GPU_PROFILER_NODE_LABEL",
+        default=DEFAULT_NODE_LABEL,
         metavar="LABEL",
-        default=env_default("GPU_PROFILER_NODE_LABEL", DEFAULT_NODE_LABEL),
-        help="the dcgm-exporter label holding the node name "
-        "(env GPU_PROFILER_NODE_LABEL; default: %(default)s)",
+        help="the dcgm-exporter label holding the node name",
     )
-    group.add_argument(
+    group.add_argument(  # its variable is read by explicit_fields(), as a comma-separated list
         "--field",
         metavar="FIELD",
         action="append",
         help="a dcgm-exporter field to read; repeat for several, the first one is classified "
         f"(env GPU_PROFILER_FIELDS, comma-separated; default: {', '.join(default_fields)})",
     )
-    group.add_argument(
+    add_env_option(
+        group,
         "--window",
+        env="GPU_PROFILER_WINDOW",
+        default=default_window,
         metavar="DURATION",
-        default=env_default("GPU_PROFILER_WINDOW", default_window),
-        help="how much history to analyse (env GPU_PROFILER_WINDOW; default: %(default)s)",
+        help="how much history to analyse",
     )
-    group.add_argument(
+    add_env_option(
+        group,
         "--step",
-        metavar="DURATION",
-        default=env_default("GPU_PROFILER_STEP"),
-        help=f"query resolution (env GPU_PROFILER_STEP; default: "
-        f"{format_duration(DEFAULT_STEP_SECONDS)}, coarser for windows over "
+        env="GPU_PROFILER_STEP",
+        shown_default=f"{format_duration(DEFAULT_STEP_SECONDS)}, coarser for windows over "
         f"{format_duration(DEFAULT_STEP_SECONDS * DEFAULT_MAX_POINTS)} so that a window holds "
-        f"at most {DEFAULT_MAX_POINTS:,} points)",
+        f"at most {DEFAULT_MAX_POINTS:,} points",
+        metavar="DURATION",
+        help="query resolution",
     )
     parser.set_defaults(default_fields=default_fields)
 

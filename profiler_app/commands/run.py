@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -72,7 +73,6 @@ def _port(text: str) -> int:
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    env = options.env_default
     parser = commands.add_parser(
         "run",
         help="profile this node continuously and publish annotations, metrics and rows",
@@ -82,69 +82,73 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     options.add_prometheus_options(parser)
     group = parser.add_argument_group("run")
-    group.add_argument(
+    add = functools.partial(options.add_env_option, group)
+    add(
         "--kubeconfig",
+        env="KUBECONFIG",
+        shown_default="the in-cluster service account when KUBERNETES_SERVICE_HOST is set, "
+        "else Kubernetes is off",
         metavar="FILE",
-        default=env("KUBECONFIG"),
-        help="kubeconfig for pod names and annotations (env KUBECONFIG; default: the in-cluster "
-        "service account when KUBERNETES_SERVICE_HOST is set, else Kubernetes is off)",
+        help="kubeconfig for pod names and annotations",
     )
-    group.add_argument(
+    add(
         "--annotation-domain",
+        env="GPU_PROFILER_ANNOTATION_DOMAIN",
+        default=DEFAULT_ANNOTATION_DOMAIN,
         metavar="DOMAIN",
-        default=env("GPU_PROFILER_ANNOTATION_DOMAIN", DEFAULT_ANNOTATION_DOMAIN),
-        help="prefix of the annotation keys (env GPU_PROFILER_ANNOTATION_DOMAIN; "
-        "default: %(default)s)",
+        help="prefix of the annotation keys",
     )
-    group.add_argument(
+    add(
         "--store-url",
+        env="GPU_PROFILER_STORE_URL",
+        shown_default="profiler.db in this user's data directory",
         metavar="URL",
-        default=env("GPU_PROFILER_STORE_URL"),
-        help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none' "
-        "(env GPU_PROFILER_STORE_URL; default: profiler.db in this user's data directory)",
+        help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none'",
     )
-    group.add_argument(
+    add(
         "--metrics-port",
-        metavar="PORT",
+        env="GPU_PROFILER_METRICS_PORT",
+        default=str(DEFAULT_METRICS_PORT),
         type=_port,
-        default=env("GPU_PROFILER_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
-        help="port of /metrics and /healthz, 0 for none (env GPU_PROFILER_METRICS_PORT; "
-        "default: %(default)s)",
+        metavar="PORT",
+        help="port of /metrics and /healthz, 0 for none",
     )
-    group.add_argument(
+    add(
         "--metrics-address",
+        env="GPU_PROFILER_METRICS_ADDRESS",
+        default=DEFAULT_METRICS_ADDRESS,
         metavar="ADDRESS",
-        default=env("GPU_PROFILER_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS),
-        help="address /metrics listens on; 0.0.0.0 exposes it (env GPU_PROFILER_METRICS_ADDRESS; "
-        "default: %(default)s)",
+        help="address /metrics listens on; 0.0.0.0 exposes it",
     )
-    group.add_argument(
+    add(
         "--interval",
+        env="GPU_PROFILER_INTERVAL",
+        default=DEFAULT_INTERVAL,
         metavar="DURATION",
-        default=env("GPU_PROFILER_INTERVAL", DEFAULT_INTERVAL),
-        help="time between cycles (env GPU_PROFILER_INTERVAL; default: %(default)s)",
+        help="time between cycles",
     )
-    group.add_argument(
+    add(
         "--sample-interval",
+        env="GPU_PROFILER_SAMPLE_INTERVAL",
+        default=DEFAULT_SAMPLE_INTERVAL,
         metavar="DURATION",
-        default=env("GPU_PROFILER_SAMPLE_INTERVAL", DEFAULT_SAMPLE_INTERVAL),
-        help="local sampling period of NVML and the host (env GPU_PROFILER_SAMPLE_INTERVAL; "
-        "default: %(default)s)",
+        help="local sampling period of NVML and the host",
     )
-    group.add_argument(
+    add(
         "--cgroup-root",
+        env="GPU_PROFILER_CGROUP_ROOT",
+        default=DEFAULT_CGROUP_ROOT,
         metavar="DIR",
-        default=env("GPU_PROFILER_CGROUP_ROOT", DEFAULT_CGROUP_ROOT),
-        help="where the host's cgroup tree is mounted, for per-pod CPU and memory "
-        "(env GPU_PROFILER_CGROUP_ROOT; default: %(default)s)",
+        help="where the host's cgroup tree is mounted, for per-pod CPU and memory",
     )
     group.add_argument("--once", action="store_true", help="run one cycle and exit")
-    group.add_argument(
+    add(
         "--log-level",
-        metavar="LEVEL",
+        env="GPU_PROFILER_LOG_LEVEL",
+        default="info",
         type=_log_level,
-        default=env("GPU_PROFILER_LOG_LEVEL", "info"),
-        help=f"{', '.join(LOG_LEVELS)} (env GPU_PROFILER_LOG_LEVEL; default: %(default)s)",
+        metavar="LEVEL",
+        help=", ".join(LOG_LEVELS),
     )
     parser.set_defaults(handler=handle)
 
