@@ -16,6 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.gpu import (
+    GPU_NODE_LABEL_KEY,
+    GPU_NODE_LABEL_VALUE,
+    GPU_TAINT_EFFECT,
+    GPU_TAINT_KEY,
+    GPU_TAINT_VALUE,
+)
 from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES
 from tests.nodes.harness.machine import Node
 from tests.nodes.harness.provision import CONTROL_PLANE, WORKERS, Provisioned
@@ -23,6 +30,9 @@ from tests.nodes.harness.standin_repo import PAYLOADS
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
 RUNTIME_LOG = "/var/log/nvidia-container-runtime-standin.log"
+# Every test node is in gpu_nodes: kubeadm must register each with what infra/gpu.py selects.
+GPU_LABELS_ARG = {"name": "node-labels", "value": f"{GPU_NODE_LABEL_KEY}={GPU_NODE_LABEL_VALUE}"}
+GPU_TAINT = {"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}
 
 
 def _calls(node: Node, path: str) -> list[dict[str, Any]]:
@@ -97,6 +107,13 @@ def test_kubeadm_init_ran_once_with_the_generated_config(control_plane: Node) ->
     assert given == control_plane.read("/etc/kubernetes/kubeadm-config.yaml")
     documents = {document["kind"]: document for document in yaml.safe_load_all(given)}
     assert documents["InitConfiguration"]["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    registration = documents["InitConfiguration"]["nodeRegistration"]
+    assert registration["kubeletExtraArgs"] == [GPU_LABELS_ARG]
+    # The explicit taints replace kubeadm's default, so the control-plane taint must be listed too.
+    assert registration["taints"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+        GPU_TAINT,
+    ]
     cluster = documents["ClusterConfiguration"]
     assert cluster["clusterName"] == "gct"
     assert cluster["kubernetesVersion"] == "v1.31.2"
@@ -127,6 +144,8 @@ def test_worker_joined_once_with_a_token_from_the_control_plane(
     ca = (control_plane.root / "etc/kubernetes/pki/ca.crt").read_bytes()
     assert bootstrap["caCertHashes"] == [f"sha256:{hashlib.sha256(ca).hexdigest()}"]
     assert join["nodeRegistration"]["criSocket"] == "unix:///run/containerd/containerd.sock"
+    assert join["nodeRegistration"]["kubeletExtraArgs"] == [GPU_LABELS_ARG]
+    assert join["nodeRegistration"]["taints"] == [GPU_TAINT]
     # The join configuration holds the token: the role removes it after joining.
     assert not (worker.root / "etc/kubernetes/kubeadm-join.yaml").exists()
 
