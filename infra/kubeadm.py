@@ -141,10 +141,21 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.register_outputs({"cluster_name": self.cluster_name, "kubeconfig": self.kubeconfig})
 
 
-def label_gpu_nodes(node_names: list[str], provider: k8s.Provider) -> list[k8s.core.v1.NodePatch]:
-    """Give these nodes the GPU label, for playbooks that do not set it themselves.
+def gpu_node_names(value: object) -> list[str]:
+    """The kubeadm stack's optional ``gpuNodeNames``: a list of node names, or nothing."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise ValueError(f"gpuNodeNames must be a list of Kubernetes node names, got {value!r}")
+    return list(value)
 
-    A server-side-apply patch of one label: the rest of each Node stays the kubelet's.
+
+def label_gpu_nodes(node_names: list[str], provider: k8s.Provider) -> list[k8s.core.v1.NodePatch]:
+    """Give these nodes the GPU label, e.g. nodes that joined before the playbooks labelled them.
+
+    The playbooks register every ``gpu_nodes`` host with the label and the taint themselves; this
+    is for nodes they did not register. A server-side-apply patch of one label: the rest of each
+    Node stays the kubelet's.
     """
     return [
         k8s.core.v1.NodePatch(

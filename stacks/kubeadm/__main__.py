@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pulumi
 
-from infra.kubeadm import KubeadmCluster, KubeadmClusterArgs, label_gpu_nodes
+from infra.kubeadm import KubeadmCluster, KubeadmClusterArgs, gpu_node_names, label_gpu_nodes
 from infra.stack import deploy_gpu_layer, export_access
 
 STACK_DIR = Path(__file__).resolve().parent
@@ -30,5 +30,6 @@ def cluster_args(config: pulumi.Config) -> KubeadmClusterArgs:
 config = pulumi.Config()
 cluster = KubeadmCluster("gpu-kubeadm", cluster_args(config))
 layer = deploy_gpu_layer(config, cluster.kubeconfig)
-label_gpu_nodes(config.get_object("gpuNodeNames") or [], layer.provider)
+# The playbooks label and taint the gpu_nodes hosts; gpuNodeNames (optional) labels other nodes too.
+label_gpu_nodes(gpu_node_names(config.get_object("gpuNodeNames")), layer.provider)
 export_access(cluster.cluster_name, cluster.kubeconfig, layer)

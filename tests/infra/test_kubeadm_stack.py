@@ -13,9 +13,15 @@ from typing import Any
 import pytest
 
 from infra import ansible_run
-from infra.kubeadm import KubeadmClusterArgs, tree_digest
+from infra.kubeadm import KubeadmClusterArgs, gpu_node_names, tree_digest
 from tests.infra.conftest import KUBEADM_STACK, REPO_ROOT
-from tests.infra.pulumi_harness import FAKE_KUBECONFIG, ProgramRun, Recorded, run_stack
+from tests.infra.pulumi_harness import (
+    FAKE_KUBECONFIG,
+    ProgramRun,
+    Recorded,
+    run_stack,
+    stack_config,
+)
 
 COMMAND = "command:local:Command"
 
@@ -155,9 +161,27 @@ def test_inventory_folder_is_hashed_whole(tmp_path: Path) -> None:
     assert before.inputs["triggers"][1] != after.inputs["triggers"][1]
 
 
-def test_listed_gpu_nodes_get_the_gpu_label(kubeadm_run: ProgramRun) -> None:
-    patches = kubeadm_run.of_type("kubernetes:core/v1:NodePatch")
+def test_no_node_is_patched_without_gpu_node_names(kubeadm_run: ProgramRun) -> None:
+    """The playbooks label and taint the gpu_nodes hosts: gpuNodeNames is optional."""
+    assert "gpu-cluster-kubeadm:gpuNodeNames" not in stack_config(KUBEADM_STACK, "dev")[1]
+    assert kubeadm_run.of_type("kubernetes:core/v1:NodePatch") == []
+
+
+def test_listed_gpu_nodes_get_the_gpu_label() -> None:
+    run = run_stack(KUBEADM_STACK, overrides={"gpuNodeNames": ["gpu-1", "gpu-2"]})
+    patches = run.of_type("kubernetes:core/v1:NodePatch")
     assert {p.inputs["metadata"]["name"] for p in patches} == {"gpu-1", "gpu-2"}
     for patch in patches:
         assert patch.inputs["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
         assert set(patch.inputs) == {"apiVersion", "kind", "metadata"}
+
+
+def test_empty_gpu_node_names_patch_nothing() -> None:
+    run = run_stack(KUBEADM_STACK, overrides={"gpuNodeNames": []})
+    assert run.of_type("kubernetes:core/v1:NodePatch") == []
+
+
+@pytest.mark.parametrize("value", ["gpu-1", [""], [1], {"gpu-1": True}])
+def test_gpu_node_names_must_be_a_list_of_names(value: object) -> None:
+    with pytest.raises(ValueError, match="gpuNodeNames must be a list of Kubernetes node names"):
+        gpu_node_names(value)

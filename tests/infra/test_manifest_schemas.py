@@ -69,6 +69,11 @@ def stack_runs() -> list[tuple[str, ProgramRun]]:
     return [
         ("eks", run_stack(EKS_STACK)),
         ("kubeadm", run_stack(KUBEADM_STACK)),
+        # Node label patches exist only for listed nodes.
+        (
+            "kubeadm-with-gpu-node-names",
+            run_stack(KUBEADM_STACK, overrides={"gpuNodeNames": ["gpu-1"]}),
+        ),
         (
             "eks-with-options",
             run_stack(
