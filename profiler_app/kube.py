@@ -12,45 +12,24 @@ would add about 20 MiB to a daemon that needs three endpoints and a handful of f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 import yaml
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import load_incluster_config
+from kubernetes.config.kube_config import load_kube_config
+from kubernetes.watch.watch import iter_resp_lines
 
 from profiler_app.errors import UserError
-
-
-def _register_kubernetes_package_without_extras() -> None:
-    """Make ``kubernetes`` importable without running its ``__init__``.
-
-    That file imports every optional part of the client (the dynamic client with jsonschema,
-    websocket streams, informers, leader election): about 3.5 MiB of RSS this daemon never
-    uses. Submodules import as usual. Does nothing if something imported the package already.
-    """
-    if "kubernetes" in sys.modules:
-        return
-    spec = importlib.util.find_spec("kubernetes")
-    if spec is not None and spec.submodule_search_locations is not None:
-        sys.modules["kubernetes"] = importlib.util.module_from_spec(spec)
-
-
-_register_kubernetes_package_without_extras()
-
-# Imported after the registration above, on purpose.
-from kubernetes.client.api_client import ApiClient  # noqa: E402
-from kubernetes.client.configuration import Configuration  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-from kubernetes.config.config_exception import ConfigException  # noqa: E402
-from kubernetes.config.incluster_config import load_incluster_config  # noqa: E402
-from kubernetes.config.kube_config import load_kube_config  # noqa: E402
-from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 
 log = logging.getLogger(__name__)
 
