@@ -103,6 +103,11 @@ def main() -> None:
         action="store_true",
         help="measure the embedded default instead (local sampling, SQLite, no Kubernetes)",
     )
+    parser.add_argument(
+        "--store-url",
+        default=None,
+        help="DaemonSet mode's store (default: SQLite in a temp dir; 'none': no store)",
+    )
     options = parser.parse_args()
     if options.embedded:
         measure_embedded(options.duration, options.interval)
@@ -123,7 +128,7 @@ def main() -> None:
             sys.executable, "-m", "profiler_app", "run",
             "--prometheus-url", prometheus.url, "--node", NODE,
             "--kubeconfig", str(kubeconfig),
-            "--store-url", f"sqlite:///{workdir / 'profiler.db'}",
+            "--store-url", options.store_url or f"sqlite:///{workdir / 'profiler.db'}",
             "--metrics-port", str(port), "--interval", f"{options.interval}s",
             "--log-level", "warning",
         ]  # fmt: skip
