@@ -393,7 +393,7 @@ def test_a_store_from_a_newer_version_is_refused(store: TableStore, store_url: s
 
 def test_postgres_fixture_skips_without_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
     # Imported here: at module level it would precede its registration as a pytest plugin.
-    from tests.support import postgres as postgres_support
+    from tests.support import postgres as postgres_support  # noqa: PLC0415
 
     monkeypatch.setattr(postgres_support, "find_bin_dir", lambda: None)
     with (
