@@ -402,7 +402,9 @@ def test_invalid_domain_is_rejected(
 def test_token_is_sent_but_never_logged(
     apiserver: StandInApiServer, sink: KubernetesSink, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)
+    # Each logger explicitly: the CLI quiets the clients' loggers for the rest of the process.
+    for name in (None, "kubernetes", "urllib3"):
+        caplog.set_level(logging.DEBUG, logger=name)
     apiserver.fail("PATCH", NODE_PATH, 500, times=1)
 
     with pytest.raises(KubernetesError) as raised:
