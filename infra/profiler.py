@@ -261,7 +261,19 @@ class GpuProfiler(pulumi.ComponentResource):
                 "jobLabel": "app.kubernetes.io/name",
                 "selector": {"matchLabels": labels},
                 "namespaceSelector": {"matchNames": [args.namespace]},
-                "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+                "endpoints": [
+                    {
+                        "port": "metrics",
+                        "path": "/metrics",
+                        "interval": "30s",
+                        # The series' namespace/pod name the GPU's workload: keep them, and drop
+                        # the target's own (the profiler pod) so unallocated GPUs stay unlabelled.
+                        "honorLabels": True,
+                        "relabelings": [
+                            {"action": "labeldrop", "regex": "^(namespace|pod|container)$"}
+                        ],
+                    }
+                ],
             },
             opts=child,
         )

@@ -130,6 +130,12 @@ def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
     assert monitor["spec"]["selector"] == {"matchLabels": service["spec"]["selector"]}
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"  # job="gpu-profiler"
+    # namespace/pod on the profiler's series name the GPU's workload, not the profiler pod.
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["honorLabels"] is True
+    assert endpoint["relabelings"] == [
+        {"action": "labeldrop", "regex": "^(namespace|pod|container)$"}
+    ]
 
 
 def test_metrics_port_reachable_from_monitoring_namespace_only(eks_run: ProgramRun) -> None:
