@@ -12,7 +12,7 @@ import sys
 
 from profiler_app.commands import options
 from profiler_app.errors import SourceError, UserError
-from profiler_app.model import GPU_UTIL, SeriesMatrix
+from profiler_app.model import SeriesMatrix
 from profiler_app.profiles import build_profiles
 from profiler_app.render import render_json, render_table
 from profiler_app.sources.prometheus import PrometheusSource, load_query_range
@@ -82,10 +82,8 @@ def handle(args: argparse.Namespace) -> int:
             "no metrics to analyse: give --prometheus-url URL (or set GPU_PROFILER_PROMETHEUS_URL)"
             " or --input FILE"
         )
-    fields = [matrix.field for matrix in matrices]
-    primary = GPU_UTIL if GPU_UTIL in fields else fields[0]
-    ordered = [primary, *(field for field in fields if field != primary)]
-    profiles = build_profiles(matrices, primary, node_label=args.node_label)
+    ordered = options.classified_first([matrix.field for matrix in matrices])
+    profiles = build_profiles(matrices, ordered[0], node_label=args.node_label)
     if args.output == "json":
         _write(render_json(profiles))
     else:

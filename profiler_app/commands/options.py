@@ -101,7 +101,8 @@ def add_prometheus_options(
         "--field",
         metavar="FIELD",
         action="append",
-        help="a dcgm-exporter field to read; repeat for several, the first one is classified "
+        help=f"a dcgm-exporter field to read; repeat for several; {GPU_UTIL} if among them, "
+        "else the first, is classified "
         f"(env GPU_PROFILER_FIELDS, comma-separated; default: {', '.join(default_fields)})",
     )
     add_env_option(
@@ -137,3 +138,9 @@ def explicit_fields(args: argparse.Namespace) -> list[str] | None:
 def fields(args: argparse.Namespace) -> list[str]:
     """The fields to read: --field, else GPU_PROFILER_FIELDS, else the command's default."""
     return explicit_fields(args) or list(args.default_fields)
+
+
+def classified_first(names: list[str]) -> list[str]:
+    """``names`` with the classified field first: GPU utilisation when present, else the first."""
+    primary = GPU_UTIL if GPU_UTIL in names else names[0]
+    return [primary, *(name for name in names if name != primary)]

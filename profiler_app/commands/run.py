@@ -160,7 +160,7 @@ class RunConfig:
     node: str
     node_label: str
     prometheus_url: str | None
-    fields: list[str]
+    fields: list[str]  # the classified one first
     step_seconds: float | None
     window_seconds: float
     interval_seconds: float
@@ -190,7 +190,7 @@ class RunConfig:
             node=args.node,
             node_label=args.node_label,
             prometheus_url=args.prometheus_url,
-            fields=options.fields(args),
+            fields=options.classified_first(options.fields(args)),
             step_seconds=options.duration(args.step, "--step"),
             window_seconds=window,
             interval_seconds=interval,

@@ -116,7 +116,7 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         parse("--interval", "10s", "--field", FB_USED, "--field", GPU_UTIL, "--once")
     )
     assert config.interval_seconds == 10.0
-    assert config.fields == [FB_USED, GPU_UTIL]
+    assert config.fields == [GPU_UTIL, FB_USED]  # GPU utilisation is classified, as in analyze
     assert config.once
 
 
@@ -157,6 +157,11 @@ def test_bad_port_and_log_level_are_usage_errors(
         parse()
     assert exited.value.code == 2
     assert "unknown log level 'chatty'" in capsys.readouterr().err
+
+
+def test_the_first_field_is_classified_without_gpu_utilisation() -> None:
+    config = RunConfig.from_args(parse("--field", FB_USED, "--field", MEM_COPY_UTIL))
+    assert config.fields == [FB_USED, MEM_COPY_UTIL]
 
 
 def test_annotation_domain_default_matches_the_sink() -> None:
