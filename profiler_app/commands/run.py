@@ -2,7 +2,8 @@
 
 Without ``--prometheus-url`` it samples this machine itself through NVML and psutil; without a
 kubeconfig or in-cluster service account it leaves Kubernetes alone; the table store defaults to
-a SQLite file under the user's data directory. Every flag falls back to an environment variable.
+a SQLite file under the user's data directory. Every flag but ``--once`` falls
+back to an environment variable.
 """
 
 from __future__ import annotations
