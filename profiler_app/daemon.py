@@ -100,6 +100,7 @@ class Daemon:
         node_label: str = "Hostname",
         host: HostReadings | None = None,
         pods: Callable[[], Sequence[PodInfo]] | None = None,
+        metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None,
     ) -> None:
         self.node = node
         self.source = source
@@ -111,6 +112,8 @@ class Daemon:
         self.node_label = node_label
         self.host = host
         self.pods = pods
+        # Pod CPU/memory peaks from Prometheus (cAdvisor) by (namespace, pod), given the window.
+        self.metric_pod_peaks = metric_pod_peaks
         self.source_backoff = Backoff()
         self.cycles = 0
         self._stop = threading.Event()
@@ -230,9 +233,22 @@ class Daemon:
             at=datetime.now(UTC),
             window_seconds=self.window_seconds,
             gpus=profiles,
-            pods=pod_usage(profiles, pods, peaks, self.node),
+            pods=pod_usage(profiles, pods, peaks, self.node, self._read_metric_pod_peaks()),
             host=self.host.snapshot() if self.host is not None else {},
         )
+
+    def _read_metric_pod_peaks(self) -> Mapping[tuple[str, str], PodPeak]:
+        """Prometheus' pod peaks, or none this cycle when reading them fails: they only add to
+        the GPU results, so a failure is counted as a source error but fails nothing."""
+        if self.metric_pod_peaks is None:
+            return {}
+        try:
+            return self.metric_pod_peaks(self.window_seconds)
+        except Exception as error:
+            self._record_error(
+                "source", f"pod CPU/memory peaks: {one_line(error)}; none this cycle"
+            )
+            return {}
 
     def _profiles(self, matrices: list[SeriesMatrix]) -> list[GpuProfile]:
         if not matrices:  # local sampling without GPUs

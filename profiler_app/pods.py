@@ -1,8 +1,8 @@
 """Which pod each GPU served, and each GPU-using pod's peaks (GPU from the profiles, CPU and
-memory from the pod's cgroup).
+memory from the pod's cgroup or, where that is not visible, from Prometheus' cAdvisor series).
 
 Pure functions: the daemon passes the profiles, the pods the Kubernetes watcher knows on this
-node, and the cgroup peaks by pod UID.
+node, the cgroup peaks by pod UID and the cAdvisor peaks by (namespace, pod).
 """
 
 from __future__ import annotations
@@ -53,8 +53,13 @@ def pod_usage(
     pods: Sequence[PodInfo],
     cgroup_peaks: Mapping[str, PodPeak],
     node: str,
+    metric_peaks: Mapping[tuple[str, str], PodPeak] | None = None,
 ) -> list[PodUsage]:
-    """One ``PodUsage`` per pod that used a GPU in the window or requests GPUs."""
+    """One ``PodUsage`` per pod that used a GPU in the window or requests GPUs.
+
+    CPU and memory come from ``cgroup_peaks`` (by pod UID) where it has them; ``metric_peaks``
+    (by namespace and pod, from Prometheus) fills what the cgroups leave as None.
+    """
     known = {(pod.namespace, pod.name): pod for pod in pods}
     usage: dict[tuple[str, str], _Peaks] = {}
     for pod in pods:
@@ -78,6 +83,7 @@ def pod_usage(
     for (namespace, name), peaks in sorted(usage.items()):
         info = known.get((namespace, name))
         cgroup = cgroup_peaks.get(info.uid) if info is not None else None
+        peak = _merged(cgroup, (metric_peaks or {}).get((namespace, name)))
         result.append(
             PodUsage(
                 namespace=namespace,
@@ -88,8 +94,20 @@ def pod_usage(
                 gpu_util_max=_max(peaks.gpu_util),
                 gpu_mem_util_max=_max(peaks.gpu_mem_util),
                 fb_used_max_mib=_max(peaks.fb_used),
-                cpu_util_max=cgroup.cpu_util_max if cgroup is not None else None,
-                mem_used_max_bytes=cgroup.mem_used_max_bytes if cgroup is not None else None,
+                cpu_util_max=peak.cpu_util_max,
+                mem_used_max_bytes=peak.mem_used_max_bytes,
             )
         )
     return result
+
+
+def _merged(first: PodPeak | None, second: PodPeak | None) -> PodPeak:
+    """Each resource from ``first`` where known, else from ``second``."""
+    first = first or PodPeak(None, None)
+    second = second or PodPeak(None, None)
+    return PodPeak(
+        cpu_util_max=first.cpu_util_max if first.cpu_util_max is not None else second.cpu_util_max,
+        mem_used_max_bytes=first.mem_used_max_bytes
+        if first.mem_used_max_bytes is not None
+        else second.mem_used_max_bytes,
+    )

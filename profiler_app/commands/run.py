@@ -31,7 +31,7 @@ from profiler_app.sinks.terminal import TerminalSink
 from profiler_app.sources import MetricsSource
 from profiler_app.sources.host import HostSampler
 from profiler_app.sources.nvml import NvmlSource
-from profiler_app.sources.prometheus import PrometheusSource
+from profiler_app.sources.prometheus import PodPeaksQuery, PrometheusSource
 
 if TYPE_CHECKING:
     from profiler_app.sources.kube_pods import PodWatcher
@@ -286,6 +286,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     resources.callback(host.close)
     notice = None
     source: MetricsSource
+    metric_pod_peaks = None
     if config.prometheus_url:
         prometheus = PrometheusSource(
             config.prometheus_url,
@@ -298,6 +299,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         )
         resources.callback(prometheus.close)
         source = prometheus
+        metric_pod_peaks = PodPeaksQuery(prometheus).read
     else:
         nvml = NvmlSource(
             config.node,
@@ -336,6 +338,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         node_label=config.node_label,
         host=host,
         pods=watcher.snapshot if watcher is not None else None,
+        metric_pod_peaks=metric_pod_peaks,
     )
     resources.callback(daemon.close)
     return daemon

@@ -28,6 +28,7 @@ import requests
 from profiler_app.durations import format_duration
 from profiler_app.errors import SourceError, UserError
 from profiler_app.model import GPU_UTIL, FloatMatrix, SeriesMatrix
+from profiler_app.sources.host import PodPeak
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _ERRNO_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 _TRANSIENT_STATUSES = {429, 502, 503, 504}
+CADVISOR_NODE_LABEL = "node"  # the node label kube-prometheus-stack puts on cAdvisor series
+CADVISOR_RATE_WINDOW = "2m"  # four kubelet scrapes at its 30 s default
 
 
 def default_step(window_seconds: float) -> float:
@@ -182,9 +185,18 @@ class PrometheusSource:
         return f"no {field} series for {where}: dcgm-exporter does not export this field"
 
     def _query(self, query: str, grid: TimeGrid) -> list[dict[str, object]]:
-        endpoint = f"{self.url}/api/v1/query_range"
         params = {"query": query, "start": _timestamp(grid.start), "end": _timestamp(grid.end)}
         params["step"] = _timestamp(grid.step)
+        document = self._request("query_range", params, query)
+        return _matrix_result(document, f"the answer of {self.display_url}")
+
+    def instant_query(self, query: str, at: float) -> list[dict[str, object]]:
+        """The vector result of ``query`` evaluated at ``at`` (same errors as ``read``)."""
+        document = self._request("query", {"query": query, "time": _timestamp(at)}, query)
+        return _vector_result(document, f"the answer of {self.display_url}")
+
+    def _request(self, api: str, params: dict[str, str], query: str) -> object:
+        endpoint = f"{self.url}/api/v1/{api}"
         try:
             response = self._session.get(endpoint, params=params, timeout=self.timeout)
         except requests.Timeout as error:
@@ -201,7 +213,85 @@ class PrometheusSource:
             ) from error
         self.stats.requests += 1
         self.stats.bytes_read += len(response.content)
-        return _result_of(response, self.display_url, query)
+        return _document_of(response, self.display_url, query)
+
+
+class PodPeaksQuery:
+    """Each pod's CPU and memory peaks on one node from cAdvisor series (the kubelet's, as
+    kube-prometheus-stack scrapes them): two instant queries with subqueries per read.
+
+    For the DaemonSet, which cannot see the host cgroup tree. Rows of pod-level cgroups
+    (``container=""``) and pause containers (``container="POD"``) are left out so a pod's
+    containers are summed once. No cAdvisor series is not an error: the result is empty.
+    """
+
+    def __init__(self, source: PrometheusSource, node_label: str = CADVISOR_NODE_LABEL) -> None:
+        self.source = source
+        self.node_label = node_label
+        self._empty_said = False
+        # Containers only: the pod-level cgroup ("") and the pause container ("POD") would
+        # count the pod twice.
+        containers_only = ',container!="",container!="POD"}'
+        self.cpu_selector = (
+            promql_selector("container_cpu_usage_seconds_total", node_label, source.node)[:-1]
+            + containers_only
+        )
+        self.memory_selector = (
+            promql_selector("container_memory_working_set_bytes", node_label, source.node)[:-1]
+            + containers_only
+        )
+
+    def queries(self, window_seconds: float) -> tuple[str, str]:
+        """(CPU percent of one core, working-set bytes): per-pod peaks within the window."""
+        step = self.source.step_seconds or default_step(window_seconds)
+        subquery = f"[{_promql_duration(window_seconds)}:{_promql_duration(step)}]"
+        cpu = (
+            f"max_over_time((sum by (namespace, pod) (rate({self.cpu_selector}"
+            f"[{CADVISOR_RATE_WINDOW}])))"
+            f"{subquery}) * 100"
+        )
+        memory = f"max_over_time((sum by (namespace, pod) ({self.memory_selector})){subquery})"
+        return cpu, memory
+
+    def read(
+        self, window_seconds: float, end: float | None = None
+    ) -> dict[tuple[str, str], PodPeak]:
+        """(namespace, pod) -> peaks; a pod missing from one query has None for that resource."""
+        at = time.time() if end is None else end
+        cpu_query, memory_query = self.queries(window_seconds)
+        cpu = _by_pod(self.source.instant_query(cpu_query, at))
+        memory = _by_pod(self.source.instant_query(memory_query, at))
+        if not cpu and not memory and not self._empty_said:
+            self._empty_said = True
+            log.info(
+                "no cAdvisor series for %s=%s in Prometheus: pods get no CPU/memory peaks",
+                self.node_label,
+                self.source.node,
+            )
+        return {
+            key: PodPeak(cpu_util_max=cpu.get(key), mem_used_max_bytes=memory.get(key))
+            for key in sorted(cpu.keys() | memory.keys())
+        }
+
+
+def _by_pod(samples: list[dict[str, object]]) -> dict[tuple[str, str], float]:
+    values = {}
+    for sample in samples:
+        metric: dict[str, str] = sample["metric"]  # type: ignore[assignment]
+        pair: list[object] = sample["value"]  # type: ignore[assignment]
+        try:
+            value = float(pair[1])  # type: ignore[arg-type]
+        except (TypeError, ValueError) as error:
+            raise UserError(f"malformed sample in an instant query answer: {error}") from error
+        if "namespace" in metric and "pod" in metric and math.isfinite(value):
+            values[str(metric["namespace"]), str(metric["pod"])] = value
+    return values
+
+
+def _promql_duration(seconds: float) -> str:
+    """A PromQL duration literal: whole seconds where possible, else milliseconds."""
+    milliseconds = max(1, round(seconds * 1000))
+    return f"{milliseconds // 1000}s" if milliseconds % 1000 == 0 else f"{milliseconds}ms"
 
 
 def _without_credentials(url: str) -> str:
@@ -223,7 +313,8 @@ def _short_reason(error: Exception) -> str:
     return match.group(1).strip() if match else type(error).__name__
 
 
-def _result_of(response: requests.Response, url: str, query: str) -> list[dict[str, object]]:
+def _document_of(response: requests.Response, url: str, query: str) -> object:
+    """The JSON answer, after mapping HTTP errors to SourceError (transient) or UserError."""
     try:
         document = response.json()
     except ValueError:
@@ -239,7 +330,7 @@ def _result_of(response: requests.Response, url: str, query: str) -> list[dict[s
         )
     if document is None:
         raise UserError(f"{url} does not look like Prometheus: its answer is not JSON")
-    return _matrix_result(document, f"the answer of {url}")
+    return document
 
 
 def _matrix_result(document: object, origin: str) -> list[dict[str, object]]:
@@ -257,6 +348,31 @@ def _matrix_result(document: object, origin: str) -> list[dict[str, object]]:
     if not isinstance(result, list) or not all(_is_series(item) for item in result):
         raise UserError(f"{problem}: data.result is not a list of {{metric, values}} series")
     return result
+
+
+def _vector_result(document: object, origin: str) -> list[dict[str, object]]:
+    """The ``data.result`` list of a successful instant-vector document."""
+    problem = f"{origin} is not a Prometheus instant query document"
+    data = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or not isinstance(data, dict):
+        raise UserError(f"{problem}: no 'data' object")
+    if document.get("status") != "success":
+        raise UserError(f"{problem}: status is {document.get('status')!r}, expected 'success'")
+    if data.get("resultType") != "vector":
+        raise UserError(f"{problem}: resultType is {data.get('resultType')!r}, expected 'vector'")
+    result = data.get("result")
+    if not isinstance(result, list) or not all(_is_sample(item) for item in result):
+        raise UserError(f"{problem}: data.result is not a list of {{metric, value}} samples")
+    return result
+
+
+def _is_sample(item: object) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("metric"), dict)
+        and isinstance(item.get("value"), list)
+        and len(item["value"]) == 2
+    )
 
 
 def _is_series(item: object) -> bool:

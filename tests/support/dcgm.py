@@ -4,6 +4,8 @@
 (``Gpu.labels``); ``standard_dataset`` builds the labelled cluster that the ``prometheus``
 fixture in tests/conftest.py serves: every node has one training, one inference, one idle and
 one bursty GPU (more GPUs repeat the pattern), with the job types known in ``expected``.
+Each busy GPU's pod also gets kubelet cAdvisor series (``add_cadvisor_pod``) whose CPU and
+memory peaks are known in ``pod_peaks``.
 """
 
 from __future__ import annotations
@@ -130,10 +132,62 @@ class Dataset:
     step_seconds: float
     # (hostname, gpu index as a string) -> (job type, period in seconds or None)
     expected: dict[tuple[str, str], tuple[str, float | None]]
+    # (node, namespace, pod) -> (CPU peak in percent of one core, memory peak in bytes)
+    pod_peaks: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
         return sorted({gpu.hostname for gpu in self.gpus})
+
+
+# A cAdvisor pod's CPU and memory burst: [end - 20 min, end - 12 min), long past the 2 min rate
+# window, so the peak of rate() over any window that still holds it is the burst rate exactly.
+CADVISOR_BURST = (20 * 60.0, 12 * 60.0)
+_MIB = 2.0**20
+
+
+def add_cadvisor_pod(
+    builder: OpenMetricsBuilder,
+    node: str,
+    namespace: str,
+    pod: str,
+    times: FloatArray,
+    *,
+    scale: int = 0,
+) -> tuple[float, float]:
+    """kubelet cAdvisor series of a pod with containers ``main`` and ``sidecar``, plus the
+    pod-level (``container=""``) and pause (``container="POD"``) rows a real kubelet also
+    exports; returns the pod's (CPU peak in percent of one core, memory peak in bytes) summed
+    over its containers only. ``scale`` makes pods differ."""
+    step = float(times[1] - times[0]) if times.size > 1 else 1.0
+    burst = (times >= times[-1] - CADVISOR_BURST[0]) & (times < times[-1] - CADVISOR_BURST[1])
+    cores = {
+        "main": 0.5 + burst * (1.0 + 0.25 * scale),
+        "sidecar": np.full(times.size, 0.1),
+        "POD": np.full(times.size, 0.001),
+    }
+    memory = {
+        "main": 1024 * _MIB + burst * (2048 + 128 * scale) * _MIB,
+        "sidecar": np.full(times.size, 64 * _MIB),
+        "POD": np.full(times.size, 1 * _MIB),
+    }
+    cores[""] = cores["main"] + cores["sidecar"] + cores["POD"]
+    memory[""] = memory["main"] + memory["sidecar"] + memory["POD"]
+    for container in ("main", "sidecar", "POD", ""):
+        labels = {
+            "namespace": namespace,
+            "pod": pod,
+            "container": container,
+            "node": node,
+            "job": "kubelet",
+            "metrics_path": "/metrics/cadvisor",
+        }
+        counter = np.cumsum(cores[container] * step)
+        builder.add("container_cpu_usage_seconds_total", labels, counter, times, kind="counter")
+        builder.add("container_memory_working_set_bytes", labels, memory[container], times)
+    cpu_peak = (0.5 + 1.0 + 0.25 * scale + 0.1) * 100
+    memory_peak = (1024 + 2048 + 128 * scale + 64) * _MIB
+    return cpu_peak, memory_peak
 
 
 def _utilisation(role: str, n: int, period: int, rng: np.random.Generator) -> FloatArray:
@@ -183,18 +237,21 @@ def standard_dataset(
     end: float | None = None,
     seed: int = 20261122,
     hostname: Callable[[int], str] = lambda number: f"gpu-node-{number}",
+    cadvisor: bool = True,
 ) -> Dataset:
     """``nodes`` x ``gpus_per_node`` GPUs over ``hours`` ending at ``end`` (default: now).
 
     GPU ``j`` of node ``i`` (both from 0) plays role ``ROLES[(i + j) % 4]``; training periods are
     90, 120 or 180 s by node. Busy GPUs carry pod labels (namespace ``ml``, pod
     ``<role>-<node>-<gpu>``, container ``main``); idle ones none, as dcgm-exporter does.
+    With ``cadvisor``, each such pod also gets kubelet cAdvisor series (``add_cadvisor_pod``).
     """
     rng = np.random.default_rng(seed)
     points = round(hours * 3600 / step_seconds)
     times = sample_times(points, step_seconds, end)
     builder = OpenMetricsBuilder()
     gpus, expected = [], {}
+    pod_peaks: dict[tuple[str, str, str], tuple[float, float]] = {}
     for node_number in range(nodes):
         host = hostname(node_number + 1)
         period = (9, 12, 18)[node_number % 3]
@@ -214,6 +271,10 @@ def standard_dataset(
             per_field = _fields_for(role, _utilisation(role, points, period, rng), rng)
             for name in fields:
                 builder.add(name, gpu.labels(), per_field[name], times)
+            if cadvisor and pod is not None:
+                pod_peaks[host, "ml", pod] = add_cadvisor_pod(
+                    builder, host, "ml", pod, times, scale=index
+                )
     return Dataset(
         builder.text(),
         gpus,
@@ -222,4 +283,5 @@ def standard_dataset(
         float(times[-1]),
         step_seconds,
         expected,
+        pod_peaks,
     )
