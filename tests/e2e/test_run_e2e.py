@@ -84,14 +84,26 @@ def test_once_annotates_stores_and_exits_zero(
         annotations = apiserver.pod("ml", name)["metadata"]["annotations"]
         assert 0 <= float(annotations[f"{DOMAIN}/gpu-util-max"]) <= 100, name
         assert f"{DOMAIN}/gpu-mem-util-max" in annotations
+        # CPU and memory peaks from the cAdvisor series in Prometheus (no cgroup tree here).
+        cpu, memory = prometheus.dataset.pod_peaks[NODE, "ml", name]
+        assert annotations[f"{DOMAIN}/cpu-util-max"] == str(round(cpu)), name
+        assert annotations[f"{DOMAIN}/mem-used-max-mib"] == str(round(memory / 2**20)), name
     assert apiserver.pod("ml", "elsewhere")["metadata"]["annotations"] == {}
     rows = stored(database, "select gpu, job_type from gpu_window order by gpu")
     expected = sorted(
         (gpu, role) for (host, gpu), (role, _) in prometheus.expected.items() if host == NODE
     )
     assert rows == expected
-    stored_pods = stored(database, "select namespace, pod, node from pod_usage order by pod")
-    assert stored_pods == [("ml", name, NODE) for name in pods]
+    stored_pods = stored(
+        database,
+        "select namespace, pod, node, round(cpu_util_max, 3), mem_used_max_bytes"
+        " from pod_usage order by pod",
+    )
+    peaks = prometheus.dataset.pod_peaks
+    assert stored_pods == [
+        ("ml", name, NODE, round(peaks[NODE, "ml", name][0], 3), peaks[NODE, "ml", name][1])
+        for name in pods
+    ]
     log = daemon.log()
     assert "Traceback" not in log
     assert kubeconfig.read_text().split("token: ")[1].split()[0] not in log  # no token in logs
