@@ -63,30 +63,29 @@ class Vpc(pulumi.ComponentResource):
             opts=child,
         )
 
-        public: list[aws.ec2.Subnet] = []
-        private: list[aws.ec2.Subnet] = []
-        for index, zone in enumerate(zones):
-            subnet = aws.ec2.Subnet(
-                f"{name}-public-{index}",
-                vpc_id=vpc.id,
-                availability_zone=zone,
-                cidr_block=str(next(subnets)),
-                map_public_ip_on_launch=False,
-                tags={
-                    **cluster_tag,
-                    "kubernetes.io/role/elb": "1",
-                    "Name": f"{cluster_name}-public-{zone}",
-                },
-                opts=child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-public-{index}-routes",
-                subnet_id=subnet.id,
-                route_table_id=public_routes.id,
-                opts=child,
-            )
-            public.append(subnet)
+        def tier(kind: str, role: str, routes: aws.ec2.RouteTable) -> list[aws.ec2.Subnet]:
+            """One subnet per zone, all on one route table; instances get no public address."""
+            tier_subnets: list[aws.ec2.Subnet] = []
+            for index, zone in enumerate(zones):
+                subnet = aws.ec2.Subnet(
+                    f"{name}-{kind}-{index}",
+                    vpc_id=vpc.id,
+                    availability_zone=zone,
+                    cidr_block=str(next(subnets)),
+                    map_public_ip_on_launch=False,
+                    tags={**cluster_tag, role: "1", "Name": f"{cluster_name}-{kind}-{zone}"},
+                    opts=child,
+                )
+                aws.ec2.RouteTableAssociation(
+                    f"{name}-{kind}-{index}-routes",
+                    subnet_id=subnet.id,
+                    route_table_id=routes.id,
+                    opts=child,
+                )
+                tier_subnets.append(subnet)
+            return tier_subnets
 
+        public = tier("public", "kubernetes.io/role/elb", public_routes)
         nat_ip = aws.ec2.Eip(f"{name}-nat-ip", domain="vpc", opts=child)
         nat = aws.ec2.NatGateway(
             f"{name}-nat", subnet_id=public[0].id, allocation_id=nat_ip.id, opts=child
@@ -97,26 +96,7 @@ class Vpc(pulumi.ComponentResource):
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
             opts=child,
         )
-        for index, zone in enumerate(zones):
-            subnet = aws.ec2.Subnet(
-                f"{name}-private-{index}",
-                vpc_id=vpc.id,
-                availability_zone=zone,
-                cidr_block=str(next(subnets)),
-                tags={
-                    **cluster_tag,
-                    "kubernetes.io/role/internal-elb": "1",
-                    "Name": f"{cluster_name}-private-{zone}",
-                },
-                opts=child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-private-{index}-routes",
-                subnet_id=subnet.id,
-                route_table_id=private_routes.id,
-                opts=child,
-            )
-            private.append(subnet)
+        private = tier("private", "kubernetes.io/role/internal-elb", private_routes)
 
         self.vpc_id = vpc.id
         self.public_subnet_ids = [s.id for s in public]

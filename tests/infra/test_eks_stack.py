@@ -58,6 +58,15 @@ def test_nodes_run_in_private_subnets_of_the_new_vpc(eks_run: ProgramRun) -> Non
     for subnet in eks_run.of_type("aws:ec2/subnet:Subnet"):
         assert subnet.inputs.get("mapPublicIpOnLaunch", False) is False
         assert subnet.inputs["tags"]["kubernetes.io/cluster/gpu-dev"] == "shared"
+        role = "internal-elb" if subnet.name in private else "elb"
+        assert subnet.inputs["tags"][f"kubernetes.io/role/{role}"] == "1"
+    associations = eks_run.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation")
+    tables = {a.inputs["subnetId"]: a.inputs["routeTableId"] for a in associations}
+    assert tables == {
+        f"gpu-eks-network-{kind}-{index}-id": f"gpu-eks-network-{kind}-routes-id"
+        for kind in ("public", "private")
+        for index in (0, 1)
+    }
 
 
 def test_cluster_inputs(eks_run: ProgramRun) -> None:
