@@ -115,8 +115,9 @@ def make_daemon(
     *sinks: RecordingSink,
     interval: float = 30.0,
     pods: Callable[[], list[PodInfo]] | None = None,
+    stale_after: float = 90.0,
 ) -> tuple[Daemon, MetricsSink]:
-    metrics = MetricsSink(Heartbeat(stale_after_seconds=90))
+    metrics = MetricsSink(Heartbeat(stale_after_seconds=stale_after))
     daemon = Daemon(
         node="node-a",
         source=source,
@@ -280,15 +281,7 @@ def test_no_gpus_still_publishes_the_host() -> None:
 def test_heartbeat_stays_fresh_while_backing_off() -> None:
     """A loop waiting out a long backoff is alive; /healthz must not restart it."""
     source = ScriptedSource([SourceError("down")] * 50)
-    metrics = MetricsSink(Heartbeat(stale_after_seconds=0.3))
-    daemon = Daemon(
-        node="node-a",
-        source=source,
-        sinks=[metrics],
-        metrics=metrics,
-        window_seconds=1800.0,
-        interval_seconds=0.1,
-    )
+    daemon, metrics = make_daemon(source, interval=0.1, stale_after=0.3)
     thread = threading.Thread(target=daemon.run)
     thread.start()
     try:
@@ -307,15 +300,7 @@ def test_heartbeat_stays_fresh_while_backing_off() -> None:
 def test_heartbeat_goes_stale_while_a_cycle_hangs() -> None:
     source = ScriptedSource()
     source.block = threading.Event()
-    metrics = MetricsSink(Heartbeat(stale_after_seconds=0.3))
-    daemon = Daemon(
-        node="node-a",
-        source=source,
-        sinks=[metrics],
-        metrics=metrics,
-        window_seconds=1800.0,
-        interval_seconds=0.1,
-    )
+    daemon, metrics = make_daemon(source, interval=0.1, stale_after=0.3)
     thread = threading.Thread(target=daemon.run)
     thread.start()
     try:
