@@ -67,7 +67,7 @@ def classify_matrix(values: object, step_seconds: float) -> list[Classification]
         raise ValueError(f"step_seconds must be positive, got {step_seconds!r}")
     matrix = as_matrix(values)
     summary = summarise(matrix)
-    periods = find_periods(matrix).period
+    periods = find_periods(matrix)
     periodic = np.isfinite(periods)
     # Only periodic rows with idle stretches could be bursts that happen to line up.
     suspect = periodic & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from profiler_app.analysis.gaps import fill_gaps
@@ -28,15 +26,6 @@ FINE_RESOLUTION = 4
 FINE_HARMONIC_RATIO = 0.8
 SAMPLES_PER_CHUNK = 2_000_000  # rows x columns per FFT batch: bounds its working memory
 FLAT_ENERGY = 1e-12  # mean squared deviation (percent squared) below which a row is constant
-
-
-@dataclass(frozen=True)
-class Periodicity:
-    """Per-row arrays: the period in samples (NaN when not periodic) and the evidence."""
-
-    period: FloatArray
-    peak: FloatArray
-    confirmation: FloatArray
 
 
 def _fast_length(minimum: int) -> int:
@@ -100,23 +89,17 @@ def _autocorrelation(power: FloatMatrix, size: int, max_index: int) -> FloatMatr
     return normalised
 
 
-def autocorrelation(matrix: FloatMatrix, max_lag: int) -> FloatMatrix:
-    """Normalised (biased) autocorrelation of each gap-free row for lags 0..max_lag."""
-    power, size = _power_spectrum(matrix, max_lag)
-    return _autocorrelation(power, size, max_lag)
-
-
 def _first_fundamental(
     acf: FloatMatrix, columns: int, resolution: int, harmonic_ratio: float
-) -> tuple[IntArray, FloatArray]:
-    """Index of the fundamental peak per row (0 when none) and its height.
+) -> IntArray:
+    """Index of the fundamental peak per row (0 when none).
 
     ``acf`` is sampled ``resolution`` times per sample of lag.
     """
     rows = acf.shape[0]
     longest = int(columns * MAX_PERIOD_FRACTION * resolution)
     if longest < MIN_PERIOD_SAMPLES * resolution or acf.shape[1] < longest + 2:
-        return np.zeros(rows, dtype=np.intp), np.zeros(rows)
+        return np.zeros(rows, dtype=np.intp)
     lags = np.arange(1, longest + 1)
     here = acf[:, 1 : longest + 1]
     is_peak = (here > acf[:, :longest]) & (here >= acf[:, 2 : longest + 2])
@@ -131,9 +114,8 @@ def _first_fundamental(
     best = heights.max(axis=1)
     fundamental = candidate & (here >= harmonic_ratio * best[:, None])
     found = fundamental.any(axis=1)
-    lag = np.where(found, lags[np.argmax(fundamental, axis=1)], 0)
-    height = np.where(found, np.take_along_axis(acf, lag[:, None], axis=1)[:, 0], 0.0)
-    return lag, height
+    lag: IntArray = np.where(found, lags[np.argmax(fundamental, axis=1)], 0)
+    return lag
 
 
 def _refine(acf: FloatMatrix, lag: IntArray) -> FloatArray:
@@ -165,13 +147,15 @@ def _confirmation(acf: FloatMatrix, period: FloatArray) -> FloatArray:
 
 def _search(
     acf: FloatMatrix, columns: int, resolution: int = 1, harmonic_ratio: float = HARMONIC_RATIO
-) -> Periodicity:
-    """Periods (in samples) found in autocorrelations sampled ``resolution`` times per lag."""
-    lag, peak = _first_fundamental(acf, columns, resolution, harmonic_ratio)
+) -> FloatArray:
+    """Periods (in samples, NaN for none) found in autocorrelations sampled ``resolution``
+    times per lag."""
+    lag = _first_fundamental(acf, columns, resolution, harmonic_ratio)
     position = _refine(acf, lag)
     confirmation = np.where(lag > 0, _confirmation(acf, position), -np.inf)
     periodic = (lag > 0) & (confirmation >= MIN_CONFIRMATION)
-    return Periodicity(np.where(periodic, position / resolution, np.nan), peak, confirmation)
+    period: FloatArray = np.where(periodic, position / resolution, np.nan)
+    return period
 
 
 def _fractional_harmonic(acf: FloatMatrix, period: FloatArray) -> BoolArray:
@@ -198,7 +182,7 @@ def _fractional_harmonic(acf: FloatMatrix, period: FloatArray) -> BoolArray:
     return suspect & np.isfinite(period)
 
 
-def _chunk_periodicity(chunk: FloatMatrix) -> Periodicity:
+def _chunk_periods(chunk: FloatMatrix) -> FloatArray:
     columns = chunk.shape[1]
     longest = int(columns * MAX_PERIOD_FRACTION)
     # Lags needed: the peak search (up to ``longest`` + 1) and the confirmation near 2x.
@@ -206,7 +190,7 @@ def _chunk_periodicity(chunk: FloatMatrix) -> Periodicity:
     power, size = _power_spectrum(detrended(chunk), max_lag)
     acf = _autocorrelation(power, size, max_lag)
     found = _search(acf, columns)
-    again = _fractional_harmonic(acf, found.period)
+    again = _fractional_harmonic(acf, found)
     if not again.any():
         return found
     smoothing = np.cos(np.pi * np.arange(power.shape[1]) / size) ** 4
@@ -214,16 +198,12 @@ def _chunk_periodicity(chunk: FloatMatrix) -> Periodicity:
         power[again] * smoothing, FINE_RESOLUTION * size, FINE_RESOLUTION * max_lag
     )
     fine = _search(fine_acf, columns, FINE_RESOLUTION, FINE_HARMONIC_RATIO)
-    better = np.flatnonzero(again)[np.isfinite(fine.period)]
-    kept = np.isfinite(fine.period)
-    period, peak, confirmation = found.period.copy(), found.peak.copy(), found.confirmation.copy()
-    period[better] = fine.period[kept]
-    peak[better] = fine.peak[kept]
-    confirmation[better] = fine.confirmation[kept]
-    return Periodicity(period, peak, confirmation)
+    kept = np.isfinite(fine)
+    found[np.flatnonzero(again)[kept]] = fine[kept]
+    return found
 
 
-def find_periods(matrix: FloatMatrix) -> Periodicity:
+def find_periods(matrix: FloatMatrix) -> FloatArray:
     """The period (in samples) of each row, NaN where there is none.
 
     Missing samples (NaN) are filled by linear interpolation first, a chunk of rows at a time.
@@ -236,15 +216,11 @@ def find_periods(matrix: FloatMatrix) -> Periodicity:
     """
     rows, columns = matrix.shape
     if rows == 0 or columns < 3 * MIN_PERIOD_SAMPLES:
-        empty = np.full(rows, np.nan)
-        return Periodicity(empty, np.zeros(rows), np.zeros(rows))
+        return np.full(rows, np.nan)
     rows_per_chunk = max(1, SAMPLES_PER_CHUNK // columns)
-    parts = [
-        _chunk_periodicity(matrix[start : start + rows_per_chunk])
-        for start in range(0, rows, rows_per_chunk)
-    ]
-    return Periodicity(
-        np.concatenate([part.period for part in parts]),
-        np.concatenate([part.peak for part in parts]),
-        np.concatenate([part.confirmation for part in parts]),
+    return np.concatenate(
+        [
+            _chunk_periods(matrix[start : start + rows_per_chunk])
+            for start in range(0, rows, rows_per_chunk)
+        ]
     )
