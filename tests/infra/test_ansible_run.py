@@ -120,6 +120,24 @@ def test_bad_configuration_is_one_error_line(
     assert not workspace["record"].exists()
 
 
+def protected_key(directory: Path, passphrase: str) -> Path:
+    """A fresh ed25519 key made by the real ssh-keygen, locked with ``passphrase``."""
+    key = directory / "id_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", "lab", "-f", str(key)],
+        check=True,
+    )
+    return key
+
+
+def key_environment(workspace: dict[str, Path], key: Path, passphrase: str) -> dict[str, str]:
+    return {
+        **base_environment(workspace),
+        ansible_run.ENV_PRIVATE_KEY: str(key),
+        ansible_run.ENV_KEY_PASSPHRASE: passphrase,
+    }
+
+
 @pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("ssh-agent", "ssh-add", "ssh-keygen")),
     reason="OpenSSH client tools not installed",
@@ -127,16 +145,8 @@ def test_bad_configuration_is_one_error_line(
 def test_key_passphrase_unlocks_the_key_in_a_private_agent(
     workspace: dict[str, Path], tmp_path: Path
 ) -> None:
-    key = tmp_path / "id_ed25519"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "key-Pa55phrase", "-C", "lab", "-f", str(key)],
-        check=True,
-    )
-    env = {
-        **base_environment(workspace),
-        ansible_run.ENV_PRIVATE_KEY: str(key),
-        ansible_run.ENV_KEY_PASSPHRASE: "key-Pa55phrase",
-    }
+    key = protected_key(tmp_path, "key-Pa55phrase")
+    env = key_environment(workspace, key, "key-Pa55phrase")
     assert ansible_run.main([], env) == 0
     record = recorded(workspace)
     assert "ED25519" in record["agent_keys"]
@@ -149,16 +159,8 @@ def test_wrong_key_passphrase_fails_cleanly(
 ) -> None:
     if not shutil.which("ssh-keygen"):
         pytest.skip("ssh-keygen not installed")
-    key = tmp_path / "id_ed25519"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "right", "-C", "lab", "-f", str(key)],
-        check=True,
-    )
-    env = {
-        **base_environment(workspace),
-        ansible_run.ENV_PRIVATE_KEY: str(key),
-        ansible_run.ENV_KEY_PASSPHRASE: "wrong",
-    }
+    key = protected_key(tmp_path, "right")
+    env = key_environment(workspace, key, "wrong")
     assert ansible_run.main([], env) == 2
     assert "could not unlock" in capsys.readouterr().err
     assert not workspace["record"].exists()
