@@ -41,15 +41,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=handle)
 
 
-def _read_prometheus(args: argparse.Namespace) -> list[SeriesMatrix]:
-    window = options.duration(args.window, "--window")
-    assert window is not None  # the option has a default
+def _read_prometheus(
+    args: argparse.Namespace, window: float, step: float | None
+) -> list[SeriesMatrix]:
     source = PrometheusSource(
-        args.prometheus_url,
-        args.node,
-        args.node_label,
-        options.fields(args),
-        options.duration(args.step, "--step"),
+        args.prometheus_url, args.node, args.node_label, options.fields(args), step
     )
     try:
         return source.read(window)
@@ -71,12 +67,13 @@ def _write(text: str) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     # Checked even where unused (--input) so a typo is never silently ignored.
-    options.duration(args.window, "--window")
-    options.duration(args.step, "--step")
+    window = options.duration(args.window, "--window")
+    step = options.duration(args.step, "--step")
     if args.input:
         matrices = load_query_range(args.input, options.explicit_fields(args))
     elif args.prometheus_url:
-        matrices = _read_prometheus(args)
+        assert window is not None  # the option has a default
+        matrices = _read_prometheus(args, window, step)
     else:
         raise UserError(
             "no metrics to analyse: give --prometheus-url URL (or set GPU_PROFILER_PROMETHEUS_URL)"
