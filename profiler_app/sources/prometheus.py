@@ -17,7 +17,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -336,33 +336,36 @@ def _document_of(response: requests.Response, url: str, query: str) -> object:
 def _matrix_result(document: object, origin: str) -> list[dict[str, object]]:
     """The ``data.result`` list of a successful matrix document, checked item by item."""
     problem = f"{origin} is not a Prometheus query_range document"
-    if not isinstance(document, dict) or "data" not in document:
-        raise UserError(f"{problem}: no 'data' object")
-    if document.get("status") != "success":
-        raise UserError(f"{problem}: status is {document.get('status')!r}, expected 'success'")
-    data = document["data"]
-    result_type = data.get("resultType") if isinstance(data, dict) else None
-    if result_type != "matrix" or not isinstance(data, dict):
-        raise UserError(f"{problem}: resultType is {result_type!r}, expected 'matrix'")
-    result = data.get("result")
-    if not isinstance(result, list) or not all(_is_series(item) for item in result):
-        raise UserError(f"{problem}: data.result is not a list of {{metric, values}} series")
-    return result
+    return _result(document, problem, "matrix", _is_series, "{metric, values} series")
 
 
 def _vector_result(document: object, origin: str) -> list[dict[str, object]]:
     """The ``data.result`` list of a successful instant-vector document."""
     problem = f"{origin} is not a Prometheus instant query document"
+    return _result(document, problem, "vector", _is_sample, "{metric, value} samples")
+
+
+def _result(
+    document: object,
+    problem: str,
+    result_type: str,
+    is_item: Callable[[object], bool],
+    items: str,
+) -> list[dict[str, object]]:
+    """``data.result`` of a successful ``result_type`` document whose every item passes
+    ``is_item``; else UserError, ``problem`` followed by what is wrong."""
     data = document.get("data") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(data, dict):
         raise UserError(f"{problem}: no 'data' object")
     if document.get("status") != "success":
         raise UserError(f"{problem}: status is {document.get('status')!r}, expected 'success'")
-    if data.get("resultType") != "vector":
-        raise UserError(f"{problem}: resultType is {data.get('resultType')!r}, expected 'vector'")
+    if data.get("resultType") != result_type:
+        raise UserError(
+            f"{problem}: resultType is {data.get('resultType')!r}, expected {result_type!r}"
+        )
     result = data.get("result")
-    if not isinstance(result, list) or not all(_is_sample(item) for item in result):
-        raise UserError(f"{problem}: data.result is not a list of {{metric, value}} samples")
+    if not isinstance(result, list) or not all(is_item(item) for item in result):
+        raise UserError(f"{problem}: data.result is not a list of {items}")
     return result
 
 
