@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from profiler_app.model import CycleResult
+from profiler_app.model import CycleResult, GpuProfile
 
 
 class Sink(Protocol):
@@ -13,3 +13,9 @@ class Sink(Protocol):
     def publish(self, result: CycleResult) -> None: ...
 
     def close(self) -> None: ...
+
+
+def field_stat(profile: GpuProfile, field: str, name: str = "max") -> float | None:
+    """One statistic (``max``, ``p95``, ...) of one field of ``profile``; None if not read."""
+    stats = profile.stats.get(field)
+    return None if stats is None else float(getattr(stats, name))

@@ -38,7 +38,8 @@ from profiler_app.kube import (
     release,
     retry_after_seconds,
 )
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile, PodUsage
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, PodUsage
+from profiler_app.sinks import field_stat
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +116,6 @@ def _whole(value: float | None) -> str | None:
     return None if value is None or math.isnan(value) else str(round(value))
 
 
-def _field_max(profile: GpuProfile, field: str) -> float | None:
-    stats = profile.stats.get(field)
-    return None if stats is None else stats.max
-
-
 def _rfc3339(moment: datetime) -> str:
     aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -141,9 +137,9 @@ def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS)
             PERIOD: None
             if profile.period_seconds is None or math.isnan(profile.period_seconds)
             else f"{profile.period_seconds:.1f}",
-            UTIL_MAX: _whole(_field_max(profile, GPU_UTIL)),
-            MEM_UTIL_MAX: _whole(_field_max(profile, MEM_COPY_UTIL)),
-            FB_USED_MAX: _whole(_field_max(profile, FB_USED)),
+            UTIL_MAX: _whole(field_stat(profile, GPU_UTIL)),
+            MEM_UTIL_MAX: _whole(field_stat(profile, MEM_COPY_UTIL)),
+            FB_USED_MAX: _whole(field_stat(profile, FB_USED)),
         }
         annotations.update({prefix + name: value for name, value in values.items() if value})
     return annotations

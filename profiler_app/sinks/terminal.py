@@ -12,6 +12,7 @@ from rich.text import Text
 
 from profiler_app.durations import format_duration
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile
+from profiler_app.sinks import field_stat
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +26,8 @@ def _number(value: float | None, unit: str = "", digits: int = 0) -> str:
     return f"{value:.{digits}f}{unit}"
 
 
-def _stat(profile: GpuProfile, field: str, name: str) -> float | None:
-    stats = profile.stats.get(field)
-    return None if stats is None else float(getattr(stats, name))
-
-
 def _fb_used(profile: GpuProfile) -> str:
-    mib = _stat(profile, FB_USED, "max")
+    mib = field_stat(profile, FB_USED, "max")
     if mib is None or not math.isfinite(mib):
         return "-"
     return f"{mib / _MIB_PER_GIB:.1f} GiB" if mib >= _MIB_PER_GIB else f"{mib:.0f} MiB"
@@ -94,9 +90,9 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
             profile.gpu,
             Text(profile.job_type, style=_JOB_STYLES.get(profile.job_type, "")),
             _number(profile.period_seconds, "s", 1),
-            _number(_stat(profile, GPU_UTIL, "max"), "%"),
-            _number(_stat(profile, GPU_UTIL, "p95"), "%"),
-            _number(_stat(profile, MEM_COPY_UTIL, "max"), "%"),
+            _number(field_stat(profile, GPU_UTIL, "max"), "%"),
+            _number(field_stat(profile, GPU_UTIL, "p95"), "%"),
+            _number(field_stat(profile, MEM_COPY_UTIL, "max"), "%"),
             _fb_used(profile),
             _pod(profile),
         )
@@ -114,9 +110,9 @@ def summary_lines(result: CycleResult) -> list[str]:
     lines = [
         f"gpu {p.gpu} {p.job_type}"
         + (f" period {p.period_seconds:.1f}s" if p.period_seconds else "")
-        + f" util max {_number(_stat(p, GPU_UTIL, 'max'), '%')}"
-        + f" p95 {_number(_stat(p, GPU_UTIL, 'p95'), '%')}"
-        + f" mem util {_number(_stat(p, MEM_COPY_UTIL, 'max'), '%')}"
+        + f" util max {_number(field_stat(p, GPU_UTIL, 'max'), '%')}"
+        + f" p95 {_number(field_stat(p, GPU_UTIL, 'p95'), '%')}"
+        + f" mem util {_number(field_stat(p, MEM_COPY_UTIL, 'max'), '%')}"
         + f" fb {_fb_used(p)} pod {_pod(p)}"
         for p in result.gpus
     ]

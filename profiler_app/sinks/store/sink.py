@@ -13,8 +13,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile
 from profiler_app.model import PodUsage as PodUsageResult
+from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.engine import (
     create_store_engine,
     describe_error,
@@ -143,7 +144,6 @@ def _gpu_window_row(
     else:
         since_previous = (result.at - previous_at).total_seconds()
         covers = min(max(since_previous, 0.0), result.window_seconds)
-    util = profile.stats.get(GPU_UTIL)
     return {
         "at": result.at,
         "node": result.node,
@@ -153,21 +153,15 @@ def _gpu_window_row(
         "period_seconds": profile.period_seconds,
         "window_seconds": result.window_seconds,
         "covers_seconds": covers,
-        "util_max": _stat(util, "max"),
-        "util_p95": _stat(util, "p95"),
-        "util_mean": _stat(util, "mean"),
-        "util_idle_fraction": _stat(util, "idle_fraction"),
-        "mem_util_max": _stat(profile.stats.get(MEM_COPY_UTIL), "max"),
-        "fb_used_max_mib": _stat(profile.stats.get(FB_USED), "max"),
+        "util_max": _finite(field_stat(profile, GPU_UTIL, "max")),
+        "util_p95": _finite(field_stat(profile, GPU_UTIL, "p95")),
+        "util_mean": _finite(field_stat(profile, GPU_UTIL, "mean")),
+        "util_idle_fraction": _finite(field_stat(profile, GPU_UTIL, "idle_fraction")),
+        "mem_util_max": _finite(field_stat(profile, MEM_COPY_UTIL)),
+        "fb_used_max_mib": _finite(field_stat(profile, FB_USED)),
         "namespace": profile.namespace,
         "pod": profile.pod,
     }
-
-
-def _stat(stats: FieldStats | None, name: str) -> float | None:
-    if stats is None:
-        return None
-    return _finite(getattr(stats, name))
 
 
 def _pod_row(pod: PodUsageResult, at: datetime) -> dict[str, Any]:
