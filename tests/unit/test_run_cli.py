@@ -189,6 +189,8 @@ def clean_env() -> dict[str, str]:
 def test_redact_url() -> None:
     assert redact_url("http://admin:hunter2@prom:9090/x") == "http://admin:***@prom:9090/x"
     assert redact_url("http://prom:9090") == "http://prom:9090"
+    # A malformed port is masked too, not a traceback (the source reports it afterwards).
+    assert redact_url("http://admin:hunter2@prom:x/") == "http://admin:***@prom:x/"
 
 
 def test_configuration_log_hides_passwords() -> None:
