@@ -14,9 +14,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, literal, select
 
+from profiler_app.analysis.classify import JobType
 from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
 
-JOB_TYPES = ("idle", "training", "inference", "bursty")
+JOB_TYPES = tuple(job_type.value for job_type in JobType)
 DEFAULT_IDLE_BELOW_PERCENT = 5.0
 _SECONDS_PER_HOUR = 3600.0
 

@@ -21,12 +21,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from profiler_app.analysis.classify import JobType
 from profiler_app.errors import UserError
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile
 
 log = logging.getLogger(__name__)
 
-JOB_TYPES = ("idle", "training", "inference", "bursty")
+JOB_TYPES = tuple(job_type.value for job_type in JobType)
 GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
 ERROR_KINDS = ("source", "kubernetes", "store", "metrics", "terminal", "analysis", "cycle")
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
