@@ -33,10 +33,6 @@ class GpuSummary:
     mem_util_max_percent: float | None
     fb_used_max_mib: float | None
 
-    @property
-    def covered_hours(self) -> float:
-        return sum(self.hours_by_job_type.values())
-
 
 @dataclass
 class NodeSummary:
@@ -45,10 +41,6 @@ class NodeSummary:
     hours_by_job_type: dict[str, float] = field(default_factory=dict)
     idle_gpu_hours: float = 0.0
     util_max_percent: float | None = None
-
-    @property
-    def covered_hours(self) -> float:
-        return sum(self.hours_by_job_type.values())
 
 
 @dataclass
