@@ -125,10 +125,6 @@ class Daemon:
         """Asks the loop to end; safe from a signal handler."""
         self._stop.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def run(self, *, once: bool = False, first_delay_seconds: float = 0.0) -> int:
         """Loops until stopped (exit status 0); with ``once``, 0 if the cycle succeeded, else 1.
 
