@@ -83,6 +83,14 @@ def at_offset(result: CycleResult, seconds: float) -> CycleResult:
     return dataclasses.replace(result, at=result.at + timedelta(seconds=seconds))
 
 
+def published_baseline(sink: KubernetesSink, apiserver: StandInApiServer) -> CycleResult:
+    """The sample cycle, published; the requests it cost are cleared."""
+    result = sample_cycle(NODE)
+    sink.publish(result)
+    apiserver.clear_requests()
+    return result
+
+
 def on_node(apiserver: StandInApiServer) -> dict[str, str]:
     return dict(apiserver.node(NODE)["metadata"]["annotations"])
 
@@ -138,9 +146,7 @@ def test_pod_annotations_written_for_gpu_pods_only(
 def test_unchanged_cycle_costs_zero_requests(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     # Noise below the rounding step, a newer timestamp and 5 minutes later: nothing to send.
     noisy = dataclasses.replace(
@@ -159,9 +165,7 @@ def test_unchanged_cycle_costs_zero_requests(
 def test_change_sends_one_patch_with_only_the_changed_keys(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     changed = dataclasses.replace(
         result, gpus=[result.gpus[0], gpu_profile("1", "inference", util=(55, 50, 30, 0.2))]
@@ -183,9 +187,7 @@ def test_change_sends_one_patch_with_only_the_changed_keys(
 def test_keys_of_vanished_gpus_and_stale_period_are_removed_with_null(
     apiserver: StandInApiServer, sink: KubernetesSink
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     # GPU 1 gone; GPU 0 no longer training, so its period must go too.
     sink.publish(dataclasses.replace(result, gpus=[gpu_profile("0", "bursty")]))
@@ -461,9 +463,7 @@ def run_cycles(
 def test_period_and_peaks_wobbling_within_tolerance_cost_zero_requests(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     # 50 cycles (under the heartbeat): the period estimate slides by up to 0.2 s (1.6 %),
     # peaks by a point, framebuffer by 60 MiB: each value would have been a PATCH before.
@@ -481,9 +481,7 @@ def test_period_and_peaks_wobbling_within_tolerance_cost_zero_requests(
 def test_real_change_costs_exactly_one_patch_and_brings_small_changes_along(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     # The period jumps to 15 s, then wobbles around it for 20 cycles.
     changed = [with_gpu0(result, period=15.0, util=91)] + [
@@ -504,9 +502,7 @@ def test_real_change_costs_exactly_one_patch_and_brings_small_changes_along(
 def test_drift_is_written_once_it_exceeds_the_tolerance_from_the_value_written(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     # 0.1 s per cycle is always within 2 % of the previous cycle, but 12.8 is 2.4 % from 12.5.
     run_cycles(sink, clock, [with_gpu0(result, period=p) for p in (12.6, 12.7, 12.8)])
@@ -525,9 +521,7 @@ def test_drift_is_written_once_it_exceeds_the_tolerance_from_the_value_written(
 def test_job_type_change_is_written_even_with_equal_numbers(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
-    result = sample_cycle(NODE)
-    sink.publish(result)
-    apiserver.clear_requests()
+    result = published_baseline(sink, apiserver)
 
     bursty = gpu_profile("1", "bursty", util=(0.0, 0.0, 0.0, 1.0), mem_util_max=0, fb_used_max=0)
     run_cycles(sink, clock, [dataclasses.replace(result, gpus=[result.gpus[0], bursty])])
