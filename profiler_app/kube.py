@@ -65,7 +65,6 @@ class KubeConnection:
 
     api_client: ApiClient
     request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT
-    source: str = ""  # "in-cluster" or the kubeconfig path, for the startup log line
 
     def request(
         self,
@@ -132,13 +131,11 @@ def connect(
     kubeconfig: str | None,
     *,
     request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
-    environ: dict[str, str] | None = None,
 ) -> KubeConnection | None:
     """The connection to use, or None when Kubernetes is not configured.
 
     Raises UserError (one line) for a kubeconfig that is missing or unusable.
     """
-    env = os.environ if environ is None else environ
     configuration = Configuration()
     if kubeconfig:
         source = kubeconfig
@@ -148,7 +145,7 @@ def connect(
             )
         except (ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, KeyError) as error:
             raise UserError(f"cannot use kubeconfig {kubeconfig}: {_one_line(error)}") from None
-    elif env.get("KUBERNETES_SERVICE_HOST"):
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         source = "in-cluster"
         try:
             load_incluster_config(  # type: ignore[no-untyped-call]
@@ -163,7 +160,7 @@ def connect(
     # Our callers back off themselves; urllib3's silent retries would multiply every timeout.
     configuration.retries = False
     log.info("Kubernetes API at %s (credentials from %s)", configuration.host, source)
-    return KubeConnection(ApiClient(configuration), request_timeout, source)
+    return KubeConnection(ApiClient(configuration), request_timeout)
 
 
 def raw_response(value: object) -> urllib3.BaseHTTPResponse:

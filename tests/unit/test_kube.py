@@ -92,17 +92,19 @@ def service_account(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
 
 
 def test_in_cluster_uses_the_service_account(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     token = service_account(monkeypatch, tmp_path)
 
-    connection = connect(None)
+    with caplog.at_level(logging.INFO, logger="profiler_app.kube"):
+        connection = connect(None)
 
     assert connection is not None
     configuration = connection.api_client.configuration
     assert configuration.host == "https://10.96.0.1:443"
     assert token in configuration.get_api_key_with_prefix("BearerToken")
-    assert connection.source == "in-cluster"
+    assert "credentials from in-cluster" in caplog.text
+    assert token not in caplog.text
     connection.close()
 
 
