@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.apiserver import RecordedRequest, pod_manifest, running_apiserver  # noqa: E402
 from tests.support.dcgm import standard_dataset  # noqa: E402
-from tests.support.prometheus import PrometheusServer, free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
+from tests.support.prometheus import PrometheusServer  # noqa: E402
 
 NODE = "gpu-node-1"
 FIELDS = 3  # the daemon's default fields

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from profiler_app.commands import options
 from profiler_app.daemon import Daemon
@@ -31,7 +30,7 @@ from profiler_app.sinks.terminal import TerminalSink
 from profiler_app.sources import MetricsSource
 from profiler_app.sources.host import HostSampler
 from profiler_app.sources.nvml import NvmlSource
-from profiler_app.sources.prometheus import PodPeaksQuery, PrometheusSource
+from profiler_app.sources.prometheus import PodPeaksQuery, PrometheusSource, without_credentials
 
 if TYPE_CHECKING:
     from profiler_app.sources.kube_pods import PodWatcher
@@ -208,7 +207,7 @@ class RunConfig:
     def describe(self) -> str:
         """One log line, passwords masked."""
         source = (
-            f"prometheus={redact_url(self.prometheus_url)} node-label={self.node_label}"
+            f"prometheus={without_credentials(self.prometheus_url)} node-label={self.node_label}"
             if self.prometheus_url
             else f"local sampling every {format_duration(self.sample_interval_seconds)}"
         )
@@ -253,16 +252,6 @@ def _required_duration(text: str, flag: str) -> float:
     if seconds is None:  # options with a default are never None
         raise UserError(f"{flag} is required")
     return seconds
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the password of any ``user:password@`` part masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    # The host part as given: ``parts.port`` would raise on a malformed port before validation.
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def handle(args: argparse.Namespace) -> int:

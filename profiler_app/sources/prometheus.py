@@ -138,7 +138,7 @@ class PrometheusSource:
         if step_seconds is not None and not step_seconds > 0:
             raise UserError("step must be a positive duration")
         self.url = url.rstrip("/")
-        self.display_url = _without_credentials(self.url)  # for messages and logs
+        self.display_url = without_credentials(self.url)  # for messages and logs
         self.node = node
         self.node_label = node_label
         self.fields = list(fields)
@@ -294,7 +294,7 @@ def _promql_duration(seconds: float) -> str:
     return f"{milliseconds // 1000}s" if milliseconds % 1000 == 0 else f"{milliseconds}ms"
 
 
-def _without_credentials(url: str) -> str:
+def without_credentials(url: str) -> str:
     """The URL without user:password, which must never reach a message or a log."""
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:

@@ -15,7 +15,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.apiserver import StandInApiServer, running_apiserver
-from tests.support.prometheus import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -17,7 +17,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -26,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.ports import free_port
 
 TEST_ROLE = "profiler_test"
 _SERVER_USER = "postgres"
@@ -41,12 +42,6 @@ def find_bin_dir() -> Path | None:
         if (bin_dir / "initdb").is_file() and (bin_dir / "pg_ctl").is_file():
             return bin_dir
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

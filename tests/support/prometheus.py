@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -32,6 +31,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.dcgm import Dataset
+from tests.support.ports import free_port
 
 PROMETHEUS_BINARY = "prometheus"
 PROMTOOL_BINARY = "promtool"
@@ -42,13 +42,6 @@ CONFIG = "global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\n"
 def missing_binaries() -> list[str]:
     """The Prometheus binaries not on PATH (Debian package ``prometheus`` provides both)."""
     return [name for name in (PROMETHEUS_BINARY, PROMTOOL_BINARY) if shutil.which(name) is None]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PrometheusServer:

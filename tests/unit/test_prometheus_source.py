@@ -26,6 +26,7 @@ from profiler_app.sources.prometheus import (
     parse_query_range,
     promql_selector,
     query_range_document,
+    without_credentials,
 )
 from tests.support.prometheus import (
     Reply,
@@ -370,3 +371,10 @@ def test_credentials_are_sent_to_prometheus() -> None:
 def test_absurdly_fine_steps_are_refused() -> None:
     with pytest.raises(UserError, match=r"2,592,001 points per GPU; use a coarser step"):
         grid_ending_at(END, 30 * 86400, 1)
+
+
+def test_credentials_never_reach_messages() -> None:
+    assert without_credentials("http://admin:hunter2@prom:9090/x") == "http://***@prom:9090/x"
+    assert without_credentials("http://prom:9090") == "http://prom:9090"
+    # A malformed port is masked too, not a traceback (the source reports it afterwards).
+    assert without_credentials("http://admin:hunter2@prom:x/") == "http://***@prom:x/"
