@@ -131,8 +131,9 @@ class PrometheusSource:
         session: requests.Session | None = None,
         optional_fields: Collection[str] = (),
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise UserError(f"invalid Prometheus URL {url!r}: expected http://HOST:PORT")
+        if not url.startswith(("http://", "https://")) or not _has_valid_port(url):
+            shown = without_credentials(url)
+            raise UserError(f"invalid Prometheus URL {shown!r}: expected http://HOST:PORT")
         if not fields:
             raise UserError("no fields to read: give at least one --field")
         if step_seconds is not None and not step_seconds > 0:
@@ -292,6 +293,14 @@ def _promql_duration(seconds: float) -> str:
     """A PromQL duration literal: whole seconds where possible, else milliseconds."""
     milliseconds = max(1, round(seconds * 1000))
     return f"{milliseconds // 1000}s" if milliseconds % 1000 == 0 else f"{milliseconds}ms"
+
+
+def _has_valid_port(url: str) -> bool:
+    try:
+        urlsplit(url).port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        return False
+    return True
 
 
 def without_credentials(url: str) -> str:

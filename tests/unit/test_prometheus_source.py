@@ -257,6 +257,10 @@ def test_the_primary_field_is_never_optional() -> None:
     ("arguments", "message"),
     [
         ({"url": "prometheus:9090"}, "invalid Prometheus URL"),
+        (
+            {"url": "http://admin:hunter2@prometheus:90x0"},
+            r"invalid Prometheus URL 'http://\*\*\*@",
+        ),
         ({"fields": []}, "no fields"),
         ({"step_seconds": 0}, "positive"),
     ],
