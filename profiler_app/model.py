@@ -20,6 +20,10 @@ MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
+POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+ENFORCED_POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
 
 
 @dataclass(frozen=True)
@@ -48,18 +52,32 @@ class FieldStats:
 
 
 @dataclass(frozen=True)
-class GpuProfile:
-    """What one GPU did over the window."""
+class PodShare:
+    """A pod seen on a GPU within the window, and the share of the GPU's samples it held."""
 
-    gpu: str  # index on the node, dcgm-exporter's ``gpu`` label
+    namespace: str
+    pod: str
+    share: float  # 0-1
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """What one GPU did over the window: exactly one per GPU, whatever its labels did."""
+
+    gpu: str  # index on the node, dcgm-exporter's ``gpu`` label (the latest one seen)
     uuid: str
     hostname: str
     job_type: str
     period_seconds: float | None
     stats: dict[str, FieldStats]  # by field name
-    labels: dict[str, str] = field(default_factory=dict)  # every label of the primary series
-    namespace: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # labels of the GPU's latest series
+    namespace: str | None = None  # the current pod (of the latest sample), if any
     pod: str | None = None
+    confidence: float | None = None  # 0-1, see docs/analysis.md
+    reasons: tuple[str, ...] = ()  # machine-readable evidence, e.g. "period 80s in power"
+    pods: tuple[PodShare, ...] = ()  # every pod seen in the window, largest share first
+    owner_kind: str | None = None  # the workload the pod belongs to, e.g. PyTorchJob
+    owner_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,70 +1,115 @@
-"""Per-GPU profiles from metric matrices: the primary field classified, the others summarised.
+"""Per-GPU profiles from metric matrices: exactly one per GPU, the primary field classified with
+every other signal the GPU has, the other fields summarised.
 
-One ``GpuProfile`` per series of the primary field (a GPU handed from one pod to another within
-the window has one series per pod, so one profile per pod). Other fields are joined to it by
-their labels: the same label set first, else the same (node, gpu, UUID, namespace, pod), else
-the same (node, gpu, UUID) when that is unambiguous. Several matching series of one field (e.g.
-the GPU scraped twice) are merged sample by sample with their maximum.
+Series are merged per GPU first (``timelines``): an exporter restart or a pod handover within the
+window changes labels, not the GPU. The classifier then gets, per GPU, power judged against the
+GPU's own range (``analysis.power``), SM activity where exported, the GPUs of the same job (the
+same workload where known, else the same pod) and the prior of its workload (``workloads``).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from profiler_app.analysis import classify_matrix, field_stats
-from profiler_app.model import GPU_UTIL, FieldStats, FloatMatrix, GpuProfile, SeriesMatrix
+from profiler_app.analysis import Context, classify_matrix, field_stats, power_range
+from profiler_app.model import (
+    ENFORCED_POWER_LIMIT,
+    GPU_UTIL,
+    POWER_MGMT_LIMIT,
+    POWER_USAGE,
+    SM_ACTIVE,
+    FieldStats,
+    FloatMatrix,
+    GpuProfile,
+    SeriesMatrix,
+)
+from profiler_app.timelines import KeyResolver, Pod, Timelines, align, merge
+from profiler_app.workloads import Workload, workload_from_labels
 
-Key = tuple[str, ...]
-
-
-def _keys(labels: dict[str, str], node_label: str) -> tuple[Key, Key, Key]:
-    """Join keys from the most to the least specific."""
-    gpu = (labels.get(node_label, ""), labels.get("gpu", ""), labels.get("UUID", ""))
-    exact = tuple(f"{name}={value}" for name, value in sorted(labels.items()))
-    return exact, (*gpu, labels.get("namespace", ""), labels.get("pod", "")), gpu
-
-
-def _join(
-    primary: SeriesMatrix, other: SeriesMatrix, node_label: str
-) -> tuple[list[int], FloatMatrix]:
-    """Indexes of ``primary`` rows that have a match in ``other``, and one merged row each."""
-    index: list[dict[Key, list[int]]] = [defaultdict(list) for _ in range(3)]
-    for row, labels in enumerate(other.labels):
-        for level, key in enumerate(_keys(labels, node_label)):
-            index[level][key].append(row)
-    matched: list[int] = []
-    rows: list[FloatMatrix] = []
-    for position, labels in enumerate(primary.labels):
-        for level, key in enumerate(_keys(labels, node_label)):
-            found = index[level].get(key)
-            if found and (level < 2 or len({other.labels[r].get("pod") for r in found}) == 1):
-                matched.append(position)
-                rows.append(np.fmax.reduce(other.values[found], axis=0))
-                break
-    width = other.values.shape[1] if other.values.ndim == 2 else 0
-    return matched, np.array(rows).reshape(len(rows), width)
+# Fields that describe the GPU rather than its work: used to judge power, not summarised.
+_LIMIT_FIELDS = (POWER_MGMT_LIMIT, ENFORCED_POWER_LIMIT)
 
 
-def _gpu_order(profile: GpuProfile) -> tuple[str, int, int | str, str, str]:
+def _gpu_order(profile: GpuProfile) -> tuple[str, int, int | str, str]:
     numeric = profile.gpu.isdigit()
     return (
         profile.hostname,
         0 if numeric else 1,
         int(profile.gpu) if numeric else profile.gpu,
-        profile.namespace or "",
-        profile.pod or "",
+        profile.uuid,
     )
+
+
+def _power_ranges(
+    timelines: Timelines, limits: FloatMatrix | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Idle floor and power limit per GPU (NaN where neither an exported limit nor the model
+    table knows them)."""
+    count = len(timelines.keys)
+    floor, limit = np.full(count, np.nan), np.full(count, np.nan)
+    exported = np.full(count, np.nan)
+    if limits is not None:
+        with warnings.catch_warnings():  # rows without a sample are expected: NaN, no warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            exported = np.nanmedian(limits, axis=1)
+    for row, labels in enumerate(timelines.labels):
+        low, high = power_range(labels.get("modelName", ""), float(exported[row]))
+        if low is not None and high is not None:
+            floor[row], limit[row] = low, high
+    return floor, limit
+
+
+def _dominant_pod(timelines: Timelines, row: int) -> Pod | None:
+    shares = timelines.pods[row]
+    if shares:
+        return shares[0].namespace, shares[0].pod
+    return timelines.current[row]
+
+
+def _workloads(timelines: Timelines, known: Mapping[Pod, Workload] | None) -> list[Workload | None]:
+    """Each GPU's workload: the one known for its main pod, else the one its labels name."""
+    found: list[Workload | None] = []
+    for row, labels in enumerate(timelines.labels):
+        pod = _dominant_pod(timelines, row)
+        workload = (known or {}).get(pod) if pod is not None else None
+        found.append(workload or workload_from_labels(labels))
+    return found
+
+
+def _groups(
+    timelines: Timelines, workloads: Sequence[Workload | None], node_label: str
+) -> np.ndarray:
+    """One id per job: GPUs of one workload (where known by name), else of one pod; -1 for a
+    GPU with no pod."""
+    ids: dict[tuple[str, ...], int] = {}
+    groups = np.full(len(timelines.keys), -1, dtype=np.intp)
+    for row, labels in enumerate(timelines.labels):
+        pod = _dominant_pod(timelines, row)
+        if pod is None:
+            continue
+        node = labels.get(node_label, "")
+        workload = workloads[row]
+        job = (
+            (node, pod[0], workload.kind, workload.name)
+            if workload is not None and workload.name
+            else (node, *pod)
+        )
+        groups[row] = ids.setdefault(job, len(ids))
+    return groups
 
 
 def build_profiles(
     matrices: Sequence[SeriesMatrix],
     primary_field: str = GPU_UTIL,
     node_label: str = "Hostname",
+    workloads: Mapping[Pod, Workload] | None = None,
 ) -> list[GpuProfile]:
-    """Classify ``primary_field``'s series and attach statistics of every field to each GPU.
+    """One profile per GPU: ``primary_field`` classified with the GPU's other signals, every
+    field summarised. ``workloads`` names the workload of pods by (namespace, pod) (the daemon
+    knows them from Kubernetes); without it, well-known labels on the series may.
 
     Raises ``ValueError`` when no matrix holds ``primary_field``.
     """
@@ -73,28 +118,53 @@ def build_profiles(
         raise ValueError(f"no {primary_field} matrix among {[m.field for m in matrices]}")
     if not primary.labels:
         return []
-    results = classify_matrix(primary.values, primary.step_seconds)
-    stats: list[dict[str, FieldStats]] = [{primary.field: result.stats} for result in results]
+    resolver = KeyResolver(primary.labels, node_label)
+    timelines = merge(primary, resolver)
+    fields: dict[str, tuple[FloatMatrix, np.ndarray]] = {}
     for other in matrices:
-        if other is primary or not other.labels:
+        if other is not primary and other.field not in fields:
+            fields[other.field] = align(other, timelines.keys, resolver, primary.timestamps)
+    limits = next((fields[name][0] for name in _LIMIT_FIELDS if name in fields), None)
+    floor, limit = _power_ranges(timelines, limits)
+    found = _workloads(timelines, workloads)
+    context = Context(
+        power=fields[POWER_USAGE][0] if POWER_USAGE in fields else None,
+        power_floor=floor,
+        power_limit=limit,
+        sm_active=fields[SM_ACTIVE][0] if SM_ACTIVE in fields else None,
+        groups=_groups(timelines, found, node_label),
+        priors=[workload.prior if workload else None for workload in found],
+        prior_reasons=[workload.reason if workload else "" for workload in found],
+        names=[f"gpu {labels.get('gpu', '?')}" for labels in timelines.labels],
+    )
+    results = classify_matrix(timelines.values, primary.step_seconds, context)
+    stats: list[dict[str, FieldStats]] = [{primary.field: result.stats} for result in results]
+    for name, (rows, present) in fields.items():
+        if name in _LIMIT_FIELDS or not present.any():
             continue
-        positions, rows = _join(primary, other, node_label)
-        if not positions:
-            continue
-        for position, summary in zip(positions, field_stats(rows), strict=True):
-            stats[position][other.field] = summary
-    profiles = [
-        GpuProfile(
-            gpu=labels.get("gpu", ""),
-            uuid=labels.get("UUID", ""),
-            hostname=labels.get(node_label, ""),
-            job_type=str(result.job_type),
-            period_seconds=result.period_seconds,
-            stats=per_field,
-            labels=dict(labels),
-            namespace=labels.get("namespace") or None,
-            pod=labels.get("pod") or None,
+        rows_present = np.flatnonzero(present).tolist()
+        for row, summary in zip(rows_present, field_stats(rows[present]), strict=True):
+            stats[row][name] = summary
+    profiles = []
+    for row, (labels, result) in enumerate(zip(timelines.labels, results, strict=True)):
+        current = timelines.current[row]
+        workload = found[row]
+        profiles.append(
+            GpuProfile(
+                gpu=labels.get("gpu", ""),
+                uuid=labels.get("UUID", ""),
+                hostname=labels.get(node_label, ""),
+                job_type=str(result.job_type),
+                period_seconds=result.period_seconds,
+                stats=stats[row],
+                labels=labels,
+                namespace=(current[0] or None) if current else None,
+                pod=current[1] if current else None,
+                confidence=result.confidence,
+                reasons=result.reasons,
+                pods=timelines.pods[row],
+                owner_kind=workload.kind if workload else None,
+                owner_name=(workload.name or None) if workload else None,
+            )
         )
-        for labels, result, per_field in zip(primary.labels, results, stats, strict=True)
-    ]
     return sorted(profiles, key=_gpu_order)

@@ -27,7 +27,9 @@ def stats_record(stats: FieldStats) -> dict[str, float | None]:
 
 
 def profile_record(profile: GpuProfile) -> dict[str, object]:
-    """One series' profile: all its labels, the classification and statistics by field."""
+    """One GPU's profile: the labels of its latest series, the classification with its
+    confidence and reasons, the pods seen, and statistics by field."""
+    owner = {"kind": profile.owner_kind, "name": profile.owner_name} if profile.owner_kind else None
     return {
         "labels": dict(profile.labels),
         "hostname": profile.hostname,
@@ -35,8 +37,15 @@ def profile_record(profile: GpuProfile) -> dict[str, object]:
         "uuid": profile.uuid,
         "namespace": profile.namespace,
         "pod": profile.pod,
+        "pods": [
+            {"namespace": seen.namespace, "pod": seen.pod, "share": round(seen.share, 4)}
+            for seen in profile.pods
+        ],
+        "owner": owner,
         "job_type": profile.job_type,
         "period_seconds": profile.period_seconds,
+        "confidence": profile.confidence,
+        "reasons": list(profile.reasons),
         "stats": {field: stats_record(stats) for field, stats in profile.stats.items()},
     }
 
@@ -69,19 +78,22 @@ def _percent(fraction: float) -> str:
 
 def render_table(profiles: Sequence[GpuProfile], fields: Sequence[str]) -> str:
     """One row per profile. ``fields[0]`` is the classified field: max, p95, mean and idle share
-    are shown for it; the maximum of every other field follows. Columns are as wide as their
-    widest cell, numbers right-aligned."""
+    are shown for it; the maximum of every other field follows, then the reasons. Columns are
+    as wide as their widest cell, numbers right-aligned."""
     primary, *others = fields
     name = short_field_name(primary)
-    header = ["NODE", "GPU", "UUID", "POD", "JOB TYPE", "PERIOD"]
+    header = ["NODE", "GPU", "UUID", "POD", "JOB TYPE", "PERIOD", "CONF"]
     header += [f"{name} MAX", "P95", "MEAN", "IDLE"]
     header += [f"{short_field_name(field)} MAX" for field in others]
+    header.append("REASONS")
     rows = [header]
     for profile in profiles:
         main = profile.stats.get(primary)
         pod = f"{profile.namespace}/{profile.pod}" if profile.pod else "-"
         period = format_duration(profile.period_seconds) if profile.period_seconds else "-"
+        confidence = "-" if profile.confidence is None else f"{profile.confidence:.2f}"
         row = [profile.hostname, profile.gpu, profile.uuid or "-", pod, profile.job_type, period]
+        row.append(confidence)
         if main is None:
             row += ["-"] * 4
         else:
@@ -92,12 +104,13 @@ def render_table(profiles: Sequence[GpuProfile], fields: Sequence[str]) -> str:
                 _percent(main.idle_fraction),
             ]
         row += [_cell(s.max) if (s := profile.stats.get(field)) else "-" for field in others]
+        row.append("; ".join(profile.reasons) or "-")
         rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    numeric_from = 5  # PERIOD and the statistics read better right-aligned
+    numeric = range(5, len(header) - 1)  # PERIOD to the statistics read better right-aligned
     lines = [
         "  ".join(
-            cell.rjust(width) if column >= numeric_from else cell.ljust(width)
+            cell.rjust(width) if column in numeric else cell.ljust(width)
             for column, (cell, width) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
         for row in rows

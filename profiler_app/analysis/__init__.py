@@ -42,23 +42,32 @@ Windows shorter than 12 samples cannot hold three iterations of four samples, so
 never training.
 """
 
+from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.analysis.classify import (
     MAX_IDLE_ACTIVE_FRACTION,
     MAX_IDLE_ITERATION_FRACTION,
+    MAX_IDLE_WORK_SECONDS,
     MIN_BURSTY_IDLE_FRACTION,
     Classification,
-    JobType,
     classify_matrix,
 )
+from profiler_app.analysis.context import Context, Prior
+from profiler_app.analysis.power import model_power, power_range
 from profiler_app.analysis.stats import IDLE_THRESHOLD_PERCENT, field_stats
 
 __all__ = [
     "IDLE_THRESHOLD_PERCENT",
     "MAX_IDLE_ACTIVE_FRACTION",
     "MAX_IDLE_ITERATION_FRACTION",
+    "MAX_IDLE_WORK_SECONDS",
     "MIN_BURSTY_IDLE_FRACTION",
+    "Basis",
     "Classification",
+    "Context",
     "JobType",
+    "Prior",
     "classify_matrix",
     "field_stats",
+    "model_power",
+    "power_range",
 ]

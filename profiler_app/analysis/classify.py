@@ -1,89 +1,206 @@
-"""Job type of each GPU from its utilisation samples: the rules applied to the whole matrix."""
+"""Job type of each GPU from its utilisation samples and whatever else is known about it: the
+rules applied to the whole matrix, with a confidence and the evidence behind each verdict."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
-import numpy.typing as npt
 
+from profiler_app.analysis import evidence
+from profiler_app.analysis.basis import Basis, JobType
+from profiler_app.analysis.context import Context
 from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.periodicity import find_periods
-from profiler_app.analysis.recurrence import idle_window_fraction
-from profiler_app.analysis.stats import Summary, as_matrix, summarise
+from profiler_app.analysis.reasons import all_reasons
+from profiler_app.analysis.recurrence import (
+    MAX_IDLE_ITERATION_FRACTION,
+    MIN_BURSTY_IDLE_FRACTION,
+    idle_window_fraction,
+)
+from profiler_app.analysis.stats import BoolArray, FloatArray, Summary, as_matrix, summarise
 from profiler_app.model import FieldStats
 
 # A GPU busy (at or above IDLE_THRESHOLD_PERCENT) in a single sample, or in at most this
-# fraction of its samples, is idle: a health check or an nvidia-smi call is not a workload.
+# fraction of its samples, is idle, provided those samples add up to less than
+# MAX_IDLE_WORK_SECONDS of work above the threshold: a few percent of noise is not a workload,
+# but a job that kept the GPU busy for seconds is one, however short.
 MAX_IDLE_ACTIVE_FRACTION = 0.01
-# A non-periodic GPU idle for at least this fraction of its samples runs sporadic bursts.
-MIN_BURSTY_IDLE_FRACTION = 0.3
-# A periodic GPU with idle stretches is training only if at most this fraction of the windows
-# one period long hold no busy sample (room for an evaluation pause).
-MAX_IDLE_ITERATION_FRACTION = 0.15
+MAX_IDLE_WORK_SECONDS = 1.0
+
+__all__ = [
+    "MAX_IDLE_ACTIVE_FRACTION",
+    "MAX_IDLE_ITERATION_FRACTION",
+    "MAX_IDLE_WORK_SECONDS",
+    "MIN_BURSTY_IDLE_FRACTION",
+    "Basis",
+    "Classification",
+    "JobType",
+    "classify_matrix",
+]
 
 
-class JobType(StrEnum):
-    IDLE = "idle"
-    TRAINING = "training"
-    INFERENCE = "inference"
-    BURSTY = "bursty"
+_PRIOR_TRAINING, _PRIOR_SERVING = 1, 2
 
 
 @dataclass(frozen=True)
 class Classification:
-    """What one row of the matrix shows."""
+    """What one row of the matrix shows, how sure the rules are, and why."""
 
     job_type: JobType
-    period_seconds: float | None  # only for training
+    period_seconds: float | None  # training whose loop is visible (its own or a sibling's)
     stats: FieldStats
+    confidence: float = 1.0  # 0-1, a documented heuristic score, not a calibrated probability
+    reasons: tuple[str, ...] = ()  # machine-readable evidence, e.g. "period 80s in power"
+    basis: Basis = Basis.STEADY
 
 
-def job_types(summary: Summary, periodic: npt.NDArray[np.bool_]) -> list[JobType]:
-    """The rules, first match wins: idle, training (periodic), bursty, else inference."""
+def _idle(summary: Summary, step_seconds: float) -> BoolArray:
     allowed_active = np.maximum(1, MAX_IDLE_ACTIVE_FRACTION * summary.valid_count)
-    rules = [
-        (summary.active_count <= allowed_active, JobType.IDLE),
-        (periodic, JobType.TRAINING),
-        (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION, JobType.BURSTY),
-    ]
-    types = list(JobType)
-    codes = np.select(
-        [condition for condition, _ in rules],
-        [types.index(job_type) for _, job_type in rules],
-        default=types.index(JobType.INFERENCE),
+    work_seconds = summary.excess * step_seconds / 100.0
+    idle: BoolArray = (summary.active_count <= allowed_active) & (
+        work_seconds < MAX_IDLE_WORK_SECONDS
     )
-    return [types[code] for code in codes.tolist()]
+    return idle
 
 
-def classify_matrix(values: object, step_seconds: float) -> list[Classification]:
+def _util_loops(matrix: np.ndarray, summary: Summary) -> tuple[FloatArray, FloatArray]:
+    """Utilisation periods (samples) and strengths; sparse loops must recur every iteration."""
+    periods, strength = find_periods(matrix)
+    # Only periodic rows with idle stretches could be bursts that happen to line up.
+    suspect = np.isfinite(periods) & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
+    if suspect.any():
+        idle_windows = idle_window_fraction(
+            fill_gaps(matrix[suspect]), summary.p95[suspect], periods[suspect]
+        )
+        dropped = np.flatnonzero(suspect)[idle_windows > MAX_IDLE_ITERATION_FRACTION]
+        periods[dropped], strength[dropped] = np.nan, 0.0
+    return periods, strength
+
+
+def classify_matrix(
+    values: object, step_seconds: float, context: Context | None = None
+) -> list[Classification]:
     """Classify each row (one GPU's utilisation in percent, NaN for missed samples).
 
-    ``values`` is a 2-D array-like, one row per GPU, samples ``step_seconds`` apart.
+    ``values`` is a 2-D array-like, one row per GPU, samples ``step_seconds`` apart;
+    ``context`` adds what else is known per row (power, SM activity, jobs, priors).
     Returns one ``Classification`` per row, in order. See the package docstring for the rules.
     """
     if not step_seconds > 0:
         raise ValueError(f"step_seconds must be positive, got {step_seconds!r}")
     matrix = as_matrix(values)
+    rows, columns = matrix.shape
+    context = (context or Context()).checked(rows, columns)
     summary = summarise(matrix)
-    periods = find_periods(matrix)
-    periodic = np.isfinite(periods)
-    # Only periodic rows with idle stretches could be bursts that happen to line up.
-    suspect = periodic & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
-    if suspect.any():
-        idle_windows = idle_window_fraction(
-            fill_gaps(matrix[suspect]), summary.p95[suspect], periods[suspect]
+    idle = _idle(summary, step_seconds)
+    util_period, util_strength = _util_loops(matrix, summary)
+    util_loop = np.isfinite(util_period) & ~idle
+    loops = evidence.signal_loops(matrix, summary, ~idle & ~util_loop, context)
+    signal_loop = np.isfinite(loops.period)
+    waits = evidence.waiting(matrix, ~idle, context, step_seconds)
+    priors = context.prior_codes(rows)
+    waiting = waits.evident & ~idle & (priors != _PRIOR_SERVING)
+
+    own_period = np.where(util_loop, util_period, loops.period)
+    own_strength = np.where(util_loop, util_strength, loops.strength)
+    own_confidence = np.select(
+        [util_loop, signal_loop, waiting],
+        [
+            0.55 + 0.4 * own_strength,
+            0.5 + 0.4 * own_strength,
+            0.55 + 0.3 * np.minimum(1.0, waits.share / 0.5),
+        ],
+        default=0.0,
+    )
+    own_evidence = util_loop | signal_loop | waiting
+    sibling = evidence.siblings(context.groups, own_evidence, own_confidence).source
+    from_sibling = ~idle & ~own_evidence & (sibling >= 0)
+
+    basis = np.select(
+        [
+            idle,
+            util_loop,
+            signal_loop,
+            waiting,
+            from_sibling,
+            ~idle & (priors == _PRIOR_TRAINING),
+            summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION,
+        ],
+        [
+            Basis.IDLE,
+            Basis.UTIL_LOOP,
+            Basis.SIGNAL_LOOP,
+            Basis.WAITING,
+            Basis.SIBLING,
+            Basis.PRIOR,
+            Basis.BURSTY,
+        ],
+        default=Basis.STEADY,
+    )
+    source = np.where(from_sibling, sibling, np.arange(rows))
+    period = np.where(basis <= Basis.SIBLING, own_period[source], np.nan)
+    confidence = _confidence(basis, summary, own_confidence, source, priors)
+    seconds = period * step_seconds
+    reasons = all_reasons(
+        basis, seconds, summary=summary, loops=loops, waits=waits, source=source, context=context
+    )
+    results = []
+    for code, row_seconds, row_confidence, row_stats, row_reasons in zip(
+        basis.tolist(),
+        seconds.tolist(),
+        confidence.tolist(),
+        summary.field_stats(),
+        reasons,
+        strict=True,
+    ):
+        kind = Basis(code)
+        job_type = kind.job_type
+        results.append(
+            Classification(
+                job_type,
+                row_seconds if job_type is JobType.TRAINING and np.isfinite(row_seconds) else None,
+                row_stats,
+                round(row_confidence, 2),
+                row_reasons,
+                kind,
+            )
         )
-        periodic[suspect] = idle_windows <= MAX_IDLE_ITERATION_FRACTION
-    types = job_types(summary, periodic)
-    return [
-        Classification(
-            job_type,
-            period * step_seconds if job_type is JobType.TRAINING else None,
-            row_stats,
-        )
-        for job_type, period, row_stats in zip(
-            types, periods.tolist(), summary.field_stats(), strict=True
-        )
-    ]
+    return results
+
+
+def _confidence(
+    basis: np.ndarray,
+    summary: Summary,
+    own: FloatArray,
+    source: np.ndarray,
+    priors: np.ndarray,
+) -> FloatArray:
+    """Heuristic confidence per row (docs/analysis.md has the table)."""
+    base = np.select(
+        [
+            basis == Basis.IDLE,
+            basis <= Basis.WAITING,
+            basis == Basis.SIBLING,
+            basis == Basis.PRIOR,
+            basis == Basis.BURSTY,
+        ],
+        [
+            np.where(summary.active_count == 0, 0.95, 0.8),
+            own,
+            0.9 * own[source],
+            0.6,
+            0.75,
+        ],
+        default=0.6,
+    )
+    training = (basis >= Basis.UTIL_LOOP) & (basis <= Basis.PRIOR)
+    serving = basis >= Basis.BURSTY
+    # An owner that agrees adds confidence, one that disagrees takes some away (a loop or a
+    # waiting rank still wins over it).
+    agrees = (training & (priors == _PRIOR_TRAINING) & (basis != Basis.PRIOR)) | (
+        serving & (priors == _PRIOR_SERVING)
+    )
+    disagrees = training & (priors == _PRIOR_SERVING)
+    adjusted: FloatArray = np.clip(base + 0.1 * agrees - 0.15 * disagrees, 0.05, 0.99)
+    return adjusted

@@ -147,15 +147,18 @@ def _confirmation(acf: FloatMatrix, period: FloatArray) -> FloatArray:
 
 def _search(
     acf: FloatMatrix, columns: int, resolution: int = 1, harmonic_ratio: float = HARMONIC_RATIO
-) -> FloatArray:
+) -> tuple[FloatArray, FloatArray]:
     """Periods (in samples, NaN for none) found in autocorrelations sampled ``resolution``
-    times per lag."""
+    times per lag, and the autocorrelation at each (0 where there is none): how clearly the
+    row repeats."""
     lag = _first_fundamental(acf, columns, resolution, harmonic_ratio)
     position = _refine(acf, lag)
     confirmation = np.where(lag > 0, _confirmation(acf, position), -np.inf)
     periodic = (lag > 0) & (confirmation >= MIN_CONFIRMATION)
     period: FloatArray = np.where(periodic, position / resolution, np.nan)
-    return period
+    height = np.take_along_axis(acf, lag[:, None], axis=1)[:, 0]
+    strength: FloatArray = np.where(periodic, np.clip(height, 0.0, 1.0), 0.0)
+    return period, strength
 
 
 def _fractional_harmonic(acf: FloatMatrix, period: FloatArray) -> BoolArray:
@@ -182,29 +185,32 @@ def _fractional_harmonic(acf: FloatMatrix, period: FloatArray) -> BoolArray:
     return suspect & np.isfinite(period)
 
 
-def _chunk_periods(chunk: FloatMatrix) -> FloatArray:
+def _chunk_periods(chunk: FloatMatrix) -> tuple[FloatArray, FloatArray]:
     columns = chunk.shape[1]
     longest = int(columns * MAX_PERIOD_FRACTION)
     # Lags needed: the peak search (up to ``longest`` + 1) and the confirmation near 2x.
     max_lag = min(columns - 1, int(2 * (longest + 1) * (1 + CONFIRMATION_TOLERANCE)) + 2)
     power, size = _power_spectrum(detrended(chunk), max_lag)
     acf = _autocorrelation(power, size, max_lag)
-    found = _search(acf, columns)
+    found, strength = _search(acf, columns)
     again = _fractional_harmonic(acf, found)
     if not again.any():
-        return found
+        return found, strength
     smoothing = np.cos(np.pi * np.arange(power.shape[1]) / size) ** 4
     fine_acf = _autocorrelation(
         power[again] * smoothing, FINE_RESOLUTION * size, FINE_RESOLUTION * max_lag
     )
-    fine = _search(fine_acf, columns, FINE_RESOLUTION, FINE_HARMONIC_RATIO)
+    fine, fine_strength = _search(fine_acf, columns, FINE_RESOLUTION, FINE_HARMONIC_RATIO)
     kept = np.isfinite(fine)
-    found[np.flatnonzero(again)[kept]] = fine[kept]
-    return found
+    rows = np.flatnonzero(again)[kept]
+    found[rows] = fine[kept]
+    strength[rows] = fine_strength[kept]
+    return found, strength
 
 
-def find_periods(matrix: FloatMatrix) -> FloatArray:
-    """The period (in samples) of each row, NaN where there is none.
+def find_periods(matrix: FloatMatrix) -> tuple[FloatArray, FloatArray]:
+    """The period (in samples) of each row, NaN where there is none, and its strength: the
+    autocorrelation at that period (0 to 1; 0 where there is none).
 
     Missing samples (NaN) are filled by linear interpolation first, a chunk of rows at a time.
 
@@ -216,11 +222,13 @@ def find_periods(matrix: FloatMatrix) -> FloatArray:
     """
     rows, columns = matrix.shape
     if rows == 0 or columns < 3 * MIN_PERIOD_SAMPLES:
-        return np.full(rows, np.nan)
+        return np.full(rows, np.nan), np.zeros(rows)
     rows_per_chunk = max(1, SAMPLES_PER_CHUNK // columns)
-    return np.concatenate(
-        [
-            _chunk_periods(matrix[start : start + rows_per_chunk])
-            for start in range(0, rows, rows_per_chunk)
-        ]
+    chunks = [
+        _chunk_periods(matrix[start : start + rows_per_chunk])
+        for start in range(0, rows, rows_per_chunk)
+    ]
+    return (
+        np.concatenate([period for period, _ in chunks]),
+        np.concatenate([strength for _, strength in chunks]),
     )

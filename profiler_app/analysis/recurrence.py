@@ -10,6 +10,12 @@ from profiler_app.model import FloatMatrix
 # A sample is busy when it reaches half of its row's p95 (and the idle threshold): the
 # iteration's busy phase, not noise on an idle stretch.
 BUSY_FRACTION_OF_P95 = 0.5
+# A non-periodic GPU idle for at least this fraction of its samples runs sporadic bursts; a
+# periodic one that idle must pass the recurrence test below.
+MIN_BURSTY_IDLE_FRACTION = 0.3
+# A periodic GPU with idle stretches is training only if at most this fraction of the windows
+# one period long hold no busy sample (room for an evaluation pause).
+MAX_IDLE_ITERATION_FRACTION = 0.15
 
 
 def idle_window_fraction(filled: FloatMatrix, p95: FloatArray, period: FloatArray) -> FloatArray:

@@ -31,20 +31,34 @@ def as_matrix(values: object) -> FloatMatrix:
 def _p95(matrix: FloatMatrix, counts: IntArray) -> FloatArray:
     """95th percentile of each row's valid samples, with numpy's linear interpolation.
 
-    One sort of the whole matrix (NaNs sort to the end, so row ``i``'s valid samples are its
-    first ``counts[i]``) instead of nanpercentile's per-row loop; numpy's vectorised sort
-    also beats a partition here.
+    Rows without a missing sample share the two order statistics they need, so one
+    ``partition`` finds them for all such rows at once (about 2.5 times faster than sorting);
+    rows with gaps are sorted (NaNs sort to the end, so row ``i``'s valid samples are its first
+    ``counts[i]``). Both avoid nanpercentile's loop over rows.
     """
     rows, columns = matrix.shape
+    p95 = np.full(rows, np.nan)
     if columns == 0:
-        return np.full(rows, np.nan)
-    ordered = np.sort(matrix, axis=1)
-    position = 0.95 * np.maximum(counts - 1, 0)
-    below = np.floor(position).astype(np.intp)
-    above = np.minimum(below + 1, np.maximum(counts - 1, 0))
-    low = np.take_along_axis(ordered, below[:, None], axis=1)[:, 0]
-    high = np.take_along_axis(ordered, above[:, None], axis=1)[:, 0]
-    p95: FloatArray = np.where(counts > 0, low + (high - low) * (position - below), np.nan)
+        return p95
+    complete = counts == columns
+    if complete.any():
+        position = 0.95 * (columns - 1)
+        below = int(np.floor(position))
+        above = min(below + 1, columns - 1)
+        ordered = matrix[complete] if not complete.all() else matrix.copy()
+        ordered.partition([below, above], axis=1)  # in place: one copy of the matrix, not two
+        low, high = ordered[:, below], ordered[:, above]
+        p95[complete] = low + (high - low) * (position - below)
+    gapped = ~complete & (counts > 0)
+    if gapped.any():
+        ordered = np.sort(matrix[gapped], axis=1)
+        valid = counts[gapped]
+        position_gapped = 0.95 * (valid - 1)
+        below_gapped = np.floor(position_gapped).astype(np.intp)
+        above_gapped = np.minimum(below_gapped + 1, valid - 1)
+        low = np.take_along_axis(ordered, below_gapped[:, None], axis=1)[:, 0]
+        high = np.take_along_axis(ordered, above_gapped[:, None], axis=1)[:, 0]
+        p95[gapped] = low + (high - low) * (position_gapped - below_gapped)
     return p95
 
 
@@ -58,6 +72,9 @@ class Summary:
     idle_fraction: FloatArray
     valid_count: IntArray
     active_count: IntArray  # valid samples at or above IDLE_THRESHOLD_PERCENT
+    # Sum over valid samples of the reading above IDLE_THRESHOLD_PERCENT (percentage points):
+    # times the step / 100, the seconds of work the row shows beyond noise.
+    excess: FloatArray
 
     def field_stats(self) -> list[FieldStats]:
         return [
@@ -79,7 +96,10 @@ def summarise(matrix: FloatMatrix) -> Summary:
     present = counts > 0
     safe_counts = np.maximum(counts, 1)
     with np.errstate(invalid="ignore"):
-        active = (valid & (matrix >= IDLE_THRESHOLD_PERCENT)).sum(axis=1)
+        above = matrix - IDLE_THRESHOLD_PERCENT
+        active_samples = valid & (above >= 0)
+    active = active_samples.sum(axis=1)
+    excess = np.sum(above, axis=1, where=active_samples)
     return Summary(
         maximum=np.where(present, np.max(matrix, axis=1, initial=-np.inf, where=valid), np.nan),
         p95=_p95(matrix, counts),
@@ -87,6 +107,7 @@ def summarise(matrix: FloatMatrix) -> Summary:
         idle_fraction=np.where(present, (counts - active) / safe_counts, np.nan),
         valid_count=counts,
         active_count=active,
+        excess=excess,
     )
 
 

@@ -130,16 +130,34 @@ def test_constant_load_is_inference_and_constant_zero_is_idle() -> None:
     assert (busy.job_type, idle.job_type) == (JobType.INFERENCE, JobType.IDLE)
 
 
-def test_one_blip_is_idle_but_two_bursts_are_bursty() -> None:
-    one_blip = np.zeros(12)
-    one_blip[5] = 80.0
-    two_bursts = one_blip.copy()
+def test_one_noise_blip_is_idle_but_seconds_of_work_are_bursty() -> None:
+    """A reading just above the idle threshold once is noise (0.3 s of work at a 10 s step);
+    one sample at 80 % is 7.5 s of real work, and two bursts are bursts whatever their size."""
+    noise_blip = np.zeros(12)
+    noise_blip[5] = 8.0
+    one_job = np.zeros(12)
+    one_job[5] = 80.0
+    two_bursts = one_job.copy()
     two_bursts[9] = 80.0
 
-    blip, bursts = classify_matrix(np.stack([one_blip, two_bursts]), 10.0)
+    blip, job, bursts = classify_matrix(np.stack([noise_blip, one_job, two_bursts]), 10.0)
 
     assert blip.job_type == JobType.IDLE
+    assert job.job_type == JobType.BURSTY
     assert bursts.job_type == JobType.BURSTY
+
+
+def test_a_one_second_sample_at_full_load_is_idle_but_two_are_not() -> None:
+    """At a 1 s step one sample can hold at most 0.95 s of work above the threshold."""
+    one = np.zeros(600)
+    one[300] = 100.0
+    two = one.copy()
+    two[301] = 100.0
+
+    first, second = classify_matrix(np.stack([one, two]), 1.0)
+
+    assert first.job_type == JobType.IDLE
+    assert second.job_type == JobType.BURSTY
 
 
 def test_low_noise_is_idle_not_active() -> None:

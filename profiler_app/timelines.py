@@ -1,0 +1,174 @@
+"""One GPU, one time line: every series of a GPU within the window merged into one row,
+whatever labels changed (an exporter restarted under a new ``instance``, the GPU handed to
+another pod, any new label).
+
+A GPU is identified by (node, UUID); the ``gpu`` index is the fallback for series without a
+UUID, and such a series joins the UUID of the same node and index when exactly one is known.
+Where series of one GPU overlap (the same sample scraped twice), the larger reading wins.
+Which pod held the GPU becomes an attribute over time: the pod of the latest sample, and every
+pod seen with its share of the GPU's samples.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix
+
+GpuKey = tuple[str, str]  # (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>")
+Pod = tuple[str, str]  # (namespace, pod)
+
+
+def gpu_key(labels: dict[str, str], node_label: str) -> GpuKey:
+    node = labels.get(node_label, "")
+    uuid = labels.get("UUID", "")
+    return (node, f"uuid:{uuid}") if uuid else (node, f"gpu:{labels.get('gpu', '')}")
+
+
+def _pod(labels: dict[str, str]) -> Pod | None:
+    pod = labels.get("pod")
+    return (labels.get("namespace", ""), pod) if pod else None
+
+
+class KeyResolver:
+    """Maps series labels to GPU keys; an index-only key joins the one UUID known for it."""
+
+    def __init__(self, labels: Sequence[dict[str, str]], node_label: str) -> None:
+        self.node_label = node_label
+        by_index: dict[tuple[str, str], set[GpuKey]] = defaultdict(set)
+        for series in labels:
+            key = gpu_key(series, node_label)
+            if key[1].startswith("uuid:"):
+                by_index[key[0], series.get("gpu", "")].add(key)
+        self._unique = {
+            index: next(iter(keys)) for index, keys in by_index.items() if len(keys) == 1
+        }
+
+    def key(self, labels: dict[str, str]) -> GpuKey:
+        key = gpu_key(labels, self.node_label)
+        if key[1].startswith("gpu:"):
+            return self._unique.get((key[0], labels.get("gpu", "")), key)
+        return key
+
+
+@dataclass(frozen=True)
+class Timelines:
+    """One row per GPU of one field, in order of first appearance."""
+
+    keys: list[GpuKey]
+    labels: list[dict[str, str]]  # the labels of each GPU's latest series
+    values: FloatMatrix
+    current: list[Pod | None]  # the pod of each GPU's latest sample
+    pods: list[tuple[PodShare, ...]]  # every pod seen, largest share first
+
+
+def _groups(keys: Sequence[GpuKey]) -> dict[GpuKey, list[int]]:
+    groups: dict[GpuKey, list[int]] = {}
+    for row, key in enumerate(keys):
+        groups.setdefault(key, []).append(row)
+    return groups
+
+
+def _last_valid(valid: np.ndarray) -> np.ndarray:
+    """Index of each row's last valid column (-1 for none)."""
+    columns = valid.shape[1]
+    last = columns - 1 - np.argmax(valid[:, ::-1], axis=1)
+    return np.where(valid.any(axis=1), last, -1)
+
+
+def _attribution(
+    pods: list[Pod | None], valid: np.ndarray
+) -> tuple[Pod | None, tuple[PodShare, ...]]:
+    """The current pod and the share of each pod, for one GPU's series (rows of ``valid``).
+
+    A column belongs to the series that started last among those with a sample there (the
+    new owner of a handed-over GPU, the new exporter after a restart).
+    """
+    present = valid.any(axis=1)
+    if not present.any():
+        return None, ()
+    first = np.where(present, np.argmax(valid, axis=1), valid.shape[1])
+    owner = np.full(valid.shape[1], -1)
+    for series in np.argsort(first, kind="stable").tolist():
+        owner[valid[series]] = series
+    covered = owner >= 0
+    counts: dict[Pod, int] = defaultdict(int)
+    for series, count in zip(*np.unique(owner[covered], return_counts=True), strict=True):
+        pod = pods[int(series)]
+        if pod is not None:
+            counts[pod] += int(count)
+    total = int(covered.sum())
+    shares = sorted(counts.items(), key=lambda item: -item[1])
+    current = pods[int(owner[np.flatnonzero(covered)[-1]])]
+    return current, tuple(PodShare(ns, pod, count / total) for (ns, pod), count in shares)
+
+
+def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
+    """The GPUs of one field: one merged row each, with the labels of its latest series."""
+    groups = _groups([resolver.key(labels) for labels in matrix.labels])
+    keys = list(groups)
+    valid = np.isfinite(matrix.values)
+    last = _last_valid(valid) if matrix.values.size else np.full(len(matrix.labels), -1)
+    if all(len(rows) == 1 for rows in groups.values()):
+        values = matrix.values
+    else:
+        values = np.vstack(
+            [np.fmax.reduce(matrix.values[rows], axis=0) for rows in groups.values()]
+        )
+    labels: list[dict[str, str]] = []
+    current: list[Pod | None] = []
+    pods: list[tuple[PodShare, ...]] = []
+    for rows in groups.values():
+        # The latest series: the one with the latest sample; on a tie, the later in the answer.
+        latest = max(rows, key=lambda row: (last[row], row))
+        labels.append(dict(matrix.labels[latest]))
+        series_pods = [_pod(matrix.labels[row]) for row in rows]
+        if len(rows) == 1:
+            seen = last[rows[0]] >= 0
+            pod = series_pods[0]
+            current.append(pod if seen else None)
+            pods.append((PodShare(pod[0], pod[1], 1.0),) if seen and pod else ())
+        else:
+            now, shares = _attribution(series_pods, valid[rows])
+            current.append(now)
+            pods.append(shares)
+    return Timelines(keys, labels, values, current, pods)
+
+
+def _on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
+    """``values`` sampled at ``source`` times, moved onto the ``target`` grid (nearest point of
+    an evenly spaced grid; NaN where nothing lands)."""
+    if source.shape == target.shape and np.allclose(source, target):
+        return values
+    moved = np.full((values.shape[0], target.size), np.nan)
+    if target.size == 0:
+        return moved
+    step = float(target[1] - target[0]) if target.size > 1 else 1.0
+    columns = np.rint((source - target[0]) / step).astype(np.int64)
+    inside = (columns >= 0) & (columns < target.size)
+    moved[:, columns[inside]] = values[:, inside]
+    return moved
+
+
+def align(
+    other: SeriesMatrix, keys: Sequence[GpuKey], resolver: KeyResolver, timestamps: np.ndarray
+) -> tuple[FloatMatrix, np.ndarray]:
+    """``other``'s rows for the GPUs ``keys`` on the ``timestamps`` grid (series of one GPU
+    merged), and which GPUs have any series of it."""
+    rows = np.full((len(keys), timestamps.size), np.nan)
+    present = np.zeros(len(keys), dtype=bool)
+    if not other.labels:
+        return rows, present
+    position = {key: index for index, key in enumerate(keys)}
+    values = _on_grid(other.values, other.timestamps, timestamps)
+    for key, series in _groups([resolver.key(labels) for labels in other.labels]).items():
+        index = position.get(key)
+        if index is None:
+            continue
+        rows[index] = values[series[0]] if len(series) == 1 else np.fmax.reduce(values[series], 0)
+        present[index] = True
+    return rows, present

@@ -1,0 +1,126 @@
+"""What kind of workload a GPU pod belongs to, from its owner chain or its labels, and the prior
+that kind gives the classifier (training or serving).
+
+The prior only decides busy GPUs whose waveform shows no loop and no waiting ranks: an idle GPU
+stays idle and a clear loop stays training whatever the owner (``analysis.classify``). The
+tables below are the documented contract (docs/analysis.md, "Workload context").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from profiler_app.analysis import Prior
+
+# Owner kinds, as in ownerReferences (the top of the chain once ReplicaSet -> Deployment and
+# Job -> CronJob are resolved).
+TRAINING_KINDS = frozenset(
+    {
+        "Job",  # batch/v1 and Volcano's batch.volcano.sh/v1alpha1 alike
+        "CronJob",
+        "PyTorchJob",
+        "TFJob",
+        "MPIJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "JAXJob",
+        "TrainJob",
+        "KubeflowJob",  # a Kubeflow training job whose operator label is missing
+        "JobSet",
+        "RayJob",
+    }
+)
+SERVING_KINDS = frozenset(
+    {
+        "Deployment",
+        "ReplicaSet",
+        "StatefulSet",
+        "LeaderWorkerSet",
+        "InferenceService",
+        "RayService",
+    }
+)
+
+# Well-known pod labels naming the workload, most specific first: (label, kind); the label's
+# value is the workload's name.
+# A label wins over the owner chain, which often stops at an intermediate object (a JobSet's
+# pods are owned by Jobs, an InferenceService's by a ReplicaSet).
+WORKLOAD_LABELS: tuple[tuple[str, str], ...] = (
+    ("serving.kserve.io/inferenceservice", "InferenceService"),
+    ("leaderworkerset.sigs.k8s.io/name", "LeaderWorkerSet"),
+    ("jobset.sigs.k8s.io/jobset-name", "JobSet"),
+    ("trainer.kubeflow.org/trainjob-name", "TrainJob"),
+    ("training.kubeflow.org/job-name", "KubeflowJob"),  # kind from operator-name, below
+    ("volcano.sh/job-name", "Job"),
+    ("batch.kubernetes.io/job-name", "Job"),
+    ("job-name", "Job"),
+)
+# training.kubeflow.org/operator-name values -> kind (the training operator sets both labels).
+KUBEFLOW_OPERATORS = {
+    "pytorchjob-controller": "PyTorchJob",
+    "tfjob-controller": "TFJob",
+    "mpijob-controller": "MPIJob",
+    "mpi-operator": "MPIJob",
+    "xgboostjob-controller": "XGBoostJob",
+    "paddlejob-controller": "PaddleJob",
+    "jaxjob-controller": "JAXJob",
+}
+# KubeRay marks the pods of clusters it made for a RayJob or a RayService.
+RAY_ORIGIN_LABEL = "ray.io/originated-from-crd"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The workload a pod belongs to: its kind and name, and the prior that kind gives."""
+
+    kind: str
+    name: str
+    prior: Prior | None
+
+    @property
+    def reason(self) -> str:
+        return f"owner {self.kind}"
+
+
+def prior_of_kind(kind: str) -> Prior | None:
+    if kind in TRAINING_KINDS:
+        return Prior.TRAINING
+    if kind in SERVING_KINDS:
+        return Prior.SERVING
+    return None
+
+
+def _sanitised(label: str) -> str:
+    """A Kubernetes label as a Prometheus label name (dcgm-exporter's pod-label enrichment)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def _label(labels: Mapping[str, str], key: str) -> str | None:
+    return labels.get(key) or labels.get(_sanitised(key)) or None
+
+
+def workload_from_labels(labels: Mapping[str, str]) -> Workload | None:
+    """The workload named by well-known pod labels (as Kubernetes or as dcgm-exporter spells
+    them), or None."""
+    for key, labelled_kind in WORKLOAD_LABELS:
+        name = _label(labels, key)
+        if name is None:
+            continue
+        kind = labelled_kind
+        if key.startswith("training.kubeflow.org/"):
+            operator = _label(labels, "training.kubeflow.org/operator-name") or ""
+            kind = KUBEFLOW_OPERATORS.get(operator, kind)
+        return Workload(kind, name, prior_of_kind(kind))
+    origin = _label(labels, RAY_ORIGIN_LABEL)
+    if origin in ("RayJob", "RayService"):
+        name = _label(labels, RAY_CLUSTER_LABEL) or ""
+        return Workload(origin, name, prior_of_kind(origin))
+    return None
+
+
+def workload_from_owner(kind: str, name: str, labels: Mapping[str, str]) -> Workload:
+    """The workload of a pod whose owner chain ends at ``kind``/``name``; labels win."""
+    return workload_from_labels(labels) or Workload(kind, name, prior_of_kind(kind))

@@ -1,0 +1,205 @@
+"""Labelled multi-GPU jobs with power: the shapes real traces show that single-signal
+generators (``signals``) do not.
+
+Learned from the real traces in ../shared/traces (evaluation data, never copied here):
+
+- synchronous data-parallel ranks with sub-second steps read a flat 85-100 % at 1 s sampling;
+  the only visible loop is the checkpoint cadence, often on rank 0 alone;
+- while rank 0 writes a checkpoint, the other ranks wait in an NCCL collective: utilisation reads
+  100 % while power falls to near idle (an H100 at about 150 W of 700 W);
+- a rank can wait for the whole window (a straggler, a hung peer);
+- production serving is mostly zero with bursts at a 1-minute step.
+
+Every job is one pod: its rows share a group. Power is in watts within a model's range
+(``FLOOR``..``LIMIT``, an H100's), and each case says which prior (owner kind) the job carries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tests.support import signals
+
+FLOOR, LIMIT = 70.0, 700.0  # an H100 SXM: idle draw and power limit (W)
+COMPUTE_SHARE = 0.75  # of the range above the floor, drawn by a compute-bound training step
+WAIT_SHARE = 0.12  # drawn by a rank spinning in a collective
+
+
+def power_draw(
+    util: signals.Signal,
+    rng: np.random.Generator,
+    *,
+    share_at_full: float = COMPUTE_SHARE,
+    noise: float = 8.0,
+) -> signals.Signal:
+    """Board power of a GPU doing work at ``util`` percent: the idle floor plus a share of the
+    range proportional to the work (``share_at_full`` of it at 100 %)."""
+    clean = FLOOR + (LIMIT - FLOOR) * share_at_full * np.nan_to_num(util) / 100.0
+    return np.clip(clean + rng.normal(0.0, noise, util.size), 0.9 * FLOOR, LIMIT)
+
+
+def _level(n: int, value: float, rng: np.random.Generator, noise: float) -> signals.Signal:
+    return np.clip(value + rng.normal(0.0, noise, n), 0.0, 100.0)
+
+
+def _phases(n: int, period: float, pause: float, rng: np.random.Generator) -> np.ndarray:
+    """True during the checkpoint pause of each iteration (``pause`` samples of ``period``),
+    starting at a random phase."""
+    return ((np.arange(n) + rng.uniform(0, period)) % period) < pause
+
+
+@dataclass(frozen=True)
+class LabelledJob:
+    """One pod's GPUs: utilisation (and power) rows and the expected verdict of each row."""
+
+    name: str
+    step_seconds: float
+    util: np.ndarray  # rows x samples, percent
+    power: np.ndarray | None  # watts, or None when the exporter does not send power
+    job_type: list[str]
+    period_seconds: list[float | None]
+    prior: str | None = None  # "training" / "serving" from the owner kind, or None
+    owner: str = ""
+    floor: float = FLOOR
+    limit: float = LIMIT
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return int(self.util.shape[0])
+
+
+def checkpointing_ranks(
+    n: int,
+    ranks: int,
+    period: float,
+    rng: np.random.Generator,
+    *,
+    pause_share: float = 0.2,
+    busy: tuple[float, float] = (86.0, 93.0),
+    first_rank: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Data-parallel ranks computing at a flat level drawn from ``busy`` (sub-second steps
+    averaged over each sample), pausing every ``period`` samples while rank 0 writes a
+    checkpoint: rank 0 drops to a few percent, the others spin in NCCL at 100 % and near-idle
+    power. A pod on another node than rank 0 starts at ``first_rank`` > 0."""
+    pause = _phases(n, period, max(2.0, pause_share * period), rng)
+    util, power = [], []
+    for rank in range(first_rank, first_rank + ranks):
+        level = rng.uniform(*busy)
+        computing = _level(n, level, rng, min(2.5, (100 - level) / 2))
+        if rank == 0:
+            row = np.where(pause, _level(n, 2.0, rng, 1.5), computing)
+            watts = power_draw(row, rng)
+        else:
+            row = np.where(pause, 100.0, computing)
+            spin = FLOOR + (LIMIT - FLOOR) * WAIT_SHARE + rng.normal(0.0, 4.0, n)
+            watts = np.where(pause, spin, power_draw(computing, rng))
+        util.append(row)
+        power.append(watts)
+    return np.stack(util), np.stack(power)
+
+
+def flat_ranks(n: int, ranks: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks computing flat out with no pause in the window: nothing but context tells them
+    from a saturated server."""
+    util = np.stack([_level(n, rng.uniform(86, 96), rng, 3.0) for _ in range(ranks)])
+    return util, np.stack([power_draw(row, rng) for row in util])
+
+
+def serving_bursts(
+    n: int, rng: np.random.Generator, *, rate: float = 0.4, busy_share: float = 0.45
+) -> signals.Signal:
+    """Production serving at a coarse step: mostly zero, a request burst (10-40 %) in a share
+    of the samples that drifts with the day's traffic."""
+    drift = np.clip(busy_share + 0.3 * np.sin(np.linspace(0, math.pi, n) + rng.uniform(0, 3)), 0, 1)
+    busy = rng.uniform(0, 1, n) < drift * rate * 2
+    return np.where(busy, rng.uniform(10, 40, n), 0.0)
+
+
+TRAINS = signals.TRAINING
+PYTORCHJOB = {"prior": "training", "owner": "owner PyTorchJob"}
+DEPLOYMENT = {"prior": "serving", "owner": "owner Deployment"}
+
+
+def _job(
+    name: str,
+    util: np.ndarray,
+    power: np.ndarray | None,
+    expected: tuple[str, float | None],
+    *,
+    step: float = 1.0,
+    context: dict[str, str] | None = None,
+) -> LabelledJob:
+    """A job whose every GPU should get ``expected`` = (job type, period in seconds)."""
+    rows = util.shape[0]
+    verdict, period = expected
+    return LabelledJob(
+        name, step, util, power, [verdict] * rows, [period] * rows, **(context or {})
+    )
+
+
+def _waiting_power(n: int, rng: np.random.Generator) -> signals.Signal:
+    return FLOOR + (LIMIT - FLOOR) * WAIT_SHARE + rng.normal(0.0, 4.0, n)
+
+
+def labelled_jobs(seed: int = 20261123) -> Iterator[LabelledJob]:
+    """Every shape above in windows of 10 and 30 minutes at 1 s (6 hours at 1 minute for
+    serving), labelled with the verdict each GPU should get."""
+    rng = np.random.default_rng(seed)
+    for n in (600, 1800):
+        window = f"{n // 60}m@1s"
+        for period in (60.0, 80.0, 150.0) if n == 600 else (80.0, 300.0, 540.0):
+            name = f"{window}-p{period:g}"
+            util, power = checkpointing_ranks(n, 8, period, rng)
+            yield _job(f"dp-checkpoint-power-{name}", util, power, (TRAINS, period))
+            # No power exported: the flat ranks show only the small 90 -> 100 % step, or nothing.
+            util[1:] = np.stack([_level(n, rng.uniform(86, 96), rng, 3.0) for _ in range(7)])
+            yield _job(f"dp-checkpoint-rank0-only-{name}", util, None, (TRAINS, period))
+            # Ranks on another node than rank 0, computing at 100 % (a kernel always resident):
+            # waiting at 100 % leaves no mark in utilisation; the loop is in power alone.
+            util, power = checkpointing_ranks(n, 4, period, rng, busy=(100, 100), first_rank=4)
+            yield _job(f"dp-checkpoint-flat-util-{name}", util, power, (TRAINS, period))
+        # One rank waits for the whole window while its peers compute; then a pod whose ranks
+        # wait in irregular stretches (stragglers), no loop anywhere.
+        util, power = flat_ranks(n, 4, rng)
+        util[3], power[3] = 100.0, _waiting_power(n, rng)
+        yield _job(f"nccl-wait-whole-window-{window}", util, power, (TRAINS, None))
+        util, power = flat_ranks(n, 4, rng)
+        for rank in range(4):
+            for start in rng.integers(0, n - 60, 3).tolist():
+                stop = start + int(rng.integers(8, 40))
+                util[rank, start:stop] = 100.0
+                power[rank, start:stop] = _waiting_power(stop - start, rng)
+        yield _job(f"nccl-wait-stragglers-{window}", util, power, (TRAINS, None))
+        # Flat ranks, no pause: only the owner (a PyTorchJob) tells.
+        util, power = flat_ranks(n, 8, rng)
+        yield _job(f"dp-flat-{window}", util, power, (TRAINS, None), context=PYTORCHJOB)
+        # A saturated 8-GPU server (a Deployment), and a memory-bound one: 100 % utilisation at
+        # 30-40 % of the power range is work, not waiting.
+        util = np.stack([signals.steady_serving(n, rng, level=88, drift=6) for _ in range(8)])
+        power = np.stack([power_draw(row, rng) for row in util])
+        expected = (signals.INFERENCE, None)
+        yield _job(f"serving-saturated-8gpu-{window}", util, power, expected, context=DEPLOYMENT)
+        util = np.stack([_level(n, 98, rng, 1.5) for _ in range(2)])
+        power = np.stack([power_draw(row, rng, share_at_full=0.38) for row in util])
+        yield _job(f"serving-memory-bound-{window}", util, power, expected)
+        # Bursty serving whose power is read a sample late: the sample after a burst reads high
+        # utilisation at idle power once, which must not look like waiting.
+        util = signals.sporadic_bursts(n, rng, bursts=30, shortest=2, longest=6, level=98)
+        late = np.roll(power_draw(util, rng), 1)
+        yield _job(
+            f"serving-bursts-power-late-{window}", util[None], late[None], (signals.BURSTY, None)
+        )
+    # Production serving at a 1-minute step, 6 hours: mostly zero, with and without power.
+    for rate in (0.15, 0.4):
+        util = serving_bursts(360, rng, rate=rate)
+        expected = (signals.BURSTY, None)
+        yield _job(f"serving-1min-rate{rate:g}", util[None], None, expected, step=60)
+        power = power_draw(util, rng)[None]
+        name = f"serving-1min-rate{rate:g}-power"
+        yield _job(name, util[None], power, expected, step=60, context=DEPLOYMENT)

@@ -1,0 +1,204 @@
+"""The analysis on multi-GPU jobs with power: flat data-parallel ranks, NCCL waiting,
+checkpoint-only loops, serving at a 1-minute step (tests/support/jobs.py), and the rules that
+combine the evidence: power against the GPU's range, siblings, owner priors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler_app.analysis import Basis, Classification, Context, JobType, Prior, classify_matrix
+from profiler_app.analysis.evidence import sustained
+from tests.support import jobs, signals
+
+JOBS = list(jobs.labelled_jobs())
+
+
+def context_of(job: jobs.LabelledJob, *, with_prior: bool = True) -> Context:
+    has_power = job.power is not None
+    return Context(
+        power=job.power,
+        power_floor=np.full(job.rows, job.floor) if has_power else None,
+        power_limit=np.full(job.rows, job.limit) if has_power else None,
+        groups=np.zeros(job.rows, dtype=np.intp),
+        priors=[Prior(job.prior) if job.prior and with_prior else None] * job.rows,
+        prior_reasons=[job.owner if with_prior else ""] * job.rows,
+        names=[f"gpu {row}" for row in range(job.rows)],
+    )
+
+
+def rights(job: jobs.LabelledJob, results: list[Classification]) -> list[bool]:
+    found = []
+    for result, job_type, period in zip(results, job.job_type, job.period_seconds, strict=True):
+        right = result.job_type == job_type
+        if right and period is not None:
+            right = result.period_seconds is not None and (
+                abs(result.period_seconds - period) <= 0.1 * period
+            )
+        found.append(right)
+    return found
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[job.name for job in JOBS])
+def test_every_gpu_of_a_labelled_job_gets_its_verdict(job: jobs.LabelledJob) -> None:
+    results = classify_matrix(job.util, job.step_seconds, context_of(job))
+
+    assert all(rights(job, results)), [(r.job_type, r.period_seconds, r.reasons) for r in results]
+    for result in results:
+        assert 0.0 < result.confidence < 1.0
+        assert result.reasons
+
+
+def test_the_job_corpus_spans_the_shapes_of_the_real_traces() -> None:
+    names = " ".join(job.name for job in JOBS)
+    for shape in (
+        "dp-checkpoint-power",
+        "dp-checkpoint-rank0-only",
+        "dp-checkpoint-flat-util",
+        "nccl-wait-whole-window",
+        "nccl-wait-stragglers",
+        "serving-1min",
+        "serving-saturated-8gpu",
+        "serving-memory-bound",
+    ):
+        assert shape in names
+    bases = set()
+    for job in JOBS:
+        bases |= {r.basis for r in classify_matrix(job.util, job.step_seconds, context_of(job))}
+    assert bases >= {
+        Basis.UTIL_LOOP,
+        Basis.SIGNAL_LOOP,
+        Basis.WAITING,
+        Basis.SIBLING,
+        Basis.PRIOR,
+        Basis.BURSTY,
+        Basis.STEADY,
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_job_corpora_drawn_with_other_seeds_stay_right(seed: int) -> None:
+    found = [
+        right
+        for job in jobs.labelled_jobs(seed)
+        for right in rights(job, classify_matrix(job.util, job.step_seconds, context_of(job)))
+    ]
+
+    assert np.mean(found) >= 0.98
+
+
+def test_flat_ranks_without_context_read_as_inference() -> None:
+    """What the classifier cannot see: ranks of sub-second steps with no pause in the window
+    and no owner look exactly like a saturated server."""
+    job = next(job for job in JOBS if job.name.startswith("dp-flat-"))
+
+    results = classify_matrix(job.util, 1.0, context_of(job, with_prior=False))
+
+    assert {r.job_type for r in results} == {JobType.INFERENCE}
+
+
+def test_a_loop_in_power_counts_only_where_utilisation_is_flat() -> None:
+    rng = np.random.default_rng(1)
+    util, power = jobs.checkpointing_ranks(900, 1, 90.0, rng, busy=(100, 100), first_rank=1)
+    moving = signals.random_walk(900, rng, step=4.0)
+    matrix = np.stack([util[0], moving])
+    context = Context(power=np.stack([power[0], power[0]]))
+
+    flat_rank, busy_server = classify_matrix(matrix, 1.0, context)
+
+    assert flat_rank.basis is Basis.SIGNAL_LOOP
+    assert flat_rank.period_seconds == pytest.approx(90, rel=0.05)
+    assert flat_rank.reasons[:2] == ("period 90s in power", "no loop in util")
+    assert busy_server.job_type != JobType.TRAINING
+
+
+def test_waiting_needs_an_absolute_power_range() -> None:
+    """In the window's own range the lowest reading is 0 % by construction: no waiting."""
+    rng = np.random.default_rng(2)
+    util, power = jobs.flat_ranks(600, 1, rng)
+    util[0], power[0] = 100.0, jobs.FLOOR + 63 + rng.normal(0, 1, 600)
+    known = Context(power=power, power_floor=np.array([70.0]), power_limit=np.array([700.0]))
+
+    [judged] = classify_matrix(util, 1.0, known)
+    [unknown] = classify_matrix(util, 1.0, Context(power=power))
+
+    assert judged.basis is Basis.WAITING
+    assert judged.reasons[0] == "util 100% at 10% of power range"
+    assert unknown.job_type == JobType.INFERENCE
+
+
+def test_sm_activity_also_tells_waiting_and_a_serving_owner_outweighs_it() -> None:
+    util = np.full((1, 600), 100.0)
+    sm_active = np.full((1, 600), 0.12)  # one spinning kernel on a few SMs
+
+    [waits] = classify_matrix(util, 1.0, Context(sm_active=sm_active))
+    [serves] = classify_matrix(
+        util,
+        1.0,
+        Context(sm_active=sm_active, priors=[Prior.SERVING], prior_reasons=["owner Deployment"]),
+    )
+
+    assert waits.basis is Basis.WAITING
+    assert waits.reasons[0] == "util 100% at sm-active 12%"
+    assert serves.job_type == JobType.INFERENCE
+    assert serves.reasons[-1] == "owner Deployment"
+
+
+def test_priors_never_override_an_idle_gpu_or_a_clear_loop() -> None:
+    rng = np.random.default_rng(3)
+    idle = np.zeros(600)
+    loop = jobs.checkpointing_ranks(600, 1, 60.0, rng)[0][0]
+    flat = np.full(600, 95.0)
+    context = Context(
+        priors=[Prior.TRAINING, Prior.SERVING, Prior.TRAINING, Prior.SERVING],
+        prior_reasons=["owner Job", "owner Deployment", "owner Job", "owner Deployment"],
+    )
+
+    results = classify_matrix(np.stack([idle, loop, flat, flat]), 1.0, context)
+
+    assert [r.job_type for r in results] == [
+        JobType.IDLE,
+        JobType.TRAINING,
+        JobType.TRAINING,
+        JobType.INFERENCE,
+    ]
+    assert results[1].confidence < classify_matrix(loop[None], 1.0)[0].confidence
+    assert results[2].basis is Basis.PRIOR
+    assert results[2].period_seconds is None
+
+
+def test_siblings_take_the_period_of_the_strongest_evidence_in_their_group() -> None:
+    rng = np.random.default_rng(4)
+    util, _ = jobs.checkpointing_ranks(600, 3, 60.0, rng)
+    util[1:] = 92.0
+    other_job = np.full((2, 600), 92.0)
+    matrix = np.vstack([util, other_job])
+    groups = np.array([5, 5, 5, 9, -1])
+
+    results = classify_matrix(matrix, 1.0, Context(groups=groups, names=list("abcde")))
+
+    assert [r.basis for r in results] == [
+        Basis.UTIL_LOOP,
+        Basis.SIBLING,
+        Basis.SIBLING,
+        Basis.STEADY,
+        Basis.STEADY,
+    ]
+    assert results[2].reasons == ("sibling a periodic",)
+    assert results[2].period_seconds == results[0].period_seconds
+    assert results[2].confidence < results[0].confidence
+
+
+def test_a_context_that_does_not_fit_the_matrix_is_refused() -> None:
+    with pytest.raises(ValueError, match="power has shape"):
+        classify_matrix(np.zeros((2, 30)), 1.0, Context(power=np.zeros((2, 29))))
+    with pytest.raises(ValueError, match="groups has 1 entries for 2 rows"):
+        classify_matrix(np.zeros((2, 30)), 1.0, Context(groups=np.zeros(1, dtype=np.intp)))
+
+
+def test_sustained_keeps_only_runs_long_enough() -> None:
+    flags = np.array([[1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 1]], dtype=bool)
+
+    assert sustained(flags, 3).astype(int).tolist() == [[0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0]]
+    assert sustained(flags, 1).tolist() == flags.tolist()
+    assert not sustained(flags, 20).any()
