@@ -98,7 +98,7 @@ class PodUsage:
     start_time: datetime | None
     gpus: tuple[str, ...]
     gpu_util_max: float | None = None
-    gpu_mem_util_max: float | None = None
+    gpu_mem_copy_util_max: float | None = None  # DCGM_FI_DEV_MEM_COPY_UTIL, percent
     fb_used_max_mib: float | None = None
     cpu_util_max: float | None = None  # percent of one core
     mem_used_max_bytes: float | None = None

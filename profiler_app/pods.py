@@ -38,7 +38,7 @@ def attribute_profiles(profiles: Sequence[GpuProfile], pods: Sequence[PodInfo]) 
 class _Peaks:
     gpus: list[str] = field(default_factory=list)
     gpu_util: list[float] = field(default_factory=list)
-    gpu_mem_util: list[float] = field(default_factory=list)
+    gpu_mem_copy_util: list[float] = field(default_factory=list)
     fb_used: list[float] = field(default_factory=list)
 
 
@@ -72,7 +72,7 @@ def pod_usage(
             peaks.gpus.append(profile.gpu)
         for name, values in (
             (GPU_UTIL, peaks.gpu_util),
-            (MEM_COPY_UTIL, peaks.gpu_mem_util),
+            (MEM_COPY_UTIL, peaks.gpu_mem_copy_util),
             (FB_USED, peaks.fb_used),
         ):
             stats = profile.stats.get(name)
@@ -91,7 +91,7 @@ def pod_usage(
                 start_time=info.start_time if info is not None else None,
                 gpus=tuple(peaks.gpus),
                 gpu_util_max=_max(peaks.gpu_util),
-                gpu_mem_util_max=_max(peaks.gpu_mem_util),
+                gpu_mem_copy_util_max=_max(peaks.gpu_mem_copy_util),
                 fb_used_max_mib=_max(peaks.fb_used),
                 cpu_util_max=peak.cpu_util_max,
                 mem_used_max_bytes=peak.mem_used_max_bytes,

@@ -17,7 +17,9 @@ import numpy as np
 from profiler_app.analysis import Context, classify_matrix, field_stats, power_range
 from profiler_app.model import (
     ENFORCED_POWER_LIMIT,
+    FB_USED,
     GPU_UTIL,
+    MEM_COPY_UTIL,
     POWER_MGMT_LIMIT,
     POWER_USAGE,
     SM_ACTIVE,
@@ -31,16 +33,37 @@ from profiler_app.workloads import Workload, workload_from_labels
 
 # Fields that describe the GPU rather than its work: used to judge power, not summarised.
 _LIMIT_FIELDS = (POWER_MGMT_LIMIT, ENFORCED_POWER_LIMIT)
+# DCGM's profiling fields are ratios (0-1); classified, they are read in percent.
+_RATIO_PREFIX = "DCGM_FI_PROF_"
+# An idle GPU holding at least this much framebuffer is allocated but idle: said in its reasons
+# (a CUDA context alone takes a few hundred MiB).
+HELD_MEMORY_MIB = 1024.0
 
 
-def _gpu_order(profile: GpuProfile) -> tuple[str, int, int | str, str]:
+def _gpu_order(profile: GpuProfile, last: int) -> tuple[str, int, int | str, int, str]:
+    """Node, then GPU index; a GPU replaced under the same index sorts by its latest sample,
+    so the current one comes last (and wins where only the index keys a value)."""
     numeric = profile.gpu.isdigit()
     return (
         profile.hostname,
         0 if numeric else 1,
         int(profile.gpu) if numeric else profile.gpu,
+        last,
         profile.uuid,
     )
+
+
+def _in_units(stats: FieldStats, scale: float) -> FieldStats:
+    if scale == 1.0:
+        return stats
+    return FieldStats(stats.max / scale, stats.p95 / scale, stats.mean / scale, stats.idle_fraction)
+
+
+def _memory_held(job_type: str, stats: dict[str, FieldStats]) -> tuple[str, ...]:
+    held = stats.get(FB_USED)
+    if job_type != "idle" or held is None or not held.max >= HELD_MEMORY_MIB:
+        return ()
+    return (f"memory held {held.max:.0f} MiB",)
 
 
 def _power_ranges(
@@ -132,39 +155,43 @@ def build_profiles(
         power_floor=floor,
         power_limit=limit,
         sm_active=fields[SM_ACTIVE][0] if SM_ACTIVE in fields else None,
+        mem_copy=fields[MEM_COPY_UTIL][0] if MEM_COPY_UTIL in fields else None,
         groups=_groups(timelines, found, node_label),
         priors=[workload.prior if workload else None for workload in found],
         prior_reasons=[workload.reason if workload else "" for workload in found],
         names=[f"gpu {labels.get('gpu', '?')}" for labels in timelines.labels],
     )
-    results = classify_matrix(timelines.values, primary.step_seconds, context)
-    stats: list[dict[str, FieldStats]] = [{primary.field: result.stats} for result in results]
+    scale = 100.0 if primary.field.startswith(_RATIO_PREFIX) else 1.0
+    values = timelines.values * scale if scale != 1.0 else timelines.values
+    results = classify_matrix(values, primary.step_seconds, context)
+    stats: list[dict[str, FieldStats]] = [
+        {primary.field: _in_units(result.stats, scale)} for result in results
+    ]
     for name, (rows, present) in fields.items():
         if name in _LIMIT_FIELDS or not present.any():
             continue
         rows_present = np.flatnonzero(present).tolist()
         for row, summary in zip(rows_present, field_stats(rows[present]), strict=True):
             stats[row][name] = summary
-    profiles = []
+    profiles: list[tuple[GpuProfile, int]] = []
     for row, (labels, result) in enumerate(zip(timelines.labels, results, strict=True)):
         current = timelines.current[row]
         workload = found[row]
-        profiles.append(
-            GpuProfile(
-                gpu=labels.get("gpu", ""),
-                uuid=labels.get("UUID", ""),
-                hostname=labels.get(node_label, ""),
-                job_type=str(result.job_type),
-                period_seconds=result.period_seconds,
-                stats=stats[row],
-                labels=labels,
-                namespace=(current[0] or None) if current else None,
-                pod=current[1] if current else None,
-                confidence=result.confidence,
-                reasons=result.reasons,
-                pods=timelines.pods[row],
-                owner_kind=workload.kind if workload else None,
-                owner_name=(workload.name or None) if workload else None,
-            )
+        profile = GpuProfile(
+            gpu=labels.get("gpu", ""),
+            uuid=labels.get("UUID", ""),
+            hostname=labels.get(node_label, ""),
+            job_type=str(result.job_type),
+            period_seconds=result.period_seconds,
+            stats=stats[row],
+            labels=labels,
+            namespace=(current[0] or None) if current else None,
+            pod=current[1] if current else None,
+            confidence=result.confidence,
+            reasons=result.reasons + _memory_held(str(result.job_type), stats[row]),
+            pods=timelines.pods[row],
+            owner_kind=workload.kind if workload else None,
+            owner_name=(workload.name or None) if workload else None,
         )
-    return sorted(profiles, key=_gpu_order)
+        profiles.append((profile, timelines.last[row]))
+    return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]

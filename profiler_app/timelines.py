@@ -64,6 +64,7 @@ class Timelines:
     values: FloatMatrix
     current: list[Pod | None]  # the pod of each GPU's latest sample
     pods: list[tuple[PodShare, ...]]  # every pod seen, largest share first
+    last: list[int]  # column of each GPU's latest sample (-1: none)
 
 
 def _groups(keys: Sequence[GpuKey]) -> dict[GpuKey, list[int]]:
@@ -122,9 +123,11 @@ def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
     labels: list[dict[str, str]] = []
     current: list[Pod | None] = []
     pods: list[tuple[PodShare, ...]] = []
+    latest_columns: list[int] = []
     for rows in groups.values():
         # The latest series: the one with the latest sample; on a tie, the later in the answer.
         latest = max(rows, key=lambda row: (last[row], row))
+        latest_columns.append(int(last[latest]))
         labels.append(dict(matrix.labels[latest]))
         series_pods = [_pod(matrix.labels[row]) for row in rows]
         if len(rows) == 1:
@@ -136,7 +139,7 @@ def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
             now, shares = _attribution(series_pods, valid[rows])
             current.append(now)
             pods.append(shares)
-    return Timelines(keys, labels, values, current, pods)
+    return Timelines(keys, labels, values, current, pods, latest_columns)
 
 
 def _on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:

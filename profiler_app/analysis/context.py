@@ -34,6 +34,7 @@ class Context:
     power_floor: FloatArray | None = None
     power_limit: FloatArray | None = None
     sm_active: FloatMatrix | None = None  # DCGM_FI_PROF_SM_ACTIVE, a ratio 0-1
+    mem_copy: FloatMatrix | None = None  # DCGM_FI_DEV_MEM_COPY_UTIL, percent: a last resort
     groups: IntArray | None = None  # rows of one job share an id >= 0; -1: no known job
     priors: Sequence[Prior | None] | None = None
     prior_reasons: Sequence[str] | None = None  # why, per row, e.g. "owner PyTorchJob"
@@ -41,7 +42,7 @@ class Context:
 
     def checked(self, rows: int, columns: int) -> Context:
         """This context, or ValueError when a part does not fit a ``rows`` x ``columns`` matrix."""
-        for name in ("power", "sm_active"):
+        for name in ("power", "sm_active", "mem_copy"):
             matrix = getattr(self, name)
             if matrix is not None and np.shape(matrix) != (rows, columns):
                 raise ValueError(f"{name} has shape {np.shape(matrix)}, expected {(rows, columns)}")

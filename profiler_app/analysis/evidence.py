@@ -50,22 +50,23 @@ MIN_WAITING_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class SignalLoops:
-    """Loops found in the second signal (power, else SM activity) of rows whose utilisation
-    has none."""
+    """Loops found in the second signal (power, else SM activity, else memory-copy
+    utilisation) of rows whose utilisation has none."""
 
     period: FloatArray  # samples; NaN where none
     strength: FloatArray
-    signal: list[str]  # per row: "power", "sm-active" or "" (no second signal)
+    signal: list[str]  # per row: "power", "sm-active", "mem-copy" or "" (none)
 
 
 def _second_signal(context: Context, rows: IntArray) -> tuple[FloatMatrix, list[str]]:
-    """For ``rows``: power where a row has any sample, else SM activity in percent, else NaN;
-    and which signal each row got."""
+    """For ``rows``: power where a row has any sample, else SM activity in percent, else
+    memory-copy utilisation, else NaN; and which signal each row got."""
     signal: FloatMatrix | None = None
     names = [""] * rows.size
-    for name, matrix, scale in (
+    for name, matrix, scale in (  # the later wins where a row has several
+        ("mem-copy", context.mem_copy, 1.0),
         ("sm-active", context.sm_active, 100.0),
-        ("power", context.power, 1.0),  # last: wins where both exist
+        ("power", context.power, 1.0),
     ):
         if matrix is None:
             continue
@@ -94,7 +95,8 @@ def row_std(matrix: FloatMatrix) -> FloatArray:
 
 def _spans(rows: IntArray, signal: FloatMatrix, names: list[str], context: Context) -> FloatArray:
     """What a swing of ``signal`` (the second signal of ``rows``) is measured against: the
-    power range where known, else the window's highest reading; 100 for SM activity (percent)."""
+    power range where known, else the window's highest reading; 100 for the percentages (SM
+    activity, memory copy)."""
     span = np.full(rows.size, 100.0)
     is_power = np.array([name == "power" for name in names], dtype=bool)
     if not is_power.any():
@@ -122,7 +124,7 @@ def signal_loops(
     period = np.full(count, np.nan)
     strength = np.zeros(count)
     names = [""] * count
-    if context.power is None and context.sm_active is None:
+    if context.power is None and context.sm_active is None and context.mem_copy is None:
         return SignalLoops(period, strength, names)
     rows = np.flatnonzero(candidates)
     rows = rows[row_std(util[rows]) <= MAX_FLAT_UTIL_STD]

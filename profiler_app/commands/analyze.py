@@ -44,8 +44,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _read_prometheus(
     args: argparse.Namespace, window: float, step: float | None
 ) -> list[SeriesMatrix]:
+    fields = options.classified_first(options.fields(args))
     source = PrometheusSource(
-        args.prometheus_url, args.node, args.node_label, options.fields(args), step
+        args.prometheus_url,
+        args.node,
+        args.node_label,
+        fields,
+        step,
+        optional_fields=fields[1:],
     )
     try:
         return source.read(window)
@@ -70,7 +76,9 @@ def handle(args: argparse.Namespace) -> int:
     window = options.duration(args.window, "--window")
     step = options.duration(args.step, "--step")
     if args.input:
-        matrices = load_query_range(args.input, options.explicit_fields(args))
+        named = options.explicit_fields(args)
+        optional = options.classified_first(named)[1:] if named else ()
+        matrices = load_query_range(args.input, named, optional_fields=optional)
     elif args.prometheus_url:
         assert window is not None  # the option has a default
         matrices = _read_prometheus(args, window, step)

@@ -15,10 +15,12 @@ from typing import Any
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 from profiler_app.sources.prometheus import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
 
-DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED)
+# Every field but the classified one is optional: one a node's exporter lacks is said once
+# and done without.
+DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE)
 DEFAULT_WINDOW = "30m"
 DEFAULT_NODE_LABEL = "Hostname"
 
@@ -102,7 +104,7 @@ def add_prometheus_options(
         metavar="FIELD",
         action="append",
         help=f"a dcgm-exporter field to read; repeat for several; {GPU_UTIL} if among them, "
-        "else the first, is classified "
+        "else the first, is classified; the others are optional (one missing is a warning) "
         f"(env GPU_PROFILER_FIELDS, comma-separated; default: {', '.join(default_fields)})",
     )
     add_env_option(

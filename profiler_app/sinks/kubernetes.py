@@ -52,20 +52,24 @@ POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 # everyone else's. Our share stays far below: at most MAX_GPUS x 5 keys, checked against a budget.
 MAX_GPUS = 64
 ANNOTATION_BUDGET_BYTES = 32 * 1024
-JOB_TYPE, PERIOD, UTIL_MAX, MEM_UTIL_MAX, FB_USED_MAX = (
+JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
     "job-type",
     "period-seconds",
     "util-max",
-    "mem-util-max",
+    "mem-copy-util-max",  # DCGM_FI_DEV_MEM_COPY_UTIL: memory bandwidth, not occupancy
     "fb-used-max-mib",
 )
 PROFILED_AT = "profiled-at"
-POD_GPU_UTIL_MAX, POD_GPU_MEM_UTIL_MAX, POD_CPU_UTIL_MAX, POD_MEM_USED_MAX = (
+POD_GPU_UTIL_MAX, POD_GPU_MEM_COPY_UTIL_MAX, POD_CPU_UTIL_MAX, POD_MEM_USED_MAX = (
     "gpu-util-max",
-    "gpu-mem-util-max",
+    "gpu-mem-copy-util-max",
     "cpu-util-max",
     "mem-used-max-mib",
 )
+# Names earlier versions wrote for memory-copy utilisation: removed where found (node) or with
+# the first write (pods), so a node never shows both.
+LEGACY_NODE_NAMES = ("mem-util-max",)
+LEGACY_POD_NAMES = ("gpu-mem-util-max",)
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,10 @@ _MIB = Tolerance(absolute=64.0, relative=0.01)
 TOLERANCES: dict[str, Tolerance] = {
     PERIOD: Tolerance(relative=0.02),
     UTIL_MAX: _PERCENT,
-    MEM_UTIL_MAX: _PERCENT,
+    MEM_COPY_UTIL_MAX: _PERCENT,
     FB_USED_MAX: _MIB,
     POD_GPU_UTIL_MAX: _PERCENT,
-    POD_GPU_MEM_UTIL_MAX: _PERCENT,
+    POD_GPU_MEM_COPY_UTIL_MAX: _PERCENT,
     POD_CPU_UTIL_MAX: Tolerance(absolute=1.0, relative=0.02),  # percent of one core, may be > 100
     POD_MEM_USED_MAX: _MIB,
 }
@@ -138,7 +142,7 @@ def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS)
             if profile.period_seconds is None or math.isnan(profile.period_seconds)
             else f"{profile.period_seconds:.1f}",
             UTIL_MAX: _whole(field_stat(profile, GPU_UTIL)),
-            MEM_UTIL_MAX: _whole(field_stat(profile, MEM_COPY_UTIL)),
+            MEM_COPY_UTIL_MAX: _whole(field_stat(profile, MEM_COPY_UTIL)),
             FB_USED_MAX: _whole(field_stat(profile, FB_USED)),
         }
         annotations.update({prefix + name: value for name, value in values.items() if value})
@@ -150,7 +154,7 @@ def pod_annotations(usage: PodUsage, domain: str) -> Annotations:
     memory_mib = None if usage.mem_used_max_bytes is None else usage.mem_used_max_bytes / 2**20
     values = {
         POD_GPU_UTIL_MAX: _whole(usage.gpu_util_max),
-        POD_GPU_MEM_UTIL_MAX: _whole(usage.gpu_mem_util_max),
+        POD_GPU_MEM_COPY_UTIL_MAX: _whole(usage.gpu_mem_copy_util_max),
         POD_CPU_UTIL_MAX: _whole(usage.cpu_util_max),
         POD_MEM_USED_MAX: _whole(memory_mib),
     }
@@ -249,7 +253,7 @@ class KubernetesSink:
         self._backoff = _Backoff(backoff_initial, backoff_max, clock)
         self._owned_node_key = re.compile(
             rf"^{re.escape(domain)}/(gpu-[A-Za-z0-9]+-({JOB_TYPE}|{PERIOD}|{UTIL_MAX}|"
-            rf"{MEM_UTIL_MAX}|{FB_USED_MAX})|{PROFILED_AT})$"
+            rf"{MEM_COPY_UTIL_MAX}|{FB_USED_MAX}|{'|'.join(LEGACY_NODE_NAMES)})|{PROFILED_AT})$"
         )
         self._node_known: Annotations | None = None  # our keys as on the server; None: unknown
         self._node_written_at: float | None = None
@@ -336,7 +340,9 @@ class KubernetesSink:
             key = (usage.namespace, usage.pod, usage.start_time)
             current.add(key)
             desired = pod_annotations(usage, self.domain)
-            known = self._pods_known.get(key, {})
+            # Not yet written by this process: an earlier version's keys may be there.
+            legacy = {f"{self.domain}/{name}": "" for name in LEGACY_POD_NAMES}
+            known = self._pods_known.get(key, legacy)
             patch = diff(known, desired, known)
             if not significant_patch(known, patch) or key in self._pods_missing:
                 continue

@@ -82,7 +82,7 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
     table.add_column("period", justify="right")
     table.add_column("util max", justify="right")
     table.add_column("util p95", justify="right")
-    table.add_column("mem util", justify="right")
+    table.add_column("mem copy", justify="right")
     table.add_column("FB used", justify="right")
     table.add_column("pod")
     for profile in result.gpus:
@@ -112,7 +112,7 @@ def summary_lines(result: CycleResult) -> list[str]:
         + (f" period {p.period_seconds:.1f}s" if p.period_seconds else "")
         + f" util max {_number(field_stat(p, GPU_UTIL, 'max'), '%')}"
         + f" p95 {_number(field_stat(p, GPU_UTIL, 'p95'), '%')}"
-        + f" mem util {_number(field_stat(p, MEM_COPY_UTIL, 'max'), '%')}"
+        + f" mem copy {_number(field_stat(p, MEM_COPY_UTIL, 'max'), '%')}"
         + f" fb {_fb_used(p)} pod {_pod(p)}"
         for p in result.gpus
     ]

@@ -83,7 +83,7 @@ def test_once_annotates_stores_and_exits_zero(
     for name in pods:
         annotations = apiserver.pod("ml", name)["metadata"]["annotations"]
         assert 0 <= float(annotations[f"{DOMAIN}/gpu-util-max"]) <= 100, name
-        assert f"{DOMAIN}/gpu-mem-util-max" in annotations
+        assert f"{DOMAIN}/gpu-mem-copy-util-max" in annotations
         # CPU and memory peaks from the cAdvisor series in Prometheus (no cgroup tree here).
         cpu, memory = prometheus.dataset.pod_peaks[NODE, "ml", name]
         assert annotations[f"{DOMAIN}/cpu-util-max"] == str(round(cpu)), name

@@ -180,7 +180,7 @@ def malformed_responder(params: dict[str, str]) -> Reply:
     with_nan: list[float | str] = [("NaN" if i % 7 == 0 else v) for i, v in enumerate(busy)]
     reset: list[float | str] = [v if i < half else 0.0 for i, v in enumerate(busy)]
     result = [series("0", with_nan), series("1", reset)]
-    # GPU 2 changes hands mid-window: one series per pod, each with gaps.
+    # GPU 2 changes hands mid-window: one series per pod, each with gaps; still one GPU.
     result.append(
         series("2", [*busy[:half], *([None] * (len(times) - half))], namespace="ml", pod="a")
     )
@@ -219,7 +219,8 @@ def test_malformed_metrics_are_profiled_without_failing(
         if name == "gpu_profiler_gpu_job_type" and value == 1.0
         for labels in [dict(frozen)]
     }
-    assert set(job_types) == {("0", ""), ("1", ""), ("2", "a"), ("2", "b"), ("3", "")}
+    # One profile per GPU: GPU 2's two pods are one time line, attributed to its current pod.
+    assert set(job_types) == {("0", ""), ("1", ""), ("2", "b"), ("3", "")}
     for (name, _), value in samples.items():
         if name.startswith("gpu_profiler_gpu_utilization"):
             assert math.isfinite(value) or value == math.inf, name

@@ -20,7 +20,7 @@ import requests
 
 from profiler_app.cli import main
 from profiler_app.errors import SourceError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, SM_ACTIVE
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
 from profiler_app.sources.prometheus import PrometheusSource
 from tests.support.dcgm import Gpu, OpenMetricsBuilder, sample_times, standard_dataset
 from tests.support.prometheus import LoadedPrometheus, PrometheusServer
@@ -65,7 +65,8 @@ def test_every_gpu_gets_its_job_type_and_all_labels(
         busy = record["job_type"] != "idle"
         assert ("pod" in labels) is busy
         assert record["pod"] == labels.get("pod")
-        assert set(record["stats"]) == {GPU_UTIL, MEM_COPY_UTIL, FB_USED}  # type: ignore[arg-type]
+        assert set(record["stats"]) == {GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE}  # type: ignore[arg-type]
+        assert record["reasons"]
 
 
 def test_one_request_per_field(
@@ -156,6 +157,26 @@ def test_console_script_prints_the_table(prometheus: LoadedPrometheus) -> None:
     found = {(row.split()[0], row.split()[1]): row.split()[4] for row in rows}
     expected = {key: job for key, (job, _) in prometheus.expected.items() if key[0] == "gpu-node-1"}
     assert found == expected
+
+
+def test_an_exporter_without_memory_copy_utilisation_is_one_warning_not_a_failure(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only utilisation and framebuffer exported (no DCGM_FI_DEV_MEM_COPY_UTIL, no power):
+    the default fields still work, each missing one said once on stderr."""
+    dataset = standard_dataset(nodes=1, gpus_per_node=4, hours=1, fields=[GPU_UTIL, FB_USED])
+    with PrometheusServer(dataset.openmetrics) as server:
+        status = main(
+            ["analyze", "--prometheus-url", server.url, "--node", "gpu-node-1", "--output", "json"]
+        )
+    captured = capsys.readouterr()
+    assert status == 0
+    warnings = [record.message for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 2
+    assert f"no {MEM_COPY_UTIL} series for Hostname=gpu-node-1" in warnings[0]
+    assert f"no {POWER_USAGE} series" in warnings[1]
+    records = json.loads(captured.out)
+    assert [set(record["stats"]) for record in records] == [{GPU_UTIL, FB_USED}] * 4
 
 
 def test_a_restarted_server_keeps_port_and_data() -> None:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, SM_ACTIVE
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
 from tests.support import signals
 
 FloatArray = npt.NDArray[np.float64]
-STANDARD_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, SM_ACTIVE)
+STANDARD_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, SM_ACTIVE, POWER_USAGE)
 ROLES = (signals.TRAINING, signals.INFERENCE, signals.IDLE, signals.BURSTY)
 
 
@@ -224,6 +224,8 @@ def _fields_for(role: str, util: FloatArray, rng: np.random.Generator) -> dict[s
         MEM_COPY_UTIL: copy,
         FB_USED: fb + np.rint(rng.normal(0, 40, util.size)).clip(0) * (fb > 0),
         SM_ACTIVE: np.round(np.clip(util / 100 * 0.9, 0, 1), 3),
+        # An H100 (the default model): 70 W idle, up to 75 % of its 700 W range with the work.
+        POWER_USAGE: np.round(70 + 630 * 0.75 * util / 100 + rng.normal(0, 5, util.size), 1),
     }
 
 

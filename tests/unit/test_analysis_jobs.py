@@ -112,6 +112,18 @@ def test_a_loop_in_power_counts_only_where_utilisation_is_flat() -> None:
     assert busy_server.job_type != JobType.TRAINING
 
 
+def test_memory_copy_is_the_last_resort_for_a_loop_when_utilisation_is_flat() -> None:
+    rng = np.random.default_rng(5)
+    pause = (np.arange(900) % 90) < 18
+    util = np.full((1, 900), 100.0)
+    copy = np.where(pause, 1.0, 35.0 + rng.normal(0, 2, 900))[None, :]
+
+    [result] = classify_matrix(util, 1.0, Context(mem_copy=copy))
+
+    assert result.reasons[0] == "period 90s in mem-copy"
+    assert result.period_seconds == pytest.approx(90, rel=0.05)
+
+
 def test_waiting_needs_an_absolute_power_range() -> None:
     """In the window's own range the lowest reading is 0 % by construction: no waiting."""
     rng = np.random.default_rng(2)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
 from tests.support.prometheus import (
     Reply,
     StandInPrometheus,
@@ -90,12 +90,55 @@ def test_json_from_the_example_dump(capsys: pytest.CaptureFixture[str]) -> None:
         assert {"gpu", "UUID", "device", "modelName", "Hostname", "instance", "job"} <= set(
             record["labels"]
         )
-        assert set(record["stats"]) == {GPU_UTIL, MEM_COPY_UTIL, FB_USED}
+        assert set(record["stats"]) == {GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE}
+        assert record["reasons"]
+        assert 0 < record["confidence"] < 1
         assert set(record["stats"][GPU_UTIL]) == {"max", "p95", "mean", "idle_fraction"}
     assert abs(records[0]["period_seconds"] - 120) < 12
     assert records[1]["period_seconds"] is None
     assert records[2]["pod"] is None
     assert records[3]["labels"]["pod"] == "batch-embed-28811"
+
+
+def test_a_field_the_input_lacks_is_a_warning_unless_it_is_classified(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Through the console script, so the warning is the one line a user sees on stderr."""
+    script = shutil.which("gpu-profiler", path=str(Path(sys.executable).parent))
+    assert script is not None
+    fields = ["--field", GPU_UTIL, "--field", SM_ACTIVE]
+    completed = subprocess.run(
+        [script, "analyze", "--input", str(EXAMPLE), *fields],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0
+    [warning] = completed.stderr.splitlines()
+    assert warning.endswith(f"{EXAMPLE} has no {SM_ACTIVE} series; going on without it")
+    assert "WARNING" in warning
+    assert len(completed.stdout.splitlines()) == 5
+    status, _, err = run(capsys, "--input", str(EXAMPLE), "--field", SM_ACTIVE)
+    assert status == 2
+    assert err == f"gpu-profiler: error: {EXAMPLE} has no {SM_ACTIVE} series\n"
+
+
+def test_prometheus_without_memory_copy_utilisation_still_analyses(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fields other than the classified one are optional: a missing one is one warning."""
+
+    def util_only(params: dict[str, str]) -> Reply:
+        return busy_gpus(params) if GPU_UTIL in params["query"] else matrix_reply([])
+
+    with StandInPrometheus(util_only) as server:
+        status, out, _ = run(capsys, "--prometheus-url", server.url, "--node", "n1")
+    assert status == 0
+    assert [line.split()[4] for line in out.splitlines()[1:]] == ["inference", "idle"]
+    warnings = [record.message for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 3  # MEM_COPY_UTIL, FB_USED and POWER_USAGE, once each
+    assert all("going on without it" in line for line in warnings)
+    assert f"no {MEM_COPY_UTIL} series for Hostname=n1" in warnings[0]
 
 
 def test_input_with_a_field_selects_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -113,11 +113,11 @@ def test_first_cycle_reads_node_once_and_writes_one_strategic_merge_patch(
         f"{D}/gpu-0-job-type": "training",
         f"{D}/gpu-0-period-seconds": "12.5",
         f"{D}/gpu-0-util-max": "90",
-        f"{D}/gpu-0-mem-util-max": "40",
+        f"{D}/gpu-0-mem-copy-util-max": "40",
         f"{D}/gpu-0-fb-used-max-mib": "30000",
         f"{D}/gpu-1-job-type": "idle",
         f"{D}/gpu-1-util-max": "0",
-        f"{D}/gpu-1-mem-util-max": "0",
+        f"{D}/gpu-1-mem-copy-util-max": "0",
         f"{D}/gpu-1-fb-used-max-mib": "0",
     }
 
@@ -133,7 +133,7 @@ def test_pod_annotations_written_for_gpu_pods_only(
     pod = apiserver.pod("ml", "trainer-0")["metadata"]["annotations"]
     assert pod == {
         f"{D}/gpu-util-max": "90",
-        f"{D}/gpu-mem-util-max": "40",
+        f"{D}/gpu-mem-copy-util-max": "40",
         f"{D}/cpu-util-max": "250",
         f"{D}/mem-used-max-mib": "8192",
     }
@@ -141,6 +141,28 @@ def test_pod_annotations_written_for_gpu_pods_only(
     assert apiserver.requests(method="PATCH", path=POD_PATH)[0].content_type == (
         STRATEGIC_MERGE_PATCH
     )
+
+
+def test_memory_copy_keys_of_earlier_versions_are_removed(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    """``mem-util-max`` was renamed ``mem-copy-util-max`` (it is memory bandwidth, not
+    occupancy): the old keys go with the first write, so no object shows both."""
+    apiserver.add_node(
+        NODE, annotations={f"{D}/gpu-0-mem-util-max": "40", "foreign.example.com/keep": "me"}
+    )
+    manifest = pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=AT)
+    manifest["metadata"]["annotations"] = {f"{D}/gpu-mem-util-max": "40"}
+    apiserver.add_pod(manifest)
+
+    sink.publish(sample_cycle(NODE))
+
+    node = on_node(apiserver)
+    assert f"{D}/gpu-0-mem-util-max" not in node
+    assert node[f"{D}/gpu-0-mem-copy-util-max"] == "40"
+    pod = apiserver.pod("ml", "trainer-0")["metadata"]["annotations"]
+    assert f"{D}/gpu-mem-util-max" not in pod
+    assert pod[f"{D}/gpu-mem-copy-util-max"] == "40"
 
 
 def test_unchanged_cycle_costs_zero_requests(
@@ -178,7 +200,7 @@ def test_change_sends_one_patch_with_only_the_changed_keys(
     assert requests[0].json()["metadata"]["annotations"] == {
         f"{D}/gpu-1-job-type": "inference",
         f"{D}/gpu-1-util-max": "55",
-        f"{D}/gpu-1-mem-util-max": "40",
+        f"{D}/gpu-1-mem-copy-util-max": "40",
         f"{D}/gpu-1-fb-used-max-mib": "30000",
         f"{D}/profiled-at": "2026-11-22T04:00:30Z",
     }
@@ -198,7 +220,7 @@ def test_keys_of_vanished_gpus_and_stale_period_are_removed_with_null(
         f"{D}/gpu-0-period-seconds",
         f"{D}/gpu-1-job-type",
         f"{D}/gpu-1-util-max",
-        f"{D}/gpu-1-mem-util-max",
+        f"{D}/gpu-1-mem-copy-util-max",
         f"{D}/gpu-1-fb-used-max-mib",
     }
     written = on_node(apiserver)
@@ -567,8 +589,8 @@ def test_pod_values_within_tolerance_are_not_patched(
         (f"{D}/gpu-0-period-seconds", None, "12.5", True),
         (f"{D}/gpu-0-util-max", "99", "100", False),
         (f"{D}/gpu-0-util-max", "97", "99", True),
-        (f"{D}/gpu-12-mem-util-max", "40", "41", False),
-        (f"{D}/gpu-12-mem-util-max", "40", "38", True),
+        (f"{D}/gpu-12-mem-copy-util-max", "40", "41", False),
+        (f"{D}/gpu-12-mem-copy-util-max", "40", "38", True),
         (f"{D}/gpu-0-fb-used-max-mib", "0", "64", False),
         (f"{D}/gpu-0-fb-used-max-mib", "0", "65", True),
         (f"{D}/gpu-0-fb-used-max-mib", "40000", "40400", False),  # 1 % of 40000 is 400

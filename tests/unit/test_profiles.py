@@ -11,6 +11,7 @@ import pytest
 from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
+    GR_ENGINE_ACTIVE,
     MEM_COPY_UTIL,
     POWER_MGMT_LIMIT,
     POWER_USAGE,
@@ -182,16 +183,38 @@ def test_series_without_a_uuid_join_the_gpu_of_their_index_and_a_new_uuid_is_a_n
     assert profiles[0].stats[GPU_UTIL].mean == 50.0
 
 
-def test_a_replaced_gpu_under_the_same_index_is_another_profile() -> None:
+def test_a_replaced_gpu_under_the_same_index_is_another_profile_the_current_one_last() -> None:
     util = matrix(
         GPU_UTIL,
         [
-            ({**labels("n1", "0"), "UUID": "GPU-old"}, until(60, np.zeros(N))),
             ({**labels("n1", "0"), "UUID": "GPU-new"}, since(60, np.zeros(N))),
+            ({**labels("n1", "0"), "UUID": "GPU-old"}, until(60, np.zeros(N))),
         ],
     )
 
-    assert sorted(p.uuid for p in build_profiles([util])) == ["GPU-new", "GPU-old"]
+    assert [p.uuid for p in build_profiles([util])] == ["GPU-old", "GPU-new"]
+
+
+def test_an_idle_gpu_holding_memory_says_so() -> None:
+    util = matrix(GPU_UTIL, [(labels("n1", "0", "notebook"), np.zeros(N))])
+    fb = matrix(FB_USED, [(labels("n1", "0", "notebook"), np.full(N, 40_960.0))])
+
+    (profile,) = build_profiles([util, fb])
+
+    assert profile.job_type == "idle"
+    assert profile.reasons == ("util idle 100% of samples", "memory held 40960 MiB")
+
+
+def test_a_profiling_ratio_field_is_classified_in_percent_and_summarised_in_its_units(
+    rng: np.random.Generator,
+) -> None:
+    ratio = signals.square(N, 12, rng, duty=0.6) / 100
+    engine = matrix(GR_ENGINE_ACTIVE, [(labels("n1", "0"), ratio)])
+
+    (profile,) = build_profiles([engine], primary_field=GR_ENGINE_ACTIVE)
+
+    assert profile.job_type == "training"
+    assert profile.stats[GR_ENGINE_ACTIVE].max == pytest.approx(ratio.max())
 
 
 def _ranks(rng: np.random.Generator, model: str = H100) -> list[SeriesMatrix]:

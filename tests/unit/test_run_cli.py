@@ -20,7 +20,7 @@ import pytest
 
 from profiler_app.cli import build_parser, main
 from profiler_app.commands.run import DEFAULT_ANNOTATION_DOMAIN, RunConfig
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN
 
 ENV_NAMES = (
@@ -62,7 +62,7 @@ def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = RunConfig.from_args(parse())
     assert config.prometheus_url is None
     assert config.node_label == "Hostname"
-    assert config.fields == [GPU_UTIL, MEM_COPY_UTIL, FB_USED]
+    assert config.fields == [GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE]
     assert config.kubeconfig is None
     assert config.annotation_domain == "ai.centaurus.io"
     assert config.store_url == f"sqlite:///{tmp_path}/gpu-profiler/profiler.db"

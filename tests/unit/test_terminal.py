@@ -25,7 +25,7 @@ def test_table_shows_each_gpu_and_the_host() -> None:
     output = text_of(render(sample_cycle()))
     assert "node-a: last 30m at 2026-11-22 04:00:00 UTC" in output
     header = next(line for line in output.splitlines() if "job type" in line)
-    for column in ("GPU", "period", "util max", "util p95", "mem util", "FB used", "pod"):
+    for column in ("GPU", "period", "util max", "util p95", "mem copy", "FB used", "pod"):
         assert column in header
     gpu0 = next(line for line in output.splitlines() if "training" in line)
     for cell in ("12.5s", "90%", "85%", "40%", "29.3 GiB", "ml/trainer-0"):
@@ -85,5 +85,5 @@ def test_terminal_sink_logs_lines_when_not_a_tty(caplog: pytest.LogCaptureFixtur
     assert buffer.getvalue() == ""
     messages = [record.getMessage() for record in caplog.records]
     assert messages == summary_lines(sample_cycle())
-    assert messages[0].startswith("gpu 0 training period 12.5s util max 90% p95 85% mem util 40%")
+    assert messages[0].startswith("gpu 0 training period 12.5s util max 90% p95 85% mem copy 40%")
     assert messages[-1].startswith("host cpu 12%")

@@ -173,7 +173,7 @@ def _pod_row(pod: PodUsageResult, at: datetime) -> dict[str, Any]:
         "gpus": ",".join(pod.gpus),
         "gpu_count": len(pod.gpus),
         "gpu_util_max": _finite(pod.gpu_util_max),
-        "gpu_mem_util_max": _finite(pod.gpu_mem_util_max),
+        "gpu_mem_util_max": _finite(pod.gpu_mem_copy_util_max),
         "fb_used_max_mib": _finite(pod.fb_used_max_mib),
         "cpu_util_max": _finite(pod.cpu_util_max),
         "mem_used_max_bytes": _finite(pod.mem_used_max_bytes),

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Collection, Sequence
 
 from profiler_app.errors import UserError
 from profiler_app.model import SeriesMatrix
 from profiler_app.sources.prometheus.documents import fields_in_document, parse_query_range
 
+log = logging.getLogger(__name__)
 
-def load_query_range(path: str, fields: Sequence[str] | None = None) -> list[SeriesMatrix]:
-    """Matrices from a saved query_range JSON file: the given fields, or every field in it."""
+
+def load_query_range(
+    path: str, fields: Sequence[str] | None = None, *, optional_fields: Collection[str] = ()
+) -> list[SeriesMatrix]:
+    """Matrices from a saved query_range JSON file: the given fields, or every field in it.
+
+    A field in ``optional_fields`` that the file lacks is skipped with one warning.
+    """
     try:
         with open(path, encoding="utf-8") as file:
             document = json.load(file)
@@ -24,4 +32,11 @@ def load_query_range(path: str, fields: Sequence[str] | None = None) -> list[Ser
     wanted = list(fields) if fields else fields_in_document(document, path)
     if not wanted:
         raise UserError(f"{path}: series carry no __name__ label; say which field with --field")
-    return [parse_query_range(document, field, path) for field in wanted]
+    present = set(fields_in_document(document, path))
+    matrices = []
+    for field in wanted:
+        if field in optional_fields and field not in present:
+            log.warning("%s has no %s series; going on without it", path, field)
+            continue
+        matrices.append(parse_query_range(document, field, path))
+    return matrices
