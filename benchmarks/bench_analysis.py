@@ -243,6 +243,17 @@ def main() -> None:
         f"engine on {args.seeds} more corpus draws ({len(drawn)} signals): "
         f"{drawn_type:.1%} job type, {drawn_both:.1%} job type + period"
     )
+    for seeds in ((jobs.DEFAULT_SEED,), range(1, args.seeds + 1)):
+        found = [
+            right
+            for seed in seeds
+            for job in jobs.labelled_jobs(seed)
+            for right in job.rights(classify_matrix(job.util, job.step_seconds, job.context()))
+        ]
+        print(
+            f"engine on the multi-GPU job corpus, {len(seeds)} draw(s) ({len(found)} GPUs): "
+            f"{np.mean(found):.1%} job type and period"
+        )
     for name, rate in false_training_rates(np.random.default_rng(1), 1000):
         print(f"called training (1,000 draws): {name}: {rate:.1%}")
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from profiler_app.analysis import Classification, Context, Prior
 from tests.support import signals
 
 FLOOR, LIMIT = 70.0, 700.0  # an H100 SXM: idle draw and power limit (W)
@@ -71,6 +72,34 @@ class LabelledJob:
     @property
     def rows(self) -> int:
         return int(self.util.shape[0])
+
+    def context(self, *, with_prior: bool = True) -> Context:
+        """What the classifier would know: power against the model's range, one group, and
+        the owner's prior (left out with ``with_prior=False``)."""
+        has_power = self.power is not None
+        return Context(
+            power=self.power,
+            power_floor=np.full(self.rows, self.floor) if has_power else None,
+            power_limit=np.full(self.rows, self.limit) if has_power else None,
+            groups=np.zeros(self.rows, dtype=np.intp),
+            priors=[Prior(self.prior) if self.prior and with_prior else None] * self.rows,
+            prior_reasons=[self.owner if with_prior else ""] * self.rows,
+            names=[f"gpu {row}" for row in range(self.rows)],
+        )
+
+    def rights(self, results: list[Classification]) -> list[bool]:
+        """Per GPU: job type right and, for a visible loop, period within 10 %."""
+        found = []
+        for result, job_type, period in zip(
+            results, self.job_type, self.period_seconds, strict=True
+        ):
+            right = result.job_type == job_type
+            if right and period is not None:
+                right = result.period_seconds is not None and (
+                    abs(result.period_seconds - period) <= 0.1 * period
+                )
+            found.append(right)
+        return found
 
 
 def checkpointing_ranks(
@@ -147,7 +176,10 @@ def _waiting_power(n: int, rng: np.random.Generator) -> signals.Signal:
     return FLOOR + (LIMIT - FLOOR) * WAIT_SHARE + rng.normal(0.0, 4.0, n)
 
 
-def labelled_jobs(seed: int = 20261123) -> Iterator[LabelledJob]:
+DEFAULT_SEED = 20261123
+
+
+def labelled_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
     """Every shape above in windows of 10 and 30 minutes at 1 s (6 hours at 1 minute for
     serving), labelled with the verdict each GPU should get."""
     rng = np.random.default_rng(seed)

@@ -7,43 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler_app.analysis import Basis, Classification, Context, JobType, Prior, classify_matrix
+from profiler_app.analysis import Basis, Context, JobType, Prior, classify_matrix
 from profiler_app.analysis.evidence import sustained
 from tests.support import jobs, signals
 
 JOBS = list(jobs.labelled_jobs())
 
 
-def context_of(job: jobs.LabelledJob, *, with_prior: bool = True) -> Context:
-    has_power = job.power is not None
-    return Context(
-        power=job.power,
-        power_floor=np.full(job.rows, job.floor) if has_power else None,
-        power_limit=np.full(job.rows, job.limit) if has_power else None,
-        groups=np.zeros(job.rows, dtype=np.intp),
-        priors=[Prior(job.prior) if job.prior and with_prior else None] * job.rows,
-        prior_reasons=[job.owner if with_prior else ""] * job.rows,
-        names=[f"gpu {row}" for row in range(job.rows)],
-    )
-
-
-def rights(job: jobs.LabelledJob, results: list[Classification]) -> list[bool]:
-    found = []
-    for result, job_type, period in zip(results, job.job_type, job.period_seconds, strict=True):
-        right = result.job_type == job_type
-        if right and period is not None:
-            right = result.period_seconds is not None and (
-                abs(result.period_seconds - period) <= 0.1 * period
-            )
-        found.append(right)
-    return found
-
-
 @pytest.mark.parametrize("job", JOBS, ids=[job.name for job in JOBS])
 def test_every_gpu_of_a_labelled_job_gets_its_verdict(job: jobs.LabelledJob) -> None:
-    results = classify_matrix(job.util, job.step_seconds, context_of(job))
+    results = classify_matrix(job.util, job.step_seconds, job.context())
 
-    assert all(rights(job, results)), [(r.job_type, r.period_seconds, r.reasons) for r in results]
+    assert all(job.rights(results)), [(r.job_type, r.period_seconds, r.reasons) for r in results]
     for result in results:
         assert 0.0 < result.confidence < 1.0
         assert result.reasons
@@ -64,7 +39,7 @@ def test_the_job_corpus_spans_the_shapes_of_the_real_traces() -> None:
         assert shape in names
     bases = set()
     for job in JOBS:
-        bases |= {r.basis for r in classify_matrix(job.util, job.step_seconds, context_of(job))}
+        bases |= {r.basis for r in classify_matrix(job.util, job.step_seconds, job.context())}
     assert bases >= {
         Basis.UTIL_LOOP,
         Basis.SIGNAL_LOOP,
@@ -81,7 +56,7 @@ def test_job_corpora_drawn_with_other_seeds_stay_right(seed: int) -> None:
     found = [
         right
         for job in jobs.labelled_jobs(seed)
-        for right in rights(job, classify_matrix(job.util, job.step_seconds, context_of(job)))
+        for right in job.rights(classify_matrix(job.util, job.step_seconds, job.context()))
     ]
 
     assert np.mean(found) >= 0.98
@@ -92,7 +67,7 @@ def test_flat_ranks_without_context_read_as_inference() -> None:
     and no owner look exactly like a saturated server."""
     job = next(job for job in JOBS if job.name.startswith("dp-flat-"))
 
-    results = classify_matrix(job.util, 1.0, context_of(job, with_prior=False))
+    results = classify_matrix(job.util, 1.0, job.context(with_prior=False))
 
     assert {r.job_type for r in results} == {JobType.INFERENCE}
 
