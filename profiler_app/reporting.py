@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, literal, select
 
-from profiler_app.analysis.classify import JobType
+from profiler_app.analysis.basis import JobType
 from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)

@@ -48,14 +48,13 @@ show a loop.
 from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.analysis.classify import (
     MAX_IDLE_ACTIVE_FRACTION,
-    MAX_IDLE_ITERATION_FRACTION,
     MAX_IDLE_WORK_SECONDS,
-    MIN_BURSTY_IDLE_FRACTION,
     Classification,
     classify_matrix,
 )
 from profiler_app.analysis.context import Context, Prior
 from profiler_app.analysis.power import model_power, power_range
+from profiler_app.analysis.recurrence import MAX_IDLE_ITERATION_FRACTION, MIN_BURSTY_IDLE_FRACTION
 from profiler_app.analysis.stats import IDLE_THRESHOLD_PERCENT, field_stats
 
 __all__ = [

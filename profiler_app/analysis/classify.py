@@ -10,13 +10,11 @@ import numpy as np
 from profiler_app.analysis import evidence
 from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.analysis.context import Context
-from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.periodicity import find_periods
 from profiler_app.analysis.reasons import all_reasons
 from profiler_app.analysis.recurrence import (
-    MAX_IDLE_ITERATION_FRACTION,
     MIN_BURSTY_IDLE_FRACTION,
-    idle_window_fraction,
+    drop_irregular,
 )
 from profiler_app.analysis.stats import BoolArray, FloatArray, Summary, as_matrix, summarise
 from profiler_app.model import FieldStats
@@ -27,17 +25,6 @@ from profiler_app.model import FieldStats
 # but a job that kept the GPU busy for seconds is one, however short.
 MAX_IDLE_ACTIVE_FRACTION = 0.01
 MAX_IDLE_WORK_SECONDS = 1.0
-
-__all__ = [
-    "MAX_IDLE_ACTIVE_FRACTION",
-    "MAX_IDLE_ITERATION_FRACTION",
-    "MAX_IDLE_WORK_SECONDS",
-    "MIN_BURSTY_IDLE_FRACTION",
-    "Basis",
-    "Classification",
-    "JobType",
-    "classify_matrix",
-]
 
 
 _PRIOR_TRAINING, _PRIOR_SERVING = 1, 2
@@ -67,14 +54,7 @@ def _idle(summary: Summary, step_seconds: float) -> BoolArray:
 def _util_loops(matrix: np.ndarray, summary: Summary) -> tuple[FloatArray, FloatArray]:
     """Utilisation periods (samples) and strengths; sparse loops must recur every iteration."""
     periods, strength = find_periods(matrix)
-    # Only periodic rows with idle stretches could be bursts that happen to line up.
-    suspect = np.isfinite(periods) & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
-    if suspect.any():
-        idle_windows = idle_window_fraction(
-            fill_gaps(matrix[suspect]), summary.p95[suspect], periods[suspect]
-        )
-        dropped = np.flatnonzero(suspect)[idle_windows > MAX_IDLE_ITERATION_FRACTION]
-        periods[dropped], strength[dropped] = np.nan, 0.0
+    drop_irregular(matrix, summary.idle_fraction, summary.p95, periods, strength)
     return periods, strength
 
 

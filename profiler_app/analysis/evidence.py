@@ -12,14 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_app.analysis.context import Context
-from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.periodicity import MIN_PERIOD_SAMPLES, find_periods
 from profiler_app.analysis.power import power_fraction
-from profiler_app.analysis.recurrence import (
-    MAX_IDLE_ITERATION_FRACTION,
-    MIN_BURSTY_IDLE_FRACTION,
-    idle_window_fraction,
-)
+from profiler_app.analysis.recurrence import drop_irregular
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray, Summary
 from profiler_app.model import FloatMatrix
 
@@ -140,13 +135,7 @@ def signal_loops(
             found, found_strength = find_periods(signal[swinging])
             period[rows[swinging]], strength[rows[swinging]] = found, found_strength
     # Bursts that happen to line up: the same recurrence test as for utilisation loops.
-    suspect = np.isfinite(period) & (summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
-    if suspect.any():
-        idle_windows = idle_window_fraction(
-            fill_gaps(util[suspect]), summary.p95[suspect], period[suspect]
-        )
-        dropped = np.flatnonzero(suspect)[idle_windows > MAX_IDLE_ITERATION_FRACTION]
-        period[dropped], strength[dropped] = np.nan, 0.0
+    drop_irregular(util, summary.idle_fraction, summary.p95, period, strength)
     return SignalLoops(period, strength, names)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.stats import IDLE_THRESHOLD_PERCENT, FloatArray
 from profiler_app.model import FloatMatrix
 
@@ -40,3 +41,21 @@ def idle_window_fraction(filled: FloatMatrix, p95: FloatArray, period: FloatArra
     idle = ((busy_in_window == 0) & complete).sum(axis=1)
     fraction: FloatArray = idle / np.maximum(complete.sum(axis=1), 1)
     return fraction
+
+
+def drop_irregular(
+    util: FloatMatrix,
+    idle_fraction: FloatArray,
+    p95: FloatArray,
+    period: FloatArray,
+    strength: FloatArray,
+) -> None:
+    """Clears (in place) the period and strength of rows idle at least
+    ``MIN_BURSTY_IDLE_FRACTION`` of the time whose activity does not recur in every iteration:
+    only such rows could be bursts that happen to line up. ``util`` may have gaps."""
+    suspect = np.isfinite(period) & (idle_fraction >= MIN_BURSTY_IDLE_FRACTION)
+    if not suspect.any():
+        return
+    idle_windows = idle_window_fraction(fill_gaps(util[suspect]), p95[suspect], period[suspect])
+    dropped = np.flatnonzero(suspect)[idle_windows > MAX_IDLE_ITERATION_FRACTION]
+    period[dropped], strength[dropped] = np.nan, 0.0

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from profiler_app.analysis.classify import JobType
+from profiler_app.analysis.basis import JobType
 from profiler_app.errors import UserError
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile
 
