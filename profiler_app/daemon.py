@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodPeak, SeriesMatrix
-from profiler_app.pods import attribute_profiles, pod_usage
+from profiler_app.pods import attribute_series, pod_usage, workloads_of
 from profiler_app.profiles import build_profiles
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
@@ -215,13 +215,12 @@ class Daemon:
         if self.source_backoff.failures:
             log.info("source recovered after %d failure(s)", self.source_backoff.failures)
         self.source_backoff.succeeded()
+        pods = list(self.pods()) if self.pods is not None else []
         try:
-            profiles = self._profiles(matrices)
+            profiles = self._profiles(attribute_series(matrices, pods), pods)
         except Exception as error:
             self._record_error("analysis", one_line(error))
             return None
-        pods = list(self.pods()) if self.pods is not None else []
-        profiles = attribute_profiles(profiles, pods)
         peaks: Mapping[str, PodPeak] = self.host.pod_peaks() if self.host is not None else {}
         return CycleResult(
             node=self.node,
@@ -245,10 +244,11 @@ class Daemon:
             )
             return {}
 
-    def _profiles(self, matrices: list[SeriesMatrix]) -> list[GpuProfile]:
+    def _profiles(self, matrices: list[SeriesMatrix], pods: list[PodInfo]) -> list[GpuProfile]:
         if not matrices:  # local sampling without GPUs
             return []
-        return build_profiles(matrices, self.primary_field, self.node_label)
+        # The pods' owners are the classifier's prior, and group the pods of one workload.
+        return build_profiles(matrices, self.primary_field, self.node_label, workloads_of(pods))
 
     def _publish(self, guarded: _GuardedSink, result: CycleResult) -> bool:
         if guarded.skip_cycles > 0:

@@ -25,6 +25,10 @@ POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 ENFORCED_POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
 
+# A GPU holding at least this much framebuffer holds memory for a workload (a CUDA context
+# alone takes a few hundred MiB): an idle one is "memory held, compute idle".
+HELD_MEMORY_MIB = 1024.0
+
 
 @dataclass(frozen=True)
 class SeriesMatrix:
@@ -53,11 +57,14 @@ class FieldStats:
 
 @dataclass(frozen=True)
 class PodShare:
-    """A pod seen on a GPU within the window, and the share of the GPU's samples it held."""
+    """A pod seen on a GPU within the window, the share of the GPU's samples it held, and the
+    times of its first and last sample there."""
 
     namespace: str
     pod: str
     share: float  # 0-1
+    first_seen: float | None = None  # Unix seconds
+    last_seen: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class GpuProfile:
     pod: str | None = None
     confidence: float | None = None  # 0-1, see docs/analysis.md
     reasons: tuple[str, ...] = ()  # machine-readable evidence, e.g. "period 80s in power"
+    basis: str | None = None  # what the verdict rests on (analysis.Basis.label), e.g. "waiting"
     pods: tuple[PodShare, ...] = ()  # every pod seen in the window, largest share first
     owner_kind: str | None = None  # the workload the pod belongs to, e.g. PyTorchJob
     owner_name: str | None = None
@@ -102,6 +110,12 @@ class PodUsage:
     fb_used_max_mib: float | None = None
     cpu_util_max: float | None = None  # percent of one core
     mem_used_max_bytes: float | None = None
+    # When the pod's GPUs were first and last seen with it in the window (None: not on a GPU's
+    # series, e.g. a pod holding GPUs it does not use; the cycle's time stands in).
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    owner_kind: str | None = None  # the workload, e.g. PyTorchJob, Deployment
+    owner_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""Which pod each GPU served, and each GPU-using pod's peaks (GPU from the profiles, CPU and
-memory from the pod's cgroup or, where that is not visible, from Prometheus' cAdvisor series).
+"""Which pod each GPU served, each pod's workload, and each GPU-using pod's peaks (GPU from the
+profiles, CPU and memory from the pod's cgroup or, where that is not visible, from Prometheus'
+cAdvisor series).
 
-Pure functions: the daemon passes the profiles, the pods the Kubernetes watcher knows on this
-node, the cgroup peaks by pod UID and the cAdvisor peaks by (namespace, pod).
+Pure functions: the daemon passes the matrices or profiles, the pods the Kubernetes watcher knows
+on this node, the cgroup peaks by pod UID and the cAdvisor peaks by (namespace, pod).
 """
 
 from __future__ import annotations
@@ -10,28 +11,60 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, GpuProfile, PodPeak, PodUsage
+from profiler_app.model import (
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    GpuProfile,
+    PodPeak,
+    PodShare,
+    PodUsage,
+    SeriesMatrix,
+)
+from profiler_app.workloads import Workload, workload_from_owner
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
     from profiler_app.sources.kube_pods import PodInfo
 
 # Label the NVML source puts on a GPU's series: the pod whose processes use it (by cgroup).
 POD_UID_LABEL = "pod_uid"
+# A pod in these phases has stopped its containers: it holds no GPU any more, whatever its spec
+# requested.
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
-def attribute_profiles(profiles: Sequence[GpuProfile], pods: Sequence[PodInfo]) -> list[GpuProfile]:
-    """Names the pod of profiles that carry only a pod UID (local NVML sampling)."""
+def attribute_series(
+    matrices: Sequence[SeriesMatrix], pods: Sequence[PodInfo]
+) -> list[SeriesMatrix]:
+    """Series that carry only a pod UID (local NVML sampling) get the pod's ``namespace`` and
+    ``pod`` labels, so they are grouped and reported like dcgm-exporter's."""
     by_uid = {pod.uid: pod for pod in pods}
     attributed = []
-    for profile in profiles:
-        pod = by_uid.get(profile.labels.get(POD_UID_LABEL, ""))
-        if profile.pod is None and pod is not None:
-            attributed.append(replace(profile, namespace=pod.namespace, pod=pod.name))
-        else:
-            attributed.append(profile)
+    for matrix in matrices:
+        labels = []
+        for series in matrix.labels:
+            pod = by_uid.get(series.get(POD_UID_LABEL, ""))
+            named = pod is not None and not series.get("pod")
+            labels.append(
+                {**series, "namespace": pod.namespace, "pod": pod.name}
+                if named and pod is not None
+                else series
+            )
+        attributed.append(replace(matrix, labels=labels))
     return attributed
+
+
+def workloads_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Workload]:
+    """The workload of every pod whose owner chain or labels name one, by (namespace, pod)."""
+    found = {}
+    for pod in pods:
+        workload = workload_from_owner(pod.owner_kind, pod.owner_name, pod.labels)
+        if workload is not None:
+            found[pod.namespace, pod.name] = workload
+    return found
 
 
 @dataclass
@@ -40,11 +73,56 @@ class _Peaks:
     gpu_util: list[float] = field(default_factory=list)
     gpu_mem_copy_util: list[float] = field(default_factory=list)
     fb_used: list[float] = field(default_factory=list)
+    first_seen: float | None = None
+    last_seen: float | None = None
+    owner: Workload | None = None
+
+    def seen(self, first: float | None, last: float | None) -> None:
+        if first is not None:
+            self.first_seen = first if self.first_seen is None else min(self.first_seen, first)
+        if last is not None:
+            self.last_seen = last if self.last_seen is None else max(self.last_seen, last)
 
 
 def _max(values: list[float]) -> float | None:
     finite = [value for value in values if math.isfinite(value)]
     return max(finite) if finite else None
+
+
+def _time(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def _add_profile(
+    usage: dict[tuple[str, str], _Peaks],
+    profile: GpuProfile,
+    known: Mapping[tuple[str, str], object],
+) -> None:
+    """The GPU counts for every pod seen on it in the window; its peaks only for the current
+    pod (the others' were recorded while they were current). A former pod Kubernetes no longer
+    lists is left alone: its start time, part of its key in the store, is not known any more."""
+    current = (profile.namespace or "", profile.pod or "")
+    shares = profile.pods
+    if not shares and profile.pod:  # a source that says no more than the current pod
+        shares = (PodShare(*current, 1.0),)
+    for share in shares:
+        key = (share.namespace, share.pod)
+        if key != current and key not in known:
+            continue
+        peaks = usage.setdefault(key, _Peaks())
+        if profile.gpu not in peaks.gpus:
+            peaks.gpus.append(profile.gpu)
+        peaks.seen(share.first_seen, share.last_seen)
+        if key != current:
+            continue
+        for field_name, values in (
+            (GPU_UTIL, peaks.gpu_util),
+            (MEM_COPY_UTIL, peaks.gpu_mem_copy_util),
+            (FB_USED, peaks.fb_used),
+        ):
+            stats = profile.stats.get(field_name)
+            if stats is not None:
+                values.append(stats.max)
 
 
 def pod_usage(
@@ -54,35 +132,30 @@ def pod_usage(
     node: str,
     metric_peaks: Mapping[tuple[str, str], PodPeak] | None = None,
 ) -> list[PodUsage]:
-    """One ``PodUsage`` per pod that used a GPU in the window or requests GPUs.
+    """One ``PodUsage`` per pod that used a GPU in the window or holds GPUs now.
 
-    CPU and memory come from ``cgroup_peaks`` (by pod UID) where it has them; ``metric_peaks``
-    (by namespace and pod, from Prometheus) fills what the cgroups leave as None.
+    A pod seen on a GPU anywhere in the window counts, also one that has finished since; a pod
+    that requests GPUs counts while it runs (it holds them even with nothing on them). CPU and
+    memory come from ``cgroup_peaks`` (by pod UID) where it has them; ``metric_peaks`` (by
+    namespace and pod, from Prometheus) fills what the cgroups leave as None.
     """
     known = {(pod.namespace, pod.name): pod for pod in pods}
+    workloads = workloads_of(pods)
     usage: dict[tuple[str, str], _Peaks] = {}
     for pod in pods:
-        if pod.uses_gpus:
+        if pod.uses_gpus and pod.phase not in FINISHED_PHASES:
             usage[pod.namespace, pod.name] = _Peaks()
     for profile in profiles:
-        if not profile.pod:
-            continue
-        peaks = usage.setdefault((profile.namespace or "", profile.pod), _Peaks())
-        if profile.gpu not in peaks.gpus:
-            peaks.gpus.append(profile.gpu)
-        for name, values in (
-            (GPU_UTIL, peaks.gpu_util),
-            (MEM_COPY_UTIL, peaks.gpu_mem_copy_util),
-            (FB_USED, peaks.fb_used),
-        ):
-            stats = profile.stats.get(name)
-            if stats is not None:
-                values.append(stats.max)
+        _add_profile(usage, profile, known)
+        if profile.owner_kind and profile.pod:  # named by labels on the series
+            peaks = usage[profile.namespace or "", profile.pod]
+            peaks.owner = Workload(profile.owner_kind, profile.owner_name or "", None)
     result = []
     for (namespace, name), peaks in sorted(usage.items()):
         info = known.get((namespace, name))
         cgroup = cgroup_peaks.get(info.uid) if info is not None else None
         peak = _merged(cgroup, (metric_peaks or {}).get((namespace, name)))
+        owner = workloads.get((namespace, name)) or peaks.owner
         result.append(
             PodUsage(
                 namespace=namespace,
@@ -95,6 +168,10 @@ def pod_usage(
                 fb_used_max_mib=_max(peaks.fb_used),
                 cpu_util_max=peak.cpu_util_max,
                 mem_used_max_bytes=peak.mem_used_max_bytes,
+                first_seen=_time(peaks.first_seen),
+                last_seen=_time(peaks.last_seen),
+                owner_kind=owner.kind if owner else None,
+                owner_name=(owner.name or None) if owner else None,
             )
         )
     return result

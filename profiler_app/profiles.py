@@ -19,6 +19,7 @@ from profiler_app.model import (
     ENFORCED_POWER_LIMIT,
     FB_USED,
     GPU_UTIL,
+    HELD_MEMORY_MIB,
     MEM_COPY_UTIL,
     POWER_MGMT_LIMIT,
     POWER_USAGE,
@@ -35,9 +36,6 @@ from profiler_app.workloads import Workload, workload_from_labels
 _LIMIT_FIELDS = (POWER_MGMT_LIMIT, ENFORCED_POWER_LIMIT)
 # DCGM's profiling fields are ratios (0-1); classified, they are read in percent.
 _RATIO_PREFIX = "DCGM_FI_PROF_"
-# An idle GPU holding at least this much framebuffer is allocated but idle: said in its reasons
-# (a CUDA context alone takes a few hundred MiB).
-HELD_MEMORY_MIB = 1024.0
 
 
 def _gpu_order(profile: GpuProfile, last: int) -> tuple[str, int, int | str, int, str]:

@@ -1,9 +1,11 @@
-"""Summaries of the table store over a time range: per node, per GPU, per pod, idle pods.
+"""Summaries of the table store over a time range: per node, per GPU, per pod, idle pods, and
+the idle GPU-hours people can act on (waste).
 
 Hours per job type weight each ``gpu_window`` row by its ``covers_seconds`` (the wall time since
 the previous row of that GPU, capped at the window), clipped to the start of the range. Idle
 GPU-hours weight the same time by the row's idle fraction of GPU utilisation, so a bursty GPU that
-sat idle half the time adds half its hours. Aggregation runs in the database.
+sat idle half the time adds half its hours. Waste splits those idle GPU-hours by who could act on
+them (``WASTE_KINDS``). Aggregation runs in the database.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, literal, select
 
 from profiler_app.analysis.basis import JobType
+from profiler_app.model import HELD_MEMORY_MIB
 from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
+# Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the
+# autoscaler); a pod holds memory on it but computes nothing (a notebook, a server with no
+# traffic, a hung job); a pod holds it with nothing on it at all.
+WASTE_KINDS = ("idle-no-pod", "memory-held-compute-idle", "allocated-idle")
 DEFAULT_IDLE_BELOW_PERCENT = 5.0
 _SECONDS_PER_HOUR = 3600.0
 
@@ -30,7 +37,7 @@ class GpuSummary:
     hours_by_job_type: dict[str, float]
     idle_gpu_hours: float
     util_max_percent: float | None
-    mem_util_max_percent: float | None
+    mem_copy_util_max_percent: float | None
     fb_used_max_mib: float | None
 
 
@@ -54,10 +61,24 @@ class PodSummary:
     last_seen: datetime
     gpu_hours: float  # GPUs held x hours seen within the range
     gpu_util_max_percent: float | None
-    gpu_mem_util_max_percent: float | None
+    gpu_mem_copy_util_max_percent: float | None
     fb_used_max_mib: float | None
     cpu_util_max_percent: float | None
     mem_used_max_bytes: float | None
+    owner_kind: str | None = None
+    owner_name: str | None = None
+
+
+@dataclass
+class WasteSummary:
+    """Idle GPU-hours of one kind (``WASTE_KINDS``) in one namespace and workload."""
+
+    kind: str
+    namespace: str | None
+    owner_kind: str | None
+    owner_name: str | None
+    gpus: int  # distinct GPUs that contributed
+    idle_gpu_hours: float
 
 
 @dataclass
@@ -68,6 +89,7 @@ class Report:
     gpus: list[GpuSummary]
     pods: list[PodSummary]
     idle_pods: list[PodSummary]
+    waste: list[WasteSummary] = field(default_factory=list)
 
 
 def build_report(
@@ -98,6 +120,7 @@ def build_report(
         gpus=gpus,
         pods=pods[:top] if top else pods,
         idle_pods=idle_pods[:top] if top else idle_pods,
+        waste=waste_summaries(connection, since=since, until=until, node=node),
     )
 
 
@@ -126,7 +149,7 @@ def gpu_summaries(
             GpuWindow.gpu,
             func.max(GpuWindow.uuid),
             func.max(GpuWindow.util_max),
-            func.max(GpuWindow.mem_util_max),
+            func.max(GpuWindow.mem_copy_util_max),
             func.max(GpuWindow.fb_used_max_mib),
         )
         .where(*in_range)
@@ -140,7 +163,7 @@ def gpu_summaries(
             hours_by_job_type=dict.fromkeys(JOB_TYPES, 0.0),
             idle_gpu_hours=0.0,
             util_max_percent=row[3],
-            mem_util_max_percent=row[4],
+            mem_copy_util_max_percent=row[4],
             fb_used_max_mib=row[5],
         )
         for row in peak_rows
@@ -195,13 +218,54 @@ def pod_summaries(
                 last_seen=row["last_seen"],
                 gpu_hours=hours * row["gpu_count"],
                 gpu_util_max_percent=row["gpu_util_max"],
-                gpu_mem_util_max_percent=row["gpu_mem_util_max"],
+                gpu_mem_copy_util_max_percent=row["gpu_mem_copy_util_max"],
                 fb_used_max_mib=row["fb_used_max_mib"],
                 cpu_util_max_percent=row["cpu_util_max"],
                 mem_used_max_bytes=row["mem_used_max_bytes"],
+                owner_kind=row["owner_kind"],
+                owner_name=row["owner_name"],
             )
         )
     return sorted(pods, key=lambda p: (-p.gpu_hours, p.namespace, p.pod))
+
+
+def waste_summaries(
+    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+) -> list[WasteSummary]:
+    """Idle GPU-hours split by ``WASTE_KINDS``, each by namespace and workload, most first.
+
+    A row's idle time is its covered time times its idle fraction; it is memory held when the
+    window's peak framebuffer reached ``HELD_MEMORY_MIB``, else allocated when a pod held the
+    GPU, else unclaimed.
+    """
+    covered = _covered_seconds(connection.dialect.name, since)
+    idle = covered * func.coalesce(GpuWindow.util_idle_fraction, literal(0.0))
+    kind = case(
+        (GpuWindow.fb_used_max_mib >= HELD_MEMORY_MIB, literal(WASTE_KINDS[1])),
+        (GpuWindow.pod.is_not(None), literal(WASTE_KINDS[2])),
+        else_=literal(WASTE_KINDS[0]),
+    ).label("kind")
+    in_range = [GpuWindow.at >= since, GpuWindow.at <= until]
+    if node is not None:
+        in_range.append(GpuWindow.node == node)
+    keys = (kind, GpuWindow.namespace, GpuWindow.owner_kind, GpuWindow.owner_name)
+    rows = connection.execute(
+        select(
+            *keys,
+            func.count(func.distinct(GpuWindow.node + literal("/") + GpuWindow.uuid)),
+            func.sum(idle),
+        )
+        .where(*in_range)
+        .group_by(*keys)
+    )
+    summaries = [
+        WasteSummary(
+            name, namespace, owner_kind, owner_name, gpus, float(seconds) / _SECONDS_PER_HOUR
+        )
+        for name, namespace, owner_kind, owner_name, gpus, seconds in rows
+        if seconds
+    ]
+    return sorted(summaries, key=lambda w: (WASTE_KINDS.index(w.kind), -w.idle_gpu_hours))
 
 
 def _covered_seconds(dialect: str, since: datetime) -> ColumnElement[Any]:
@@ -222,7 +286,7 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods")
+REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste")
 _HOURS_COLUMNS = ["covered_hours", *(f"{job_type}_hours" for job_type in JOB_TYPES), "other_hours"]
 _VIEW_COLUMNS = {
     "node": ["node", "gpus", *_HOURS_COLUMNS, "idle_gpu_hours", "util_max_percent"],
@@ -233,7 +297,7 @@ _VIEW_COLUMNS = {
         *_HOURS_COLUMNS,
         "idle_gpu_hours",
         "util_max_percent",
-        "mem_util_max_percent",
+        "mem_copy_util_max_percent",
         "fb_used_max_mib",
     ],
     "pod": [
@@ -243,14 +307,17 @@ _VIEW_COLUMNS = {
         "gpus",
         "gpu_hours",
         "gpu_util_max_percent",
-        "gpu_mem_util_max_percent",
+        "gpu_mem_copy_util_max_percent",
         "fb_used_max_mib",
         "cpu_util_max_percent",
         "mem_used_max_bytes",
         "start_time",
         "first_seen",
         "last_seen",
+        "owner_kind",
+        "owner_name",
     ],
+    "waste": ["kind", "namespace", "owner_kind", "owner_name", "gpus", "idle_gpu_hours"],
 }
 _VIEW_COLUMNS["idle-pods"] = _VIEW_COLUMNS["pod"]
 
@@ -282,10 +349,22 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
                 **_hours_columns(g.hours_by_job_type),
                 "idle_gpu_hours": g.idle_gpu_hours,
                 "util_max_percent": g.util_max_percent,
-                "mem_util_max_percent": g.mem_util_max_percent,
+                "mem_copy_util_max_percent": g.mem_copy_util_max_percent,
                 "fb_used_max_mib": g.fb_used_max_mib,
             }
             for g in report.gpus
+        ]
+    if by == "waste":
+        return [
+            {
+                "kind": w.kind,
+                "namespace": w.namespace,
+                "owner_kind": w.owner_kind,
+                "owner_name": w.owner_name,
+                "gpus": w.gpus,
+                "idle_gpu_hours": w.idle_gpu_hours,
+            }
+            for w in report.waste
         ]
     pods = report.pods if by == "pod" else report.idle_pods
     return [
@@ -296,13 +375,15 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
             "gpus": p.gpus,
             "gpu_hours": p.gpu_hours,
             "gpu_util_max_percent": p.gpu_util_max_percent,
-            "gpu_mem_util_max_percent": p.gpu_mem_util_max_percent,
+            "gpu_mem_copy_util_max_percent": p.gpu_mem_copy_util_max_percent,
             "fb_used_max_mib": p.fb_used_max_mib,
             "cpu_util_max_percent": p.cpu_util_max_percent,
             "mem_used_max_bytes": p.mem_used_max_bytes,
             "start_time": p.start_time,
             "first_seen": p.first_seen,
             "last_seen": p.last_seen,
+            "owner_kind": p.owner_kind,
+            "owner_name": p.owner_name,
         }
         for p in pods
     ]

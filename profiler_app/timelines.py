@@ -82,9 +82,10 @@ def _last_valid(valid: np.ndarray) -> np.ndarray:
 
 
 def _attribution(
-    pods: list[Pod | None], valid: np.ndarray
+    pods: list[Pod | None], valid: np.ndarray, timestamps: np.ndarray
 ) -> tuple[Pod | None, tuple[PodShare, ...]]:
-    """The current pod and the share of each pod, for one GPU's series (rows of ``valid``).
+    """The current pod and each pod's share of the samples, with its first and last sample
+    time, for one GPU's series (rows of ``valid``).
 
     A column belongs to the series that started last among those with a sample there (the
     new owner of a handed-over GPU, the new exporter after a restart).
@@ -92,20 +93,35 @@ def _attribution(
     present = valid.any(axis=1)
     if not present.any():
         return None, ()
-    first = np.where(present, np.argmax(valid, axis=1), valid.shape[1])
     owner = np.full(valid.shape[1], -1)
-    for series in np.argsort(first, kind="stable").tolist():
-        owner[valid[series]] = series
-    covered = owner >= 0
-    counts: dict[Pod, int] = defaultdict(int)
-    for series, count in zip(*np.unique(owner[covered], return_counts=True), strict=True):
-        pod = pods[int(series)]
-        if pod is not None:
-            counts[pod] += int(count)
-    total = int(covered.sum())
-    shares = sorted(counts.items(), key=lambda item: -item[1])
-    current = pods[int(owner[np.flatnonzero(covered)[-1]])]
-    return current, tuple(PodShare(ns, pod, count / total) for (ns, pod), count in shares)
+    if valid.shape[0] == 1:
+        owner[valid[0]] = 0
+    else:
+        first = np.where(present, np.argmax(valid, axis=1), valid.shape[1])
+        for series in np.argsort(first, kind="stable").tolist():
+            owner[valid[series]] = series
+    covered = np.flatnonzero(owner >= 0)
+    held = owner[covered]
+    spans: dict[Pod, tuple[int, int, int]] = {}  # columns held, first and last column
+    for series in np.unique(held).tolist():
+        pod = pods[series]
+        if pod is None:
+            continue
+        columns = covered[held == series]
+        count, first, last = spans.get(pod, (0, columns[0], columns[-1]))
+        spans[pod] = (count + columns.size, min(first, columns[0]), max(last, columns[-1]))
+    shares = sorted(spans.items(), key=lambda item: (-item[1][0], -item[1][2]))
+    current = pods[int(owner[covered[-1]])]
+    return current, tuple(
+        PodShare(
+            namespace,
+            pod,
+            count / covered.size,
+            float(timestamps[first]),
+            float(timestamps[last]),
+        )
+        for (namespace, pod), (count, first, last) in shares
+    )
 
 
 def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
@@ -130,15 +146,9 @@ def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
         latest_columns.append(int(last[latest]))
         labels.append(dict(matrix.labels[latest]))
         series_pods = [_pod(matrix.labels[row]) for row in rows]
-        if len(rows) == 1:
-            seen = last[rows[0]] >= 0
-            pod = series_pods[0]
-            current.append(pod if seen else None)
-            pods.append((PodShare(pod[0], pod[1], 1.0),) if seen and pod else ())
-        else:
-            now, shares = _attribution(series_pods, valid[rows])
-            current.append(now)
-            pods.append(shares)
+        now, shares = _attribution(series_pods, valid[rows], matrix.timestamps)
+        current.append(now)
+        pods.append(shares)
     return Timelines(keys, labels, values, current, pods, latest_columns)
 
 

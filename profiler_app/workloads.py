@@ -70,6 +70,21 @@ KUBEFLOW_OPERATORS = {
 # KubeRay marks the pods of clusters it made for a RayJob or a RayService.
 RAY_ORIGIN_LABEL = "ray.io/originated-from-crd"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
+# A Deployment's ReplicaSet is named <deployment>-<pod-template-hash>, and its pods carry the hash.
+POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
+# A CronJob's Job is named <cronjob>-<scheduled time in minutes since the epoch> (8 digits
+# since 1989).
+CRONJOB_JOB_NAME = re.compile(r"^(?P<cronjob>.+)-\d{8,}$")
+# Every label the tables read: the pod watcher keeps only these of each pod.
+WORKLOAD_LABEL_KEYS = frozenset(
+    [key for key, _ in WORKLOAD_LABELS]
+    + [
+        "training.kubeflow.org/operator-name",
+        RAY_ORIGIN_LABEL,
+        RAY_CLUSTER_LABEL,
+        POD_TEMPLATE_HASH_LABEL,
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -121,6 +136,24 @@ def workload_from_labels(labels: Mapping[str, str]) -> Workload | None:
     return None
 
 
-def workload_from_owner(kind: str, name: str, labels: Mapping[str, str]) -> Workload:
-    """The workload of a pod whose owner chain ends at ``kind``/``name``; labels win."""
-    return workload_from_labels(labels) or Workload(kind, name, prior_of_kind(kind))
+def top_owner(kind: str, name: str, labels: Mapping[str, str]) -> tuple[str, str]:
+    """The top of a pod's owner chain from its controller, without reading other objects (the
+    profiler may read pods only): a ReplicaSet named <deployment>-<pod-template-hash> belongs to
+    that Deployment, a Job named <cronjob>-<8+ digits> to that CronJob."""
+    if kind == "ReplicaSet":
+        suffix = f"-{labels.get(POD_TEMPLATE_HASH_LABEL, '')}"
+        if len(suffix) > 1 and name.endswith(suffix):
+            return "Deployment", name.removesuffix(suffix)
+    if kind == "Job" and (match := CRONJOB_JOB_NAME.match(name)):
+        return "CronJob", match.group("cronjob")
+    return kind, name
+
+
+def workload_from_owner(kind: str, name: str, labels: Mapping[str, str]) -> Workload | None:
+    """The workload of a pod whose controller is ``kind``/``name`` (the top of the chain is
+    resolved by ``top_owner``); well-known labels win. None for a bare pod without them."""
+    labelled = workload_from_labels(labels)
+    if labelled is not None or not kind:
+        return labelled
+    top_kind, top_name = top_owner(kind, name, labels)
+    return Workload(top_kind, top_name, prior_of_kind(top_kind))

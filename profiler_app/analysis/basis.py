@@ -25,6 +25,11 @@ class Basis(IntEnum):
     STEADY = 7  # sustained activity, no loop
 
     @property
+    def label(self) -> str:
+        """The basis as a short name for metrics and the store: "signal-loop", "waiting", ..."""
+        return self.name.lower().replace("_", "-")
+
+    @property
     def job_type(self) -> JobType:
         if self is Basis.IDLE:
             return JobType.IDLE

@@ -39,6 +39,7 @@ _VIEW_TITLES = {
     "gpu": "GPUs",
     "pod": "Pods holding GPUs",
     "idle-pods": "Pods holding GPUs they do not use",
+    "waste": "Idle GPU-hours by who can act on them",
 }
 
 

@@ -5,7 +5,7 @@ resourceVersion, applying ADDED/MODIFIED/DELETED events and following BOOKMARKs.
 ends (``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted) means
 a fresh list; any other failure backs off exponentially and retries. ``snapshot()`` never blocks
 on the network. Pods are parsed from raw JSON: the typed models would cost far more per event and
-this needs five fields.
+this needs a few fields.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import json
 import logging
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import urllib3
 
 from profiler_app.kube import KubeConnection, describe, error_status, response_lines
+from profiler_app.workloads import WORKLOAD_LABEL_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ class PodInfo:
     gpu_requests: int  # nvidia.com/gpu the pod requests (init containers included, as scheduled)
     gpu_limits: int
     container_ids: Mapping[str, str]  # runtime container id (no "containerd://" prefix) -> name
+    # The controller in the pod's ownerReferences ("" for a bare pod), and the pod's labels
+    # that name its workload (workloads.WORKLOAD_LABEL_KEYS): the classifier's prior.
+    owner_kind: str = ""
+    owner_name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def uses_gpus(self) -> bool:
@@ -82,6 +88,14 @@ def _parse_time(text: str | None) -> datetime | None:
         return None
 
 
+def _controller(metadata: Mapping[str, Any]) -> tuple[str, str]:
+    """Kind and name of the pod's controller (the ownerReference marked ``controller``, else
+    the first), or ("", "")."""
+    owners = [owner for owner in metadata.get("ownerReferences") or [] if isinstance(owner, dict)]
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
+    return str(owner.get("kind") or ""), str(owner.get("name") or "")
+
+
 def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
     """Reduce a Pod's JSON to a PodInfo. Raises KeyError when it has no uid or name."""
     metadata = manifest.get("metadata") or {}
@@ -94,6 +108,8 @@ def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
         runtime_id = str(container.get("containerID") or "")
         if runtime_id:
             container_ids[runtime_id.rpartition("://")[2]] = str(container.get("name", ""))
+    owner_kind, owner_name = _controller(metadata)
+    labels = metadata.get("labels") or {}
     return PodInfo(
         uid=str(metadata["uid"]),
         namespace=str(metadata.get("namespace", "")),
@@ -104,6 +120,9 @@ def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
         gpu_requests=_gpu_count(spec, "requests") or _gpu_count(spec, "limits"),
         gpu_limits=_gpu_count(spec, "limits"),
         container_ids=container_ids,
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+        labels={key: str(value) for key, value in labels.items() if key in WORKLOAD_LABEL_KEYS},
     )
 
 

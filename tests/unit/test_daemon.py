@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -162,6 +163,33 @@ def test_a_cycle_classifies_and_publishes_everywhere() -> None:
     assert sample("gpu_profiler_cycle_duration_seconds_count") == 1.0
     job = {"Hostname": "node-a", "gpu": "0", "UUID": "GPU-0", "namespace": "ml", "pod": "trainer-0"}
     assert sample("gpu_profiler_gpu_job_type", {**job, "job_type": "training"}) == 1.0
+
+
+def test_the_pods_owner_is_the_prior_for_a_flat_busy_gpu() -> None:
+    """GPU 1 of the same pod reads a flat 93 %: its sibling's loop and the PyTorchJob owner
+    make it training; the owner is named in the pod's usage and the GPUs' reasons."""
+
+    class FlatSibling(ScriptedSource):
+        def read(self, window_seconds: float) -> list[SeriesMatrix]:
+            util, fb = super().read(window_seconds)
+            labels = [dict(series, pod_uid=POD_UID) for series in util.labels]
+            values = util.values.copy()
+            values[1] = 93.0
+            return [SeriesMatrix(GPU_UTIL, labels, util.timestamps, values, STEP), fb]
+
+    owned = replace(pod_info(), owner_kind="PyTorchJob", owner_name="llama", gpu_requests=2)
+    store = RecordingSink("store")
+    daemon, _ = make_daemon(FlatSibling(), store, pods=lambda: [owned])
+    assert daemon.run_cycle()
+    (result,) = store.received
+    first, second = result.gpus
+    assert (first.job_type, second.job_type) == ("training", "training")
+    assert second.reasons[0] == "sibling gpu 0 periodic"
+    assert second.reasons[-1] == "owner PyTorchJob"
+    assert (second.owner_kind, second.owner_name) == ("PyTorchJob", "llama")
+    assert [(pod.pod, pod.gpus, pod.owner_kind) for pod in result.pods] == [
+        ("trainer-0", ("0", "1"), "PyTorchJob")
+    ]
 
 
 def test_a_failing_sink_does_not_stop_the_others_and_backs_off() -> None:

@@ -1,4 +1,4 @@
-"""Pod attribution and per-pod peaks (profiler_app/pods.py)."""
+"""Pod attribution, workloads and per-pod peaks (profiler_app/pods.py)."""
 
 from __future__ import annotations
 
@@ -6,38 +6,118 @@ import math
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from profiler_app.model import FB_USED, FieldStats, PodPeak
-from profiler_app.pods import POD_UID_LABEL, attribute_profiles, pod_usage
+import numpy as np
+
+from profiler_app.model import FB_USED, GPU_UTIL, FieldStats, PodPeak, PodShare, SeriesMatrix
+from profiler_app.pods import POD_UID_LABEL, attribute_series, pod_usage, workloads_of
 from profiler_app.sources.kube_pods import PodInfo
+from profiler_app.workloads import Workload
 from tests.support.cycles import gpu_profile
 
 START = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 
 
-def pod(name: str, uid: str, gpus: int = 1) -> PodInfo:
-    return PodInfo(
-        uid=uid,
-        namespace="ml",
-        name=name,
-        node="node-a",
-        phase="Running",
-        start_time=START,
-        gpu_requests=gpus,
-        gpu_limits=gpus,
-        container_ids={},
-    )
+def pod(name: str, uid: str, gpus: int = 1, **extra: object) -> PodInfo:
+    fields: dict[str, object] = {
+        "uid": uid,
+        "namespace": "ml",
+        "name": name,
+        "node": "node-a",
+        "phase": "Running",
+        "start_time": START,
+        "gpu_requests": gpus,
+        "gpu_limits": gpus,
+        "container_ids": {},
+        **extra,
+    }
+    return PodInfo(**fields)  # type: ignore[arg-type]
 
 
-def test_attribute_profiles_names_pods_by_uid() -> None:
-    local = replace(gpu_profile("0", "training"), labels={POD_UID_LABEL: "uid-1"})
-    unknown = replace(gpu_profile("1", "inference"), labels={POD_UID_LABEL: "uid-gone"})
-    labelled = gpu_profile("2", "inference", namespace="serving", pod="api-0")
-    result = attribute_profiles([local, unknown, labelled], [pod("trainer", "uid-1")])
-    assert [(p.namespace, p.pod) for p in result] == [
+def test_series_with_only_a_pod_uid_get_the_pods_name() -> None:
+    """Local NVML sampling knows the pod by UID; its name makes the GPUs of a pod one job."""
+    labels = [
+        {"gpu": "0", POD_UID_LABEL: "uid-1"},
+        {"gpu": "1", POD_UID_LABEL: "uid-gone"},
+        {"gpu": "2", "namespace": "serving", "pod": "api-0", POD_UID_LABEL: "uid-1"},
+    ]
+    matrix = SeriesMatrix(GPU_UTIL, labels, np.arange(3.0), np.zeros((3, 3)), 1.0)
+
+    [named] = attribute_series([matrix], [pod("trainer", "uid-1")])
+
+    assert [(series.get("namespace"), series.get("pod")) for series in named.labels] == [
         ("ml", "trainer"),
         (None, None),
         ("serving", "api-0"),
     ]
+
+
+def test_workloads_come_from_the_owner_chain_and_the_labels() -> None:
+    pods = [
+        pod(
+            "web-7d9c-x2",
+            "u1",
+            owner_kind="ReplicaSet",
+            owner_name="web-7d9c",
+            labels={"pod-template-hash": "7d9c"},
+        ),
+        pod("nightly-29412345-abcde", "u2", owner_kind="Job", owner_name="nightly-29412345"),
+        pod("llama-worker-0", "u3", owner_kind="PyTorchJob", owner_name="llama"),
+        pod(
+            "js-workers-0-0-x",
+            "u4",
+            owner_kind="Job",
+            owner_name="js-workers-0",
+            labels={"jobset.sigs.k8s.io/jobset-name": "js"},
+        ),
+        pod("bare", "u5"),
+    ]
+
+    found = workloads_of(pods)
+
+    assert {name: (w.kind, w.name, w.prior) for (_, name), w in found.items()} == {
+        "web-7d9c-x2": ("Deployment", "web", "serving"),
+        "nightly-29412345-abcde": ("CronJob", "nightly", "training"),
+        "llama-worker-0": ("PyTorchJob", "llama", "training"),
+        "js-workers-0-0-x": ("JobSet", "js", "training"),
+    }
+
+
+def test_a_pod_seen_earlier_in_the_window_counts_its_gpu_but_not_the_peaks_after_it() -> None:
+    handed = replace(
+        gpu_profile("0", "training", util=(99, 95, 80, 0), namespace="ml", pod="new"),
+        pods=(
+            PodShare("ml", "old", 0.5, START.timestamp(), START.timestamp() + 900),
+            PodShare("ml", "new", 0.5, START.timestamp() + 910, START.timestamp() + 1800),
+        ),
+    )
+    gone = replace(handed, gpu="1", pods=(PodShare("ml", "deleted", 1.0, None, None),))
+    known = [pod("old", "u-old", phase="Succeeded"), pod("new", "u-new")]
+
+    usage = {u.pod: u for u in pod_usage([handed, gone], known, {}, "node-a")}
+
+    assert set(usage) == {"old", "new"}  # a former pod Kubernetes forgot is left alone
+    assert (usage["old"].gpus, usage["old"].gpu_util_max) == (("0",), None)
+    assert usage["old"].last_seen is not None
+    assert usage["old"].last_seen.timestamp() == START.timestamp() + 900
+    assert (usage["new"].gpus, usage["new"].gpu_util_max) == (("0",), 99)
+
+
+def test_a_finished_pod_no_longer_holds_its_gpus() -> None:
+    usage = pod_usage([], [pod("done", "u1", phase="Succeeded"), pod("up", "u2")], {}, "n")
+    assert [u.pod for u in usage] == ["up"]
+
+
+def test_the_owner_of_a_pod_is_written_with_its_usage() -> None:
+    running = pod("llama-worker-0", "u3", owner_kind="PyTorchJob", owner_name="llama")
+    usage = pod_usage([], [running], {}, "n")
+    assert (usage[0].owner_kind, usage[0].owner_name) == ("PyTorchJob", "llama")
+    labelled = replace(
+        gpu_profile("0", "inference", namespace="s", pod="api"),
+        owner_kind="InferenceService",
+        owner_name="api",
+    )
+    assert pod_usage([labelled], [], {}, "n")[0].owner_kind == "InferenceService"
+    assert Workload("X", "y", None).reason == "owner X"
 
 
 def test_pod_usage_takes_maxima_over_the_pods_gpus() -> None:

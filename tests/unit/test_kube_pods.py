@@ -230,6 +230,28 @@ def test_pod_info_counts_init_containers_limits_and_container_ids() -> None:
     assert info.start_time is None
 
 
+def test_pod_info_keeps_the_controller_and_the_workload_labels_only() -> None:
+    manifest = pod_manifest("ml", "web-7d9c-x2", NODE, gpus=1)
+    manifest["metadata"]["ownerReferences"] = [
+        {"kind": "Node", "name": NODE},  # a mirror pod's owner, not its controller
+        {"kind": "ReplicaSet", "name": "web-7d9c", "controller": True},
+    ]
+    manifest["metadata"]["labels"] = {
+        "pod-template-hash": "7d9c",
+        "app": "web",
+        "serving.kserve.io/inferenceservice": "web",
+    }
+
+    info = pod_info(manifest)
+
+    assert (info.owner_kind, info.owner_name) == ("ReplicaSet", "web-7d9c")
+    assert dict(info.labels) == {
+        "pod-template-hash": "7d9c",
+        "serving.kserve.io/inferenceservice": "web",
+    }
+    assert (pod_info(pod_manifest("ml", "bare", NODE)).owner_kind, info.phase) == ("", "Running")
+
+
 def test_pod_without_uid_is_skipped_not_fatal(
     apiserver: StandInApiServer, make_watcher: Any
 ) -> None:

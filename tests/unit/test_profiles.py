@@ -101,7 +101,7 @@ def test_each_gpu_is_classified_and_joined_with_other_fields(rng: np.random.Gene
         "GPU-n1-0",
         "n1",
     )
-    assert train.pods == (PodShare("ml", "train", 1.0),)
+    assert train.pods == (PodShare("ml", "train", 1.0, 0.0, STEP * (N - 1)),)
     assert (quiet.namespace, quiet.pod, quiet.pods) == (None, None, ())
     assert train.labels == labels("n1", "0", "train")
 
@@ -125,7 +125,10 @@ def test_a_pod_handover_is_one_profile_with_the_current_pod_and_the_shares(
     (profile,) = build_profiles([util, fb])
 
     assert (profile.namespace, profile.pod) == ("ml", "b")
-    assert profile.pods == (PodShare("ml", "a", 120 / N), PodShare("ml", "b", 60 / N))
+    assert profile.pods == (
+        PodShare("ml", "a", 120 / N, 0.0, STEP * 119),
+        PodShare("ml", "b", 60 / N, STEP * 120, STEP * (N - 1)),
+    )
     assert profile.job_type == "training"  # the loop runs across the handover: one time line
     assert profile.stats[GPU_UTIL].max == loop.max()
     assert profile.stats[FB_USED].max == 200
@@ -145,7 +148,7 @@ def test_an_exporter_restart_changes_labels_not_the_gpu(rng: np.random.Generator
     assert profile.job_type == "training"
     assert profile.period_seconds == pytest.approx(120, rel=0.1)
     assert profile.labels["instance"] == "10.0.0.2:9400"
-    assert profile.pods == (PodShare("ml", "train", 1.0),)
+    assert [(p.pod, p.share) for p in profile.pods] == [("train", 1.0)]
 
 
 def test_a_gpu_that_disappears_and_returns_is_one_profile(rng: np.random.Generator) -> None:
@@ -158,7 +161,7 @@ def test_a_gpu_that_disappears_and_returns_is_one_profile(rng: np.random.Generat
 
     assert profile.job_type == "training"
     assert profile.period_seconds == pytest.approx(120, rel=0.1)
-    assert profile.pods == (PodShare("ml", "train", 1.0),)
+    assert [(p.pod, p.share) for p in profile.pods] == [("train", 1.0)]
 
 
 def test_series_without_a_uuid_join_the_gpu_of_their_index_and_a_new_uuid_is_a_new_gpu() -> None:

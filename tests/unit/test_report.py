@@ -17,6 +17,7 @@ Pods: ml/train-a (GPU 0, T0-10m..T0+2h, busy) 2 GPU-h; ml/idle-c (GPU 0, T0+2h..
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import sqlite3
@@ -27,10 +28,21 @@ from typing import Any
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
+from profiler_app.model import (
+    FB_USED,
+    GPU_UTIL,
+    CycleResult,
+    FieldStats,
+    GpuProfile,
+    PodShare,
+    PodUsage,
+)
+from profiler_app.pods import pod_usage
 from profiler_app.reporting import build_report, report_rows, view_columns
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine, parse_store_url
+from profiler_app.sources.kube_pods import pod_info
+from tests.support.apiserver import pod_manifest
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -294,3 +306,118 @@ def test_help_masks_a_password_from_the_environment(
     assert "postgresql://reader:***@db:5432/gpus" in out
     assert "hun" not in out
     assert "er2" not in out
+
+
+def pod_info_of(namespace: str, name: str, *, phase: str) -> Any:
+    return pod_info(pod_manifest(namespace, name, "node-f", gpus=1, phase=phase, start_time=T0))
+
+
+def waste_history(url: str) -> None:
+    """One hour on node-w at 60 s cycles: GPU 0 idle with no pod; GPU 1 held by a notebook
+    (StatefulSet) with 20 GiB of framebuffer and no compute; GPU 2 held by a PyTorchJob's pod,
+    idle half the time, with no memory of note."""
+    store = TableStore(url)
+    at = T0
+    while at <= T0 + timedelta(hours=1):
+        gpus = [
+            gpu("node-w", "0", "idle", 0.0, 1.0),
+            dataclasses.replace(
+                gpu("node-w", "1", "idle", 1.0, 1.0),
+                stats={
+                    GPU_UTIL: FieldStats(1.0, 1.0, 0.5, 1.0),
+                    FB_USED: FieldStats(20_480.0, 20_480.0, 20_480.0, 0.0),
+                },
+                namespace="lab",
+                pod="notebook-0",
+                owner_kind="StatefulSet",
+                owner_name="notebook",
+            ),
+            dataclasses.replace(
+                gpu("node-w", "2", "bursty", 90.0, 0.5),
+                namespace="ml",
+                pod="llama-worker-0",
+                owner_kind="PyTorchJob",
+                owner_name="llama",
+            ),
+        ]
+        store.publish(CycleResult("node-w", at, 1800.0, gpus, []))
+        at += MINUTE
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
+)
+def test_waste_separates_unclaimed_memory_held_and_allocated_idle_hours(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'waste.db'}"
+    else:
+        url = str(request.getfixturevalue("postgres_server").create_database())
+    waste_history(url)
+
+    status, out, _ = run_cli(
+        capsys,
+        "--store-url",
+        url,
+        "--by",
+        "waste",
+        "--since",
+        "1h",
+        "--until",
+        "2026-01-01T01:00:00Z",
+        "--output",
+        "json",
+    )
+
+    assert status == 0
+    rows = [
+        (
+            row["kind"],
+            row["namespace"],
+            row["owner_kind"],
+            row["owner_name"],
+            row["gpus"],
+            round(row["idle_gpu_hours"], 3),
+        )
+        for row in json.loads(out)
+    ]
+    assert rows == [
+        ("idle-no-pod", None, None, None, 1, 1.0),
+        ("memory-held-compute-idle", "lab", "StatefulSet", "notebook", 1, 1.0),
+        ("allocated-idle", "ml", "PyTorchJob", "llama", 1, 0.5),
+    ]
+    assert view_columns("waste") == list(json.loads(out)[0])
+
+
+def test_a_finished_pod_stays_in_the_pod_report(tmp_path: Path) -> None:
+    """A Job's pod used GPU 0 for 20 minutes and finished (phase Succeeded); its series stay in
+    the window for another 30 minutes with no pod after them. The daemon's path (pod_usage ->
+    store) keeps the pod, its GPU and its 20 minutes, not the 50 its series were visible."""
+    url = f"sqlite:///{tmp_path / 'finished.db'}"
+    store = TableStore(url)
+    started = T0
+    ended = T0 + timedelta(minutes=20)
+    running = pod_info_of("ml", "eval-7", phase="Running")
+    finished = dataclasses.replace(running, phase="Succeeded")
+    at = T0 + MINUTE
+    while at <= T0 + timedelta(minutes=50):
+        share = PodShare("ml", "eval-7", 0.5, started.timestamp(), min(at, ended).timestamp())
+        current = at <= ended
+        profile = dataclasses.replace(
+            gpu("node-f", "0", "training" if current else "idle", 95.0, 0.1),
+            namespace="ml" if current else None,
+            pod="eval-7" if current else None,
+            pods=(share,),
+        )
+        usage = pod_usage([profile], [running if current else finished], {}, "node-f")
+        store.publish(CycleResult("node-f", at, 1800.0, [profile], usage))
+        at += MINUTE
+    store.close()
+
+    [row] = report_rows(report_for(url), "pod")
+
+    assert (row["pod"], row["gpus"]) == ("eval-7", "0")
+    assert row["gpu_hours"] == pytest.approx(20 / 60)
+    assert row["last_seen"] == ended

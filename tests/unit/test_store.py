@@ -61,6 +61,11 @@ def profile(gpu: str, job_type: str = "training", util_max: float = 90.0) -> Gpu
         },
         namespace="ml",
         pod="train-0",
+        confidence=0.8,
+        reasons=("period 12s in util", "owner PyTorchJob"),
+        basis="util-loop",
+        owner_kind="PyTorchJob",
+        owner_name="llama",
     )
 
 
@@ -126,7 +131,7 @@ def test_gpu_windows_are_written_with_their_statistics(store: TableStore, store_
     rows = fetch(
         store_url,
         "SELECT gpu, uuid, job_type, period_seconds, window_seconds, util_max, util_p95, "
-        "util_mean, util_idle_fraction, mem_util_max, fb_used_max_mib, namespace, pod "
+        "util_mean, util_idle_fraction, mem_copy_util_max, fb_used_max_mib, namespace, pod "
         "FROM gpu_window ORDER BY gpu",
     )
     assert [tuple(row) for row in rows] == [
@@ -147,6 +152,13 @@ def test_gpu_windows_are_written_with_their_statistics(store: TableStore, store_
         ),
         ("1", "GPU-1", "idle", None, WINDOW, 1.0, -4.0, 50.0, 0.25, 40.0, 2048.0, "ml", "train-0"),
     ]
+    evidence = fetch(
+        store_url,
+        "SELECT confidence, basis, reasons, owner_kind, owner_name FROM gpu_window WHERE gpu = '0'",
+    )
+    assert [tuple(row) for row in evidence] == [
+        (0.8, "util-loop", "period 12s in util; owner PyTorchJob", "PyTorchJob", "llama")
+    ]
 
 
 def test_missing_statistics_are_stored_as_null(store: TableStore, store_url: str) -> None:
@@ -161,8 +173,10 @@ def test_missing_statistics_are_stored_as_null(store: TableStore, store_url: str
     )
     store.publish(cycle(T0, [bare]))
     assert fetch(
-        store_url, "SELECT util_max, util_idle_fraction, mem_util_max, namespace FROM gpu_window"
-    ) == [(None, None, None, None)]
+        store_url,
+        "SELECT util_max, util_idle_fraction, mem_copy_util_max, namespace, confidence, reasons"
+        " FROM gpu_window",
+    ) == [(None, None, None, None, None, None)]
 
 
 def test_covers_seconds_follow_the_gaps_between_rows(store_url: str) -> None:
@@ -206,8 +220,8 @@ def test_pod_upsert_keeps_the_maximum_of_each_resource(store: TableStore, store_
     store.publish(cycle(T0 + timedelta(minutes=2), [], [pod(gpu_util_max=95.0, cpu_util_max=50.0)]))
     rows = fetch(
         store_url,
-        "SELECT gpu_util_max, cpu_util_max, mem_used_max_bytes, fb_used_max_mib, gpu_mem_util_max, "
-        "gpus, gpu_count FROM pod_usage",
+        "SELECT gpu_util_max, cpu_util_max, mem_used_max_bytes, fb_used_max_mib, "
+        "gpu_mem_copy_util_max, gpus, gpu_count FROM pod_usage",
     )
     assert [tuple(row) for row in rows] == [(95.0, 150.0, 5e9, 9.0, None, "0", 1)]
     engine = engine_for(store_url)
@@ -215,6 +229,57 @@ def test_pod_upsert_keeps_the_maximum_of_each_resource(store: TableStore, store_
         seen = connection.execute(sa.select(PodUsageRow.first_seen, PodUsageRow.last_seen)).one()
     engine.dispose()
     assert tuple(seen) == (T0, T0 + timedelta(minutes=2))
+
+
+def test_a_pod_keeps_its_gpus_when_they_left_the_window_and_its_times_come_from_its_samples(
+    store: TableStore, store_url: str
+) -> None:
+    """A pod whose GPU samples ended at 00:10 is written with its last sample as the end of its
+    life, not the cycle's time; a later cycle that sees it holding no GPU (still running, its
+    series gone) keeps the GPUs it had, so it stays in ``report --by pod``."""
+    ended = T0 + timedelta(minutes=10)
+    store.publish(cycle(T0 + timedelta(minutes=5), [], [pod(owner_kind="Job", owner_name="eval")]))
+    finished = PodUsage("ml", "train-0", "node-a", T0, gpus=("0",), first_seen=T0, last_seen=ended)
+    store.publish(cycle(T0 + timedelta(minutes=20), [], [finished]))
+
+    def seen() -> tuple[datetime, datetime]:
+        engine = engine_for(store_url)
+        with engine.connect() as connection:
+            row = connection.execute(sa.select(PodUsageRow.first_seen, PodUsageRow.last_seen))
+            first, last = row.one()
+        engine.dispose()
+        return first, last
+
+    assert seen() == (T0, ended)
+    store.publish(
+        cycle(T0 + timedelta(minutes=21), [], [PodUsage("ml", "train-0", "node-a", T0, gpus=())])
+    )
+    rows = fetch(store_url, "SELECT gpus, gpu_count, owner_kind, owner_name FROM pod_usage")
+    assert [tuple(row) for row in rows] == [("0", 1, "Job", "eval")]
+    assert seen() == (T0, T0 + timedelta(minutes=21))
+
+
+def test_migration_0003_keeps_memory_copy_values(store_url: str) -> None:
+    """A store written before revision 0003 keeps its memory-copy values under the new names."""
+    config = alembic_config()
+    raw = create_store_engine(parse_store_url(store_url), create_file=True)
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        connection.execute(
+            sa.text(
+                "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, window_seconds,"
+                " covers_seconds, mem_util_max) VALUES (:at, 'n', '0', 'u', 'idle', 60, 60, 42)"
+            ),
+            {"at": T0.replace(tzinfo=None)},
+        )
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    with raw.connect() as connection:
+        rows = connection.execute(sa.text("SELECT mem_copy_util_max, confidence FROM gpu_window"))
+        assert [tuple(row) for row in rows] == [(42.0, None)]
+    raw.dispose()
 
 
 def test_pods_are_keyed_by_start_time_and_unknown_start_is_one_row(

@@ -16,6 +16,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # PostgreSQL's unique keys treat NULLs as distinct, so an unknown pod start time would never
 # conflict and every cycle would add a row; the epoch stands in for "unknown" instead.
 UNKNOWN_START_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+# Reasons are stored joined by "; " and cut to this length (a handful of short reasons fit).
+REASONS_LENGTH = 512
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -80,10 +82,16 @@ class GpuWindow(Base):
     util_p95: Mapped[float | None] = mapped_column(Float)
     util_mean: Mapped[float | None] = mapped_column(Float)
     util_idle_fraction: Mapped[float | None] = mapped_column(Float)
-    mem_util_max: Mapped[float | None] = mapped_column(Float)
+    mem_copy_util_max: Mapped[float | None] = mapped_column(Float)  # memory bandwidth, percent
     fb_used_max_mib: Mapped[float | None] = mapped_column(Float)
     namespace: Mapped[str | None] = mapped_column(String(253))
     pod: Mapped[str | None] = mapped_column(String(253))
+    # Revision 0003: how sure the classifier was and why, and the pod's workload.
+    confidence: Mapped[float | None] = mapped_column(Float)
+    basis: Mapped[str | None] = mapped_column(String(16))
+    reasons: Mapped[str | None] = mapped_column(String(REASONS_LENGTH))
+    owner_kind: Mapped[str | None] = mapped_column(String(63))
+    owner_name: Mapped[str | None] = mapped_column(String(253))
 
     __table_args__ = (
         # The report filters on time (optionally node) and walks each GPU's rows in time order.
@@ -104,11 +112,13 @@ class PodUsage(Base):
     gpus: Mapped[str] = mapped_column(String(256))  # comma-separated GPU indices
     gpu_count: Mapped[int] = mapped_column(Integer)
     gpu_util_max: Mapped[float | None] = mapped_column(Float)
-    gpu_mem_util_max: Mapped[float | None] = mapped_column(Float)
+    gpu_mem_copy_util_max: Mapped[float | None] = mapped_column(Float)
     fb_used_max_mib: Mapped[float | None] = mapped_column(Float)
     cpu_util_max: Mapped[float | None] = mapped_column(Float)
     mem_used_max_bytes: Mapped[float | None] = mapped_column(Float)
     first_seen: Mapped[datetime] = mapped_column(UtcDateTime())
     last_seen: Mapped[datetime] = mapped_column(UtcDateTime())
+    owner_kind: Mapped[str | None] = mapped_column(String(63))  # revision 0003
+    owner_name: Mapped[str | None] = mapped_column(String(253))
 
     __table_args__ = (Index(None, "last_seen"),)

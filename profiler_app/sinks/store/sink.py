@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from alembic.util import CommandError
-from sqlalchemy import ColumnElement, Connection, func, insert, select
+from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -24,13 +24,18 @@ from profiler_app.sinks.store.engine import (
     sqlite_path,
     upgrade_to_head,
 )
-from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
+from profiler_app.sinks.store.models import (
+    REASONS_LENGTH,
+    UNKNOWN_START_TIME,
+    GpuWindow,
+    PodUsage,
+)
 
 log = logging.getLogger(__name__)
 
 _PEAK_COLUMNS = (
     "gpu_util_max",
-    "gpu_mem_util_max",
+    "gpu_mem_copy_util_max",
     "fb_used_max_mib",
     "cpu_util_max",
     "mem_used_max_bytes",
@@ -51,8 +56,8 @@ class TableStore:
         parsed = parse_store_url(url)
         self.url = display_url(parsed)
         self._engine = create_store_engine(parsed, create_file=True)
-        # Last row time per (node, gpu), loaded from the store once per node.
-        self._last_at: dict[str, dict[str, datetime]] = {}
+        # Last row time per node and GPU (index and UUID), loaded from the store once per node.
+        self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
         self._migrated = False
         try:
             self._migrate()
@@ -75,7 +80,7 @@ class TableStore:
         # Only a committed cycle moves the covered-time bookkeeping forward.
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
-            node_last[profile.gpu] = result.at
+            node_last[profile.gpu, profile.uuid] = result.at
 
     def close(self) -> None:
         self._engine.dispose()
@@ -92,22 +97,26 @@ class TableStore:
             raise StoreError(f"store {self.url}: {describe_error(error)}") from error
         self._migrated = True
 
-    def _load_last_at(self, connection: Connection, node: str) -> dict[str, datetime]:
+    def _load_last_at(self, connection: Connection, node: str) -> dict[tuple[str, str], datetime]:
         cached = self._last_at.get(node)
         if cached is not None:
             return dict(cached)
         rows = connection.execute(
-            select(GpuWindow.gpu, func.max(GpuWindow.at))
+            select(GpuWindow.gpu, GpuWindow.uuid, func.max(GpuWindow.at))
             .where(GpuWindow.node == node)
-            .group_by(GpuWindow.gpu)
+            .group_by(GpuWindow.gpu, GpuWindow.uuid)
         )
-        return {gpu: at for gpu, at in rows if at is not None}
+        return {(gpu, uuid): at for gpu, uuid, at in rows if at is not None}
 
     def _insert_gpu_windows(
-        self, connection: Connection, result: CycleResult, last_at: dict[str, datetime]
+        self,
+        connection: Connection,
+        result: CycleResult,
+        last_at: dict[tuple[str, str], datetime],
     ) -> None:
         rows = [
-            _gpu_window_row(result, profile, last_at.get(profile.gpu)) for profile in result.gpus
+            _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
+            for profile in result.gpus
         ]
         if rows:
             connection.execute(insert(GpuWindow), rows)
@@ -129,8 +138,13 @@ class TableStore:
         }
         updates["first_seen"] = _smaller(dialect, table.first_seen, excluded.first_seen)
         updates["last_seen"] = _larger(dialect, table.last_seen, excluded.last_seen)
-        updates["gpus"] = excluded.gpus
-        updates["gpu_count"] = excluded.gpu_count
+        # A pod seen without GPUs this cycle (it holds them but they left the window) keeps the
+        # GPUs it was seen with: a finished pod stays in the report with its GPU-hours.
+        has_gpus = excluded.gpu_count > 0
+        updates["gpus"] = case((has_gpus, excluded.gpus), else_=table.gpus)
+        updates["gpu_count"] = case((has_gpus, excluded.gpu_count), else_=table.gpu_count)
+        for column in ("owner_kind", "owner_name"):
+            updates[column] = func.coalesce(excluded[column], table[column])
         connection.execute(
             statement.on_conflict_do_update(index_elements=list(_POD_KEY), set_=updates), rows
         )
@@ -157,10 +171,15 @@ def _gpu_window_row(
         "util_p95": _finite(field_stat(profile, GPU_UTIL, "p95")),
         "util_mean": _finite(field_stat(profile, GPU_UTIL, "mean")),
         "util_idle_fraction": _finite(field_stat(profile, GPU_UTIL, "idle_fraction")),
-        "mem_util_max": _finite(field_stat(profile, MEM_COPY_UTIL)),
+        "mem_copy_util_max": _finite(field_stat(profile, MEM_COPY_UTIL)),
         "fb_used_max_mib": _finite(field_stat(profile, FB_USED)),
         "namespace": profile.namespace,
         "pod": profile.pod,
+        "confidence": profile.confidence,
+        "basis": profile.basis,
+        "reasons": "; ".join(profile.reasons)[:REASONS_LENGTH] or None,
+        "owner_kind": profile.owner_kind,
+        "owner_name": profile.owner_name,
     }
 
 
@@ -173,12 +192,15 @@ def _pod_row(pod: PodUsageResult, at: datetime) -> dict[str, Any]:
         "gpus": ",".join(pod.gpus),
         "gpu_count": len(pod.gpus),
         "gpu_util_max": _finite(pod.gpu_util_max),
-        "gpu_mem_util_max": _finite(pod.gpu_mem_copy_util_max),
+        "gpu_mem_copy_util_max": _finite(pod.gpu_mem_copy_util_max),
         "fb_used_max_mib": _finite(pod.fb_used_max_mib),
         "cpu_util_max": _finite(pod.cpu_util_max),
         "mem_used_max_bytes": _finite(pod.mem_used_max_bytes),
-        "first_seen": at,
-        "last_seen": at,
+        # Its GPUs' samples tell when the pod was seen; a pod without samples, now.
+        "first_seen": min(pod.first_seen or at, at),
+        "last_seen": min(pod.last_seen or at, at),
+        "owner_kind": pod.owner_kind,
+        "owner_name": pod.owner_name,
     }
 
 
