@@ -49,7 +49,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 NODE_PATH = "/api/v1/nodes/{name}"
 POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 # Kubernetes rejects objects whose annotations exceed 256 KiB in total, ours included with
-# everyone else's. Our share stays far below: at most MAX_GPUS x 5 keys, checked against a budget.
+# everyone else's. Our share stays far below: at most MAX_GPUS x 7 keys, checked against a budget.
 MAX_GPUS = 64
 ANNOTATION_BUDGET_BYTES = 32 * 1024
 JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
@@ -60,6 +60,11 @@ JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
     "fb-used-max-mib",
 )
 PROFILED_AT = "profiled-at"
+# Why the job type: confidence (0-1, 2 decimals) and the reasons, joined by "; " and cut at a
+# reason boundary to REASONS_MAX_CHARS; left out for every GPU when they would take the node
+# past ANNOTATION_BUDGET_BYTES.
+CONFIDENCE, REASONS = "confidence", "reasons"
+REASONS_MAX_CHARS = 160
 POD_GPU_UTIL_MAX, POD_GPU_MEM_COPY_UTIL_MAX, POD_CPU_UTIL_MAX, POD_MEM_USED_MAX = (
     "gpu-util-max",
     "gpu-mem-copy-util-max",
@@ -89,6 +94,7 @@ _MIB = Tolerance(absolute=64.0, relative=0.01)
 # docs/annotations.md. Names not listed (job-type, profiled-at) change on any difference.
 TOLERANCES: dict[str, Tolerance] = {
     PERIOD: Tolerance(relative=0.02),
+    CONFIDENCE: Tolerance(absolute=0.05),
     UTIL_MAX: _PERCENT,
     MEM_COPY_UTIL_MAX: _PERCENT,
     FB_USED_MAX: _MIB,
@@ -98,6 +104,7 @@ TOLERANCES: dict[str, Tolerance] = {
     POD_MEM_USED_MAX: _MIB,
 }
 
+_NUMBER = re.compile(r"\d+(\.\d+)?")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GPU_INDEX = re.compile(r"^[A-Za-z0-9]+$")
 _NODE_GPU_KEY_NAME = re.compile(r"^gpu-[A-Za-z0-9]+-(.+)$")
@@ -125,9 +132,20 @@ def _rfc3339(moment: datetime) -> str:
     return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _reasons(reasons: tuple[str, ...]) -> str | None:
+    """Reasons joined by "; ", as many whole ones as fit in ``REASONS_MAX_CHARS``."""
+    kept: list[str] = []
+    for reason in reasons:
+        if len("; ".join([*kept, reason])) > REASONS_MAX_CHARS:
+            break
+        kept.append(reason)
+    return "; ".join(kept) or None
+
+
 def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS) -> Annotations:
     """The node annotations ``result`` calls for, values rounded so noise does not churn them."""
     annotations = {f"{domain}/{PROFILED_AT}": _rfc3339(result.at)}
+    reasons: Annotations = {}
     profiles = sorted(
         (p for p in result.gpus if _GPU_INDEX.match(p.gpu)),
         key=lambda p: (len(p.gpu), p.gpu),
@@ -144,8 +162,15 @@ def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS)
             UTIL_MAX: _whole(field_stat(profile, GPU_UTIL)),
             MEM_COPY_UTIL_MAX: _whole(field_stat(profile, MEM_COPY_UTIL)),
             FB_USED_MAX: _whole(field_stat(profile, FB_USED)),
+            CONFIDENCE: None if profile.confidence is None else f"{profile.confidence:.2f}",
         }
         annotations.update({prefix + name: value for name, value in values.items() if value})
+        if text := _reasons(profile.reasons):
+            reasons[prefix + REASONS] = text
+    if annotation_bytes(annotations) + annotation_bytes(reasons) <= ANNOTATION_BUDGET_BYTES:
+        annotations.update(reasons)
+    elif reasons:
+        log.warning("leaving out the GPUs' reasons: they would exceed the annotation budget")
     return annotations
 
 
@@ -188,6 +213,9 @@ def significant(key: str, written: str | None, current: str | None) -> bool:
     """
     if written == current:
         return False
+    if written is not None and current is not None and key.endswith(f"-{REASONS}"):
+        # The numbers in reasons move a little every cycle; new evidence changes the words.
+        return _NUMBER.sub("#", written) != _NUMBER.sub("#", current)
     tolerance = _tolerance(key)
     if tolerance is None or written is None or current is None:
         return True
@@ -253,7 +281,8 @@ class KubernetesSink:
         self._backoff = _Backoff(backoff_initial, backoff_max, clock)
         self._owned_node_key = re.compile(
             rf"^{re.escape(domain)}/(gpu-[A-Za-z0-9]+-({JOB_TYPE}|{PERIOD}|{UTIL_MAX}|"
-            rf"{MEM_COPY_UTIL_MAX}|{FB_USED_MAX}|{'|'.join(LEGACY_NODE_NAMES)})|{PROFILED_AT})$"
+            rf"{MEM_COPY_UTIL_MAX}|{FB_USED_MAX}|{CONFIDENCE}|{REASONS}|"
+            rf"{'|'.join(LEGACY_NODE_NAMES)})|{PROFILED_AT})$"
         )
         self._node_known: Annotations | None = None  # our keys as on the server; None: unknown
         self._node_written_at: float | None = None

@@ -21,13 +21,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from profiler_app.analysis.basis import JobType
+from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.errors import UserError
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile
 
 log = logging.getLogger(__name__)
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
+# What a verdict rests on: a bounded set of label values, where the free-text reasons would not be.
+BASES = tuple(basis.label for basis in Basis)
 GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
 ERROR_KINDS = ("source", "kubernetes", "store", "metrics", "terminal", "analysis", "cycle")
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -68,11 +70,16 @@ class _GpuCollector(Collector):
         families = self._families()
         if result is None:
             return families
-        job_type, period, util_max, util_p95, idle = families
+        job_type, period, util_max, util_p95, idle, confidence, basis = families
         for profile in result.gpus:
             labels = _gpu_label_values(profile, result.node)
             for name in JOB_TYPES:
                 job_type.add_metric([*labels, name], 1.0 if name == profile.job_type else 0.0)
+            if _finite(profile.confidence):
+                confidence.add_metric(labels, float(profile.confidence or 0.0))
+            if profile.basis is not None:
+                for name in BASES:
+                    basis.add_metric([*labels, name], 1.0 if name == profile.basis else 0.0)
             if profile.job_type == "training" and _finite(profile.period_seconds):
                 period.add_metric(labels, float(profile.period_seconds or 0.0))
             stats = profile.stats.get(GPU_UTIL)
@@ -116,6 +123,17 @@ class _GpuCollector(Collector):
                 "gpu_profiler_gpu_idle_seconds",
                 "Seconds the GPU was idle within the window.",
                 labels=labels,
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_confidence",
+                "How sure the classifier is of the job type, 0-1 (a heuristic score).",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_basis",
+                "What the job type rests on: 1 for the current basis (idle, util-loop, "
+                "signal-loop, waiting, sibling, prior, bursty, steady), 0 for the others.",
+                labels=[*labels, "basis"],
             ),
         ]
 

@@ -84,7 +84,9 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
     table.add_column("util p95", justify="right")
     table.add_column("mem copy", justify="right")
     table.add_column("FB used", justify="right")
+    table.add_column("conf", justify="right")
     table.add_column("pod")
+    table.add_column("why")
     for profile in result.gpus:
         table.add_row(
             profile.gpu,
@@ -94,7 +96,9 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
             _number(field_stat(profile, GPU_UTIL, "p95"), "%"),
             _number(field_stat(profile, MEM_COPY_UTIL, "max"), "%"),
             _fb_used(profile),
+            _number(profile.confidence, digits=2),
             _pod(profile),
+            "; ".join(profile.reasons) or "-",
         )
     lines: list[Table | Text] = [table] if result.gpus else []
     if not result.gpus:
@@ -114,6 +118,8 @@ def summary_lines(result: CycleResult) -> list[str]:
         + f" p95 {_number(field_stat(p, GPU_UTIL, 'p95'), '%')}"
         + f" mem copy {_number(field_stat(p, MEM_COPY_UTIL, 'max'), '%')}"
         + f" fb {_fb_used(p)} pod {_pod(p)}"
+        + f" confidence {_number(p.confidence, digits=2)}"
+        + (f" ({'; '.join(p.reasons)})" if p.reasons else "")
         for p in result.gpus
     ]
     lines.append(f"host {host_line(result.host)}")

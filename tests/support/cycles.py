@@ -15,6 +15,12 @@ from profiler_app.model import (
 )
 
 AT = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+REASONS = {
+    "training": ("period 12s in util", "owner PyTorchJob"),
+    "idle": ("util idle 100% of samples",),
+    "bursty": ("util idle 60% of samples", "no loop"),
+    "inference": ("util idle 0% of samples", "no loop"),
+}
 
 
 def gpu_profile(
@@ -28,8 +34,11 @@ def gpu_profile(
     namespace: str | None = None,
     pod: str | None = None,
     hostname: str = "node-a",
+    confidence: float | None = 0.9,
+    reasons: tuple[str, ...] | None = None,
 ) -> GpuProfile:
-    """A profile with GPU_UTIL stats ``util`` = (max, p95, mean, idle fraction)."""
+    """A profile with GPU_UTIL stats ``util`` = (max, p95, mean, idle fraction); its reasons
+    default to typical ones for its job type."""
     return GpuProfile(
         gpu=gpu,
         uuid=f"GPU-{gpu}-0000",
@@ -43,6 +52,9 @@ def gpu_profile(
         },
         namespace=namespace,
         pod=pod,
+        confidence=confidence,
+        reasons=REASONS.get(job_type, ()) if reasons is None else reasons,
+        basis={"training": "util-loop", "idle": "idle"}.get(job_type, "steady"),
     )
 
 
@@ -53,8 +65,21 @@ def sample_cycle(node: str = "node-a") -> CycleResult:
         at=AT,
         window_seconds=1800.0,
         gpus=[
-            gpu_profile("0", "training", period=12.5, namespace="ml", pod="trainer-0"),
-            gpu_profile("1", "idle", util=(0.0, 0.0, 0.0, 1.0), mem_util_max=0, fb_used_max=0),
+            gpu_profile(
+                "0",
+                "training",
+                period=12.5,
+                namespace="ml",
+                pod="trainer-0",
+            ),
+            gpu_profile(
+                "1",
+                "idle",
+                util=(0.0, 0.0, 0.0, 1.0),
+                mem_util_max=0,
+                fb_used_max=0,
+                confidence=0.95,
+            ),
         ],
         pods=[
             PodUsage(

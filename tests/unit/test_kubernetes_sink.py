@@ -115,10 +115,14 @@ def test_first_cycle_reads_node_once_and_writes_one_strategic_merge_patch(
         f"{D}/gpu-0-util-max": "90",
         f"{D}/gpu-0-mem-copy-util-max": "40",
         f"{D}/gpu-0-fb-used-max-mib": "30000",
+        f"{D}/gpu-0-confidence": "0.90",
+        f"{D}/gpu-0-reasons": "period 12s in util; owner PyTorchJob",
         f"{D}/gpu-1-job-type": "idle",
         f"{D}/gpu-1-util-max": "0",
         f"{D}/gpu-1-mem-copy-util-max": "0",
         f"{D}/gpu-1-fb-used-max-mib": "0",
+        f"{D}/gpu-1-confidence": "0.95",
+        f"{D}/gpu-1-reasons": "util idle 100% of samples",
     }
 
 
@@ -165,6 +169,58 @@ def test_memory_copy_keys_of_earlier_versions_are_removed(
     assert pod[f"{D}/gpu-mem-copy-util-max"] == "40"
 
 
+def test_confidence_and_reasons_change_only_with_new_evidence(
+    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+) -> None:
+    """Numbers inside the reasons and small confidence moves cost nothing; other words do."""
+    result = published_baseline(sink, apiserver)
+    training = result.gpus[0]
+
+    wobble = dataclasses.replace(
+        training, confidence=0.93, reasons=("period 13s in util", "owner PyTorchJob")
+    )
+    clock.advance(30)
+    sink.publish(at_offset(dataclasses.replace(result, gpus=[wobble, result.gpus[1]]), 30))
+    assert apiserver.requests() == []
+
+    news = dataclasses.replace(
+        wobble, reasons=("period 13s in power", "no loop in util", "owner PyTorchJob")
+    )
+    clock.advance(30)
+    sink.publish(at_offset(dataclasses.replace(result, gpus=[news, result.gpus[1]]), 60))
+    (patch,) = apiserver.requests()
+    annotations = patch.json()["metadata"]["annotations"]
+    assert (
+        annotations[f"{D}/gpu-0-reasons"]
+        == "period 13s in power; no loop in util; owner PyTorchJob"
+    )
+    assert annotations[f"{D}/gpu-0-confidence"] == "0.93"  # brought along with the change
+
+
+def test_reasons_are_cut_at_a_reason_and_left_out_beyond_the_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wordy = tuple(f"reason number {n} with some words" for n in range(20))
+    result = dataclasses.replace(
+        sample_cycle(NODE), gpus=[gpu_profile("0", "training", reasons=wordy)]
+    )
+    reasons = node_annotations(result, D)[f"{D}/gpu-0-reasons"]
+    assert len(reasons) <= 160
+    assert reasons.endswith("with some words")
+    many = dataclasses.replace(
+        result,
+        gpus=[gpu_profile(str(n), "training", reasons=wordy) for n in range(MAX_GPUS)],
+    )
+    assert any(key.endswith("-reasons") for key in node_annotations(many, D))
+    # With a long annotation domain, 64 GPUs' reasons would take the node past the budget.
+    long_domain = "gpu-profiler.platform-team.example.internal.corp.example.com"
+    annotations = node_annotations(many, long_domain)
+    assert annotation_bytes(annotations) <= ANNOTATION_BUDGET_BYTES
+    assert not any(key.endswith("-reasons") for key in annotations)
+    assert f"{long_domain}/gpu-63-confidence" in annotations
+    assert "leaving out the GPUs' reasons" in caplog.text
+
+
 def test_unchanged_cycle_costs_zero_requests(
     apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
 ) -> None:
@@ -202,6 +258,8 @@ def test_change_sends_one_patch_with_only_the_changed_keys(
         f"{D}/gpu-1-util-max": "55",
         f"{D}/gpu-1-mem-copy-util-max": "40",
         f"{D}/gpu-1-fb-used-max-mib": "30000",
+        f"{D}/gpu-1-confidence": "0.90",
+        f"{D}/gpu-1-reasons": "util idle 0% of samples; no loop",
         f"{D}/profiled-at": "2026-11-22T04:00:30Z",
     }
 
@@ -222,6 +280,8 @@ def test_keys_of_vanished_gpus_and_stale_period_are_removed_with_null(
         f"{D}/gpu-1-util-max",
         f"{D}/gpu-1-mem-copy-util-max",
         f"{D}/gpu-1-fb-used-max-mib",
+        f"{D}/gpu-1-confidence",
+        f"{D}/gpu-1-reasons",
     }
     written = on_node(apiserver)
     assert not any(key.startswith(f"{D}/gpu-1-") for key in written)
@@ -545,7 +605,15 @@ def test_job_type_change_is_written_even_with_equal_numbers(
 ) -> None:
     result = published_baseline(sink, apiserver)
 
-    bursty = gpu_profile("1", "bursty", util=(0.0, 0.0, 0.0, 1.0), mem_util_max=0, fb_used_max=0)
+    bursty = gpu_profile(
+        "1",
+        "bursty",
+        util=(0.0, 0.0, 0.0, 1.0),
+        mem_util_max=0,
+        fb_used_max=0,
+        confidence=0.95,
+        reasons=result.gpus[1].reasons,
+    )
     run_cycles(sink, clock, [dataclasses.replace(result, gpus=[result.gpus[0], bursty])])
 
     (patch,) = apiserver.requests()

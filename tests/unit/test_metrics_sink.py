@@ -11,7 +11,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_app.errors import UserError
-from profiler_app.sinks.metrics import Heartbeat, MetricsSink
+from profiler_app.sinks.metrics import BASES, Heartbeat, MetricsSink
 from tests.support.cycles import sample_cycle
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -74,6 +74,15 @@ def test_gpu_metrics_of_the_latest_cycle(served: tuple[MetricsSink, str]) -> Non
     assert samples["gpu_profiler_gpu_utilization_p95_percent", gpu_labels("0")] == 85.0
     assert samples["gpu_profiler_gpu_idle_seconds", gpu_labels("0")] == pytest.approx(180.0)
     assert samples["gpu_profiler_gpu_idle_seconds", gpu_labels("1")] == 1800.0
+    assert samples["gpu_profiler_gpu_confidence", gpu_labels("0")] == 0.9
+    assert samples["gpu_profiler_gpu_confidence", gpu_labels("1")] == 0.95
+    bases = {
+        dict(labels)["basis"]: value
+        for (name, labels), value in samples.items()
+        if name == "gpu_profiler_gpu_basis" and ("gpu", "0") in labels
+    }
+    assert bases == dict.fromkeys(BASES, 0.0) | {"util-loop": 1.0}
+    assert len(BASES) == 8  # a bounded label: never the free-text reasons
 
 
 def test_series_of_a_vanished_gpu_are_removed(served: tuple[MetricsSink, str]) -> None:

@@ -37,6 +37,19 @@ def test_table_shows_each_gpu_and_the_host() -> None:
     assert "mem 40%  disk 71%" in output
 
 
+def test_table_and_log_lines_say_how_sure_and_why() -> None:
+    output = text_of(render(sample_cycle()), width=200)
+    header = next(line for line in output.splitlines() if "job type" in line)
+    assert "conf" in header
+    assert "why" in header
+    gpu0 = next(line for line in output.splitlines() if "training" in line)
+    assert "0.90" in gpu0
+    assert "period 12s in util; owner PyTorchJob" in gpu0
+    assert summary_lines(sample_cycle())[0].endswith(
+        "confidence 0.90 (period 12s in util; owner PyTorchJob)"
+    )
+
+
 def test_no_gpus_shows_the_notice_and_the_host() -> None:
     cycle = replace(sample_cycle(), gpus=[], pods=[])
     output = text_of(render(cycle, "no NVIDIA driver found: NVML Shared Library Not Found"))
