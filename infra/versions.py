@@ -38,6 +38,9 @@ PROMETHEUS_ADAPTER = HelmChart(
     version="5.3.0",
 )
 
+# Every chart the stacks install, for `python -m infra.render --pull-charts`.
+PINNED_CHARTS = (NVIDIA_DEVICE_PLUGIN, KUBE_PROMETHEUS_STACK, DCGM_EXPORTER, PROMETHEUS_ADAPTER)
+
 # dcgm-exporter's image for chart 4.8.2 (DCGM 4.5.3); the chart's own default, pinned explicitly.
 DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
 

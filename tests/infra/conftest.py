@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.pulumi_harness import ProgramRun, run_stack
+from infra.render.program import ProgramRun, run_stack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EKS_STACK = REPO_ROOT / "stacks" / "eks"

@@ -15,7 +15,7 @@ import pytest
 from infra import versions
 from tests.infra.chart_keys import load_inventory, unknown_keys
 from tests.infra.conftest import EKS_STACK
-from tests.infra.pulumi_harness import ProgramRun, run_stack
+from infra.render.program import ProgramRun, run_stack
 
 INVENTORIES = Path(__file__).parent / "chart_values"
 GRAFANA_SUBCHART = "grafana-12.11.1"  # the version kube-prometheus-stack 88.5.3 depends on

@@ -1,6 +1,6 @@
 """stacks/eks under Pulumi mocks: network, EKS cluster, node groups, outputs.
 
-Test double: Pulumi's mock engine (see tests/infra/pulumi_harness.py) instead of AWS.
+Test double: Pulumi's mock engine (see infra/render/program.py) instead of AWS.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from infra.eks import NODE_POLICIES, GpuEksClusterArgs, GpuNodeGroupArgs
 from tests.infra.conftest import EKS_STACK
-from tests.infra.pulumi_harness import FAKE_KUBECONFIG, ProgramRun, run_stack
+from infra.render.program import FAKE_KUBECONFIG, ProgramRun, run_stack
 
 NODE_GROUP = "eks:index:ManagedNodeGroup"
 

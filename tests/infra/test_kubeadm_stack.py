@@ -15,7 +15,7 @@ import pytest
 from infra import ansible_run
 from infra.kubeadm import KubeadmClusterArgs, gpu_node_names, tree_digest
 from tests.infra.conftest import KUBEADM_STACK, REPO_ROOT
-from tests.infra.pulumi_harness import (
+from infra.render.program import (
     FAKE_KUBECONFIG,
     ProgramRun,
     Recorded,
@@ -163,7 +163,7 @@ def test_inventory_folder_is_hashed_whole(tmp_path: Path) -> None:
 
 def test_no_node_is_patched_without_gpu_node_names(kubeadm_run: ProgramRun) -> None:
     """The playbooks label and taint the gpu_nodes hosts: gpuNodeNames is optional."""
-    assert "gpu-cluster-kubeadm:gpuNodeNames" not in stack_config(KUBEADM_STACK, "dev")[1]
+    assert "gpu-cluster-kubeadm:gpuNodeNames" not in stack_config(KUBEADM_STACK)[1]
     assert kubeadm_run.of_type("kubernetes:core/v1:NodePatch") == []
 
 

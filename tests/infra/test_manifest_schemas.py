@@ -20,7 +20,7 @@ import pytest
 
 from infra import versions
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
-from tests.infra.pulumi_harness import ProgramRun, run_stack
+from infra.render.program import ProgramRun, run_stack
 
 SCHEMAS = Path(__file__).parent / "schemas"
 CRD_SCHEMAS = {

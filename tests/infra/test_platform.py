@@ -13,7 +13,7 @@ import yaml
 
 from infra import monitoring, versions
 from tests.infra.conftest import EKS_STACK
-from tests.infra.pulumi_harness import FAKE_PASSWORD, ProgramRun, run_stack
+from infra.render.program import FAKE_PASSWORD, ProgramRun, run_stack
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 GPU_SELECTOR = {"nvidia.com/gpu.present": "true"}

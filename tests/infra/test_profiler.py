@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.infra.conftest import EKS_STACK, REPO_ROOT
-from tests.infra.pulumi_harness import ProgramRun, run_stack
+from infra.render.program import ProgramRun, run_stack
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
 
