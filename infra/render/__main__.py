@@ -27,6 +27,7 @@ import yaml
 if TYPE_CHECKING:
     from infra.render.graph import ObjectGraph
 
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: CRDs are large
 MARKER = ".gpu-cluster-render"  # marks a folder this command wrote, and may therefore replace
 REDACTED = "<redacted: pulumi up sets it from the stack's secret config>"
 UNSAFE_FILE_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -119,7 +120,7 @@ def write_folder(folder: Path, files: list[tuple[str, dict[str, Any]]]) -> None:
     for relative, manifest in files:
         path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        path.write_text(yaml.dump(manifest, Dumper=DUMPER, sort_keys=False))
 
 
 def _checked(graph: ObjectGraph, assumed_namespaces: frozenset[str]) -> int:
@@ -187,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_folder(args.out, files)
             print(f"wrote {len(files)} objects to {args.out}", file=sys.stderr)
         elif not args.check:
-            yaml.safe_dump_all((manifest for _, manifest in files), sys.stdout, sort_keys=False)
+            stream = (manifest for _, manifest in files)
+            yaml.dump_all(stream, sys.stdout, Dumper=DUMPER, sort_keys=False)
     except BrokenPipeError:  # stdout piped into `head`
         sys.stderr.close()
         return 0

@@ -182,6 +182,67 @@ def chart_crds(path: Path) -> list[dict[str, Any]]:
     return [doc for crd in _load(path).crds for doc in _documents(crd["data"])]
 
 
+# Mappings whose keys are the user's own (labels, selectors), whatever the chart's default.
+FREE_FORM_KEYS = frozenset(
+    {"nodeSelector", "labels", "annotations", "podLabels", "podAnnotations", "additionalLabels"}
+)
+# Keys a chart reads that its values.yaml documents only in comments.
+COMMENTED_KEYS = {
+    # templates/metrics-configmap.yaml: `{{- if .Values.customMetrics }}`.
+    "dcgm-exporter": frozenset({"customMetrics"}),
+    # charts/grafana/templates/ingress.yaml: `{{- if .Values.ingress.ingressClassName }}`.
+    "kube-prometheus-stack": frozenset({"grafana.ingress.ingressClassName"}),
+}
+
+
+def _with_nulls(merged: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``merged`` plus the keys that coalescing dropped because values.yaml sets them to null."""
+    result = dict(merged)
+    for key, value in raw.items():
+        if key not in result:
+            result[key] = value
+        elif isinstance(value, dict) and isinstance(result[key], dict):
+            result[key] = _with_nulls(result[key], value)
+    return result
+
+
+def chart_defaults(path: Path) -> dict[str, Any]:
+    """The values an install starts from: the chart's and its subcharts' values.yaml, coalesced
+    (keys documented as null included)."""
+    chart = _load(path)
+    return _with_nulls(chart.merge_values({}), chart.values)
+
+
+def unknown_keys(
+    values: Mapping[str, Any], defaults: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
+    """Key paths of ``values`` that the chart's defaults lack: Helm would silently ignore them."""
+    unknown = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in defaults:
+            unknown.append(path)
+            continue
+        default = defaults[key]
+        if (
+            isinstance(value, dict)
+            and isinstance(default, dict)
+            and default
+            and key not in FREE_FORM_KEYS
+        ):
+            unknown.extend(unknown_keys(value, default, path))
+        elif isinstance(value, dict) and default is not None and not isinstance(default, dict):
+            unknown.append(f"{path} (a mapping where the chart has a {type(default).__name__})")
+    return unknown
+
+
+def ignored_values(path: Path, values: Mapping[str, Any]) -> list[str]:
+    """The keys of ``values`` that the chart at ``path`` has no use for."""
+    chart = _load(path).name
+    allowed = COMMENTED_KEYS.get(chart, frozenset())
+    return [key for key in unknown_keys(values, chart_defaults(path)) if key not in allowed]
+
+
 def render(
     chart: Path,
     values: Mapping[str, Any],

@@ -2,6 +2,7 @@
 
 Each check returns findings, one line each, naming the object and what to fix; none means pass.
 
+- ``values``: every value a release passes is one its chart has (Helm ignores the others);
 - ``schema``: every object valid for the cluster (see validity.py);
 - ``namespaces``: every namespaced object in a namespace that exists or that the stack creates;
 - ``monitoring``: every ServiceMonitor, PodMonitor and PrometheusRule selected by a Prometheus;
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.gpu import GPU_NODE_LABEL_KEY
+from infra.render.charts import ignored_values
 from infra.render.graph import K8sObject, ObjectGraph
 from infra.render.validity import invalid_objects
 from infra.scheduling import PodPlacement, fitting_pools, label_selector_matches, misfit
@@ -332,15 +334,19 @@ def _handed_strings(obj: K8sObject) -> Iterator[tuple[str, str]]:
 def _resolve(
     host: str, port: int, namespaces: set[str], all_services: list[dict[str, Any]]
 ) -> str | None:
-    """Why ``host:port`` is not a Service port, or None; hosts outside the cluster are skipped."""
-    labels = host.rstrip(".").removesuffix(".cluster.local").removesuffix(".svc").split(".")
-    if len(labels) != 2 or labels[1] not in namespaces:
-        return (
-            None
-            if not host.endswith((".svc", ".svc.cluster.local"))
-            else f"{host}: not <service>.<namespace>"
-        )
+    """Why ``host:port`` is not a Service port, or None.
+
+    In-cluster names are ``<service>.<namespace>[.svc[.cluster.local]]``; other hosts (a bare
+    name, or one whose second label is no namespace of the cluster) are taken as external.
+    """
+    bare = host.rstrip(".").removesuffix(".cluster.local").removesuffix(".svc")
+    service_domain = bare != host.rstrip(".")
+    labels = bare.split(".")
+    if len(labels) != 2:
+        return "not <service>.<namespace>.svc" if service_domain else None
     name, namespace = labels
+    if namespace not in namespaces:
+        return f"namespace {namespace} does not exist" if service_domain else None
     service = next(
         (
             s
@@ -495,7 +501,7 @@ def scheduling_findings(graph: ObjectGraph) -> list[str]:
                 f"{p.name}: {misfit(placement, p) or 'no nodes (desired size 0)'}" for p in pools
             )
             findings.append(f"{workload.owner}: fits no node pool with nodes ({reasons})")
-        elif workload.every_node and placement.node_selector.get(GPU_NODE_LABEL_KEY):
+        elif not opt_in and workload.every_node and placement.node_selector.get(GPU_NODE_LABEL_KEY):
             for pool in gpu_pools:
                 reason = misfit(placement, pool)
                 if reason:
@@ -503,8 +509,18 @@ def scheduling_findings(graph: ObjectGraph) -> list[str]:
     return findings
 
 
+def values_findings(graph: ObjectGraph) -> list[str]:
+    return [
+        f"release {release.name}: value {key} is not one the chart {release.chart.name} has; "
+        f"Helm ignores it"
+        for release in graph.releases
+        for key in ignored_values(release.chart, release.values)
+    ]
+
+
 Check = Callable[[ObjectGraph, frozenset[str]], list[str]]
 CHECKS: dict[str, Check] = {
+    "values": lambda graph, _assumed: values_findings(graph),
     "schema": lambda graph, _assumed: invalid_objects(graph),
     "namespaces": missing_namespaces,
     "monitoring": lambda graph, _assumed: monitoring_findings(graph),

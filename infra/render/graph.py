@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import kubeadm_inventory, versions
-from infra.render.charts import Capabilities, RenderedObject, chart_archive, chart_crds, render
+from infra.render.charts import Capabilities, chart_archive, chart_crds, render
 from infra.render.charts import crd_groups as served_crd_versions
 from infra.render.program import ProgramRun, Recorded, integral_numbers
 from infra.scheduling import NodePool, Taint
@@ -126,10 +126,21 @@ class Platform:
         return "v" + ".".join([*parts, "0", "0"][:3])
 
 
+@dataclass(frozen=True)
+class Release:
+    """A Helm release the program declares: its chart archive and the values it passes."""
+
+    name: str
+    namespace: str
+    chart: Path
+    values: dict[str, Any]
+
+
 @dataclass
 class ObjectGraph:
     objects: list[K8sObject]
     platform: Platform
+    releases: list[Release] = field(default_factory=list)
 
     def of_kind(self, *kinds: str) -> list[K8sObject]:
         return [o for o in self.objects if o.kind in kinds]
@@ -293,23 +304,21 @@ def platform_of(run: ProgramRun) -> Platform:
 
 
 def _component(run: ProgramRun, resource: Recorded) -> str:
-    parent = resource.parent
-    while parent:
-        owner = run.by_urn(parent)
+    owner = run.by_urn(resource.parent)
+    while owner is not None:
         if owner.typ.startswith("gpu-cluster:"):
             return owner.name
-        parent = owner.parent
+        owner = run.by_urn(owner.parent)
     return "stack"
 
 
-def _release_objects(
-    release: Recorded, capabilities: Capabilities, cache_dir: Path | None
-) -> Iterator[RenderedObject]:
-    inputs = release.inputs
-    archive = chart_archive(inputs["chart"], inputs["version"], cache_dir)
-    values = integral_numbers(inputs.get("values") or {})
-    yield from render(
-        archive, values, inputs.get("name") or release.name, inputs["namespace"], capabilities
+def _release(resource: Recorded, cache_dir: Path | None) -> Release:
+    inputs = resource.inputs
+    return Release(
+        name=inputs.get("name") or resource.name,
+        namespace=inputs["namespace"],
+        chart=chart_archive(inputs["chart"], inputs["version"], cache_dir),
+        values=integral_numbers(inputs.get("values") or {}),
     )
 
 
@@ -320,35 +329,26 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
         K8sObject(manifest=integral_numbers(resource.inputs), source=_component(run, resource))
         for resource in run.kubernetes_resources()
     ]
-    releases = run.releases()
-    crds = [
-        crd
-        for release in releases
-        for crd in chart_crds(
-            chart_archive(release.inputs["chart"], release.inputs["version"], cache_dir)
-        )
-    ]
+    releases = [_release(resource, cache_dir) for resource in run.releases()]
+    crds = [crd for release in releases for crd in chart_crds(release.chart)]
     capabilities = Capabilities(
         kube_version=platform.kube_version,
         api_versions=tuple(
             sorted({*builtin_api_versions(platform.kube_version), *served_crd_versions(crds)})
         ),
     )
-    graph = ObjectGraph(objects=objects, platform=platform)
+    graph = ObjectGraph(objects=objects, platform=platform, releases=releases)
     for release in releases:
-        source = f"helm/{release.inputs.get('name') or release.name}"
-        for rendered in _release_objects(release, capabilities, cache_dir):
-            graph.objects.append(K8sObject(rendered.manifest, source=source, hook=rendered.hook))
-    scopes = graph.crd_scopes()
-    for obj in graph.objects:
-        # Helm installs a namespaced object without a namespace into the release's namespace.
-        if (
-            obj.source.startswith("helm/")
-            and obj.namespace is None
-            and graph.is_namespaced(obj, scopes)
-        ):
-            release = next(
-                r for r in releases if obj.source == f"helm/{r.inputs.get('name') or r.name}"
-            )
-            obj.metadata["namespace"] = release.inputs["namespace"]
+        rendered = render(
+            release.chart, release.values, release.name, release.namespace, capabilities
+        )
+        added = [
+            K8sObject(r.manifest, source=f"helm/{release.name}", hook=r.hook) for r in rendered
+        ]
+        graph.objects.extend(added)
+        scopes = graph.crd_scopes()
+        for obj in added:
+            # Helm installs a namespaced object without a namespace into the release's namespace.
+            if obj.namespace is None and graph.is_namespaced(obj, scopes):
+                obj.metadata["namespace"] = release.namespace
     return graph

@@ -193,8 +193,9 @@ class ProgramRun:
             raise LookupError(f"expected one {typ} {name or ''}, found {[r.name for r in found]}")
         return found[0]
 
-    def by_urn(self, urn: str) -> Recorded:
-        return next(r for r in self.resources if r.urn == urn)
+    def by_urn(self, urn: str) -> Recorded | None:
+        """The resource with this URN; None for the stack itself, which is not recorded."""
+        return next((r for r in self.resources if r.urn == urn), None)
 
     def kubernetes_resources(self) -> list[Recorded]:
         """Kubernetes objects declared directly (not Helm releases, not providers)."""
