@@ -31,6 +31,9 @@ DCGM_EXPORTER_RELEASE = "dcgm-exporter"  # also the `job` label of its series
 DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/default-counters.csv"  # where the chart mounts the CSV
 GRAFANA_ADMIN_SECRET = "grafana-admin"  # noqa: S105  a Secret's name
 GRAFANA_ADMIN_KEYS = ("admin-user", "admin-password")
+# What Grafana's sidecars may read cluster-wide: ConfigMaps only. The chart's own ClusterRole also
+# grants every Secret of the cluster, which dashboards and datasources in ConfigMaps do not need.
+GRAFANA_SIDECAR_ROLE = "grafana-sidecar-configmap-reader"
 DASHBOARD_LABEL = "grafana_dashboard"
 CUSTOM_METRIC_GPU_UTILIZATION = "gpu_utilization"
 # kube-prometheus-stack's CRDs and images take longer than helm's default 5 minutes.
@@ -162,7 +165,16 @@ def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
             "passwordKey": GRAFANA_ADMIN_KEYS[1],
         },
         "service": {"type": "ClusterIP"},
-        "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1"}},
+        "sidecar": {
+            "dashboards": {
+                "enabled": True,
+                "label": DASHBOARD_LABEL,
+                "labelValue": "1",
+                "resource": "configmap",
+            },
+            "datasources": {"resource": "configmap"},
+        },
+        "rbac": {"useExistingClusterRole": GRAFANA_SIDECAR_ROLE},
         "ingress": {"enabled": False},
     }
     if args.grafana_ingress_host:
@@ -324,12 +336,24 @@ class GpuPlatform(pulumi.ComponentResource):
             opts=in_monitoring,
         )
 
+        sidecar_role = k8s.rbac.v1.ClusterRole(
+            "grafana-sidecar-role",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_SIDECAR_ROLE),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=[""], resources=["configmaps"], verbs=["get", "watch", "list"]
+                )
+            ],
+            opts=child,
+        )
         self.prometheus_stack = _release(
             PROMETHEUS_STACK_RELEASE,
             args.charts["kube-prometheus-stack"],
             namespace,
             prometheus_stack_values(args),
-            pulumi.ResourceOptions(parent=self, depends_on=[monitoring_ns, grafana_secret]),
+            pulumi.ResourceOptions(
+                parent=self, depends_on=[monitoring_ns, grafana_secret, sidecar_role]
+            ),
         )
         # Everything below uses the operator's CRDs or Prometheus itself.
         after_stack = pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack])

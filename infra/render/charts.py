@@ -190,8 +190,11 @@ FREE_FORM_KEYS = frozenset(
 COMMENTED_KEYS = {
     # templates/metrics-configmap.yaml: `{{- if .Values.customMetrics }}`.
     "dcgm-exporter": frozenset({"customMetrics"}),
-    # charts/grafana/templates/ingress.yaml: `{{- if .Values.ingress.ingressClassName }}`.
-    "kube-prometheus-stack": frozenset({"grafana.ingress.ingressClassName"}),
+    # charts/grafana/templates/ingress.yaml: `{{- if .Values.ingress.ingressClassName }}`;
+    # charts/grafana/templates/clusterrole.yaml: `(not .Values.rbac.useExistingClusterRole)`.
+    "kube-prometheus-stack": frozenset(
+        {"grafana.ingress.ingressClassName", "grafana.rbac.useExistingClusterRole"}
+    ),
 }
 
 

@@ -9,7 +9,7 @@ Each check returns findings, one line each, naming the object and what to fix; n
   every ServiceMonitor endpoint on a Service with that port, selecting pods whose metrics are
   reachable, with scrapeTimeout <= interval; every ``job="..."`` in a rule names a scraped job;
 - ``references``: every in-cluster URL and Service reference handed to a component resolves to a
-  Service and port;
+  Service and port, every role binding to a role;
 - ``grafana``: dashboards carry the label Grafana's sidecar watches, in a namespace it watches;
   the Secret Grafana's credentials come from exists with its keys;
 - ``scheduling``: every workload (Helm hook Jobs and operator-made pods included) fits a node pool
@@ -379,8 +379,32 @@ def _service_refs(obj: K8sObject) -> Iterator[tuple[str, Mapping[str, Any]]]:
             )
 
 
+# Roles every cluster has (the API server's bootstrap policy), besides those named "system:...".
+BOOTSTRAP_ROLES = frozenset(
+    {
+        ("ClusterRole", None, "cluster-admin"),
+        ("ClusterRole", None, "admin"),
+        ("ClusterRole", None, "edit"),
+        ("ClusterRole", None, "view"),
+        ("Role", "kube-system", "extension-apiserver-authentication-reader"),
+    }
+)
+
+
+def _role_ref_findings(graph: ObjectGraph) -> Iterator[str]:
+    """Every RoleBinding and ClusterRoleBinding refers to a role that exists."""
+    for binding in graph.of_kind("RoleBinding", "ClusterRoleBinding"):
+        ref = binding.manifest.get("roleRef") or {}
+        name, kind = str(ref.get("name")), str(ref.get("kind"))
+        namespace = binding.namespace if kind == "Role" else None
+        if name.startswith("system:") or (kind, namespace, name) in BOOTSTRAP_ROLES:
+            continue
+        if graph.find(kind, name, namespace) is None:
+            yield f"{binding}: roleRef {kind} {name} does not exist"
+
+
 def reference_findings(graph: ObjectGraph, assumed: frozenset[str] = frozenset()) -> list[str]:
-    findings = []
+    findings = list(_role_ref_findings(graph))
     all_services = services(graph)
     namespaces = existing_namespaces(graph, assumed)
     for obj in graph.objects:

@@ -497,3 +497,33 @@ def test_prometheus_volume_as_rendered(eks_graph: ObjectGraph, kubeadm_graph: Ob
     # kubeadm clusters bring no storage provisioner: none unless prometheusStorageClass names one.
     plain = one(kubeadm_graph, "Prometheus", "kube-prometheus-stack-prometheus")
     assert "storage" not in plain.manifest["spec"]
+
+
+def test_grafana_reads_config_maps_not_every_secret(eks_graph: ObjectGraph) -> None:
+    """The chart's own ClusterRole lets Grafana read every Secret in the cluster (CKV2_K8S_5)."""
+    binding = one(
+        eks_graph, "ClusterRoleBinding", "kube-prometheus-stack-grafana-clusterrolebinding"
+    )
+    assert binding.manifest["roleRef"]["name"] == platform.GRAFANA_SIDECAR_ROLE
+    role = one(eks_graph, "ClusterRole", platform.GRAFANA_SIDECAR_ROLE)
+    assert role.manifest["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch", "list"]}
+    ]
+    assert not [
+        o for o in eks_graph.of_kind("ClusterRole") if o.name.endswith("grafana-clusterrole")
+    ]
+    grafana = one(eks_graph, "Deployment", "kube-prometheus-stack-grafana")
+    sidecars = [c for c in pod_spec(grafana)["containers"] if c["name"].startswith("grafana-sc-")]
+    assert {c["name"] for c in sidecars} == {"grafana-sc-dashboard", "grafana-sc-datasources"}
+    for sidecar in sidecars:
+        assert {"name": "RESOURCE", "value": "configmap"} in sidecar["env"]
+
+
+def test_references_catch_a_binding_to_a_missing_role(eks_graph: ObjectGraph) -> None:
+    graph = copy.deepcopy(eks_graph)
+    graph.objects.remove(one(graph, "ClusterRole", platform.GRAFANA_SIDECAR_ROLE))
+    assert check(graph, "references") == [
+        "ClusterRoleBinding kube-prometheus-stack-grafana-clusterrolebinding "
+        "(helm/kube-prometheus-stack): roleRef ClusterRole grafana-sidecar-configmap-reader does "
+        "not exist"
+    ]
