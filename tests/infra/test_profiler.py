@@ -26,7 +26,9 @@ def env_of(run: ProgramRun) -> dict[str, Any]:
 
 
 def test_cluster_role_is_exactly_nodes_get_patch_and_pods_read_patch(eks_run: ProgramRun) -> None:
-    role = eks_run.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs
+    role = eks_run.one(
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "profiler-cluster-role"
+    ).inputs
     rules = {
         (tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in role["rules"]
     }
