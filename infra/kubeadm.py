@@ -184,7 +184,6 @@ class KubeadmCluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(
             kubeconfig_read.stdout.apply(lambda text: point_kubeconfig(text, server))
         )
-        self.api_server = server
         self.register_outputs({"cluster_name": self.cluster_name, "kubeconfig": self.kubeconfig})
 
 

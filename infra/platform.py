@@ -330,9 +330,10 @@ class GpuPlatform(pulumi.ComponentResource):
             "grafana-admin-secret",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=namespace),
             type="Opaque",
-            string_data=dict(
-                zip(GRAFANA_ADMIN_KEYS, ("admin", self.grafana_admin_password), strict=True)
-            ),
+            string_data={
+                GRAFANA_ADMIN_KEYS[0]: "admin",
+                GRAFANA_ADMIN_KEYS[1]: self.grafana_admin_password,
+            },
             opts=in_monitoring,
         )
 

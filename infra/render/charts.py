@@ -163,10 +163,10 @@ def _documents(text: str) -> list[dict[str, Any]]:
     return [json.loads(doc) for doc in _documents_json(text)]
 
 
-def crd_groups(text_documents: Iterable[Mapping[str, Any]]) -> set[str]:
+def served_crd_versions(documents: Iterable[Mapping[str, Any]]) -> set[str]:
     """``group/version`` and ``group/version/Kind`` of every CRD among the documents."""
     served = set()
-    for crd in text_documents:
+    for crd in documents:
         if crd.get("kind") != "CustomResourceDefinition":
             continue
         spec = crd["spec"]

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import kubeadm_inventory, versions
-from infra.render.charts import Capabilities, chart_archive, chart_crds, render
-from infra.render.charts import crd_groups as served_crd_versions
+from infra.render.charts import Capabilities, chart_archive, chart_crds, render, served_crd_versions
 from infra.render.program import ProgramRun, Recorded, integral_numbers
 from infra.scheduling import NodePool, Taint
 
