@@ -46,10 +46,12 @@ import requests
 from tests.support.gpu_cluster.apiserver import StandInGpuCluster
 from tests.support.gpu_cluster.backends import RULES_FILE, prometheus_config, rules_file
 from tests.support.gpu_cluster.scenario import GpuNode, Scenario, Taint, Unready
+from tests.support.ports import free_port
 from tests.support.prometheus import PrometheusServer
 
 __all__ = ["GpuNode", "Scenario", "StandInGpuCluster", "Taint", "Unready", "running_gpu_cluster"]
 SETTLE_TIMEOUT_SECONDS = 30.0
+PORT_ATTEMPTS = 3
 
 
 def _api(prometheus_url: str, path: str, query: dict[str, str]) -> Any:
@@ -88,17 +90,40 @@ def _settle(prometheus_url: str) -> None:
     raise RuntimeError(f"the stand-in cluster's Prometheus did not settle: {prometheus_url}")
 
 
-@contextlib.contextmanager
-def running_gpu_cluster(scenario: Scenario) -> Iterator[StandInGpuCluster]:
-    """The stand-in cluster of ``scenario``, at rest (see ``_settle``). Skips the calling test
-    without the Prometheus binaries."""
-    prometheus = PrometheusServer()
-    cluster = StandInGpuCluster(scenario, prometheus.url)
-    cluster.start()
+def _start_prometheus(cluster: StandInGpuCluster) -> PrometheusServer:
+    """A Prometheus for the cluster at the URL its service proxy was given; skips the calling
+    test without the binaries."""
+    port = int(cluster.prometheus_url.rsplit(":", 1)[1])
+    prometheus = PrometheusServer(port=port)
     try:
         prometheus.config.write_text(prometheus_config(cluster.exporter.url))
         (prometheus.directory / RULES_FILE).write_text(rules_file())
         prometheus.start()
+    except BaseException:
+        prometheus.close()
+        raise
+    return prometheus
+
+
+@contextlib.contextmanager
+def running_gpu_cluster(scenario: Scenario) -> Iterator[StandInGpuCluster]:
+    """The stand-in cluster of ``scenario``, at rest (see ``_settle``). Skips the calling test
+    without the Prometheus binaries."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        cluster = StandInGpuCluster(scenario, f"http://127.0.0.1:{free_port()}")
+        cluster.start()
+        try:
+            prometheus = _start_prometheus(cluster)
+            break
+        except RuntimeError as error:
+            cluster.stop()
+            # Another server took the free port before Prometheus bound it: choose another.
+            if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
+                raise
+        except BaseException:
+            cluster.stop()
+            raise
+    try:
         _settle(prometheus.url)
         yield cluster
     finally:

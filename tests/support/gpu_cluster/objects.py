@@ -268,3 +268,46 @@ def visible_gpus(
     if asks and scenario.runtime_honours_visible_devices_env:
         return [gpu(node, index) for index in range(node.gpus)]
     return []
+
+
+def is_ready(pod: Json) -> bool:
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in pod.get("status", {}).get("conditions") or []
+    )
+
+
+def ready_pod_of(pods: list[Json], app: str, node: str | None = None) -> bool:
+    """Whether a ready pod labelled app.kubernetes.io/name=``app`` runs (on ``node``)."""
+    return any(
+        pod["metadata"].get("labels", {}).get("app.kubernetes.io/name") == app
+        and (node is None or pod["spec"].get("nodeName") == node)
+        and is_ready(pod)
+        for pod in pods
+    )
+
+
+def invalid_pod(containers: list[Json]) -> str | None:
+    """What the real API server's validation (or this stand-in's model) rejects in a pod."""
+    if not containers:
+        return "spec.containers: Required value"
+    for index, container in enumerate(containers):
+        where = f"spec.containers[{index}]"
+        if not container.get("name") or not container.get("image"):
+            return f"{where}: name and image are required"
+        resources = container.get("resources") or {}
+        if GPU_RESOURCE in (resources.get("requests") or {}) and GPU_RESOURCE not in (
+            resources.get("limits") or {}
+        ):
+            return (
+                f"{where}.resources.limits: Required value: Limit must be set for non "
+                "overcommitable resources"
+            )
+        if not is_modelled(container):
+            return f"{where}.command: the stand-in models only `nvidia-smi -L` and `sleep`"
+    return None
+
+
+def quantity(value: float) -> str:
+    """A Kubernetes quantity, as prometheus-adapter writes metric values."""
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
