@@ -163,6 +163,10 @@ CASES: dict[str, Case] = {
         Scenario(gpu_nodes=(GpuNode("gpu-node-1", unhealthy_gpus=1), GpuNode("gpu-node-2"))),
         {ALLOCATABLE: ("gpu-node-1: allocatable nvidia.com/gpu is 1, but the node has 2 GPU",)},
     ),
+    "attribution-to-the-wrong-gpu": Case(
+        Scenario(misattributed=True),
+        {ATTRIBUTION: ("but the pod sees", "points at the wrong GPU")},
+    ),
     "gpu-alert-firing": Case(
         Scenario(row_remap_failures=(("gpu-node-1", 1),)),
         {ALERTS: ("GpuRowRemapFailure is firing at rest", "gpu-node-1", "runbook")},

@@ -158,6 +158,11 @@ class StandInGpuCluster(StandInApiServer):
         failures = set(self.scenario.row_remap_failures)
         with self.lock:
             holders = self.pods.holders()
+            if self.scenario.misattributed:
+                holders = {
+                    (node, (index + 1) % self.gpu_nodes[node].gpus): pod
+                    for (node, index), pod in holders.items()
+                }
             return [
                 (
                     objects.gpu(node, index, holders.get((node.name, index))),

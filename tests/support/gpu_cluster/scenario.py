@@ -58,5 +58,8 @@ class Scenario:
     # True: the NVIDIA runtime hands every GPU to a container that sets NVIDIA_VISIBLE_DEVICES,
     # whether or not the pod requested GPUs (the toolkit's default for unprivileged pods).
     runtime_honours_visible_devices_env: bool = False
+    # True: dcgm-exporter names a pod on the next GPU of its node, not on the one it holds (the
+    # device plugin's IDs mapped to GPUs in another order than NVML's).
+    misattributed: bool = False
     row_remap_failures: tuple[tuple[str, int], ...] = ()  # (node, GPU index): a failed GPU
     node_port_services: tuple[str, ...] = ()  # "namespace/name" of extra NodePort Services
