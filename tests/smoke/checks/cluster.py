@@ -33,13 +33,21 @@ class SmokeError(Exception):
     """A request failed or answered nonsense; the message says which and what it said."""
 
 
-class ForbiddenError(SmokeError):
+class ApiError(SmokeError):
+    """The API server refused a request with ``status``."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ForbiddenError(ApiError):
     """The kubeconfig's user may not do what the suite needs: no amount of waiting helps."""
 
 
-def _status_message(body: str | None) -> str:
+def _status_message(body: bytes) -> str:
     """The ``message`` of a Status body, or the start of whatever else came back."""
-    text = (body or "").strip()
+    text = body.decode("utf-8", errors="replace").strip()
     try:
         document = json.loads(text)
     except ValueError:
@@ -81,30 +89,34 @@ class Cluster:
     def close(self) -> None:
         self._connection.close()
 
-    def _call(
+    def _exchange(
         self,
         method: str,
         path: str,
         query: Query | None = None,
         body: object = None,
         content_type: str | None = None,
-    ) -> bytes:
+    ) -> tuple[int, bytes]:
+        """(status, body) of one request, whatever the status; SmokeError if none came back."""
         try:
             response = self._connection.request(
                 method, path, query=query, body=body, content_type=content_type
             )
         except ApiException as error:
-            status = int(error.status or 0)
-            message = f"{method} {path} answered {status}: {_status_message(error.body)}"
-            if status in (401, 403):
-                raise ForbiddenError(message) from None
-            raise SmokeError(message) from None
+            return int(error.status or 0), (error.body or "").encode()
         except TRANSPORT_ERRORS as error:
             raise SmokeError(f"{method} {path} failed: {error}") from None
         try:
-            return bytes(response.data)
+            return response.status, bytes(response.data)
         finally:
             response.release_conn()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> bytes:
+        status, data = self._exchange(method, path, **kwargs)
+        if 200 <= status <= 299:
+            return data
+        message = f"{method} {path} answered {status}: {_status_message(data)}"
+        raise (ForbiddenError if status in (401, 403) else ApiError)(message, status)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         data = self._call(method, path, **kwargs)
@@ -123,10 +135,8 @@ class Cluster:
         """The object, or None when the API server says 404."""
         try:
             return self.get(path)
-        except ForbiddenError:
-            raise
-        except SmokeError as error:
-            if " answered 404:" in str(error):
+        except ApiError as error:
+            if error.status == 404:
                 return None
             raise
 
@@ -148,10 +158,8 @@ class Cluster:
         """Delete, in the background; an object already gone is fine."""
         try:
             self._call("DELETE", path, query={"propagationPolicy": "Background"})
-        except ForbiddenError:
-            raise
-        except SmokeError as error:
-            if " answered 404:" not in str(error):
+        except ApiError as error:
+            if error.status != 404:
                 raise
 
     def text(self, path: str, query: Query | None = None) -> str:
@@ -174,25 +182,15 @@ class Cluster:
         namespace, _, name_port = service.partition("/")
         proxy_path = f"/api/v1/namespaces/{namespace}/services/{name_port}/proxy/{path}"
         content_type = "application/json" if body is not None else None
-        try:
-            response = self._connection.request(
-                method, proxy_path, query=query, body=body, content_type=content_type
+        status, data = self._exchange(
+            method, proxy_path, query=query, body=body, content_type=content_type
+        )
+        if not 200 <= status <= 299 and _from_the_api_server(data):
+            raise SmokeError(
+                f"cannot reach service {service} through the API server's proxy: {status}: "
+                f"{_status_message(data)}"
             )
-        except ApiException as error:
-            status = int(error.status or 0)
-            answer = (error.body or "").encode()
-            if _from_the_api_server(answer):
-                raise SmokeError(
-                    f"cannot reach service {service} through the API server's proxy: "
-                    f"{status}: {_status_message(error.body)}"
-                ) from None
-            return ProxyAnswer(status, answer)
-        except TRANSPORT_ERRORS as error:
-            raise SmokeError(f"{method} {proxy_path} failed: {error}") from None
-        try:
-            return ProxyAnswer(response.status, bytes(response.data))
-        finally:
-            response.release_conn()
+        return ProxyAnswer(status, data)
 
 
 def _from_the_api_server(body: bytes) -> bool:

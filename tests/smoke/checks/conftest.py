@@ -30,6 +30,22 @@ SKIP_REASON = (
 )
 
 
+# (option, SmokeSettings field it sets, type, help); defaults are SmokeSettings'.
+SETTINGS_OPTIONS: list[tuple[str, str, type, str]] = [
+    ("--monitoring-namespace", "monitoring_namespace", str, "the stack's monitoringNamespace"),
+    ("--profiler-namespace", "profiler_namespace", str, "the stack's profilerNamespace"),
+    ("--annotation-domain", "annotation_domain", str, "the stack's annotationDomain"),
+    ("--min-gpu-nodes", "min_gpu_nodes", int, "fail with fewer GPU nodes than this"),
+    ("--smoke-image", "image", str, "image of the GPU test pods, without nvidia-smi of its own"),
+    ("--smoke-timeout", "timeout_seconds", float, "seconds each check waits for the cluster"),
+    ("--smoke-pod-timeout", "pod_timeout_seconds", float, "seconds a test pod may take"),
+]
+
+
+def _dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cluster smoke suite")
     group.addoption(
@@ -38,44 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="kubeconfig of the cluster to check (its current context); the suite skips without",
     )
     defaults = SmokeSettings()
-    group.addoption(
-        "--monitoring-namespace",
-        default=defaults.monitoring_namespace,
-        help="the stack's monitoringNamespace (default: %(default)s)",
-    )
-    group.addoption(
-        "--profiler-namespace",
-        default=defaults.profiler_namespace,
-        help="the stack's profilerNamespace (default: %(default)s)",
-    )
-    group.addoption(
-        "--annotation-domain",
-        default=defaults.annotation_domain,
-        help="the stack's annotationDomain (default: %(default)s)",
-    )
-    group.addoption(
-        "--min-gpu-nodes",
-        type=int,
-        default=defaults.min_gpu_nodes,
-        help="fail with fewer GPU nodes than this (default: %(default)s)",
-    )
-    group.addoption(
-        "--smoke-image",
-        default=defaults.image,
-        help="image of the GPU test pods, without nvidia-smi of its own (default: %(default)s)",
-    )
-    group.addoption(
-        "--smoke-timeout",
-        type=float,
-        default=defaults.timeout_seconds,
-        help="seconds each check waits for the cluster to get there (default: %(default)s)",
-    )
-    group.addoption(
-        "--smoke-pod-timeout",
-        type=float,
-        default=defaults.pod_timeout_seconds,
-        help="seconds a test pod may take, image pull included (default: %(default)s)",
-    )
+    for option, field, kind, text in SETTINGS_OPTIONS:
+        default = getattr(defaults, field)
+        group.addoption(option, type=kind, default=default, help=f"{text} (default: {default})")
     group.addoption(
         "--allow-exposed",
         action="append",
@@ -103,16 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def settings(request: pytest.FixtureRequest) -> SmokeSettings:
     option = request.config.getoption
-    return SmokeSettings(
-        monitoring_namespace=option("monitoring_namespace"),
-        profiler_namespace=option("profiler_namespace"),
-        min_gpu_nodes=option("min_gpu_nodes"),
-        image=option("smoke_image"),
-        timeout_seconds=option("smoke_timeout"),
-        pod_timeout_seconds=option("smoke_pod_timeout"),
-        allowed_exposed=frozenset(option("allow_exposed")),
-        annotation_domain=option("annotation_domain"),
-    )
+    chosen = {field: option(_dest(flag)) for flag, field, _, _ in SETTINGS_OPTIONS}
+    return SmokeSettings(**chosen, allowed_exposed=frozenset(option("allow_exposed")))
 
 
 @pytest.fixture(scope="session")

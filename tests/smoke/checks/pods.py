@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.gpu import gpu_node_selector, gpu_tolerations
-from tests.smoke.checks.cluster import Cluster, SmokeError, poll_delays
+from tests.smoke.checks.cluster import ApiError, Cluster, fail_on, poll_delays
 from tests.smoke.checks.layout import GPU_RESOURCE, SMOKE_LABEL
 from tests.smoke.checks.scheduling import is_ready, why_not_running
 
@@ -100,6 +100,12 @@ class PodRun:
         return f"pod {self.namespace}/{self.name}{where}, phase {self.phase}, log: {log[:500]}"
 
 
+def require_running(run: PodRun) -> None:
+    """Fail the check that needs ``run``'s pod running, saying why it is not."""
+    if run.problem:
+        fail_on([f"{run.describe()}: {run.problem}"], "No test pod holds a GPU")
+
+
 def run_pod(
     cluster: Cluster, namespace: str, manifest: Json, *, keep_running: bool, timeout: float
 ) -> PodRun:
@@ -129,5 +135,7 @@ def run_pod(
 def _log(cluster: Cluster, pod_path: str) -> str:
     try:
         return cluster.text(f"{pod_path}/log")
-    except SmokeError:  # no container ever started: there is no log to read
-        return ""
+    except ApiError as error:
+        if error.status == 400:  # no container ever started: there is no log to read
+            return ""
+        raise

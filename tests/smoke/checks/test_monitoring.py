@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.smoke.checks.cluster import Cluster, SmokeError, eventually, fail_on
+from tests.smoke.checks.cluster import (
+    Cluster,
+    ForbiddenError,
+    SmokeError,
+    eventually,
+    fail_on,
+)
 from tests.smoke.checks.layout import (
     CUSTOM_METRIC_GPU_UTILIZATION,
     CUSTOM_METRICS_API,
@@ -18,7 +24,7 @@ from tests.smoke.checks.layout import (
     SmokeSettings,
     gpu_alert_names,
 )
-from tests.smoke.checks.pods import PodRun
+from tests.smoke.checks.pods import PodRun, require_running
 from tests.smoke.checks.prometheus import NODE_LABELS, Prometheus
 from tests.smoke.checks.scheduling import gpu_count, gpu_nodes, name
 
@@ -58,8 +64,7 @@ def test_dcgm_series_name_the_pod_using_the_gpu(
 ) -> None:
     """While a test pod holds a GPU, that GPU's series carry the pod's namespace and name."""
     holder = gpu_holder_pod
-    if holder.problem:
-        fail_on([f"{holder.describe()}: {holder.problem}"], "No test pod holds a GPU")
+    require_running(holder)
     field = DCGM_FIELDS[0]
     selector = f'{field}{{namespace="{holder.namespace}",pod="{holder.name}"}}'
 
@@ -98,8 +103,7 @@ def test_custom_metrics_api_serves_gpu_utilization(
     cluster: Cluster, settings: SmokeSettings, gpu_holder_pod: PodRun
 ) -> None:
     holder = gpu_holder_pod
-    if holder.problem:
-        fail_on([f"{holder.describe()}: {holder.problem}"], "No test pod holds a GPU")
+    require_running(holder)
     metric = CUSTOM_METRIC_GPU_UTILIZATION
     path = f"/apis/{CUSTOM_METRICS_API}/namespaces/{holder.namespace}/pods/{holder.name}/{metric}"
 
@@ -128,6 +132,8 @@ def test_custom_metrics_api_serves_gpu_utilization(
             ]
         try:
             items = cluster.get(path).get("items") or []
+        except ForbiddenError:
+            raise
         except SmokeError as error:
             return [
                 f"{error}: prometheus-adapter finds no {metric} for the pod; check its rules "
