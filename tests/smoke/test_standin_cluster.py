@@ -245,7 +245,13 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[s
             name: pool.submit(run_smoke_suite, case.scenario, folder / name)
             for name, case in CASES.items()
         }
-        return {name: future.result() for name, future in futures.items()}
+        results = {}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except Exception as error:
+                raise RuntimeError(f"case {name}: {error}") from error
+        return results
 
 
 @pytest.mark.parametrize("name", CASES)
