@@ -43,11 +43,9 @@ def nodes(scenario: Scenario) -> dict[str, Json]:
     for gpu_node in scenario.gpu_nodes:
         labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE} if gpu_node.labelled else {}
         taints = [taint.manifest() for taint in gpu_node.taints]
-        made[gpu_node.name] = objects.node_manifest(
-            gpu_node.name, labels=labels, taints=taints, gpus=None
-        )
+        made[gpu_node.name] = objects.node_manifest(gpu_node.name, labels=labels, taints=taints)
     for name in scenario.system_nodes:
-        made[name] = objects.node_manifest(name, labels={}, taints=[], gpus=None)
+        made[name] = objects.node_manifest(name, labels={}, taints=[])
     return made
 
 

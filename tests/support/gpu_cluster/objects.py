@@ -48,10 +48,9 @@ class Workload:
         return spec
 
 
-def node_manifest(name: str, *, labels: Json, taints: list[Json], gpus: int | None) -> Json:
+def node_manifest(name: str, *, labels: Json, taints: list[Json]) -> Json:
+    """A node as it joins: no GPU resource until a device plugin registers one."""
     resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-    if gpus is not None:
-        resources[GPU_RESOURCE] = str(gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",
