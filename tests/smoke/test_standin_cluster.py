@@ -119,7 +119,13 @@ CASES: dict[str, Case] = {
     ),
     "stale-annotations": Case(
         Scenario(profile_age_seconds=2 * 3600),
-        {ANNOTATIONS: ("is 120 min old (limit 15 min)", "stopped, stuck")},
+        {
+            ANNOTATIONS: (
+                "gpu-node-2: ai.centaurus.io/profiled-at=",
+                "min old (limit 15 min)",
+                "stuck",
+            )
+        },
     ),
     "grafana-accepts-prom-operator": Case(
         Scenario(grafana_admin_password="prom-operator"),
