@@ -28,13 +28,14 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from profiler_app.commands.options import DEFAULT_FIELDS  # noqa: E402
 from tests.support.apiserver import RecordedRequest, pod_manifest, running_apiserver  # noqa: E402
 from tests.support.dcgm import standard_dataset  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.prometheus import PrometheusServer  # noqa: E402
 
 NODE = "gpu-node-1"
-FIELDS = 3  # the daemon's default fields
+FIELDS = len(DEFAULT_FIELDS)  # the daemon's default fields
 
 
 def cycle_count(metrics_url: str) -> int:
