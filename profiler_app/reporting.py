@@ -10,7 +10,7 @@ them (``WASTE_KINDS``). Aggregation runs in the database.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -355,17 +355,7 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
             for g in report.gpus
         ]
     if by == "waste":
-        return [
-            {
-                "kind": w.kind,
-                "namespace": w.namespace,
-                "owner_kind": w.owner_kind,
-                "owner_name": w.owner_name,
-                "gpus": w.gpus,
-                "idle_gpu_hours": w.idle_gpu_hours,
-            }
-            for w in report.waste
-        ]
+        return [asdict(waste) for waste in report.waste]  # its fields are the view's columns
     pods = report.pods if by == "pod" else report.idle_pods
     return [
         {
