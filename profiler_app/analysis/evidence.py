@@ -174,6 +174,17 @@ def sustained(flags: BoolArray, length: int) -> BoolArray:
     return kept
 
 
+def _range(context: Context) -> tuple[FloatArray, FloatArray]:
+    """Each row's idle floor (0 where not given) and power limit (NaN where unknown)."""
+    limit = np.asarray(context.power_limit, dtype=np.float64)
+    floor = (
+        np.zeros_like(limit)
+        if context.power_floor is None
+        else np.nan_to_num(np.asarray(context.power_floor, dtype=np.float64))
+    )
+    return floor, limit
+
+
 def waiting(util: FloatMatrix, rows: BoolArray, context: Context, step_seconds: float) -> Waiting:
     """High utilisation with the GPU's power near its idle floor, or few SMs active, sustained.
 
@@ -187,8 +198,7 @@ def waiting(util: FloatMatrix, rows: BoolArray, context: Context, step_seconds: 
     with np.errstate(invalid="ignore"):
         low = np.zeros(util.shape, dtype=bool)
         if context.power is not None and context.power_limit is not None:
-            floor = np.asarray(context.power_floor, dtype=np.float64)
-            limit = np.asarray(context.power_limit, dtype=np.float64)
+            floor, limit = _range(context)
             ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
             low |= context.power <= ceiling[:, None]
         if context.sm_active is not None:
@@ -211,9 +221,9 @@ def waiting(util: FloatMatrix, rows: BoolArray, context: Context, step_seconds: 
         (result.sm_active, None if context.sm_active is None else context.sm_active[selected])
     ]
     if context.power is not None and context.power_limit is not None:
-        floor = np.asarray(context.power_floor, dtype=np.float64)[selected]
-        limit = np.asarray(context.power_limit, dtype=np.float64)[selected]
-        parts.append((result.power_fraction, power_fraction(context.power[selected], floor, limit)))
+        floor, limit = _range(context)
+        fraction = power_fraction(context.power[selected], floor[selected], limit[selected])
+        parts.append((result.power_fraction, fraction))
     for target, part in parts:
         if part is None:
             continue
