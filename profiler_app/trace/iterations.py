@@ -6,10 +6,11 @@ the most ranges per thread wins: it tells a ``train_step`` apart from the ``epoc
 (few ranges) and from the per-operator ranges inside it (little coverage). The period is the
 median start-to-start spacing of its ranges on each thread.
 
-Kernel sequence: kernel time per bin over the GPU's span is a utilisation-like signal, and the
-continuous profiler's period detection (``profiler_app.analysis.periodicity``) finds its period;
-``COARSE_BINS`` first (one bin holds many kernels, so per-layer structure averages out), then
-``FINE_BINS`` for iterations too short for the coarse grid.
+Kernel sequence: the GPU's busy fraction per time bin (from the union of its kernels, copies
+and memsets: the utilisation the continuous profiler classifies) goes through that profiler's
+period detection (``profiler_app.analysis.periodicity``); ``COARSE_BINS`` over the GPU's span
+first (a bin holds many kernels, so per-layer structure averages out), then ``FINE_BINS`` for
+iterations too short for the coarse grid.
 """
 
 from __future__ import annotations
@@ -66,27 +67,35 @@ def from_nvtx(export: Export, span_ns: int, range_name: str | None = None) -> It
     return Iteration(float(np.median(spacings)) / 1e9, "nvtx", name, count // threads)
 
 
-def from_kernels(bins: dict[int, np.ndarray], width_ns: int) -> dict[int, Iteration]:
-    """Per device, the period found in its kernel-time signal (``bins``: ns per fine bin)."""
-    found: dict[int, Iteration] = {}
+def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iteration | None:
+    """The period in the GPU's busy signal over its span (``first``: ns after the origin)."""
+    width = span_ns // FINE_BINS
+    if width < 1:
+        return None
+    fine = busy_signal(queries.gap_edges_by_bin(export, device, first, width, FINE_BINS), width)
     for factor in (FINE_BINS // COARSE_BINS, 1):
-        pending = [device for device in bins if device not in found]
-        for device in pending:
-            signal = _downsample(bins[device], factor)
-            width = width_ns * factor
-            percent = signal * (100.0 / width)
-            period = find_periods(percent[None, :])[0]
-            if math.isfinite(period):
-                seconds = period * width / 1e9
-                span = bins[device].size * width_ns / 1e9
-                found[device] = Iteration(seconds, "kernels", None, int(span / seconds))
-    return found
+        coarse = fine.reshape(-1, factor).sum(axis=1)
+        percent = coarse * (100.0 / (width * factor))
+        period = float(find_periods(percent[None, :])[0])
+        if math.isfinite(period):
+            seconds = period * width * factor / 1e9
+            return Iteration(seconds, "kernels", None, int(span_ns / 1e9 / seconds))
+    return None
 
 
-def _downsample(signal: FloatArray, factor: int) -> FloatArray:
-    """Sums of ``factor`` consecutive bins (a trailing partial bin is dropped)."""
-    whole = signal.size // factor * factor
-    if factor == 1 or whole == 0:
-        return signal
-    coarse: FloatArray = signal[:whole].reshape(-1, factor).sum(axis=1)
-    return coarse
+def busy_signal(rows: list[tuple[int, int, int, int, int]], width_ns: int) -> FloatArray:
+    """Busy nanoseconds in each of ``FINE_BINS`` bins from ``queries.gap_edges_by_bin`` rows.
+
+    Gaps never overlap, so at a bin's end either no gap or exactly one is open
+    (``open_after``), and a bin's idle time is that open gap's share of it, less the part of
+    any gap starting in the bin before its start, plus the part of any gap ending in it.
+    """
+    table = np.zeros((FINE_BINS, 4), dtype=np.int64)
+    if rows:
+        data = np.array(rows, dtype=np.int64)
+        table[data[:, 0]] = data[:, 1:]
+    starts, start_offsets, ends, end_offsets = table.T
+    open_after = np.cumsum(starts - ends)
+    idle = open_after * width_ns - start_offsets + end_offsets
+    busy: FloatArray = (width_ns - idle).astype(np.float64)
+    return busy

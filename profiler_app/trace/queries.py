@@ -10,7 +10,8 @@
   function (the running maximum of earlier end times; a row starting after it opens an idle
   gap), into a temp table keyed by time, so that per-GPU totals, the longest gaps and the gaps
   that began during a synchronising call are index range scans.
-- ``kernel_bins``: kernel time per time bin: the signal in which iterations recur.
+- ``gap_edges_by_bin``: where idle gaps start and end, per time bin: the GPU's busy fraction
+  per bin (a utilisation signal) follows exactly.
 - ``nvtx_names`` and ``nvtx_spacings``: NVTX ranges by name, and the start-to-start spacing of
   one name's ranges on each thread.
 
@@ -323,17 +324,27 @@ def gaps_during_sync(
     return _int(row[0]), _int(row[1])
 
 
-def kernel_bins(export: Export, origin: int, width_ns: int) -> list[tuple[int, int, int]]:
-    """(device, bin, kernel ns starting in it) for bins ``width_ns`` wide from ``origin``."""
-    if not export.has(schema.KERNEL):
-        return []
+def gap_edges_by_bin(
+    export: Export, device: int, first: int, width_ns: int, bins: int
+) -> list[tuple[int, int, int, int, int]]:
+    """Per bin of ``width_ns`` from ``first`` (ns after the origin): (bin, gaps starting in it,
+    their start offsets into the bin summed, gaps ending in it, their end offsets summed).
+
+    Gaps never overlap, so these give each bin's idle time exactly (``iterations.busy_signal``).
+    """
+    low = device * DEVICE_STRIDE_NS + first
     rows = export.connection.execute(
-        f"""SELECT k.deviceId, (k.start - :origin) / :width AS bin, sum(k.end - k.start)
-            FROM {schema.KERNEL} AS k WHERE k.end > k.start AND NOT (k.start = 0 AND k.end = 0)
-            GROUP BY 1, 2""",
-        {"origin": origin, "width": width_ns},
+        f"""SELECT bin, sum(starts), sum(start_offsets), sum(ends), sum(end_offsets) FROM (
+                SELECT (k - :low) / :width AS bin, 1 AS starts, (k - :low) % :width
+                       AS start_offsets, 0 AS ends, 0 AS end_offsets
+                FROM {GAP_TABLE} WHERE k >= :low AND k < :high
+                UNION ALL
+                SELECT (k + length - :low) / :width, 0, 0, 1, (k + length - :low) % :width
+                FROM {GAP_TABLE} WHERE k >= :low AND k < :high
+            ) WHERE bin < :bins GROUP BY bin""",
+        {"low": low, "high": low + width_ns * bins, "width": width_ns, "bins": bins},
     )
-    return [(_int(device), _int(bin_), _int(total)) for device, bin_, total in rows]
+    return [(_int(b), _int(s), _int(so), _int(e), _int(eo)) for b, s, so, e, eo in rows]
 
 
 def _nvtx_ranges(export: Export) -> str:

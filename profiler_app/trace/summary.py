@@ -14,9 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import numpy as np
-
-from profiler_app.analysis.stats import FloatArray
 from profiler_app.errors import UserError
 from profiler_app.trace import iterations, queries, schema, verdict
 from profiler_app.trace.export import Export
@@ -164,9 +161,6 @@ def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSum
     queries.build_gaps(export, base.origin_ns)
     queries.build_sync_calls(export, base.origin_ns, schema.SYNCHRONISING_CALLS)
     base.iteration = iterations.from_nvtx(export, base.span_ns, iteration_range)
-    per_gpu_iteration = (
-        {} if base.iteration else _kernel_iterations(export, base.origin_ns, base.span_ns)
-    )
     names = queries.gpu_names(export)
     devices = sorted({g.device for g in kernel_groups} | {g.device for g in memory_groups})
     for device in devices:
@@ -183,7 +177,6 @@ def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSum
                 memory=memory,
                 api_groups=api_groups,
                 summary=base,
-                iteration=base.iteration or per_gpu_iteration.get(device),
             )
         )
     if base.iteration is None and base.gpus:
@@ -202,9 +195,12 @@ def _gpu(
     memory: list[queries.MemoryGroup],
     api_groups: list[queries.ApiGroup],
     summary: TraceSummary,
-    iteration: Iteration | None,
 ) -> GpuTrace:
     window = combine([g.durations for g in kernels] + [g.durations for g in memory])
+    span = window.last_end - window.first_start
+    iteration = summary.iteration or iterations.from_activity(
+        export, device, window.first_start - summary.origin_ns, span
+    )
     gaps = queries.gap_totals(export, device, verdict.LARGE_GAP_NS)
     longest = queries.longest_gaps(export, device, summary.origin_ns, LONGEST_GAPS)
     pids = sorted({g.pid for g in kernels} | {g.pid for g in memory}, key=lambda p: p or -1)
@@ -221,7 +217,6 @@ def _gpu(
     sync_ns = sum(d.total_ns for d in sync)
     kernel_stats = _kernel_stats(kernels)
     memory_stats = _memory_stats(memory)
-    span = window.last_end - window.first_start
     figures = verdict.GpuFigures(
         span_ns=span,
         busy_ns=span - gaps.total_ns,
@@ -309,22 +304,6 @@ def _api_stats(groups: list[queries.ApiGroup]) -> list[Stat]:
             for name, items in by_name.items()
         ]
     )
-
-
-def _kernel_iterations(export: Export, origin: int, span_ns: int) -> dict[int, Iteration]:
-    width = max(1, -(-span_ns // iterations.FINE_BINS))
-    signals: dict[int, FloatArray] = {}
-    rows = queries.kernel_bins(export, origin, width)
-    if not rows:
-        return {}
-    table = np.array(rows, dtype=np.int64)
-    for device in np.unique(table[:, 0]).tolist():
-        own = table[table[:, 0] == device]
-        first, last = int(own[:, 1].min()), int(own[:, 1].max())
-        signal = np.zeros(last - first + 1, dtype=np.float64)
-        np.add.at(signal, own[:, 1] - first, own[:, 2])
-        signals[int(device)] = signal
-    return iterations.from_kernels(signals, width)
 
 
 def _seconds(ns: float | None) -> float | None:

@@ -37,7 +37,6 @@ SCHEMA_VERSION = "3.16.1"
 PRODUCT_VERSION = "2024.6.2.225"
 PID = 4242
 GLOBAL_PID = PID << 24
-MAIN_TID = GLOBAL_PID | PID
 
 HTOD, DTOH, DTOD, PTOP = 1, 2, 8, 10
 PAGEABLE, PINNED, DEVICE = 0, 1, 2
@@ -146,7 +145,6 @@ NVTX = "NVTX_EVENTS"
 CONSTANTS: dict[str, dict[str, Any]] = {
     KERNEL: {
         "contextId": 1,
-        "globalPid": GLOBAL_PID,
         "launchType": 1,
         "cacheConfig": 0,
         "registersPerThread": 32,
@@ -217,9 +215,11 @@ class ReportBuilder:
         launch: str | None = "cudaLaunchKernel_v7000",
         launch_ns: Any = 4_000,
         launch_lead_ns: Any = 2_000,
+        pid: int = PID,
     ) -> None:
         """Kernels named ``name``, each launched by a ``launch`` call (same correlationId) that
-        lasts ``launch_ns`` and ends ``launch_lead_ns`` before the kernel starts."""
+        lasts ``launch_ns`` and ends ``launch_lead_ns`` before the kernel starts; the process
+        ``pid`` launches them from its main thread."""
         start = np.asarray(starts, dtype=np.int64)
         size = start.size
         correlation = self.correlation_ids(size)
@@ -235,15 +235,26 @@ class ReportBuilder:
             demangledName=name_id,
             shortName=self.string(_base_name(name)),
             gridId=correlation,
+            globalPid=pid << 24,
         )
         if launch is not None:
             api_end = start - _column(launch_lead_ns, size)
-            self.add_api_calls(launch, api_end - _column(launch_ns, size), api_end, correlation)
+            self.add_api_calls(
+                launch, api_end - _column(launch_ns, size), api_end, correlation, pid=pid
+            )
 
     def add_api_calls(
-        self, name: str, starts: Any, ends: Any, correlation: Any = None, *, tid: int = MAIN_TID
+        self,
+        name: str,
+        starts: Any,
+        ends: Any,
+        correlation: Any = None,
+        *,
+        pid: int = PID,
+        thread: int | None = None,
     ) -> None:
-        """CUDA API calls to ``name`` as stored, e.g. ``cudaStreamSynchronize_v3020``."""
+        """CUDA API calls to ``name`` as stored, e.g. ``cudaStreamSynchronize_v3020``, from
+        thread ``thread`` (default: the main thread, tid = pid) of process ``pid``."""
         start = np.asarray(starts, dtype=np.int64)
         size = start.size
         if correlation is None:
@@ -253,7 +264,7 @@ class ReportBuilder:
             size,
             start=start,
             end=_column(ends, size),
-            globalTid=tid,
+            globalTid=(pid << 24) | (pid if thread is None else thread),
             correlationId=correlation,
             nameId=self.string(name),
         )
@@ -269,6 +280,7 @@ class ReportBuilder:
         stream: int = 8,
         host_kind: int = PINNED,
         api: str | None = "cudaMemcpyAsync_v3020",
+        api_ns: Any = 5_000,
     ) -> None:
         """Memory copies of ``kind`` (``HTOD``...) whose host side is ``host_kind`` memory."""
         start = np.asarray(starts, dtype=np.int64)
@@ -290,10 +302,19 @@ class ReportBuilder:
             dstDeviceId=device,
         )
         if api is not None:
-            self.add_api_calls(api, start - 6_000, start - 1_000, correlation)
+            self.add_api_calls(
+                api, start - 1_000 - _column(api_ns, size), start - 1_000, correlation
+            )
 
     def add_memsets(
-        self, starts: Any, durations: Any, sizes: Any, *, device: int = 0, stream: int = 7
+        self,
+        starts: Any,
+        durations: Any,
+        sizes: Any,
+        *,
+        device: int = 0,
+        stream: int = 7,
+        api_ns: Any = 4_000,
     ) -> None:
         start = np.asarray(starts, dtype=np.int64)
         size = start.size
@@ -308,7 +329,10 @@ class ReportBuilder:
             correlationId=correlation,
             bytes=_column(sizes, size),
         )
-        self.add_api_calls("cudaMemsetAsync_v3020", start - 5_000, start - 1_000, correlation)
+        api_end = start - 1_000
+        self.add_api_calls(
+            "cudaMemsetAsync_v3020", api_end - _column(api_ns, size), api_end, correlation
+        )
 
     def add_ranges(
         self,
@@ -318,7 +342,7 @@ class ReportBuilder:
         *,
         event_type: int = NVTX_PUSH_POP,
         registered: bool = False,
-        tid: int = MAIN_TID,
+        pid: int = PID,
     ) -> None:
         """NVTX ranges; ``registered`` stores the text through StringIds (``textId``)."""
         start = np.asarray(starts, dtype=np.int64)
@@ -331,7 +355,7 @@ class ReportBuilder:
             eventType=event_type,
             text=None if registered else np.full(size, text, dtype=object),
             textId=self.string(text) if registered else None,
-            globalTid=tid,
+            globalTid=(pid << 24) | pid,
         )
 
     def write(
