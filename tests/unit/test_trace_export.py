@@ -8,10 +8,9 @@ script on PATH (a test double that records its arguments and writes such an expo
 from __future__ import annotations
 
 import json
-import os
-import sys
 import sqlite3
 import stat
+import sys
 from pathlib import Path
 
 import pytest
