@@ -83,19 +83,23 @@ def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iter
     return None
 
 
-def busy_signal(rows: list[tuple[int, int, int, int, int]], width_ns: int) -> FloatArray:
-    """Busy nanoseconds in each of ``FINE_BINS`` bins from ``queries.gap_edges_by_bin`` rows.
+def busy_signal(
+    edges: tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]], width_ns: int
+) -> FloatArray:
+    """Busy nanoseconds in each of ``FINE_BINS`` bins from ``queries.gap_edges_by_bin``.
 
     Gaps never overlap, so at a bin's end either no gap or exactly one is open
     (``open_after``), and a bin's idle time is that open gap's share of it, less the part of
     any gap starting in the bin before its start, plus the part of any gap ending in it.
     """
-    table = np.zeros((FINE_BINS, 4), dtype=np.int64)
-    if rows:
-        data = np.array(rows, dtype=np.int64)
-        table[data[:, 0]] = data[:, 1:]
-    starts, start_offsets, ends, end_offsets = table.T
-    open_after = np.cumsum(starts - ends)
-    idle = open_after * width_ns - start_offsets + end_offsets
+    counts = np.zeros((2, FINE_BINS), dtype=np.int64)
+    offsets = np.zeros((2, FINE_BINS), dtype=np.int64)
+    for side, rows in enumerate(edges):
+        if rows:
+            data = np.array(rows, dtype=np.int64)
+            counts[side, data[:, 0]] = data[:, 1]
+            offsets[side, data[:, 0]] = data[:, 2]
+    open_after = np.cumsum(counts[0] - counts[1])
+    idle = open_after * width_ns - offsets[0] + offsets[1]
     busy: FloatArray = (width_ns - idle).astype(np.float64)
     return busy

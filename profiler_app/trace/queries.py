@@ -326,25 +326,25 @@ def gaps_during_sync(
 
 def gap_edges_by_bin(
     export: Export, device: int, first: int, width_ns: int, bins: int
-) -> list[tuple[int, int, int, int, int]]:
-    """Per bin of ``width_ns`` from ``first`` (ns after the origin): (bin, gaps starting in it,
-    their start offsets into the bin summed, gaps ending in it, their end offsets summed).
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """Per bin of ``width_ns`` from ``first`` (ns after the origin), the gaps starting in it and
+    the gaps ending in it: (bin, count, offsets into the bin summed), starts then ends.
 
     Gaps never overlap, so these give each bin's idle time exactly (``iterations.busy_signal``).
+    Two grouped scans of the gap table in key order, cheaper for SQLite's sorter than one over
+    their union.
     """
     low = device * DEVICE_STRIDE_NS + first
-    rows = export.connection.execute(
-        f"""SELECT bin, sum(starts), sum(start_offsets), sum(ends), sum(end_offsets) FROM (
-                SELECT (k - :low) / :width AS bin, 1 AS starts, (k - :low) % :width
-                       AS start_offsets, 0 AS ends, 0 AS end_offsets
-                FROM {GAP_TABLE} WHERE k >= :low AND k < :high
-                UNION ALL
-                SELECT (k + length - :low) / :width, 0, 0, 1, (k + length - :low) % :width
-                FROM {GAP_TABLE} WHERE k >= :low AND k < :high
-            ) WHERE bin < :bins GROUP BY bin""",
-        {"low": low, "high": low + width_ns * bins, "width": width_ns, "bins": bins},
-    )
-    return [(_int(b), _int(s), _int(so), _int(e), _int(eo)) for b, s, so, e, eo in rows]
+    parameters = {"low": low, "high": low + width_ns * bins, "width": width_ns, "bins": bins}
+    edges = []
+    for edge in ("k", "k + length"):
+        rows = export.connection.execute(
+            f"""SELECT ({edge} - :low) / :width AS bin, count(*), sum(({edge} - :low) % :width)
+                FROM {GAP_TABLE} WHERE k >= :low AND k < :high AND bin < :bins GROUP BY bin""",
+            parameters,
+        )
+        edges.append([(_int(b), _int(count), _int(offsets)) for b, count, offsets in rows])
+    return edges[0], edges[1]
 
 
 def _nvtx_ranges(export: Export) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from profiler_app.trace import iterations, queries
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
 from tests.support.nsys import (
@@ -248,3 +249,26 @@ def test_aperiodic_kernels_have_no_iteration(tmp_path: Path) -> None:
     report = ReportBuilder()
     report.add_kernels("k", np.sort(rng.integers(0, 2_000 * MS, 3000)), 50 * US)
     assert summary_of(report.write(tmp_path / "r.sqlite")).iteration is None
+
+
+def test_the_busy_signal_per_bin_is_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    starts = np.sort(rng.integers(0, 50 * MS, 400))
+    lengths = rng.integers(10 * US, 400 * US, 400)
+    report = ReportBuilder()
+    report.add_kernels("a", starts[::2], lengths[::2], stream=7)
+    report.add_kernels("b", starts[1::2], lengths[1::2], stream=8)  # overlaps stream 7 at times
+    with open_report(str(report.write(tmp_path / "r.sqlite"))) as export:
+        summary = summarise(export)
+        gpu = summary.gpus[0]
+        width = gpu.span_ns // iterations.FINE_BINS
+        edges = queries.gap_edges_by_bin(
+            export, 0, gpu.first_ns - summary.origin_ns, width, iterations.FINE_BINS
+        )
+    busy = iterations.busy_signal(edges, width)
+    # Brute force: every busy nanosecond of the GPU's span, summed per bin
+    timeline = np.zeros(iterations.FINE_BINS * width, dtype=bool)
+    for start, length in zip(starts - gpu.first_ns, lengths, strict=True):
+        timeline[max(start, 0) : start + length] = True
+    expected = timeline.reshape(iterations.FINE_BINS, width).sum(axis=1)
+    assert np.array_equal(busy, expected.astype(np.float64))
