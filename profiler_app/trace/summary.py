@@ -310,11 +310,12 @@ def _seconds(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e9
 
 
-def _stat_record(s: Stat) -> dict[str, object]:
+def _stat_record(s: Stat, *, name: str = "name", count: str = "instances") -> dict[str, object]:
+    """One summary row; ``name`` and ``count`` are the keys nsys' report would use."""
     record: dict[str, object] = {
-        "name": s.name,
+        name: s.name,
         "total_ns": s.total_ns,
-        "instances": s.count,
+        count: s.count,
         "time_percent": round(s.time_percent, 3),
         "avg_ns": round(s.avg_ns, 1),
         "min_ns": s.min_ns,
@@ -365,7 +366,7 @@ def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
         },
         "kernels": [_stat_record(s) for s in gpu.kernels[:top]],
         "kernel_names": len(gpu.kernels),
-        "memory_ops": [{"kind": s.name, **_stat_record(s)} for s in gpu.memory],
+        "memory_ops": [_stat_record(s, name="kind", count="count") for s in gpu.memory],
         "launch_calls": gpu.launches,
         "launch_api_seconds": gpu.launch_ns / 1e9,
         "sync_calls": gpu.sync_calls,
@@ -393,7 +394,7 @@ def to_json(summary: TraceSummary, *, top: int = 10) -> dict[str, object]:
         "profiler_period_seconds": summary.profiler_period_seconds,
         "gpus": [gpu_record(gpu, top) for gpu in summary.gpus],
         "cuda_api": [
-            {**_stat_record(s), "calls": s.count, "synchronising": s.synchronising}
+            {**_stat_record(s, count="calls"), "synchronising": s.synchronising}
             for s in summary.api
         ],
         "warnings": summary.warnings,

@@ -119,7 +119,7 @@ def _input(f: GpuFigures) -> Finding:
     per_iteration = ""
     if f.iteration_ns and f.large_gap_count:
         iterations = f.span_ns / f.iteration_ns
-        per_iteration = f", {f.large_gap_count / iterations:.1f} per iteration"
+        per_iteration = f" ({f.large_gap_count / iterations:.1f} per iteration)"
     return Finding(
         INPUT,
         share,

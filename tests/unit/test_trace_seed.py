@@ -190,7 +190,7 @@ def test_the_memory_operation_totals_are_the_quoted_ones(seed: dict[str, Any]) -
     assert list(memory) == ["HtoD", "memset", "DtoH"]
     for kind, (total, count, low, high, percent, average, megabytes) in MEMORY.items():
         row = memory[kind]
-        assert (row["total_ns"], row["instances"], row["min_ns"], row["max_ns"]) == (
+        assert (row["total_ns"], row["count"], row["min_ns"], row["max_ns"]) == (
             total,
             count,
             low,

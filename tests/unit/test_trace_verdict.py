@@ -62,7 +62,7 @@ def test_large_gaps_make_it_input_bound_with_gaps_per_iteration() -> None:
     result = judge(figures)
     assert result.name == "input-bound"
     assert result.evidence[0] == (
-        "100 idle gaps of 1.0 ms or more, 1.0 per iteration hold 35.0% of the span (3.50 s); "
+        "100 idle gaps of 1.0 ms or more (1.0 per iteration) hold 35.0% of the span (3.50 s); "
         "the GPU is busy 60.0%"
     )
 
