@@ -2,7 +2,8 @@
 
 - ``kernel_groups``: kernels per (device, process, name) with the figures of ``nsys stats``'
   ``cuda_gpu_kern_sum``, each joined to the CUDA API call that launched it (same
-  ``correlationId`` in the same process) for launch counts and launch API time.
+  ``correlationId`` in the same process) for launch counts and launch API time; kernels of a
+  CUDA graph (``graphNodeId`` set) share one graph launch call, counted by name instead.
 - ``memory_groups``: copies per (device, process, copy kind, pageable host memory or not), and
   memsets.
 - ``api_groups``: CUDA API calls per (process, function).
@@ -54,7 +55,7 @@ class KernelGroup:
     name: str
     durations: DurationStats
     short_count: int  # kernels shorter than the ``short_ns`` asked for
-    launches: int  # kernels whose launching API call is in the report
+    launches: int  # kernels (outside CUDA graphs) whose launching API call is in the report
     launch_ns: int  # time spent in those calls
 
 
@@ -136,7 +137,16 @@ def kernel_groups(export: Export, short_ns: int) -> list[KernelGroup]:
         same_process = (
             f" AND (r.globalTid & {schema.PROCESS_MASK}) = k.globalPid" if pid != "NULL" else ""
         )
-        join = f"LEFT JOIN {schema.RUNTIME} AS r ON r.correlationId = k.correlationId{same_process}"
+        # Graph kernels share their graph launch's call: that time is counted once, by name.
+        single = (
+            " AND coalesce(k.graphNodeId, 0) = 0"
+            if export.has_column(schema.KERNEL, "graphNodeId")
+            else ""
+        )
+        join = (
+            f"LEFT JOIN {schema.RUNTIME} AS r "
+            f"ON r.correlationId = k.correlationId{same_process}{single}"
+        )
     sql = f"""
         SELECT g.device, g.pid, coalesce(s.value, 'kernel #' || g.name_id), {_DURATIONS},
                g.short, g.launches, g.launch_ns

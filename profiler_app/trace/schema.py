@@ -83,6 +83,9 @@ SYNCHRONISING_CALLS = frozenset(
         "cuMemGetInfo",
     }
 )
+# One call launches a whole CUDA graph: its kernels carry a graphNodeId, and their launch time
+# is this call's, counted once (not once per kernel).
+GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 

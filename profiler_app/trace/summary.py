@@ -210,11 +210,15 @@ def _gpu(
     sync = [
         g.durations
         for g in api_groups
-        if schema.api_name(g.name) in schema.SYNCHRONISING_CALLS
-        and (g.pid in pids or None in pids or g.pid is None)
+        if schema.api_name(g.name) in schema.SYNCHRONISING_CALLS and _same_process(g.pid, pids)
     ]
     sync_calls = sum(d.count for d in sync)
     sync_ns = sum(d.total_ns for d in sync)
+    graph_launch_ns = sum(
+        g.durations.total_ns
+        for g in api_groups
+        if schema.api_name(g.name) in schema.GRAPH_LAUNCH_CALLS and _same_process(g.pid, pids)
+    )
     kernel_stats = _kernel_stats(kernels)
     memory_stats = _memory_stats(memory)
     figures = verdict.GpuFigures(
@@ -223,7 +227,7 @@ def _gpu(
         kernel_count=sum(s.count for s in kernel_stats),
         kernel_ns=sum(s.total_ns for s in kernel_stats),
         short_kernels=sum(g.short_count for g in kernels),
-        launch_ns=sum(g.launch_ns for g in kernels),
+        launch_ns=sum(g.launch_ns for g in kernels) + graph_launch_ns,
         memory_ns=sum(s.total_ns for s in memory_stats),
         memory_count=sum(s.count for s in memory_stats),
         pageable_ns=sum(s.pageable_ns for s in memory_stats),
@@ -256,6 +260,11 @@ def _gpu(
         iteration=iteration,
         verdict=verdict.judge(figures),
     )
+
+
+def _same_process(pid: int | None, pids: list[int | None]) -> bool:
+    """Does a call of process ``pid`` belong to a GPU used by ``pids`` (unknown: assume so)?"""
+    return pid is None or None in pids or pid in pids
 
 
 def _kernel_stats(groups: list[queries.KernelGroup]) -> list[Stat]:

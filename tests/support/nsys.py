@@ -243,6 +243,45 @@ class ReportBuilder:
                 launch, api_end - _column(launch_ns, size), api_end, correlation, pid=pid
             )
 
+    def add_graph(
+        self,
+        names: Sequence[str],
+        starts: Any,
+        durations: Any,
+        *,
+        launch_start: int,
+        launch_ns: int,
+        device: int = 0,
+        stream: int = 7,
+        pid: int = PID,
+    ) -> None:
+        """One ``cudaGraphLaunch`` call whose graph runs kernel ``names[i]`` at ``starts[i]``:
+        the kernels share the call's correlationId and carry a graphNodeId."""
+        start = np.asarray(starts, dtype=np.int64)
+        size = start.size
+        correlation = self.correlation_ids(1)
+        self._add(
+            KERNEL,
+            size,
+            start=start,
+            end=start + _column(durations, size),
+            deviceId=device,
+            streamId=stream,
+            correlationId=correlation[0],
+            demangledName=np.array([self.string(name) for name in names]),
+            shortName=np.array([self.string(_base_name(name)) for name in names]),
+            gridId=np.arange(size) + 1,
+            graphNodeId=np.arange(size) + 1,
+            globalPid=pid << 24,
+        )
+        self.add_api_calls(
+            "cudaGraphLaunch_v10000",
+            [launch_start],
+            [launch_start + launch_ns],
+            correlation,
+            pid=pid,
+        )
+
     def add_api_calls(
         self,
         name: str,

@@ -194,6 +194,24 @@ def test_launches_join_their_kernels_within_the_same_process(tmp_path: Path) -> 
     assert [(g.launches, g.launch_ns) for g in gpus] == [(1, 3 * US), (1, 9 * US)]
 
 
+def test_a_cuda_graph_launch_is_counted_once_for_all_its_kernels(tmp_path: Path) -> None:
+    report = ReportBuilder()
+    for step in range(3):
+        base = step * 10 * MS
+        report.add_graph(
+            ["fwd", "bwd"] * 50,
+            base + np.arange(100) * 50 * US,
+            40 * US,
+            launch_start=base - 100 * US,
+            launch_ns=60 * US,
+        )
+    report.add_kernels("optimizer", [35 * MS], MS, launch_ns=5 * US)
+    gpu = summary_of(report.write(tmp_path / "r.sqlite")).gpus[0]
+    assert sum(k.count for k in gpu.kernels) == 301
+    assert gpu.launches == 1  # the kernel launched on its own
+    assert gpu.launch_ns == 3 * 60 * US + 5 * US  # not 100 x 60 us per graph
+
+
 def test_short_gaps_that_begin_during_a_sync_call_are_counted(tmp_path: Path) -> None:
     report = ReportBuilder()
     starts = np.arange(10) * 3 * MS
