@@ -64,7 +64,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the NVTX range that marks one iteration (default: found from the ranges)",
     )
     parser.add_argument(
-        "--top", type=int, default=10, help="kernels listed per GPU (default: %(default)s)"
+        "--top",
+        type=int,
+        default=10,
+        metavar="N",
+        help="kernels listed per GPU (default: %(default)s)",
     )
     parser.set_defaults(handler=handle)
 

@@ -159,8 +159,8 @@ CONSTANTS: dict[str, dict[str, Any]] = {
         "localMemoryPerThread": 0,
         "localMemoryTotal": 0,
     },
-    MEMCPY: {"contextId": 1, "globalPid": GLOBAL_PID},
-    MEMSET: {"contextId": 1, "globalPid": GLOBAL_PID, "value": 0, "memKind": DEVICE},
+    MEMCPY: {"contextId": 1},
+    MEMSET: {"contextId": 1, "value": 0, "memKind": DEVICE},
     RUNTIME: {"eventClass": 0, "returnValue": 0},
     NVTX: {},
 }
@@ -204,6 +204,40 @@ class ReportBuilder:
         batch = {name: _column(value, size) for name, value in values.items() if value is not None}
         self.batches.setdefault(table, []).append(batch)
 
+    def _operations(
+        self,
+        table: str,
+        starts: Any,
+        durations: Any,
+        *,
+        device: int,
+        stream: int,
+        pid: int,
+        api: str | None,
+        api_ns: Any,
+        lead_ns: Any,
+        **columns: Any,
+    ) -> None:
+        """GPU operations in ``table``, each started by an ``api`` call (same correlationId)
+        that lasts ``api_ns`` and ends ``lead_ns`` before the operation starts."""
+        start = np.asarray(starts, dtype=np.int64)
+        size = start.size
+        correlation = self.correlation_ids(size)
+        self._add(
+            table,
+            size,
+            start=start,
+            end=start + _column(durations, size),
+            deviceId=device,
+            streamId=stream,
+            correlationId=correlation,
+            globalPid=pid << 24,
+            **columns,
+        )
+        if api is not None:
+            api_end = start - _column(lead_ns, size)
+            self.add_api_calls(api, api_end - _column(api_ns, size), api_end, correlation, pid=pid)
+
     def add_kernels(
         self,
         name: str,
@@ -217,31 +251,22 @@ class ReportBuilder:
         launch_lead_ns: Any = 2_000,
         pid: int = PID,
     ) -> None:
-        """Kernels named ``name``, each launched by a ``launch`` call (same correlationId) that
-        lasts ``launch_ns`` and ends ``launch_lead_ns`` before the kernel starts; the process
-        ``pid`` launches them from its main thread."""
-        start = np.asarray(starts, dtype=np.int64)
-        size = start.size
-        correlation = self.correlation_ids(size)
-        name_id = self.string(name)
-        self._add(
+        """Kernels named ``name``, each launched by a ``launch`` call that lasts ``launch_ns``
+        and ends ``launch_lead_ns`` before the kernel starts, from process ``pid``."""
+        self._operations(
             KERNEL,
-            size,
-            start=start,
-            end=start + _column(durations, size),
-            deviceId=device,
-            streamId=stream,
-            correlationId=correlation,
-            demangledName=name_id,
+            starts,
+            durations,
+            device=device,
+            stream=stream,
+            pid=pid,
+            api=launch,
+            api_ns=launch_ns,
+            lead_ns=launch_lead_ns,
+            demangledName=self.string(name),
             shortName=self.string(_base_name(name)),
-            gridId=correlation,
-            globalPid=pid << 24,
+            gridId=np.arange(np.size(starts)) + 1,
         )
-        if launch is not None:
-            api_end = start - _column(launch_lead_ns, size)
-            self.add_api_calls(
-                launch, api_end - _column(launch_ns, size), api_end, correlation, pid=pid
-            )
 
     def add_graph(
         self,
@@ -322,28 +347,23 @@ class ReportBuilder:
         api_ns: Any = 5_000,
     ) -> None:
         """Memory copies of ``kind`` (``HTOD``...) whose host side is ``host_kind`` memory."""
-        start = np.asarray(starts, dtype=np.int64)
-        size = start.size
-        correlation = self.correlation_ids(size)
-        self._add(
+        self._operations(
             MEMCPY,
-            size,
-            start=start,
-            end=start + _column(durations, size),
-            deviceId=device,
-            streamId=stream,
-            correlationId=correlation,
-            bytes=_column(sizes, size),
+            starts,
+            durations,
+            device=device,
+            stream=stream,
+            pid=PID,
+            api=api,
+            api_ns=api_ns,
+            lead_ns=1_000,
+            bytes=_column(sizes, np.size(starts)),
             copyKind=kind,
             srcKind=host_kind if kind in (HTOD, 3, 9, 11) else DEVICE,
             dstKind=host_kind if kind in (DTOH, 4, 9, 12) else DEVICE,
             srcDeviceId=device,
             dstDeviceId=device,
         )
-        if api is not None:
-            self.add_api_calls(
-                api, start - 1_000 - _column(api_ns, size), start - 1_000, correlation
-            )
 
     def add_memsets(
         self,
@@ -355,22 +375,17 @@ class ReportBuilder:
         stream: int = 7,
         api_ns: Any = 4_000,
     ) -> None:
-        start = np.asarray(starts, dtype=np.int64)
-        size = start.size
-        correlation = self.correlation_ids(size)
-        self._add(
+        self._operations(
             MEMSET,
-            size,
-            start=start,
-            end=start + _column(durations, size),
-            deviceId=device,
-            streamId=stream,
-            correlationId=correlation,
-            bytes=_column(sizes, size),
-        )
-        api_end = start - 1_000
-        self.add_api_calls(
-            "cudaMemsetAsync_v3020", api_end - _column(api_ns, size), api_end, correlation
+            starts,
+            durations,
+            device=device,
+            stream=stream,
+            pid=PID,
+            api="cudaMemsetAsync_v3020",
+            api_ns=api_ns,
+            lead_ns=1_000,
+            bytes=_column(sizes, np.size(starts)),
         )
 
     def add_ranges(

@@ -181,6 +181,12 @@ def test_rows_are_recorded_per_gpu_keyed_by_pod_node_and_start(
     assert len(started) == 1
 
 
+def by_trace(
+    capsys: pytest.CaptureFixture[str], store_url: str, *args: str
+) -> tuple[int, str, str]:
+    return run(capsys, "report", "--by", "trace", "--store-url", store_url, *args)
+
+
 def test_report_by_trace_lists_the_recorded_traces(
     report_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -188,9 +194,7 @@ def test_report_by_trace_lists_the_recorded_traces(
         args = ["trace", str(report_path), "--store-url", store_url, "--pod", pod, "--node", node]
         assert run(capsys, *args)[0] == 0
     window = ["--since", "1h", "--until", "2026-01-01T00:30:00Z"]
-    status, out, err = run(
-        capsys, "report", "--by", "trace", "--store-url", store_url, *window, "--output", "json"
-    )
+    status, out, err = by_trace(capsys, store_url, *window, "--output", "json")
     assert (status, err) == (0, "")
     rows = json.loads(out)
     assert list(rows[0]) == view_columns("trace")
@@ -202,35 +206,13 @@ def test_report_by_trace_lists_the_recorded_traces(
     ]
     assert rows[0]["started_at"] == "2026-01-01T00:00:00Z"
     assert rows[0]["iteration_seconds"] == pytest.approx(0.025, rel=0.02)
-    status, out, _ = run(
-        capsys,
-        "report",
-        "--by",
-        "trace",
-        "--store-url",
-        store_url,
-        *window,
-        "--node",
-        "gpu-node-8",
-        "--output",
-        "csv",
-    )
+    _, out, _ = by_trace(capsys, store_url, *window, "--node", "gpu-node-8", "--output", "csv")
     assert [r["pod"] for r in csv.DictReader(io.StringIO(out))] == ["train-1", "train-1"]
-    status, out, err = run(
-        capsys,
-        "report",
-        "--by",
-        "trace",
-        "--store-url",
-        store_url,
-        "--since",
-        "1h",
-        "--until",
-        "2025-06-01T00:00:00Z",
-    )
+    before = ["--since", "1h", "--until", "2025-06-01T00:00:00Z"]
+    status, out, err = by_trace(capsys, store_url, *before)
     assert (status, out) == (0, "")
     assert "no trace data in the store" in err
-    status, out, _ = run(capsys, "report", "--by", "trace", "--store-url", store_url, *window)
+    _, out, _ = by_trace(capsys, store_url, *window)
     assert "Nsight Systems traces" in out
     assert "input-bound" in out
 
