@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
-from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, SeriesMatrix
+from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodPeak, SeriesMatrix
 from profiler_app.pods import attribute_profiles, pod_usage
 from profiler_app.profiles import build_profiles
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource
-from profiler_app.sources.host import PodPeak
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
     from profiler_app.sources.kube_pods import PodInfo

@@ -63,6 +63,14 @@ class GpuProfile:
 
 
 @dataclass(frozen=True)
+class PodPeak:
+    """A pod's peaks within the window (None where its cgroup does not account for it)."""
+
+    cpu_util_max: float | None  # percent of one core
+    mem_used_max_bytes: float | None
+
+
+@dataclass(frozen=True)
 class PodUsage:
     """Peak resource use of one pod that uses GPUs, as far as this node can see it."""
 

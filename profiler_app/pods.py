@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, GpuProfile, PodUsage
-from profiler_app.sources.host import PodPeak
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, GpuProfile, PodPeak, PodUsage
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
     from profiler_app.sources.kube_pods import PodInfo

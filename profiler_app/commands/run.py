@@ -28,9 +28,11 @@ from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sinks.terminal import TerminalSink
 from profiler_app.sources import MetricsSource
+from profiler_app.sources.cadvisor import PodPeaksQuery
 from profiler_app.sources.host import HostSampler
 from profiler_app.sources.nvml import NvmlSource
-from profiler_app.sources.prometheus import PodPeaksQuery, PrometheusSource, without_credentials
+from profiler_app.sources.prometheus import PrometheusSource
+from profiler_app.urls import without_credentials
 
 if TYPE_CHECKING:
     from profiler_app.sources.kube_pods import PodWatcher

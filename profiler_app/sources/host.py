@@ -9,26 +9,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from profiler_app.model import PodPeak
 from profiler_app.sources.cgroups import PodCgroup, find_pod_cgroups
 
 log = logging.getLogger(__name__)
 
 # Pods come and go slowly; rescanning the cgroup tree every sample would cost more than reading.
 _RESCAN_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class PodPeak:
-    """A pod's peaks within the window (None where its cgroup does not account for it)."""
-
-    cpu_util_max: float | None  # percent of one core
-    mem_used_max_bytes: float | None
 
 
 def read_cpu_seconds(pod: PodCgroup) -> float | None:

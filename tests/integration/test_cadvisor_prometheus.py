@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiler_app.sources.prometheus import PodPeaksQuery, PrometheusSource
+from profiler_app.sources.cadvisor import PodPeaksQuery
+from profiler_app.sources.prometheus import PrometheusSource
 from tests.support.prometheus import LoadedPrometheus
 
 pytestmark = pytest.mark.integration

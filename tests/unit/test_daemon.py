@@ -18,9 +18,8 @@ import pytest
 
 from profiler_app.daemon import Backoff, Daemon
 from profiler_app.errors import SourceError
-from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, SeriesMatrix
+from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
-from profiler_app.sources.host import PodPeak
 from profiler_app.sources.kube_pods import PodInfo
 from tests.support import signals
 

@@ -6,9 +6,8 @@ import math
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from profiler_app.model import FB_USED, FieldStats
+from profiler_app.model import FB_USED, FieldStats, PodPeak
 from profiler_app.pods import POD_UID_LABEL, attribute_profiles, pod_usage
-from profiler_app.sources.host import PodPeak
 from profiler_app.sources.kube_pods import PodInfo
 from tests.support.cycles import gpu_profile
 

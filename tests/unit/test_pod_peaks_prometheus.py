@@ -15,9 +15,10 @@ from collections.abc import Mapping
 import pytest
 
 from profiler_app.errors import SourceError, UserError
+from profiler_app.model import PodPeak
 from profiler_app.pods import pod_usage
-from profiler_app.sources.host import PodPeak
-from profiler_app.sources.prometheus import PodPeaksQuery, PrometheusSource
+from profiler_app.sources.cadvisor import PodPeaksQuery
+from profiler_app.sources.prometheus import PrometheusSource
 from tests.support.prometheus import Reply, StandInPrometheus, error_reply
 from tests.unit.test_daemon import (
     RecordingSink,
@@ -88,7 +89,7 @@ def test_read_makes_two_instant_queries_and_parses_by_pod() -> None:
 
 
 def test_no_cadvisor_series_is_empty_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="profiler_app.sources.prometheus")
+    caplog.set_level(logging.INFO, logger="profiler_app.sources.cadvisor")
     with StandInPrometheus(lambda params: vector_reply([])) as stand_in:
         query = PodPeaksQuery(PrometheusSource(stand_in.url, "node-a"))
         assert query.read(1800, end=END) == {}

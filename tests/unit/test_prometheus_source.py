@@ -26,8 +26,8 @@ from profiler_app.sources.prometheus import (
     parse_query_range,
     promql_selector,
     query_range_document,
-    without_credentials,
 )
+from profiler_app.urls import without_credentials
 from tests.support.prometheus import (
     Reply,
     StandInPrometheus,

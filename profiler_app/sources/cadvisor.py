@@ -1,0 +1,90 @@
+"""Pods' CPU and memory peaks on one node from the kubelet's cAdvisor series in Prometheus."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from profiler_app.errors import UserError
+from profiler_app.model import PodPeak
+from profiler_app.sources.prometheus.client import PrometheusSource
+from profiler_app.sources.prometheus.grid import default_step
+from profiler_app.sources.prometheus.promql import promql_duration, promql_selector
+
+log = logging.getLogger(__name__)
+
+CADVISOR_NODE_LABEL = "node"  # the node label kube-prometheus-stack puts on cAdvisor series
+CADVISOR_RATE_WINDOW = "2m"  # four kubelet scrapes at its 30 s default
+
+
+class PodPeaksQuery:
+    """Each pod's CPU and memory peaks on one node from cAdvisor series (the kubelet's, as
+    kube-prometheus-stack scrapes them): two instant queries with subqueries per read.
+
+    For the DaemonSet, which cannot see the host cgroup tree. Rows of pod-level cgroups
+    (``container=""``) and pause containers (``container="POD"``) are left out so a pod's
+    containers are summed once. No cAdvisor series is not an error: the result is empty.
+    """
+
+    def __init__(self, source: PrometheusSource, node_label: str = CADVISOR_NODE_LABEL) -> None:
+        self.source = source
+        self.node_label = node_label
+        self._empty_said = False
+        # Containers only: the pod-level cgroup ("") and the pause container ("POD") would
+        # count the pod twice.
+        containers_only = ',container!="",container!="POD"}'
+        self.cpu_selector = (
+            promql_selector("container_cpu_usage_seconds_total", node_label, source.node)[:-1]
+            + containers_only
+        )
+        self.memory_selector = (
+            promql_selector("container_memory_working_set_bytes", node_label, source.node)[:-1]
+            + containers_only
+        )
+
+    def queries(self, window_seconds: float) -> tuple[str, str]:
+        """(CPU percent of one core, working-set bytes): per-pod peaks within the window."""
+        step = self.source.step_seconds or default_step(window_seconds)
+        subquery = f"[{promql_duration(window_seconds)}:{promql_duration(step)}]"
+        cpu = (
+            f"max_over_time((sum by (namespace, pod) (rate({self.cpu_selector}"
+            f"[{CADVISOR_RATE_WINDOW}])))"
+            f"{subquery}) * 100"
+        )
+        memory = f"max_over_time((sum by (namespace, pod) ({self.memory_selector})){subquery})"
+        return cpu, memory
+
+    def read(
+        self, window_seconds: float, end: float | None = None
+    ) -> dict[tuple[str, str], PodPeak]:
+        """(namespace, pod) -> peaks; a pod missing from one query has None for that resource."""
+        at = time.time() if end is None else end
+        cpu_query, memory_query = self.queries(window_seconds)
+        cpu = _by_pod(self.source.instant_query(cpu_query, at))
+        memory = _by_pod(self.source.instant_query(memory_query, at))
+        if not cpu and not memory and not self._empty_said:
+            self._empty_said = True
+            log.info(
+                "no cAdvisor series for %s=%s in Prometheus: pods get no CPU/memory peaks",
+                self.node_label,
+                self.source.node,
+            )
+        return {
+            key: PodPeak(cpu_util_max=cpu.get(key), mem_used_max_bytes=memory.get(key))
+            for key in sorted(cpu.keys() | memory.keys())
+        }
+
+
+def _by_pod(samples: list[dict[str, object]]) -> dict[tuple[str, str], float]:
+    values = {}
+    for sample in samples:
+        metric: dict[str, str] = sample["metric"]  # type: ignore[assignment]
+        pair: list[object] = sample["value"]  # type: ignore[assignment]
+        try:
+            value = float(pair[1])  # type: ignore[arg-type]
+        except (TypeError, ValueError) as error:
+            raise UserError(f"malformed sample in an instant query answer: {error}") from error
+        if "namespace" in metric and "pod" in metric and math.isfinite(value):
+            values[str(metric["namespace"]), str(metric["pod"])] = value
+    return values

@@ -1,0 +1,41 @@
+"""GPU metrics from Prometheus (dcgm-exporter series), split by concern:
+
+- ``client``: the HTTP client (``PrometheusSource``), one ``query_range`` request per field;
+- ``grid``: the time grid shared by every field, and the per-request point limit;
+- ``promql``: selectors and duration literals;
+- ``documents``: checking Prometheus answers and aligning their series onto the grid;
+- ``files``: saved ``query_range`` answers (``analyze --input``).
+"""
+
+from profiler_app.sources.prometheus.client import PrometheusSource, RequestStats
+from profiler_app.sources.prometheus.documents import (
+    fields_in_document,
+    parse_query_range,
+    query_range_document,
+)
+from profiler_app.sources.prometheus.files import load_query_range
+from profiler_app.sources.prometheus.grid import (
+    DEFAULT_MAX_POINTS,
+    DEFAULT_STEP_SECONDS,
+    MAX_POINTS_PER_REQUEST,
+    TimeGrid,
+    default_step,
+    grid_ending_at,
+)
+from profiler_app.sources.prometheus.promql import promql_selector
+
+__all__ = [
+    "DEFAULT_MAX_POINTS",
+    "DEFAULT_STEP_SECONDS",
+    "MAX_POINTS_PER_REQUEST",
+    "PrometheusSource",
+    "RequestStats",
+    "TimeGrid",
+    "default_step",
+    "fields_in_document",
+    "grid_ending_at",
+    "load_query_range",
+    "parse_query_range",
+    "promql_selector",
+    "query_range_document",
+]

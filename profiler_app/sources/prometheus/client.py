@@ -1,0 +1,175 @@
+"""The HTTP client: dcgm-exporter fields of one node, one ``query_range`` request per field.
+
+Each field is read with one selector for all GPUs of the node (``FIELD{Hostname="node"}``) and
+aligned onto one time grid shared by every field (``grid``). Transient faults (timeouts, refused
+connections, 429 and 5xx answers) raise ``SourceError``, which the daemon retries; anything else
+is a ``UserError`` with one clear line, credentials masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import requests
+
+from profiler_app.durations import format_duration
+from profiler_app.errors import SourceError, UserError
+from profiler_app.model import GPU_UTIL, SeriesMatrix
+from profiler_app.sources.prometheus.documents import align, matrix_result, vector_result
+from profiler_app.sources.prometheus.grid import (
+    MAX_POINTS_PER_REQUEST,
+    TimeGrid,
+    default_step,
+    grid_ending_at,
+)
+from profiler_app.sources.prometheus.promql import promql_selector
+from profiler_app.urls import has_valid_port, without_credentials
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 10.0
+_ERRNO_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+_TRANSIENT_STATUSES = {429, 502, 503, 504}
+
+
+@dataclass
+class RequestStats:
+    """What the source cost Prometheus since it was created."""
+
+    requests: int = 0
+    bytes_read: int = 0
+
+
+class PrometheusSource:
+    """Reads dcgm-exporter fields of one node from Prometheus' HTTP API."""
+
+    def __init__(
+        self,
+        url: str,
+        node: str,
+        node_label: str = "Hostname",
+        fields: Sequence[str] = (GPU_UTIL,),
+        step_seconds: float | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        session: requests.Session | None = None,
+        optional_fields: Collection[str] = (),
+    ) -> None:
+        if not url.startswith(("http://", "https://")) or not has_valid_port(url):
+            shown = without_credentials(url)
+            raise UserError(f"invalid Prometheus URL {shown!r}: expected http://HOST:PORT")
+        if not fields:
+            raise UserError("no fields to read: give at least one --field")
+        if step_seconds is not None and not step_seconds > 0:
+            raise UserError("step must be a positive duration")
+        self.url = url.rstrip("/")
+        self.display_url = without_credentials(self.url)  # for messages and logs
+        self.node = node
+        self.node_label = node_label
+        self.fields = list(fields)
+        self.queries = [promql_selector(field, node_label, node) for field in self.fields]
+        self.step_seconds = step_seconds
+        self.timeout = timeout
+        self.stats = RequestStats()
+        # Fields a cycle may do without (the daemon's extras): missing ones are skipped, said once.
+        self.optional_fields = frozenset(optional_fields) - {self.fields[0]}
+        self._missing_said: set[str] = set()
+        self._session = session or requests.Session()
+
+    def read(self, window_seconds: float, end: float | None = None) -> list[SeriesMatrix]:
+        """One matrix per field over the window ending at ``end`` (default: now)."""
+        step = self.step_seconds or default_step(window_seconds)
+        grid = grid_ending_at(time.time() if end is None else end, window_seconds, step)
+        matrices = []
+        for position, (field, query) in enumerate(zip(self.fields, self.queries, strict=True)):
+            series = [
+                item
+                for chunk in grid.chunks(MAX_POINTS_PER_REQUEST)
+                for item in self._query(query, chunk)
+            ]
+            if not series and field in self.optional_fields:
+                if field not in self._missing_said:
+                    self._missing_said.add(field)
+                    log.warning(
+                        "%s; going on without it", self._no_series_message(field, 1, window_seconds)
+                    )
+                continue
+            if not series:
+                raise UserError(self._no_series_message(field, position, window_seconds))
+            labels, values = align(series, grid)
+            matrices.append(SeriesMatrix(field, labels, grid.timestamps(), values, step))
+        return matrices
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _no_series_message(self, field: str, position: int, window_seconds: float) -> str:
+        where = f"{self.node_label}={self.node} in the last {format_duration(window_seconds)}"
+        if position == 0:
+            return f"no series for {where}: unknown node or no dcgm-exporter data in the window"
+        return f"no {field} series for {where}: dcgm-exporter does not export this field"
+
+    def _query(self, query: str, grid: TimeGrid) -> list[dict[str, object]]:
+        params = {"query": query, "start": _timestamp(grid.start), "end": _timestamp(grid.end)}
+        params["step"] = _timestamp(grid.step)
+        document = self._request("query_range", params, query)
+        return matrix_result(document, f"the answer of {self.display_url}")
+
+    def instant_query(self, query: str, at: float) -> list[dict[str, object]]:
+        """The vector result of ``query`` evaluated at ``at`` (same errors as ``read``)."""
+        document = self._request("query", {"query": query, "time": _timestamp(at)}, query)
+        return vector_result(document, f"the answer of {self.display_url}")
+
+    def _request(self, api: str, params: dict[str, str], query: str) -> object:
+        endpoint = f"{self.url}/api/v1/{api}"
+        try:
+            response = self._session.get(endpoint, params=params, timeout=self.timeout)
+        except requests.Timeout as error:
+            raise SourceError(
+                f"Prometheus at {self.display_url} timed out after {self.timeout:g}s"
+            ) from error
+        except requests.ConnectionError as error:
+            raise SourceError(
+                f"cannot reach Prometheus at {self.display_url}: {_short_reason(error)}"
+            ) from error
+        except requests.RequestException as error:
+            raise UserError(
+                f"cannot query Prometheus at {self.display_url}: {type(error).__name__}"
+            ) from error
+        self.stats.requests += 1
+        self.stats.bytes_read += len(response.content)
+        return _document_of(response, self.display_url, query)
+
+
+def _timestamp(seconds: float) -> str:
+    return f"{seconds:.3f}"
+
+
+def _short_reason(error: Exception) -> str:
+    """'Connection refused' rather than urllib3's nested repr."""
+    match = _ERRNO_REASON.search(str(error))
+    return match.group(1).strip() if match else type(error).__name__
+
+
+def _document_of(response: requests.Response, url: str, query: str) -> object:
+    """The JSON answer, after mapping HTTP errors to SourceError (transient) or UserError."""
+    try:
+        document = response.json()
+    except ValueError:
+        document = None
+    error = document.get("error") if isinstance(document, dict) else None
+    if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUSES:
+        detail = f": {error}" if error else ""
+        raise SourceError(f"Prometheus at {url} answered HTTP {response.status_code}{detail}")
+    if response.status_code >= 400:
+        detail = error or response.reason or "no error message"
+        raise UserError(
+            f"Prometheus at {url} rejected {query} (HTTP {response.status_code}): {detail}"
+        )
+    if document is None:
+        raise UserError(f"{url} does not look like Prometheus: its answer is not JSON")
+    return document

@@ -1,0 +1,22 @@
+"""URLs in messages and logs: credentials masked, ports checked."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+
+def has_valid_port(url: str) -> bool:
+    try:
+        urlsplit(url).port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        return False
+    return True
+
+
+def without_credentials(url: str) -> str:
+    """The URL without user:password, which must never reach a message or a log."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
