@@ -112,10 +112,21 @@ def _opened(path: Path, *, shown: Path) -> Iterator[Export]:
         export = _inspect(connection, shown)
         yield export
     except sqlite3.DatabaseError as error:
-        # A damaged page found mid-query (the header check cannot see every truncation).
-        raise UserError(f"{shown} is damaged or truncated: {error}") from None
+        raise UserError(_describe(error, shown)) from None
     finally:
         connection.close()
+
+
+_DAMAGE = ("malformed", "not a database", "disk i/o", "corrupt")
+
+
+def _describe(error: sqlite3.DatabaseError, shown: Path) -> str:
+    """A damaged page found mid-query (the header cannot show every truncation), or another
+    SQLite error from an export laid out in a way this tool did not expect."""
+    text = str(error)
+    if any(word in text.lower() for word in _DAMAGE):
+        return f"{shown} is damaged or truncated: {text}"
+    return f"cannot read {shown}: {text}"
 
 
 def _check_sqlite_file(path: Path, shown: Path) -> None:
