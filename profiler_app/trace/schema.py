@@ -2,12 +2,15 @@
 
 Sources, so a reader can check them:
 
-- Table and column names: the schema Nsight Systems writes (``.schema`` of an export; NVIDIA's
-  "SQLite Export Schema Reference", docs.nvidia.com/nsight-systems, and the 2024.6.2 export
-  whose schema version is 3.16.1). Tables are created only when their data exists.
+- Table and column names: NVIDIA's "SQLite Export Schema Reference"
+  (https://docs.nvidia.com/nsight-systems/2021.5/nsys-exporter/exported_data.html: "tables are
+  created lazily", no indexes) and the ``.schema`` of an Nsight Systems 2024.6.2 export (schema
+  version 3.16.1), whose statements ``tests/support/nsys.py`` reproduces.
 - Enum values: Post-Collection Analysis Guide, "SQLite Schema Event Values"
-  (docs.nvidia.com/nsight-systems/AnalysisGuide): ``ENUM_CUDA_MEMCPY_OPER`` and
-  ``ENUM_CUDA_MEM_KIND`` (0 = pageable), NVTX event types 59 (push/pop) and 60 (start/end).
+  (https://docs.nvidia.com/nsight-systems/AnalysisGuide/index.html): ``ENUM_CUDA_MEMCPY_OPER``
+  and ``ENUM_CUDA_MEM_KIND`` (0 = pageable), NVTX event types 59 (push/pop), 60 (start/end).
+- Column statistics: the report scripts shipped with Nsight Systems (``cuda_gpu_kern_sum``,
+  ``cuda_api_sum``, ``cuda_gpu_mem_time_sum``), which the Analysis Guide documents.
 - Schema versions: ``META_DATA_EXPORT`` row ``EXPORT_SCHEMA_VERSION`` ("3.16.1"). Nsight
   Systems' ``export_schema_version_notes.txt`` numbers them MAJOR.MINOR.MICRO: a major change
   breaks most queries, a minor one is localised, a micro one only adds tables or columns.
