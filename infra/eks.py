@@ -1,9 +1,17 @@
-"""GpuEksCluster: an EKS cluster with a small CPU system node group and tainted GPU node groups."""
+"""GpuEksCluster: an EKS cluster with a small CPU system node group and tainted GPU node groups.
+
+Besides the cluster and its node groups: the VPC CNI with network policy enforcement on, the EBS
+CSI driver (Prometheus' volume) with its own IAM role, and on GPU nodes a container toolkit that
+hands GPUs only to the pods the device plugin gives them to (see gpu_node_user_data).
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
 
 import pulumi
 import pulumi_aws as aws
@@ -11,17 +19,27 @@ import pulumi_eks as eks
 
 from infra import versions
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_TAINT_KEY, GPU_TAINT_VALUE
+from infra.stack import StorageClassSpec
 from infra.vpc import Vpc, VpcArgs
 
-# EKS-optimized AMIs that ship the NVIDIA driver and container toolkit.
-NVIDIA_AMI_TYPES = frozenset(
-    {
-        "AL2023_x86_64_NVIDIA",
-        "AL2023_ARM_64_NVIDIA",
-        "BOTTLEROCKET_x86_64_NVIDIA",
-        "BOTTLEROCKET_ARM_64_NVIDIA",
-    }
+# EKS-optimized Amazon Linux 2023 AMIs that ship the NVIDIA driver and container toolkit.
+NVIDIA_AMI_TYPES = frozenset({"AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA"})
+BOTTLEROCKET_AMI_PREFIX = "BOTTLEROCKET_"
+# Prometheus' volume: encrypted gp3 through the EBS CSI driver (no default class since EKS 1.30).
+EBS_STORAGE_CLASS = StorageClassSpec(
+    name="gp3-encrypted",
+    provisioner="ebs.csi.aws.com",
+    parameters={"type": "gp3", "encrypted": "true"},
 )
+EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
+# The settings issue 10 gives kubeadm GPU nodes: the device plugin's volume mounts are the only way
+# to a GPU; NVIDIA_VISIBLE_DEVICES from an unprivileged container (every CUDA image sets it) is not.
+TOOLKIT_SETTINGS = (
+    "accept-nvidia-visible-devices-as-volume-mounts=true",
+    "accept-nvidia-visible-devices-envvar-when-unprivileged=false",
+)
+USER_DATA_BOUNDARY = "==GPU-CLUSTER-USER-DATA=="
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
@@ -79,12 +97,61 @@ class GpuEksClusterArgs:
     def __post_init__(self) -> None:
         if not self.gpu_node_groups:
             raise ValueError("a GPU cluster needs at least one GPU node group")
+        if self.system_node_group.desired_size < 1:
+            raise ValueError("the system node group needs at least one node (desiredSize >= 1)")
         for group in self.gpu_node_groups:
+            if group.ami_type.startswith(BOTTLEROCKET_AMI_PREFIX):
+                raise ValueError(
+                    f"GPU node group {group.name!r}: {group.ami_type} is not supported: "
+                    f"Bottlerocket runs its own NVIDIA device plugin (devices by index), which "
+                    f"would run beside the chart's and break attribution of GPUs to pods by UUID; "
+                    f"use "
+                    f"{' or '.join(sorted(NVIDIA_AMI_TYPES))}"
+                )
             if group.ami_type not in NVIDIA_AMI_TYPES:
                 raise ValueError(
                     f"GPU node group {group.name!r}: AMI type {group.ami_type!r} has no NVIDIA "
                     f"driver; use one of {', '.join(sorted(NVIDIA_AMI_TYPES))}"
                 )
+
+
+def gpu_node_user_data() -> str:
+    """MIME user data for GPU nodes: configure the NVIDIA container toolkit before kubelet starts.
+
+    EKS merges it with its own nodeadm configuration (managed node groups need MIME multi-part).
+    """
+    settings = " ".join(f"--set {setting}" for setting in TOOLKIT_SETTINGS)
+    script = (
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        "# GPUs only through the device plugin's volume mounts, never by environment variable.\n"
+        f"nvidia-ctk config --in-place {settings}\n"
+    )
+    message = MIMEMultipart(boundary=USER_DATA_BOUNDARY)
+    message.attach(MIMEText(script, "x-shellscript"))
+    return message.as_string()
+
+
+def _irsa_trust_policy(provider_arn: str, provider_url: str, subject: str) -> str:
+    issuer = provider_url.removeprefix("https://")
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Federated": provider_arn},
+                    "Action": "sts:AssumeRoleWithWebIdentity",
+                    "Condition": {
+                        "StringEquals": {
+                            f"{issuer}:sub": subject,
+                            f"{issuer}:aud": "sts.amazonaws.com",
+                        }
+                    },
+                }
+            ],
+        }
+    )
 
 
 def _node_role(name: str, parent: pulumi.Resource) -> aws.iam.Role:
@@ -119,6 +186,7 @@ class GpuEksCluster(pulumi.ComponentResource):
 
     cluster_name: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
+    storage_class: StorageClassSpec = EBS_STORAGE_CLASS
 
     def __init__(
         self, name: str, args: GpuEksClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -153,6 +221,9 @@ class GpuEksCluster(pulumi.ComponentResource):
             endpoint_public_access=True,
             public_access_cidrs=list(args.public_access_cidrs),
             node_associate_public_ip_address=False,
+            create_oidc_provider=True,  # IAM roles for service accounts (the EBS CSI driver's)
+            # Without it the VPC CNI ignores NetworkPolicy objects (the profiler's among them).
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True),
             opts=child,
         )
         after_cluster = pulumi.ResourceOptions(parent=self, depends_on=[self.cluster])
@@ -175,31 +246,96 @@ class GpuEksCluster(pulumi.ComponentResource):
             opts=after_cluster,
         )
         self.gpu_node_groups = [
-            eks.ManagedNodeGroup(
-                f"{name}-{group.name}-nodes",
-                cluster=self.cluster,
-                node_role=node_role,
-                subnet_ids=private_subnets,
-                instance_types=list(group.instance_types),
-                ami_type=group.ami_type,
-                capacity_type=group.capacity_type,
-                disk_size=group.disk_size_gib,
-                scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                    min_size=group.min_size,
-                    max_size=group.max_size,
-                    desired_size=group.desired_size,
-                ),
-                labels={GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE},
-                taints=[
-                    aws.eks.NodeGroupTaintArgs(
-                        key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE"
-                    )
-                ],
-                opts=after_cluster,
-            )
+            self._gpu_node_group(name, group, node_role, private_subnets, after_cluster)
             for group in args.gpu_node_groups
         ]
+        self.ebs_csi_driver = self._ebs_csi_driver(name, args.cluster_name)
 
         self.cluster_name = pulumi.Output.from_input(args.cluster_name)
         self.kubeconfig = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.register_outputs({"cluster_name": self.cluster_name, "kubeconfig": self.kubeconfig})
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """What Kubernetes resources must wait for: every node group and the storage driver."""
+        return [self.system_node_group, *self.gpu_node_groups, self.ebs_csi_driver]
+
+    def _gpu_node_group(
+        self,
+        name: str,
+        group: GpuNodeGroupArgs,
+        node_role: aws.iam.Role,
+        subnets: list[pulumi.Input[str]],
+        opts: pulumi.ResourceOptions,
+    ) -> eks.ManagedNodeGroup:
+        # The launch template carries the toolkit settings; with one, the disk size goes there too.
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-{group.name}-launch-template",
+            user_data=base64.b64encode(gpu_node_user_data().encode()).decode(),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name="/dev/xvda",
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=group.disk_size_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+            ),
+            update_default_version=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return eks.ManagedNodeGroup(
+            f"{name}-{group.name}-nodes",
+            cluster=self.cluster,
+            node_role=node_role,
+            subnet_ids=subnets,
+            instance_types=list(group.instance_types),
+            ami_type=group.ami_type,
+            capacity_type=group.capacity_type,
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)
+            ),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=group.min_size,
+                max_size=group.max_size,
+                desired_size=group.desired_size,
+            ),
+            labels={GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE},
+            taints=[
+                aws.eks.NodeGroupTaintArgs(
+                    key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE"
+                )
+            ],
+            opts=opts,
+        )
+
+    def _ebs_csi_driver(self, name: str, cluster_name: str) -> aws.eks.Addon:
+        """The EBS CSI driver add-on, its controller allowed EBS calls through its own IAM role."""
+        role = aws.iam.Role(
+            f"{name}-ebs-csi-role",
+            assume_role_policy=pulumi.Output.all(
+                self.cluster.oidc_provider_arn, self.cluster.oidc_provider_url
+            ).apply(lambda oidc: _irsa_trust_policy(oidc[0], oidc[1], EBS_CSI_SERVICE_ACCOUNT)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        attachment = aws.iam.RolePolicyAttachment(
+            f"{name}-ebs-csi-policy",
+            role=role.name,
+            policy_arn=EBS_CSI_POLICY,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # Its controller needs a node to run on before the add-on reports active.
+        return aws.eks.Addon(
+            f"{name}-ebs-csi-driver",
+            cluster_name=cluster_name,
+            addon_name="aws-ebs-csi-driver",
+            service_account_role_arn=role.arn,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.cluster, self.system_node_group, attachment]
+            ),
+        )

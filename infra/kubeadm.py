@@ -2,7 +2,8 @@
 
 Pulumi runs ``playbooks/gpu_nodes.yml`` and ``playbooks/kubeadm_cluster.yml`` through
 ``pulumi_command`` against the inventory of the stack, re-running them whenever the playbook tree,
-the inventory or the variables change, then reads back the admin kubeconfig the playbooks fetched.
+the inventory or the variables change, then reads back the admin kubeconfig the playbooks fetched,
+pointed at the control plane's address as this machine reaches it (the inventory's).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
+import yaml
 
-from infra import ansible_run
+from infra import ansible_run, kubeadm_inventory
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE
+from infra.kubeadm_inventory import InventoryError, KubeadmNode
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOK_DIR = REPO_ROOT / "playbooks"
@@ -71,12 +74,52 @@ class KubeadmClusterArgs:
             return Path(self.kubeconfig_dest).resolve()
         return self.playbook_dir / "artifacts" / self.cluster_name / "admin.conf"
 
-    def all_extra_vars(self) -> dict[str, Any]:
-        return {
+    def all_extra_vars(self, cert_sans: list[str] | None = None) -> dict[str, Any]:
+        extra = {
             **self.extra_vars,
             "kubeadm_cluster_name": self.cluster_name,
             "kubeadm_control_plane_kubeconfig_dest": str(self.kubeconfig_path()),
         }
+        if cert_sans:
+            extra["kubeadm_control_plane_cert_sans"] = cert_sans
+        return extra
+
+
+def require_system_node(nodes: list[KubeadmNode], inventory: Path) -> None:
+    """Refuse an inventory where Prometheus, Grafana and the operators could run nowhere."""
+    if kubeadm_inventory.system_pods_fit(nodes):
+        return
+    tainted = "; ".join(
+        f"{n.name}: {', '.join(t.key for t in n.taints)}" for n in nodes if n.taints
+    )
+    raise InventoryError(
+        f"{inventory}: every node is tainted ({tainted}), so the cluster's services (Prometheus, "
+        f"Grafana, the operators) could run nowhere and the install would time out. Add a worker "
+        f"that is not in gpu_nodes, or set kubeadm_control_plane_schedulable: true"
+    )
+
+
+def api_server_names(nodes: list[KubeadmNode]) -> list[str]:
+    """The control plane's certificate SANs: the inventory's, plus the address used to reach it."""
+    host = kubeadm_inventory.control_plane(nodes)
+    names = [str(name) for name in host.variables.get("kubeadm_control_plane_cert_sans") or ()]
+    if not host.variables.get("kubeadm_control_plane_endpoint") and host.address not in names:
+        names.append(host.address)
+    return names
+
+
+def point_kubeconfig(kubeconfig: str, server: str) -> str:
+    """The kubeconfig with every cluster's server set to ``server``.
+
+    kubeadm writes the address the API server advertises (its default route's), which need not be
+    one this machine can reach; the inventory's address is one it reaches over SSH already.
+    """
+    document = yaml.safe_load(kubeconfig) if kubeconfig else None
+    if not isinstance(document, dict):
+        return kubeconfig
+    for cluster in document.get("clusters") or ():
+        cluster.setdefault("cluster", {})["server"] = server
+    return yaml.safe_dump(document, sort_keys=False)
 
 
 class KubeadmCluster(pulumi.ComponentResource):
@@ -90,10 +133,11 @@ class KubeadmCluster(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpu-cluster:index:KubeadmCluster", name, None, opts)
         inventory = Path(args.inventory).resolve()
-        if not inventory.exists():
-            raise ValueError(f"Ansible inventory not found: {inventory}")
+        nodes = kubeadm_inventory.read_nodes(inventory, args.extra_vars)
+        require_system_node(nodes, inventory)
+        server = kubeadm_inventory.api_server_url(nodes)
         playbooks = [args.playbook_dir / playbook for playbook in args.playbooks]
-        extra_vars = json.dumps(args.all_extra_vars(), sort_keys=True)
+        extra_vars = json.dumps(args.all_extra_vars(api_server_names(nodes)), sort_keys=True)
 
         environment: dict[str, pulumi.Input[str]] = {
             ansible_run.ENV_INVENTORY: str(inventory),
@@ -137,7 +181,9 @@ class KubeadmCluster(pulumi.ComponentResource):
         )
 
         self.cluster_name = pulumi.Output.from_input(args.cluster_name)
-        self.kubeconfig = pulumi.Output.secret(kubeconfig_read.stdout)
+        self.kubeconfig = pulumi.Output.secret(
+            kubeconfig_read.stdout.apply(lambda text: point_kubeconfig(text, server))
+        )
         self.register_outputs({"cluster_name": self.cluster_name, "kubeconfig": self.kubeconfig})
 
 

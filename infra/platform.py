@@ -8,6 +8,7 @@ from ``opts``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +30,20 @@ GRAFANA_PORT = 80
 DCGM_EXPORTER_RELEASE = "dcgm-exporter"  # also the `job` label of its series
 DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/default-counters.csv"  # where the chart mounts the CSV
 GRAFANA_ADMIN_SECRET = "grafana-admin"  # noqa: S105  a Secret's name
+GRAFANA_ADMIN_KEYS = ("admin-user", "admin-password")
+# What Grafana's sidecars may read cluster-wide: ConfigMaps only. The chart's own ClusterRole also
+# grants every Secret of the cluster, which dashboards and datasources in ConfigMaps do not need.
+GRAFANA_SIDECAR_ROLE = "grafana-sidecar-configmap-reader"
 DASHBOARD_LABEL = "grafana_dashboard"
 CUSTOM_METRIC_GPU_UTILIZATION = "gpu_utilization"
 # kube-prometheus-stack's CRDs and images take longer than helm's default 5 minutes.
 RELEASE_TIMEOUT_SECONDS = 900
+# Prometheus' default scrape timeout; an endpoint's timeout may not exceed its interval.
+SCRAPE_TIMEOUT_SECONDS = 10
+# Control-plane components whose metrics Prometheus cannot reach on either platform: EKS runs them
+# out of the cluster's network, and kubeadm binds them to 127.0.0.1. Scraping them would only keep
+# their "down" alerts firing, so kube-prometheus-stack's scrapes and rules for them are off.
+UNREACHABLE_CONTROL_PLANE = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,20 @@ class ExampleHpaArgs:
     target_gpu_utilization: int = 60  # percent, averaged over the Deployment's pods
     min_replicas: int = 1
     max_replicas: int = 4
+    # Create the namespace (the Deployment goes there later); False: it exists already.
+    create_namespace: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise ValueError(
+                f"example HPA: need 1 <= minReplicas ({self.min_replicas}) <= maxReplicas "
+                f"({self.max_replicas})"
+            )
+        if not 1 <= self.target_gpu_utilization <= 100:
+            raise ValueError(
+                f"example HPA: targetGpuUtilization must be a percentage (1-100), got "
+                f"{self.target_gpu_utilization}"
+            )
 
 
 @dataclass(frozen=True)
@@ -58,6 +83,9 @@ class GpuPlatformArgs:
     grafana_ingress_host: str | None = None
     grafana_ingress_class: str = "nginx"
     prometheus_retention: str = "15d"
+    # Prometheus keeps its data on a volume of this class; None: in an emptyDir, lost with the pod.
+    prometheus_storage_class: str | None = None
+    prometheus_storage_size: str = "50Gi"
     # dcgm-exporter samples and Prometheus scrapes at this interval; gpu-profiler's period detection
     # needs samples several times faster than the training iterations it should see.
     gpu_metrics_interval_seconds: int = 10
@@ -70,6 +98,13 @@ class GpuPlatformArgs:
             "prometheus-adapter": versions.PROMETHEUS_ADAPTER,
         }
     )
+
+    def __post_init__(self) -> None:
+        if self.gpu_metrics_interval_seconds < 1:
+            raise ValueError(
+                f"gpuMetricsIntervalSeconds must be at least 1, got "
+                f"{self.gpu_metrics_interval_seconds}"
+            )
 
 
 def _release(
@@ -102,7 +137,13 @@ def namespace_name(namespace: k8s.core.v1.Namespace) -> pulumi.Output[str]:
 
 
 def device_plugin_values() -> dict[str, Any]:
-    """Values of the NVIDIA device plugin chart: run on GPU nodes only, despite their taint."""
+    """Values of the NVIDIA device plugin chart: GPU nodes only; devices as volume mounts by UUID.
+
+    GPU nodes' container toolkits ignore NVIDIA_VISIBLE_DEVICES from unprivileged containers (so a
+    CUDA image cannot take every GPU without requesting one) and accept the device list as volume
+    mounts, which only the device plugin hands out. UUIDs, not indexes, name the devices, so that
+    dcgm-exporter and the profiler attribute each GPU to the pod that holds it.
+    """
     return {
         "nodeSelector": gpu_node_selector(),
         "tolerations": [
@@ -110,6 +151,8 @@ def device_plugin_values() -> dict[str, Any]:
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
         ],
         "priorityClassName": "system-node-critical",
+        "deviceListStrategy": "volume-mounts",
+        "deviceIDStrategy": "uuid",
     }
 
 
@@ -118,11 +161,20 @@ def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
     grafana: dict[str, Any] = {
         "admin": {
             "existingSecret": GRAFANA_ADMIN_SECRET,
-            "userKey": "admin-user",
-            "passwordKey": "admin-password",
+            "userKey": GRAFANA_ADMIN_KEYS[0],
+            "passwordKey": GRAFANA_ADMIN_KEYS[1],
         },
         "service": {"type": "ClusterIP"},
-        "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1"}},
+        "sidecar": {
+            "dashboards": {
+                "enabled": True,
+                "label": DASHBOARD_LABEL,
+                "labelValue": "1",
+                "resource": "configmap",
+            },
+            "datasources": {"resource": "configmap"},
+        },
+        "rbac": {"useExistingClusterRole": GRAFANA_SIDECAR_ROLE},
         "ingress": {"enabled": False},
     }
     if args.grafana_ingress_host:
@@ -131,47 +183,92 @@ def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
             "ingressClassName": args.grafana_ingress_class,
             "hosts": [args.grafana_ingress_host],
         }
+    prometheus_spec: dict[str, Any] = {
+        # Pick up every ServiceMonitor, PodMonitor, Probe and PrometheusRule in the
+        # cluster, not only those labelled with this release (dcgm-exporter's, ours).
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "probeSelectorNilUsesHelmValues": False,
+        "ruleSelectorNilUsesHelmValues": False,
+        "scrapeConfigSelectorNilUsesHelmValues": False,
+        "retention": args.prometheus_retention,
+    }
+    if args.prometheus_storage_class:
+        prometheus_spec["storageSpec"] = {
+            "volumeClaimTemplate": {
+                "spec": {
+                    "storageClassName": args.prometheus_storage_class,
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": args.prometheus_storage_size}},
+                }
+            }
+        }
     return {
         "fullnameOverride": PROMETHEUS_STACK_RELEASE,
-        "prometheus": {
-            "service": {"type": "ClusterIP"},
-            "prometheusSpec": {
-                # Pick up every ServiceMonitor, PodMonitor, Probe and PrometheusRule in the
-                # cluster, not only those labelled with this release (dcgm-exporter's, ours).
-                "serviceMonitorSelectorNilUsesHelmValues": False,
-                "podMonitorSelectorNilUsesHelmValues": False,
-                "probeSelectorNilUsesHelmValues": False,
-                "ruleSelectorNilUsesHelmValues": False,
-                "scrapeConfigSelectorNilUsesHelmValues": False,
-                "retention": args.prometheus_retention,
-            },
-        },
+        "prometheus": {"service": {"type": "ClusterIP"}, "prometheusSpec": prometheus_spec},
         "alertmanager": {"service": {"type": "ClusterIP"}},
         "grafana": grafana,
+        **{component: {"enabled": False} for component in UNREACHABLE_CONTROL_PLANE},
     }
 
 
 def dcgm_exporter_values(args: GpuPlatformArgs) -> dict[str, Any]:
     """Values of dcgm-exporter: our counters, fast sampling, a ServiceMonitor, GPU nodes only."""
     interval = args.gpu_metrics_interval_seconds
+    counters = monitoring.dcgm_counters_csv()
     return {
         "image": {"tag": versions.DCGM_EXPORTER_IMAGE_TAG},
-        "arguments": ["-f", DCGM_COUNTERS_PATH, "-c", str(interval * 1000)],
-        "customMetrics": monitoring.dcgm_counters_csv(),
+        # One "--flag=value" item each: the chart writes the list unquoted, so a bare number would
+        # become a YAML integer, which the API server refuses in a container's args.
+        "arguments": [
+            f"--collectors={DCGM_COUNTERS_PATH}",
+            f"--collect-interval={interval * 1000}",
+        ],
+        "customMetrics": counters,
+        # The chart mounts the counters with subPath, which never sees ConfigMap updates: roll the
+        # pods when the counters change.
+        "podAnnotations": {
+            "checksum/dcgm-counters": hashlib.sha256(counters.encode()).hexdigest(),
+        },
+        # Every GPU of the node, whatever the image sets. The exporter keeps the chart's SYS_ADMIN
+        # capability (needed for profiling fields), which the NVIDIA container toolkit counts as
+        # privileged, so this request is honoured where unprivileged ones are ignored.
+        "extraEnv": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
         # The chart always sets DCGM_EXPORTER_KUBERNETES=true: series of an allocated GPU carry the
         # namespace, pod and container using it. Copying every pod label too only adds cardinality.
         "kubernetes": {"enablePodLabels": False},
         "serviceMonitor": {
             "enabled": True,
             "interval": f"{interval}s",
+            "scrapeTimeout": f"{min(interval, SCRAPE_TIMEOUT_SECONDS)}s",
             # Keep the exporter's namespace/pod labels (the GPU's workload), and drop the scrape
             # target's own so that unallocated GPUs do not look allocated to dcgm-exporter itself.
             "honorLabels": True,
             "relabelings": [{"action": "labeldrop", "regex": "^(namespace|pod|container)$"}],
+            "metricRelabelings": node_label_relabelings(),
         },
         "nodeSelector": gpu_node_selector(),
         "tolerations": gpu_tolerations(),
     }
+
+
+def node_label_relabelings() -> list[dict[str, Any]]:
+    """Series keep the node in ``versions.DCGM_NODE_LABEL`` whatever the exporter calls it.
+
+    dcgm-exporter releases after the pinned one name the label ``hostname``; rules, dashboards,
+    adapter rules and the profiler all read ``Hostname``.
+    """
+    label = versions.DCGM_NODE_LABEL
+    return [
+        {
+            "sourceLabels": [label, label.lower()],
+            "separator": "",
+            "regex": "(.+)",
+            "targetLabel": label,
+            "action": "replace",
+        },
+        {"action": "labeldrop", "regex": f"^{label.lower()}$"},
+    ]
 
 
 def prometheus_adapter_values(prometheus_url: str) -> dict[str, Any]:
@@ -233,16 +330,31 @@ class GpuPlatform(pulumi.ComponentResource):
             "grafana-admin-secret",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_ADMIN_SECRET, namespace=namespace),
             type="Opaque",
-            string_data={"admin-user": "admin", "admin-password": self.grafana_admin_password},
+            string_data={
+                GRAFANA_ADMIN_KEYS[0]: "admin",
+                GRAFANA_ADMIN_KEYS[1]: self.grafana_admin_password,
+            },
             opts=in_monitoring,
         )
 
+        sidecar_role = k8s.rbac.v1.ClusterRole(
+            "grafana-sidecar-role",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_SIDECAR_ROLE),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=[""], resources=["configmaps"], verbs=["get", "watch", "list"]
+                )
+            ],
+            opts=child,
+        )
         self.prometheus_stack = _release(
             PROMETHEUS_STACK_RELEASE,
             args.charts["kube-prometheus-stack"],
             namespace,
             prometheus_stack_values(args),
-            pulumi.ResourceOptions(parent=self, depends_on=[monitoring_ns, grafana_secret]),
+            pulumi.ResourceOptions(
+                parent=self, depends_on=[monitoring_ns, grafana_secret, sidecar_role]
+            ),
         )
         # Everything below uses the operator's CRDs or Prometheus itself.
         after_stack = pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack])
@@ -303,10 +415,20 @@ class GpuPlatform(pulumi.ComponentResource):
     def _example_hpa(
         self, hpa: ExampleHpaArgs, adapter: k8s.helm.v3.Release
     ) -> k8s.autoscaling.v2.HorizontalPodAutoscaler:
+        namespace: pulumi.Input[str] = hpa.namespace
+        depends_on: list[pulumi.Resource] = [adapter]
+        if hpa.create_namespace:
+            created = k8s.core.v1.Namespace(
+                "example-hpa-namespace",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=hpa.namespace),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            namespace = namespace_name(created)
+            depends_on.append(created)
         return k8s.autoscaling.v2.HorizontalPodAutoscaler(
             "example-gpu-hpa",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"{hpa.deployment}-gpu-utilization", namespace=hpa.namespace
+                name=f"{hpa.deployment}-gpu-utilization", namespace=namespace
             ),
             spec=k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
                 scale_target_ref=k8s.autoscaling.v2.CrossVersionObjectReferenceArgs(
@@ -329,5 +451,5 @@ class GpuPlatform(pulumi.ComponentResource):
                     )
                 ],
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[adapter]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
         )

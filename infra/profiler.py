@@ -55,7 +55,7 @@ def _env(
 ) -> list[k8s.core.v1.EnvVarArgs]:
     plain = {
         "GPU_PROFILER_PROMETHEUS_URL": args.prometheus_url,
-        "GPU_PROFILER_NODE_LABEL": "Hostname",  # dcgm-exporter sets it to the node name
+        "GPU_PROFILER_NODE_LABEL": versions.DCGM_NODE_LABEL,  # the node name on DCGM series
         "GPU_PROFILER_METRICS_ADDRESS": "0.0.0.0",  # noqa: S104  reached through the pod IP only
         "GPU_PROFILER_METRICS_PORT": str(METRICS_PORT),
         "GPU_PROFILER_ANNOTATION_DOMAIN": args.annotation_domain,

@@ -38,11 +38,21 @@ PROMETHEUS_ADAPTER = HelmChart(
     version="5.3.0",
 )
 
+# Every chart the stacks install, for `python -m infra.render --pull-charts`.
+PINNED_CHARTS = (NVIDIA_DEVICE_PLUGIN, KUBE_PROMETHEUS_STACK, DCGM_EXPORTER, PROMETHEUS_ADAPTER)
+
 # dcgm-exporter's image for chart 4.8.2 (DCGM 4.5.3); the chart's own default, pinned explicitly.
 DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
+# The label naming the node on dcgm-exporter's series: "Hostname" up to this version ("hostname"
+# later); the ServiceMonitor copies either into this one (platform.node_label_relabelings).
+DCGM_NODE_LABEL = "Hostname"
 
-# The profiler's image; stacks override it with config `profilerImage`.
-PROFILER_IMAGE = "ghcr.io/centaurusinfra/gpu-profiler:0.1.0"
+# The profiler's image, as the release workflow publishes it: pushing the tag v<version> builds and
+# pushes <repository>:<version>, <version> being pyproject.toml's project.version (a test checks
+# that they agree). Stacks override it with config `profilerImage`.
+PROFILER_IMAGE_REPOSITORY = "ghcr.io/centaurusinfra/gpu-profiler"
+PROFILER_VERSION = "0.1.0"
+PROFILER_IMAGE = f"{PROFILER_IMAGE_REPOSITORY}:{PROFILER_VERSION}"
 
 # Kubernetes minor version of EKS clusters; also the schema version objects are validated against.
 KUBERNETES_VERSION = "1.31"

@@ -4,8 +4,8 @@ Two nodes with two GPUs each, three hours at 30 s, ending now:
 
 - node-a GPU 0: ml/trainer-0, training (periodic load), period 120 s;
 - node-a GPU 1: ml/notebook-0, allocated but idle;
-- node-b GPU 0: unallocated, idle, and faulty (XID 79, new double-bit ECC errors, remapped rows,
-  a failed row remap);
+- node-b GPU 0: unallocated, idle, and faulty (XID 79 in the last minutes, new double-bit ECC
+  errors, remapped rows, a failed row remap);
 - node-b GPU 1: inference/llm-0, steady load, running hot (90 °C).
 
 Plus what kube-state-metrics, the scrape (``up``) and gpu-profiler's /metrics add. node-b's
@@ -109,10 +109,14 @@ def build(end: float | None = None) -> str:
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util / 150,
             "DCGM_FI_PROF_DRAM_ACTIVE": util / 300,
         }
-        assert set(fields) == set(monitoring.dcgm_counter_fields())
         scrape = {"instance": f"{INSTANCES[gpu.hostname]}:9400", "job": "dcgm-exporter"}
         for name, values in fields.items():
             add(name, {**labels, **scrape}, values)
+        # The exporter's XID count has a series per XID seen in its window.
+        xid_count = "DCGM_EXP_XID_ERRORS_COUNT"
+        if faulty:
+            add(xid_count, {**labels, **scrape, "xid": "79"}, _step(times, last - 120, 0, 1))
+        assert {*fields, xid_count} == set(monitoring.dcgm_counter_fields())
 
         profiler_labels = {
             "Hostname": gpu.hostname,

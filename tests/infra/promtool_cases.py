@@ -45,6 +45,7 @@ class AlertCase:
     firing_at: str
     firing: list[Firing]
     interval: str = "1m"
+    resolved_at: str | None = None  # quiet again once the condition has passed
 
 
 @dataclass
@@ -57,12 +58,15 @@ ALERT_CASES = [
     AlertCase(
         "GpuXidError",
         [
-            series("DCGM_FI_DEV_XID_ERRORS", A0, "0x4 79x10"),
-            series("DCGM_FI_DEV_XID_ERRORS", A1, "0x14"),
+            # The last-XID gauge stays at 79; the windowed count falls back to 0 after 5 minutes.
+            series("DCGM_FI_DEV_XID_ERRORS", A0, "0x4 79x20"),
+            series("DCGM_EXP_XID_ERRORS_COUNT", {**A0, "xid": "79"}, "0x4 2x5 0x10"),
+            series("DCGM_EXP_XID_ERRORS_COUNT", {**A1, "xid": "13"}, "0x20"),
         ],
         quiet_at="2m",
-        firing_at="8m",
-        firing=[Firing(A0, 79)],
+        firing_at="7m",
+        firing=[Firing({**A0, "xid": "79"}, 2)],
+        resolved_at="15m",
     ),
     AlertCase(
         "GpuTemperatureHigh",
@@ -305,6 +309,11 @@ def unit_test_document() -> dict[str, Any]:
                         "alertname": case.alert,
                         "exp_alerts": [_expected_alert(rule, f) for f in case.firing],
                     },
+                    *(
+                        [{"eval_time": case.resolved_at, "alertname": case.alert, "exp_alerts": []}]
+                        if case.resolved_at
+                        else []
+                    ),
                 ],
             }
         )

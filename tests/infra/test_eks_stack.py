@@ -1,15 +1,20 @@
 """stacks/eks under Pulumi mocks: network, EKS cluster, node groups, outputs.
 
-Test double: Pulumi's mock engine (see tests/infra/pulumi_harness.py) instead of AWS.
+Test double: Pulumi's mock engine (see infra/render/program.py) instead of AWS.
 """
 
 from __future__ import annotations
 
+import base64
+import email
+import json
+
+import pulumi
 import pytest
 
 from infra.eks import NODE_POLICIES, GpuEksClusterArgs, GpuNodeGroupArgs
+from infra.render.program import FAKE_KUBECONFIG, FAKE_OIDC_PROVIDER, ProgramRun, run_stack
 from tests.infra.conftest import EKS_STACK
-from tests.infra.pulumi_harness import FAKE_KUBECONFIG, ProgramRun, run_stack
 
 NODE_GROUP = "eks:index:ManagedNodeGroup"
 
@@ -27,7 +32,7 @@ def test_gpu_node_groups_use_nvidia_amis_with_taint_and_label(eks_run: ProgramRu
     assert set(groups) == {"gpu-eks-g5-nodes", "gpu-eks-p4d-nodes"}
     assert groups["gpu-eks-g5-nodes"]["amiType"] == "AL2023_x86_64_NVIDIA"
     assert groups["gpu-eks-g5-nodes"]["instanceTypes"] == ["g5.2xlarge"]
-    assert groups["gpu-eks-p4d-nodes"]["amiType"] == "BOTTLEROCKET_x86_64_NVIDIA"
+    assert groups["gpu-eks-p4d-nodes"]["amiType"] == "AL2023_x86_64_NVIDIA"
     for inputs in groups.values():
         assert inputs["taints"] == [
             {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
@@ -75,16 +80,120 @@ def test_cluster_inputs(eks_run: ProgramRun) -> None:
     assert cluster["version"] == "1.31"
     assert cluster["skipDefaultNodeGroup"] is True
     assert cluster["authenticationMode"] == "API"
-    assert cluster["publicAccessCidrs"] == ["203.0.113.0/24"]
+    assert cluster["publicAccessCidrs"] == ["0.0.0.0/0"]  # the example narrows nothing
     assert cluster["nodeAssociatePublicIpAddress"] is False
+    assert cluster["createOidcProvider"] is True
+
+
+def test_network_policies_are_enforced(eks_run: ProgramRun) -> None:
+    """Defect: vpc-cni ignored NetworkPolicy objects (the profiler's), unless told otherwise."""
+    cluster = eks_run.one("eks:index:Cluster").inputs
+    assert cluster["vpcCniOptions"]["enableNetworkPolicy"] is True
+
+
+def test_example_config_reaches_the_api_from_anywhere_unless_narrowed() -> None:
+    """Defect: the example allowed only 203.0.113.0/24, a documentation range."""
+    for cidrs in (["203.0.113.0/24"], ["10.1.0.0/16", "198.51.100.7/32"], ["2001:db8::/48"]):
+        with pytest.raises(Exception, match="is a documentation range"):
+            run_stack(EKS_STACK, overrides={"publicAccessCidrs": cidrs})
+    with pytest.raises(Exception, match="'office' is not a CIDR"):
+        run_stack(EKS_STACK, overrides={"publicAccessCidrs": ["office"]})
+    run = run_stack(EKS_STACK, overrides={"publicAccessCidrs": ["192.0.3.0/24"]})
+    assert run.one("eks:index:Cluster").inputs["publicAccessCidrs"] == ["192.0.3.0/24"]
 
 
 def test_node_role_has_exactly_the_worker_policies(eks_run: ProgramRun) -> None:
     attached = {
         r.inputs["policyArn"]
         for r in eks_run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.name.startswith("gpu-eks-node-role-policy-")
     }
     assert attached == set(NODE_POLICIES)
+
+
+def test_ebs_csi_driver_has_its_own_role_for_its_service_account(eks_run: ProgramRun) -> None:
+    """Prometheus' volume needs the EBS CSI driver; only its controller may call EBS."""
+    addon = eks_run.one("aws:eks/addon:Addon").inputs
+    assert addon["addonName"] == "aws-ebs-csi-driver"
+    assert addon["clusterName"] == "gpu-dev"
+    role = eks_run.one("aws:iam/role:Role", "gpu-eks-ebs-csi-role")
+    assert addon["serviceAccountRoleArn"] == role.inputs["arn"]
+    (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert statement["Principal"]["Federated"].endswith(FAKE_OIDC_PROVIDER)
+    assert statement["Condition"]["StringEquals"] == {
+        f"{FAKE_OIDC_PROVIDER}:sub": "system:serviceaccount:kube-system:ebs-csi-controller-sa",
+        f"{FAKE_OIDC_PROVIDER}:aud": "sts.amazonaws.com",
+    }
+    attachment = eks_run.one(
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "gpu-eks-ebs-csi-policy"
+    )
+    assert attachment.inputs["policyArn"].endswith("service-role/AmazonEBSCSIDriverPolicy")
+    # It cannot become active before a node runs its controller.
+    depends = {eks_run.by_urn(urn).name for urn in eks_run.one("aws:eks/addon:Addon").dependencies}
+    assert "gpu-eks-system-nodes" in depends
+
+
+def test_kubernetes_waits_for_every_node_group_and_the_storage_driver(eks_run: ProgramRun) -> None:
+    """Defect: the provider waited for the GPU node groups only, not the system one."""
+    provider = eks_run.one("pulumi:providers:kubernetes")
+    waited = {eks_run.by_urn(urn).name for urn in provider.dependencies}
+    assert {
+        "gpu-eks-system-nodes",
+        "gpu-eks-g5-nodes",
+        "gpu-eks-p4d-nodes",
+        "gpu-eks-ebs-csi-driver",
+    } <= waited
+
+
+def test_gpu_nodes_hand_out_gpus_only_through_the_device_plugin(eks_run: ProgramRun) -> None:
+    """The toolkit on GPU nodes: volume mounts accepted, unprivileged NVIDIA_VISIBLE_DEVICES not."""
+    templates = eks_run.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    assert {t.name for t in templates} == {
+        "gpu-eks-g5-launch-template",
+        "gpu-eks-p4d-launch-template",
+    }
+    for template in templates:
+        message = email.message_from_bytes(base64.b64decode(template.inputs["userData"]))
+        assert message.is_multipart()  # EKS merges it with its own nodeadm part
+        (part,) = message.get_payload()
+        assert part.get_content_type() == "text/x-shellscript"
+        script = part.get_payload()
+        assert script.startswith("#!/bin/bash\nset -euo pipefail\n")
+        assert (
+            "nvidia-ctk config --in-place"
+            " --set accept-nvidia-visible-devices-as-volume-mounts=true"
+            " --set accept-nvidia-visible-devices-envvar-when-unprivileged=false"
+        ) in script
+        (disk,) = template.inputs["blockDeviceMappings"]
+        assert disk["ebs"]["volumeSize"] == 200
+        assert disk["ebs"]["encrypted"] == "true"
+        assert template.inputs["metadataOptions"]["httpTokens"] == "required"
+    group = eks_run.one(NODE_GROUP, "gpu-eks-g5-nodes").inputs
+    assert group["launchTemplate"]["id"] == "gpu-eks-g5-launch-template-id"
+    assert "diskSize" not in group  # EKS refuses it beside a launch template
+
+
+def test_bottlerocket_is_refused_with_the_reason() -> None:
+    """Defect: Bottlerocket's own device plugin would run beside the chart's."""
+    groups = [{"name": "br", "amiType": "BOTTLEROCKET_x86_64_NVIDIA"}]
+    with pytest.raises(Exception, match="runs its own NVIDIA device plugin") as raised:
+        run_stack(EKS_STACK, overrides={"gpuNodeGroups": groups})
+    assert "AL2023_x86_64_NVIDIA" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ([{"name": "g", "minSize": "many"}], r"gpuNodeGroups\[0\]\.minSize must be a whole number"),
+        ([{"name": "g", "instanceTypes": "g5.xlarge"}], r"instanceTypes must be a non-empty list"),
+        ([{"name": "g", "desired": 1}], r"gpuNodeGroups\[0\] has unknown keys desired"),
+        ({"name": "g"}, "gpuNodeGroups must be a list"),
+    ],
+)
+def test_malformed_node_groups_are_one_clear_error(groups: object, message: str) -> None:
+    with pytest.raises(pulumi.RunError, match=message):
+        run_stack(EKS_STACK, overrides={"gpuNodeGroups": groups})
 
 
 def test_outputs_kubeconfig_and_password_are_secret(eks_run: ProgramRun) -> None:

@@ -11,19 +11,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from infra import ansible_run
 from infra.kubeadm import KubeadmClusterArgs, gpu_node_names, tree_digest
-from tests.infra.conftest import KUBEADM_STACK, REPO_ROOT
-from tests.infra.pulumi_harness import (
+from infra.kubeadm_inventory import InventoryError
+from infra.render.program import (
     FAKE_KUBECONFIG,
     ProgramRun,
     Recorded,
     run_stack,
     stack_config,
 )
+from tests.infra.conftest import KUBEADM_STACK, REPO_ROOT
 
 COMMAND = "command:local:Command"
+# A cluster the playbooks can build: one control plane, a CPU worker for the cluster's services.
+SMALL_CLUSTER = "[control_plane]\ncp-1 ansible_host=10.1.0.10\n[workers]\ncpu-1\ngpu-1\n"
+# The example inventory as it shipped: every worker a GPU node, so every node tainted.
+ALL_TAINTED = (
+    "[gpu_nodes]\ngpu-1\ngpu-2\n[control_plane]\ncp-1 ansible_host=192.0.2.10\n"
+    "[workers]\ngpu-1\ngpu-2\n"
+)
 
 
 def playbook_command(run: ProgramRun) -> Recorded:
@@ -57,6 +66,8 @@ def test_extra_vars_name_the_cluster_and_the_kubeconfig_destination(
         "kubeadm_control_plane_pod_subnet": "10.244.0.0/16",
         "kubeadm_cluster_name": "gpu-lab",
         "kubeadm_control_plane_kubeconfig_dest": dest,
+        # The address this machine reaches the API server at must be in its certificate.
+        "kubeadm_control_plane_cert_sans": ["192.0.2.10"],
     }
     read = kubeadm_run.one(COMMAND, "gpu-kubeadm-kubeconfig").inputs
     assert read["create"] == f"cat {dest}"
@@ -64,9 +75,55 @@ def test_extra_vars_name_the_cluster_and_the_kubeconfig_destination(
 
 
 def test_kubeconfig_is_a_secret_output_and_reaches_the_provider(kubeadm_run: ProgramRun) -> None:
-    assert kubeadm_run.outputs["kubeconfig"] == (FAKE_KUBECONFIG, True)
-    assert "kubeconfig" in kubeadm_run.one("pulumi:providers:kubernetes").secret_paths
+    kubeconfig, secret = kubeadm_run.outputs["kubeconfig"]
+    assert secret
+    provider = kubeadm_run.one("pulumi:providers:kubernetes")
+    assert "kubeconfig" in provider.secret_paths
+    assert provider.inputs["kubeconfig"] == kubeconfig
     assert kubeadm_run.outputs["clusterName"] == ("gpu-lab", False)
+
+
+def test_kubeconfig_points_at_the_control_plane_as_this_machine_reaches_it(
+    kubeadm_run: ProgramRun,
+) -> None:
+    """Defect: admin.conf names the address the API server advertises, maybe a private one."""
+    fetched = yaml.safe_load(FAKE_KUBECONFIG)
+    kubeconfig = yaml.safe_load(kubeadm_run.outputs["kubeconfig"][0])
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://192.0.2.10:6443"
+    assert kubeconfig["users"] == fetched["users"]  # nothing else changes
+
+
+def test_a_control_plane_endpoint_is_used_as_is(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        SMALL_CLUSTER + "[control_plane:vars]\nkubeadm_control_plane_endpoint=api.lab:443\n"
+    )
+    run = run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)})
+    kubeconfig = yaml.safe_load(run.outputs["kubeconfig"][0])
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://api.lab:443"
+    extra_vars = json.loads(environment(run)[ansible_run.ENV_EXTRA_VARS])
+    assert "kubeadm_control_plane_cert_sans" not in extra_vars  # kubeadm adds the endpoint
+
+
+def test_an_inventory_where_system_pods_fit_nowhere_is_refused(tmp_path: Path) -> None:
+    """Defect: with every node tainted, kube-prometheus-stack's install timed out after 900 s."""
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(ALL_TAINTED)
+    with pytest.raises(InventoryError, match="every node is tainted") as raised:
+        run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)})
+    message = str(raised.value)
+    assert "gpu-1: nvidia.com/gpu" in message
+    assert "cp-1: node-role.kubernetes.io/control-plane" in message
+    assert "Add a worker that is not in gpu_nodes" in message
+    # The same hosts pass once the control plane takes pods.
+    run = run_stack(
+        KUBEADM_STACK,
+        overrides={
+            "inventory": str(inventory),
+            "ansibleExtraVars": {"kubeadm_control_plane_schedulable": True},
+        },
+    )
+    assert playbook_command(run)
 
 
 def test_gpu_layer_is_installed_on_the_kubeadm_cluster(kubeadm_run: ProgramRun) -> None:
@@ -107,12 +164,12 @@ def test_no_secret_variables_without_secret_config(kubeadm_run: ProgramRun) -> N
 
 def test_triggers_change_with_inventory_variables_and_playbooks(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.ini"
-    inventory.write_text("[gpu_nodes]\ngpu-1\n")
+    inventory.write_text(SMALL_CLUSTER)
     first = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
     again = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
     assert first.inputs["triggers"] == again.inputs["triggers"]
 
-    inventory.write_text("[gpu_nodes]\ngpu-1\ngpu-2\n")
+    inventory.write_text(SMALL_CLUSTER + "gpu-2\n")
     grown = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
     assert grown.inputs["triggers"][0] == first.inputs["triggers"][0]  # playbooks
     assert grown.inputs["triggers"][1] != first.inputs["triggers"][1]  # inventory
@@ -153,7 +210,7 @@ def test_kubeconfig_dest_can_be_chosen(tmp_path: Path) -> None:
 def test_inventory_folder_is_hashed_whole(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory"
     (inventory / "group_vars").mkdir(parents=True)
-    (inventory / "hosts.ini").write_text("[gpu_nodes]\ngpu-1\n")
+    (inventory / "hosts").write_text(SMALL_CLUSTER)  # Ansible skips *.ini in a folder
     (inventory / "group_vars" / "all.yml").write_text("ansible_user: ubuntu\n")
     before = playbook_command(run_stack(KUBEADM_STACK, overrides={"inventory": str(inventory)}))
     (inventory / "group_vars" / "all.yml").write_text("ansible_user: admin\n")
@@ -163,7 +220,7 @@ def test_inventory_folder_is_hashed_whole(tmp_path: Path) -> None:
 
 def test_no_node_is_patched_without_gpu_node_names(kubeadm_run: ProgramRun) -> None:
     """The playbooks label and taint the gpu_nodes hosts: gpuNodeNames is optional."""
-    assert "gpu-cluster-kubeadm:gpuNodeNames" not in stack_config(KUBEADM_STACK, "dev")[1]
+    assert "gpu-cluster-kubeadm:gpuNodeNames" not in stack_config(KUBEADM_STACK)[1]
     assert kubeadm_run.of_type("kubernetes:core/v1:NodePatch") == []
 
 

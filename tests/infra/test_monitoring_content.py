@@ -26,6 +26,7 @@ REQUIRED_FIELDS = {
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_EXP_XID_ERRORS_COUNT",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
@@ -34,7 +35,7 @@ REQUIRED_FIELDS = {
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     "DCGM_FI_PROF_DRAM_ACTIVE",
 }
-METRIC_NAME = re.compile(r"\b(DCGM_FI_\w+|gpu_profiler_\w+)\b")
+METRIC_NAME = re.compile(r"\b(DCGM_(?:FI|EXP)_\w+|gpu_profiler_\w+)\b")
 
 
 def test_counters_csv_rows_have_field_type_and_help() -> None:
@@ -46,7 +47,7 @@ def test_counters_csv_rows_have_field_type_and_help() -> None:
     assert rows
     for row in rows:
         field, kind, help_text = (part.strip() for part in row.split(",", 2))
-        assert re.fullmatch(r"DCGM_FI_[A-Z0-9_]+", field), row
+        assert re.fullmatch(r"DCGM_(FI|EXP)_[A-Z0-9_]+", field), row
         assert kind in {"gauge", "counter"}, row
         assert help_text, row
     fields = monitoring.dcgm_counter_fields()

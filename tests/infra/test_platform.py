@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 
+import pulumi
 import pytest
 import yaml
 
 from infra import monitoring, versions
+from infra.render.program import FAKE_PASSWORD, ProgramRun, run_stack
 from tests.infra.conftest import EKS_STACK
-from tests.infra.pulumi_harness import FAKE_PASSWORD, ProgramRun, run_stack
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 GPU_SELECTOR = {"nvidia.com/gpu.present": "true"}
@@ -59,6 +60,13 @@ def test_device_plugin_runs_on_tainted_gpu_nodes_only(eks_run: ProgramRun) -> No
     assert release["namespace"] == "nvidia-device-plugin"
     assert GPU_TOLERATION in release["values"]["tolerations"]
     assert release["values"]["nodeSelector"] == GPU_SELECTOR
+
+
+def test_device_plugin_hands_out_devices_by_volume_mount_and_uuid(eks_run: ProgramRun) -> None:
+    """The GPU nodes' toolkit ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers."""
+    values = eks_run.release("nvidia-device-plugin").inputs["values"]
+    assert values["deviceListStrategy"] == "volume-mounts"
+    assert values["deviceIDStrategy"] == "uuid"
 
 
 def test_prometheus_stack_selects_every_monitor_and_rule(eks_run: ProgramRun) -> None:
@@ -120,11 +128,14 @@ def test_dcgm_exporter_counters_service_monitor_and_attribution(eks_run: Program
     assert values["image"]["tag"] == versions.DCGM_EXPORTER_IMAGE_TAG
     assert values["customMetrics"] == monitoring.dcgm_counters_csv()
     # The counters file the chart mounts is the one the exporter is told to read.
-    assert values["arguments"][:2] == ["-f", "/etc/dcgm-exporter/default-counters.csv"]
-    assert values["arguments"][2:] == ["-c", "10000"]
+    assert values["arguments"] == [
+        "--collectors=/etc/dcgm-exporter/default-counters.csv",
+        "--collect-interval=10000",
+    ]
     monitor = values["serviceMonitor"]
     assert monitor["enabled"] is True
     assert monitor["interval"] == "10s"
+    assert monitor["scrapeTimeout"] == "10s"
     assert monitor["honorLabels"] is True
     assert monitor["relabelings"] == [
         {"action": "labeldrop", "regex": "^(namespace|pod|container)$"}
@@ -159,6 +170,90 @@ def test_example_hpa_scales_on_the_adapter_metric(eks_run: ProgramRun) -> None:
     assert metric["type"] == "Pods"
     assert metric["pods"]["metric"]["name"] == "gpu_utilization"
     assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "60"}
+
+
+def test_example_hpa_namespace_is_created_when_asked(eks_run: ProgramRun) -> None:
+    """Defect: the example HPA went to namespace `inference`, which nothing created."""
+    namespace = eks_run.one("kubernetes:core/v1:Namespace", "example-hpa-namespace")
+    assert namespace.inputs["metadata"]["name"] == "inference"
+    hpa = eks_run.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
+    assert namespace.urn in hpa.dependencies
+    hpa_config = {"namespace": "serving", "deployment": "llm"}  # createNamespace: false
+    run = run_stack(EKS_STACK, overrides={"exampleHpa": hpa_config})
+    assert run.of_type("kubernetes:core/v1:Namespace") == [
+        r for r in run.of_type("kubernetes:core/v1:Namespace") if r.name != "example-hpa-namespace"
+    ]
+    assert (
+        run.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["metadata"]["namespace"]
+        == "serving"
+    )
+
+
+@pytest.mark.parametrize(
+    ("hpa", "message"),
+    [
+        # Before: KeyError: 'namespace', with a traceback.
+        ({"deployment": "llm-server"}, "exampleHpa needs namespace"),
+        ("llm-server", "exampleHpa is not valid YAML/JSON: .*not a valid 'JSON object'"),
+        (["llm-server"], "exampleHpa must be a mapping with keys namespace, deployment"),
+        (
+            {"namespace": "ml", "deployment": "llm", "minReplicas": "two"},
+            r"exampleHpa\.minReplicas must be a whole number, got 'two'",
+        ),
+        (
+            {"namespace": "ml", "deployment": "llm", "minReplicas": 5, "maxReplicas": 2},
+            r"minReplicas \(5\) <= maxReplicas \(2\)",
+        ),
+        (
+            {"namespace": "ml", "deployment": "llm", "targetGpuUtilization": 150},
+            "targetGpuUtilization must be a percentage",
+        ),
+        ({"namespace": "ml", "deployment": "llm", "replicas": 2}, "unknown keys replicas"),
+        ({"namespace": "ml", "deployment": "llm", "createNamespace": "yes"}, "true or false"),
+    ],
+)
+def test_malformed_example_hpa_is_one_clear_error(hpa: object, message: str) -> None:
+    with pytest.raises(pulumi.RunError, match=message):
+        run_stack(EKS_STACK, overrides={"exampleHpa": hpa})
+
+
+def test_metrics_interval_must_be_positive() -> None:
+    with pytest.raises(pulumi.RunError, match="gpuMetricsIntervalSeconds must be at least 1"):
+        run_stack(EKS_STACK, overrides={"gpuMetricsIntervalSeconds": "0"})
+
+
+def test_fast_metrics_keep_the_scrape_timeout_within_the_interval() -> None:
+    """Defect: an interval under the chart's 10 s scrapeTimeout made the operator drop it."""
+    run = run_stack(EKS_STACK, overrides={"gpuMetricsIntervalSeconds": "5"})
+    monitor = run.release("dcgm-exporter").inputs["values"]["serviceMonitor"]
+    assert (monitor["interval"], monitor["scrapeTimeout"]) == ("5s", "5s")
+
+
+def test_prometheus_keeps_its_data_on_a_volume() -> None:
+    """Defect: Prometheus had no persistent volume."""
+    eks = run_stack(EKS_STACK).release("kube-prometheus-stack").inputs["values"]
+    claim = eks["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "gp3-encrypted"
+    assert claim["resources"]["requests"]["storage"] == "50Gi"
+    chosen = (
+        run_stack(
+            EKS_STACK, overrides={"prometheusStorageClass": "io2", "prometheusStorageSize": "200Gi"}
+        )
+        .release("kube-prometheus-stack")
+        .inputs["values"]["prometheus"]["prometheusSpec"]
+    )
+    claim = chosen["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert (claim["storageClassName"], claim["resources"]["requests"]["storage"]) == (
+        "io2",
+        "200Gi",
+    )
+
+
+def test_unreachable_control_plane_components_are_not_scraped(eks_run: ProgramRun) -> None:
+    """Defect: their scrapes (and "down" alerts) were on where Prometheus cannot reach them."""
+    values = eks_run.release("kube-prometheus-stack").inputs["values"]
+    for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
+        assert values[component] == {"enabled": False}, component
 
 
 def test_example_hpa_is_off_without_config() -> None:

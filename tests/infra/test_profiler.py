@@ -5,10 +5,12 @@ Test double: Pulumi's mock engine instead of a Kubernetes API server.
 
 from __future__ import annotations
 
+import tomllib
 from typing import Any
 
+from infra import versions
+from infra.render.program import ProgramRun, run_stack
 from tests.infra.conftest import EKS_STACK, REPO_ROOT
-from tests.infra.pulumi_harness import ProgramRun, run_stack
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
 
@@ -24,7 +26,9 @@ def env_of(run: ProgramRun) -> dict[str, Any]:
 
 
 def test_cluster_role_is_exactly_nodes_get_patch_and_pods_read_patch(eks_run: ProgramRun) -> None:
-    role = eks_run.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs
+    role = eks_run.one(
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "profiler-cluster-role"
+    ).inputs
     rules = {
         (tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in role["rules"]
     }
@@ -86,7 +90,6 @@ def test_resources_and_probes(eks_run: ProgramRun) -> None:
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["ports"] == [{"name": "metrics", "containerPort": 9401, "protocol": "TCP"}]
     assert container["command"] == ["gpu-profiler", "run"]
-    assert container["image"] == "ghcr.io/centaurusinfra/gpu-profiler:0.1.0"
 
 
 def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
@@ -153,3 +156,22 @@ def test_every_variable_set_is_one_the_daemon_reads(eks_run: ProgramRun) -> None
     source = "\n".join(path.read_text() for path in (REPO_ROOT / "profiler_app").rglob("*.py"))
     for name in env_of(eks_run):
         assert f'"{name}"' in source, f"profiler_app never reads {name}"
+
+
+def test_default_image_is_the_one_the_release_workflow_publishes(eks_run: ProgramRun) -> None:
+    """Defect 3: the stacks pointed at an image this repository never built.
+
+    Pushing the tag v<version> publishes ghcr.io/centaurusinfra/gpu-profiler:<version>, <version>
+    being pyproject's project.version: the default must be that one exactly.
+    """
+    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version == versions.PROFILER_VERSION
+    assert f"ghcr.io/centaurusinfra/gpu-profiler:{version}" == versions.PROFILER_IMAGE
+    (container,) = pod_spec(eks_run)["containers"]
+    assert container["image"] == versions.PROFILER_IMAGE
+    for stack_file in (REPO_ROOT / "stacks").glob("*/Pulumi.*.yaml"):
+        assert "profilerImage" not in stack_file.read_text(), f"{stack_file} pins another image"
+
+
+def test_profiler_reads_the_node_label_the_exporter_series_carry(eks_run: ProgramRun) -> None:
+    assert env_of(eks_run)["GPU_PROFILER_NODE_LABEL"] == versions.DCGM_NODE_LABEL == "Hostname"

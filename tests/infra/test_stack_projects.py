@@ -10,7 +10,9 @@ import yaml
 
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK, REPO_ROOT
 
-CONFIG_READ = re.compile(r"config\.(?:get|require)(?:_secret|_object|_int|_bool)?\(\s*\"(\w+)\"")
+CONFIG_READ = re.compile(
+    r"(?:config\.(?:get|require)(?:_secret|_object|_int|_bool)?\(|read_object\(config,)\s*\"(\w+)\""
+)
 SHARED_PROGRAM = REPO_ROOT / "infra" / "stack.py"
 
 

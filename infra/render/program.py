@@ -1,10 +1,12 @@
-"""Run Pulumi programs under Pulumi's mocks and record the resource graph they declare.
+"""Run a Pulumi program under Pulumi's mock engine and record the resource graph it declares.
 
-Test double: the Pulumi CLI, its provider plugins, helm and AWS cannot run here, so programs run
-against ``pulumi.runtime.Mocks`` (Pulumi's own unit-testing engine, ``preview=False`` so that every
-apply runs). Each registered resource is recorded with its inputs (wire names, camelCase) and the
-paths of the inputs that were marked secret on the wire. Remote components (pulumi-eks's Cluster and
-ManagedNodeGroup) are single resources here: their inputs are what is checked.
+The Pulumi CLI, its provider plugins and the cloud are not needed: the program runs against
+``pulumi.runtime.Mocks`` (Pulumi's own unit-testing engine, ``preview=False`` so that every
+``apply`` runs). Each registered resource is recorded with its inputs (wire names, camelCase), the
+paths of the inputs that were marked secret on the wire, its parent and its dependencies. Remote
+components (pulumi-eks's Cluster and ManagedNodeGroup) are single resources here: their inputs are
+what is recorded. Outputs that only a cloud provider would compute (a kubeconfig, a generated
+password) get fixed placeholder values.
 """
 
 from __future__ import annotations
@@ -24,15 +26,22 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import resource_pb2
 
-SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"  # noqa: S105  the engine's marker
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105
 
 FAKE_KUBECONFIG = (
     "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1\n"
     "users:\n- name: u\n  user:\n    token: fake-token-not-a-secret\n"
 )
-FAKE_PASSWORD = "generated-password-0123456789abcd"
+FAKE_PASSWORD = "generated-password-0123456789abcd"  # noqa: S105  a mock's placeholder
+FAKE_OIDC_PROVIDER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE0123456789"
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
+# What `pulumi config set --secret` values become when the stack file holds them encrypted.
+ENCRYPTED_PLACEHOLDER = "[secret]"
+
+
+class StackFileError(ValueError):
+    """A stack project or config file that cannot be read; the message says which and why."""
 
 
 @dataclass
@@ -44,6 +53,8 @@ class Recorded:
     inputs: dict[str, Any]
     secret_paths: set[str] = field(default_factory=set)
     parent: str = ""
+    urn: str = ""
+    dependencies: list[str] = field(default_factory=list)
 
     def get(self, path: str) -> Any:
         """The input at a dotted path (``spec.template.spec``); list items by index."""
@@ -53,12 +64,12 @@ class Recorded:
         return value
 
 
-def _integral_numbers(value: Any) -> Any:
+def integral_numbers(value: Any) -> Any:
     """Whole floats back to ints: the wire has only doubles, the API server's schema has ints."""
     if isinstance(value, dict):
-        return {key: _integral_numbers(item) for key, item in value.items()}
+        return {key: integral_numbers(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_integral_numbers(item) for item in value]
+        return [integral_numbers(item) for item in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
@@ -99,25 +110,32 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.typ == "eks:index:Cluster":
             outputs["kubeconfigJson"] = FAKE_KUBECONFIG
             outputs["kubeconfig"] = {"apiVersion": "v1"}
+            outputs["oidcProviderArn"] = (
+                f"arn:aws:iam::123456789012:oidc-provider/{FAKE_OIDC_PROVIDER}"
+            )
+            outputs["oidcProviderUrl"] = FAKE_OIDC_PROVIDER
+            outputs["oidcIssuer"] = FAKE_OIDC_PROVIDER
         elif args.typ == "command:local:Command":
             outputs["stdout"] = FAKE_KUBECONFIG
             outputs["stderr"] = ""
         elif args.typ == "random:index/randomPassword:RandomPassword":
             outputs["result"] = FAKE_PASSWORD
+        elif args.typ.startswith("aws:"):
+            outputs.setdefault("arn", f"arn:aws:mock:::{args.name}")
         return f"{args.name}-id", outputs
 
     def call(
         self, args: pulumi.runtime.MockCallArgs
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         self.calls.append(args.token)
-        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":  # noqa: S105
             zones = {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
             return zones, []
         return {}, []
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
-    """Records secret markers of inputs; declines the resourceReferences feature.
+    """Records inputs, secret markers and dependencies; declines the resourceReferences feature.
 
     Without resource references, passing resources into remote components (the EKS cluster into a
     ManagedNodeGroup) no longer hangs under mocks (pulumi/pulumi#6561).
@@ -127,7 +145,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.recording_mocks = mocks
 
-    def RegisterResource(self, request: Any) -> Any:
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802  the gRPC method's name
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         if request.type != "pulumi:pulumi:Stack":
             wire = json_format.MessageToDict(request.object)
@@ -139,15 +157,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     inputs=_unwrap_secrets(dict(inputs)),
                     secret_paths=set(_secret_paths(wire)),
                     parent=request.parent,
+                    urn=response.urn,
+                    dependencies=list(request.dependencies),
                 )
             )
         return response
 
-    def SupportsFeature(self, request: Any) -> Any:
+    def SupportsFeature(self, request: Any) -> Any:  # noqa: N802
         supported = request.id not in ("outputValues", "resourceReferences")
         return type("SupportsFeatureResponse", (object,), {"hasSupport": supported})
 
-    def GetDeploymentInfo(self, request: Any) -> Any:
+    def GetDeploymentInfo(self, request: Any) -> Any:  # noqa: N802
         info = super().GetDeploymentInfo(request)  # type: ignore[no-untyped-call]
         features = [
             f
@@ -169,26 +189,35 @@ class ProgramRun:
 
     def one(self, typ: str, name: str | None = None) -> Recorded:
         found = [r for r in self.of_type(typ) if name is None or r.name == name]
-        assert len(found) == 1, f"expected one {typ} {name or ''}, found {[r.name for r in found]}"
+        if len(found) != 1:
+            raise LookupError(f"expected one {typ} {name or ''}, found {[r.name for r in found]}")
         return found[0]
 
+    def by_urn(self, urn: str) -> Recorded | None:
+        """The resource with this URN; None for the stack itself, which is not recorded."""
+        return next((r for r in self.resources if r.urn == urn), None)
+
+    def kubernetes_resources(self) -> list[Recorded]:
+        """Kubernetes objects declared directly (not Helm releases, not providers)."""
+        return [
+            r
+            for r in self.resources
+            if r.typ.startswith("kubernetes:")
+            and not r.typ.startswith(("kubernetes:helm", "kubernetes:index:Provider"))
+        ]
+
     def kubernetes_objects(self) -> list[dict[str, Any]]:
-        """Kubernetes objects declared directly (not through charts), as manifests."""
-        manifests = []
-        for resource in self.resources:
-            if not resource.typ.startswith("kubernetes:") or resource.typ.startswith(
-                ("kubernetes:helm", "kubernetes:index:Provider", "pulumi:providers")
-            ):
-                continue
-            manifests.append(_integral_numbers(resource.inputs))
-        return manifests
+        """The manifests of :meth:`kubernetes_resources`."""
+        return [integral_numbers(r.inputs) for r in self.kubernetes_resources()]
+
+    def releases(self) -> list[Recorded]:
+        return self.of_type("kubernetes:helm.sh/v3:Release")
 
     def release(self, chart: str) -> Recorded:
-        releases = [
-            r for r in self.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == chart
-        ]
-        assert len(releases) == 1, f"expected one release of {chart}"
-        return releases[0]
+        found = [r for r in self.releases() if r.inputs["chart"] == chart]
+        if len(found) != 1:
+            raise LookupError(f"expected one release of {chart}, found {len(found)}")
+        return found[0]
 
 
 def run_program(
@@ -208,7 +237,7 @@ def run_program(
 
     async def read_outputs() -> None:
         root = pulumi_settings.get_root_resource()
-        assert root is not None
+        assert root is not None  # set by the mock engine
         for key, value in root.outputs.items():  # type: ignore[attr-defined]
             output = pulumi.Output.from_input(value)
             outputs[key] = (await output.future(), await output.is_secret())
@@ -227,32 +256,63 @@ def _config_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def stack_config(stack_dir: Path, stack: str = "dev") -> tuple[str, dict[str, str]]:
-    """The project name and the config of ``Pulumi.<stack>.yaml``, as the engine passes it."""
-    project = yaml.safe_load((stack_dir / "Pulumi.yaml").read_text())["name"]
-    raw = yaml.safe_load((stack_dir / f"Pulumi.{stack}.yaml").read_text())["config"]
-    return project, {key: _config_value(value) for key, value in raw.items()}
+def _yaml_file(path: Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise StackFileError(f"cannot read {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise StackFileError(f"{path} is not YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise StackFileError(f"{path} must hold a YAML mapping")
+    return document
+
+
+def stack_config(
+    stack_dir: Path, config_file: Path | None = None
+) -> tuple[str, dict[str, str], list[str]]:
+    """The project name, config and secret keys of a stack file, as the engine passes them.
+
+    ``config_file`` defaults to the stack's ``Pulumi.dev.yaml``. Values encrypted by
+    ``pulumi config set --secret`` cannot be decrypted here: they become a placeholder secret.
+    """
+    project = _yaml_file(stack_dir / "Pulumi.yaml").get("name")
+    if not isinstance(project, str):
+        raise StackFileError(f"{stack_dir / 'Pulumi.yaml'} has no project name")
+    path = config_file or stack_dir / "Pulumi.dev.yaml"
+    raw = _yaml_file(path).get("config") or {}
+    if not isinstance(raw, dict):
+        raise StackFileError(f"{path}: `config` must be a mapping")
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in raw.items():
+        full_key = key if ":" in key else f"{project}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[full_key] = ENCRYPTED_PLACEHOLDER
+            secret_keys.append(full_key)
+        else:
+            config[full_key] = _config_value(value)
+    return project, config, secret_keys
 
 
 def run_stack(
     stack_dir: Path,
     overrides: dict[str, Any] | None = None,
     secrets: dict[str, str] | None = None,
-    stack: str = "dev",
+    config_file: Path | None = None,
 ) -> ProgramRun:
-    """Run a stack's ``__main__.py`` with its example config (plus overrides) under mocks.
+    """Run a stack's ``__main__.py`` with its config file (plus overrides) under mocks.
 
     An override of None removes the key; ``secrets`` are set as secret config values, as
     ``pulumi config set --secret`` does.
     """
-    project, config = stack_config(stack_dir, stack)
+    project, config, secret_keys = stack_config(stack_dir, config_file)
     for key, value in (overrides or {}).items():
         full_key = key if ":" in key else f"{project}:{key}"
         if value is None:
             config.pop(full_key, None)
         else:
             config[full_key] = _config_value(value)
-    secret_keys = []
     for key, value in (secrets or {}).items():
         config[f"{project}:{key}"] = value
         secret_keys.append(f"{project}:{key}")

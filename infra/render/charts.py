@@ -1,0 +1,273 @@
+"""Helm charts from a local chart cache, rendered offline with the real Helm engine.
+
+The cache is a folder of chart archives named ``<chart>-<version>.tgz`` (what ``helm pull``
+writes): ``$GPU_CLUSTER_CHART_CACHE``, else ``$XDG_CACHE_HOME/gpu-cluster/charts``. With network
+access, :func:`pull_charts` fills it with the versions pinned in ``infra/versions.py``.
+
+Rendering uses helm-python-sdk (Helm v4's Go SDK): ``helm template`` with the capabilities a
+``helm install`` would get from the cluster: its Kubernetes version and the API versions it serves,
+CRDs installed before included. The chart's ``crds/`` come first, as Helm installs them first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.versions import HelmChart
+
+CHART_CACHE_ENV = "GPU_CLUSTER_CHART_CACHE"
+NOTES_SUFFIX = "NOTES.txt"
+# `helm install` never creates these: they run only under `helm test`.
+TEST_HOOKS = frozenset({"test", "test-success"})
+
+
+class ChartError(Exception):
+    """A chart that is not in the cache or does not render; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What Helm's ``.Capabilities`` holds during an install: the cluster's version and APIs."""
+
+    kube_version: str  # "v1.31.0"
+    api_versions: tuple[str, ...]  # "group/version" and "group/version/Kind"
+
+
+@dataclass(frozen=True)
+class RenderedObject:
+    """One object of a rendered chart."""
+
+    manifest: dict[str, Any]
+    template: str  # the chart path it came from, or "crds/<file>"
+    hook: frozenset[str]  # Helm hook events, empty for ordinary objects
+
+
+def chart_cache() -> Path:
+    """The chart cache folder (it need not exist)."""
+    configured = os.environ.get(CHART_CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpu-cluster" / "charts"
+
+
+def archive_name(name: str, version: str) -> str:
+    return f"{name}-{version}.tgz"
+
+
+def chart_archive(name: str, version: str, cache_dir: Path | None = None) -> Path:
+    """The cached archive of a chart at a version; ChartError when it is missing."""
+    folder = cache_dir or chart_cache()
+    path = folder / archive_name(name, version)
+    if not path.is_file():
+        raise ChartError(
+            f"chart {name} {version} is not in the chart cache {folder}: run "
+            f"`python -m infra.render --pull-charts` where the chart repositories are reachable, "
+            f"or set {CHART_CACHE_ENV} to a folder holding {archive_name(name, version)}"
+        )
+    return path
+
+
+def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> list[Path]:
+    """Download the charts that the cache lacks from their repositories; returns every archive."""
+    import helm_python as helm  # noqa: PLC0415  a large native library, loaded on demand
+
+    folder = cache_dir or chart_cache()
+    folder.mkdir(parents=True, exist_ok=True)
+    archives = []
+    for chart in charts:
+        path = folder / archive_name(chart.name, chart.version)
+        if not path.is_file():
+            try:
+                helm.pull(
+                    chart.name, repo_url=chart.repo, version=chart.version, destination=folder
+                )
+            except helm.HelmError as error:
+                raise ChartError(
+                    f"cannot pull {chart.name} {chart.version} from {chart.repo}: {error}"
+                ) from None
+            if not path.is_file():
+                raise ChartError(f"pulling {chart.name} {chart.version} did not write {path}")
+        archives.append(path)
+    return archives
+
+
+@cache
+def _load(path: Path) -> Any:
+    import helm_python as helm  # noqa: PLC0415
+
+    try:
+        return helm.Chart.load(path)
+    except helm.HelmError as error:
+        raise ChartError(f"cannot load chart {path}: {error}") from None
+
+
+@cache
+def _render_text(
+    path: Path, values_json: str, release: str, namespace: str, capabilities: Capabilities
+) -> tuple[tuple[str, str], ...]:
+    import helm_python as helm  # noqa: PLC0415
+    from helm_python import _native  # noqa: PLC0415
+
+    chart = _load(path)
+    # Chart.render() does not pass the capabilities through; the library's render call takes
+    # them in its options (helm-c-sdk's RenderOptions: kube_version, api_versions).
+    options = {
+        "name": release,
+        "namespace": namespace,
+        "is_install": True,
+        "kube_version": capabilities.kube_version,
+        "api_versions": list(capabilities.api_versions),
+    }
+    try:
+        rendered = json.loads(
+            _native.call_string("helm_render", chart._raw(), values_json, json.dumps(options))
+        )
+    except helm.HelmError as error:
+        raise ChartError(f"chart {path.name} does not render: {error}") from None
+    crds = tuple((f"crds/{crd['filename']}", crd["data"]) for crd in chart.crds)
+    templates = tuple(
+        (name, text) for name, text in sorted(rendered.items()) if not name.endswith(NOTES_SUFFIX)
+    )
+    return crds + templates
+
+
+class _ManifestLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML as Go reads it: a bare ``=`` (PyYAML's "value" tag) is the string "="."""
+
+
+_ManifestLoader.add_constructor(
+    "tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node)
+)
+
+
+@cache
+def _documents_json(text: str) -> tuple[str, ...]:
+    return tuple(
+        json.dumps(doc)
+        for doc in yaml.load_all(text, Loader=_ManifestLoader)
+        if isinstance(doc, dict) and doc
+    )
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    """The YAML documents of a manifest; parsed once per process, fresh dicts each call."""
+    return [json.loads(doc) for doc in _documents_json(text)]
+
+
+def served_crd_versions(documents: Iterable[Mapping[str, Any]]) -> set[str]:
+    """``group/version`` and ``group/version/Kind`` of every CRD among the documents."""
+    served = set()
+    for crd in documents:
+        if crd.get("kind") != "CustomResourceDefinition":
+            continue
+        spec = crd["spec"]
+        for version in spec.get("versions", ()):
+            if version.get("served", True):
+                served.add(f"{spec['group']}/{version['name']}")
+                served.add(f"{spec['group']}/{version['name']}/{spec['names']['kind']}")
+    return served
+
+
+def chart_crds(path: Path) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions under a chart's ``crds/`` (dependencies included)."""
+    return [doc for crd in _load(path).crds for doc in _documents(crd["data"])]
+
+
+# Mappings whose keys are the user's own (labels, selectors), whatever the chart's default.
+FREE_FORM_KEYS = frozenset(
+    {"nodeSelector", "labels", "annotations", "podLabels", "podAnnotations", "additionalLabels"}
+)
+# Keys a chart reads that its values.yaml documents only in comments.
+COMMENTED_KEYS = {
+    # templates/metrics-configmap.yaml: `{{- if .Values.customMetrics }}`.
+    "dcgm-exporter": frozenset({"customMetrics"}),
+    # charts/grafana/templates/ingress.yaml: `{{- if .Values.ingress.ingressClassName }}`;
+    # charts/grafana/templates/clusterrole.yaml: `(not .Values.rbac.useExistingClusterRole)`.
+    "kube-prometheus-stack": frozenset(
+        {"grafana.ingress.ingressClassName", "grafana.rbac.useExistingClusterRole"}
+    ),
+}
+
+
+def _with_nulls(merged: dict[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``merged`` plus the keys that coalescing dropped because values.yaml sets them to null."""
+    result = dict(merged)
+    for key, value in raw.items():
+        if key not in result:
+            result[key] = value
+        elif isinstance(value, dict) and isinstance(result[key], dict):
+            result[key] = _with_nulls(result[key], value)
+    return result
+
+
+def chart_defaults(path: Path) -> dict[str, Any]:
+    """The values an install starts from: the chart's and its subcharts' values.yaml, coalesced
+    (keys documented as null included)."""
+    chart = _load(path)
+    return _with_nulls(chart.merge_values({}), chart.values)
+
+
+def unknown_keys(
+    values: Mapping[str, Any], defaults: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
+    """Key paths of ``values`` that the chart's defaults lack: Helm would silently ignore them."""
+    unknown = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in defaults:
+            unknown.append(path)
+            continue
+        default = defaults[key]
+        if (
+            isinstance(value, dict)
+            and isinstance(default, dict)
+            and default
+            and key not in FREE_FORM_KEYS
+        ):
+            unknown.extend(unknown_keys(value, default, path))
+        elif isinstance(value, dict) and default is not None and not isinstance(default, dict):
+            unknown.append(f"{path} (a mapping where the chart has a {type(default).__name__})")
+    return unknown
+
+
+def ignored_values(path: Path, values: Mapping[str, Any]) -> list[str]:
+    """The keys of ``values`` that the chart at ``path`` has no use for."""
+    chart = _load(path).name
+    allowed = COMMENTED_KEYS.get(chart, frozenset())
+    return [key for key in unknown_keys(values, chart_defaults(path)) if key not in allowed]
+
+
+def render(
+    chart: Path,
+    values: Mapping[str, Any],
+    release: str,
+    namespace: str,
+    capabilities: Capabilities,
+) -> list[RenderedObject]:
+    """Every object ``helm install`` would create from a chart, hooks included, tests excluded.
+
+    Renders are cached per process: rendering kube-prometheus-stack takes about a second.
+    """
+    values_json = json.dumps(values, sort_keys=True)
+    objects = []
+    for template, text in _render_text(chart, values_json, release, namespace, capabilities):
+        for manifest in _documents(text):
+            annotations = manifest.get("metadata", {}).get("annotations") or {}
+            hook = frozenset(
+                event.strip()
+                for event in str(annotations.get("helm.sh/hook", "")).split(",")
+                if event.strip()
+            )
+            if hook & TEST_HOOKS:
+                continue
+            objects.append(RenderedObject(manifest=manifest, template=template, hook=hook))
+    return objects

@@ -1,0 +1,1 @@
+"""The GitHub workflows: linted with actionlint, and doing what they promise."""

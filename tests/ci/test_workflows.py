@@ -1,0 +1,163 @@
+"""The smoke and image workflows (.github/workflows), checked without GitHub.
+
+actionlint lints them for real (scripts/test runs it too), including a broken copy that it must
+reject; the rest reads the workflow documents for what issue 9 asks of them: triggers, OIDC
+credentials, teardown whatever happens, one run at a time, least privilege, pinned actions, and
+an image tag that matches what the stacks deploy.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import versions
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / ".github" / "workflows"
+ACTIONLINT = Path(sys.executable).parent / "actionlint"
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+$")
+PROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def load(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((WORKFLOWS / name).read_text())
+    return document
+
+
+def steps(workflow: dict[str, Any], job: str) -> list[dict[str, Any]]:
+    return list(workflow["jobs"][job]["steps"])
+
+
+def step_named(workflow: dict[str, Any], job: str, text: str) -> tuple[int, dict[str, Any]]:
+    for index, step in enumerate(steps(workflow, job)):
+        if text in step.get("name", "") or text in step.get("run", ""):
+            return index, step
+    raise AssertionError(f"no step of {job} mentions {text!r}")
+
+
+def actionlint(*arguments: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    if not ACTIONLINT.exists():
+        pytest.fail(f"actionlint is not installed beside {sys.executable} (the dev extra has it)")
+    return subprocess.run(
+        [str(ACTIONLINT), "-no-color", "-oneline", *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_actionlint_accepts_the_workflows() -> None:
+    result = actionlint()
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_rejects_a_workflow_with_a_broken_expression(tmp_path: Path) -> None:
+    """The lint is real: a typo in a step reference and in a status function are errors."""
+    text = (WORKFLOWS / "smoke.yml").read_text().replace("if: always()", "if: allways()", 1)
+    image = (WORKFLOWS / "image.yml").read_text().replace("steps.version.", "steps.versoin.", 1)
+    (tmp_path / "smoke.yml").write_text(text)
+    (tmp_path / "image.yml").write_text(image)
+    result = actionlint("smoke.yml", "image.yml", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'undefined function "allways"' in result.stdout
+    assert 'property "versoin" is not defined' in result.stdout
+
+
+@pytest.mark.parametrize("name", ["smoke.yml", "image.yml"])
+def test_actions_are_pinned_to_a_release_and_permissions_are_read_only_at_the_top(
+    name: str,
+) -> None:
+    workflow = load(name)
+    assert workflow["permissions"] == {"contents": "read"}
+    for job in workflow["jobs"]:
+        for step in steps(workflow, job):
+            if "uses" in step:
+                assert PINNED.match(step["uses"]), step["uses"]
+
+
+def test_smoke_workflow_runs_weekly_and_on_demand_one_at_a_time() -> None:
+    workflow = load("smoke.yml")
+    triggers = workflow["on"]
+    assert set(triggers) == {"workflow_dispatch", "schedule"}
+    assert len(triggers["schedule"]) == 1
+    _minute, _hour, day, month, weekday = triggers["schedule"][0]["cron"].split()
+    assert (day, month) == ("*", "*"), "weekly"
+    assert weekday.isdigit(), "weekly"
+    assert workflow["concurrency"] == {"group": "cluster-smoke", "cancel-in-progress": False}
+
+
+def test_smoke_workflow_deploys_checks_and_always_destroys() -> None:
+    workflow = load("smoke.yml")
+    job = workflow["jobs"]["smoke"]
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert job["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    credentials = [
+        step
+        for step in steps(workflow, "smoke")
+        if step.get("uses", "").startswith("aws-actions/configure-aws-credentials@")
+    ]
+    assert credentials
+    assert all("role-to-assume" in step["with"] for step in credentials)
+    assert all("aws-access-key-id" not in step["with"] for step in credentials)
+    up, _ = step_named(workflow, "smoke", "pulumi up --yes")
+    suite, smoke = step_named(workflow, "smoke", "pytest tests/smoke/checks")
+    upload, artifact = step_named(workflow, "smoke", "JUnit")
+    destroy, teardown = step_named(workflow, "smoke", "pulumi destroy --yes")
+    assert up < suite < upload < destroy
+    assert "--junitxml smoke-junit.xml" in smoke["run"]
+    assert artifact["if"] == "always()"
+    assert artifact["with"]["path"] == "smoke-junit.xml"
+    assert teardown["if"] == "always()"
+    assert teardown["working-directory"] == "stacks/eks"
+
+
+def test_image_workflow_pushes_the_image_the_stacks_deploy_on_version_tags() -> None:
+    workflow = load("image.yml")
+    assert workflow["on"] == {"push": {"tags": ["v*"]}}
+    (name, job), *others = workflow["jobs"].items()
+    assert not others
+    assert job["permissions"] == {"contents": "read", "packages": "write"}
+    _, check = step_named(workflow, name, "scripts/release_version.py")
+    assert check["id"] == "version"
+    build = next(
+        step for step in job["steps"] if "docker/build-push-action" in step.get("uses", "")
+    )
+    assert build["with"]["push"] is True
+    repository = versions.PROFILER_IMAGE.rsplit(":", 1)[0]
+    assert build["with"]["tags"] == f"{repository}:${{{{ steps.version.outputs.version }}}}"
+    # The stacks' default image is the one this workflow pushes for the project's version.
+    assert versions.PROFILER_IMAGE.endswith(f":{PROJECT_VERSION}")
+
+
+@pytest.mark.parametrize(
+    ("tag", "status", "output"),
+    [
+        (f"v{PROJECT_VERSION}", 0, f"version={PROJECT_VERSION}\n"),
+        ("v99.0.0", 1, ""),
+        (PROJECT_VERSION, 1, ""),
+    ],
+)
+def test_release_version_accepts_only_the_tag_of_the_project_version(
+    tag: str, status: int, output: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "release_version.py"), tag],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (status, output)
+    if status:
+        assert result.stderr.count("\n") == 1
+        assert result.stderr.startswith("error: ")
+        assert f"v{PROJECT_VERSION}" in result.stderr

@@ -1,0 +1,141 @@
+"""The pods the smoke suite runs on GPU nodes, and waiting for them.
+
+Every test pod targets GPU nodes (their label, and a toleration of their taint) so that the pod
+that requests no GPU lands where GPUs are and could leak. That pod also sets
+``NVIDIA_VISIBLE_DEVICES=all``, as CUDA images do in their environment: a container runtime that
+honours the variable for unprivileged pods hands every GPU to any pod that asks.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from infra.gpu import gpu_node_selector, gpu_tolerations
+from tests.smoke.checks.cluster import ApiError, Cluster, fail_on, poll_delays
+from tests.smoke.checks.layout import GPU_RESOURCE, SMOKE_LABEL
+from tests.smoke.checks.scheduling import is_ready, why_not_running
+
+Json = dict[str, Any]
+# `nvidia-smi -L`: "GPU 0: NVIDIA A10G (UUID: GPU-5e2f...)", one line per GPU it can see.
+NVIDIA_SMI_GPU_LINE = re.compile(r"^GPU \d+: .+ \(UUID: (GPU-[0-9A-Fa-f-]+)\)\s*$", re.MULTILINE)
+HOLD_SECONDS = 3600  # a holder pod's sleep; activeDeadlineSeconds ends it if the suite dies
+
+
+def pod_manifest(
+    pod_name: str,
+    image: str,
+    command: list[str],
+    *,
+    gpus: int = 0,
+    env: dict[str, str] | None = None,
+    deadline_seconds: int = HOLD_SECONDS,
+) -> Json:
+    """A one-container pod on a GPU node, restartPolicy Never."""
+    resources: Json = {}
+    if gpus:
+        resources = {"limits": {GPU_RESOURCE: str(gpus)}}
+    container: Json = {
+        "name": "main",
+        "image": image,
+        "command": command,
+        "resources": resources,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if env:
+        container["env"] = [{"name": key, "value": value} for key, value in env.items()]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name, "labels": dict(SMOKE_LABEL)},
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": deadline_seconds,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": gpu_node_selector(),
+            "tolerations": gpu_tolerations(),
+            "containers": [container],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """What became of a test pod: its last state and its log, or why it never ran."""
+
+    namespace: str
+    pod: Json
+    log: str
+    problem: str | None  # None: it reached the awaited state
+
+    @property
+    def name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def node(self) -> str | None:
+        return self.pod.get("spec", {}).get("nodeName")
+
+    @property
+    def phase(self) -> str:
+        return str(self.pod.get("status", {}).get("phase", "Unknown"))
+
+    @property
+    def exit_code(self) -> int | None:
+        for container in self.pod.get("status", {}).get("containerStatuses") or []:
+            ended = (container.get("state") or {}).get("terminated")
+            if ended is not None:
+                return int(ended.get("exitCode", -1))
+        return None
+
+    def gpu_uuids(self) -> list[str]:
+        """The GPUs ``nvidia-smi -L`` listed in the pod's log."""
+        return NVIDIA_SMI_GPU_LINE.findall(self.log)
+
+    def describe(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        log = " | ".join(line for line in self.log.splitlines() if line.strip()) or "(empty)"
+        return f"pod {self.namespace}/{self.name}{where}, phase {self.phase}, log: {log[:500]}"
+
+
+def require_running(run: PodRun) -> None:
+    """Fail the check that needs ``run``'s pod running, saying why it is not."""
+    if run.problem:
+        fail_on([f"{run.describe()}: {run.problem}"], "No test pod holds a GPU")
+
+
+def run_pod(
+    cluster: Cluster, namespace: str, manifest: Json, *, keep_running: bool, timeout: float
+) -> PodRun:
+    """Create the pod and wait until it has finished (or, with ``keep_running``, is running and
+    ready) or ``timeout`` passes; never raises for what the pod does, only for API failures."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    created = cluster.create(pods, manifest)
+    path = f"{pods}/{created['metadata']['name']}"
+    delays = poll_delays(time.monotonic() + timeout)
+    while True:
+        pod = cluster.get(path)
+        phase = pod.get("status", {}).get("phase")
+        finished = phase in ("Succeeded", "Failed")
+        if finished or (keep_running and phase == "Running" and is_ready(pod)):
+            problem = None
+            if keep_running and finished:
+                problem = f"ended ({phase}) instead of running: {why_not_running(pod)}"
+            return PodRun(namespace, pod, _log(cluster, path), problem)
+        delay = next(delays, None)
+        if delay is None:
+            wanted = "running" if keep_running else "finished"
+            problem = f"not {wanted} after {timeout:.0f}s: {why_not_running(pod)}"
+            return PodRun(namespace, pod, _log(cluster, path), problem)
+        time.sleep(delay)
+
+
+def _log(cluster: Cluster, pod_path: str) -> str:
+    try:
+        return cluster.text(f"{pod_path}/log")
+    except ApiError as error:
+        if error.status == 400:  # no container ever started: there is no log to read
+            return ""
+        raise

@@ -1,0 +1,283 @@
+"""The smoke suite (checks/) against the stand-in GPU cluster (tests/support/gpu_cluster): every
+check passes on a healthy cluster, and on a cluster broken in one way exactly the checks that
+must notice fail, each naming what to fix.
+
+Each case runs the suite as users do, ``pytest tests/smoke/checks --kubeconfig=...
+--junitxml=...``, in a subprocess against a cluster of its own (a real Prometheus behind the
+stand-in API server's service proxy), and reads the verdicts from the JUnit XML it wrote. Cases
+run side by side: most of their time is the checks waiting out their time limit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.gpu_cluster import GpuNode, Scenario, Taint, Unready, running_gpu_cluster
+from tests.support.gpu_cluster.scenario import GPU_TAINT
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PARALLEL_CASES = 7
+# Long enough for the stand-in to reach every healthy state (scrapes every second), short enough
+# that a broken case's waits stay short.
+SMOKE_TIMEOUT_SECONDS = 3
+POD_TIMEOUT_SECONDS = 5
+
+NODES_READY = "test_gpu_nodes::test_gpu_nodes_are_ready"
+LABELLED_AND_TAINTED = "test_gpu_nodes::test_gpu_nodes_are_labelled_and_tainted"
+ALLOCATABLE = "test_gpu_nodes::test_gpu_nodes_offer_every_gpu_they_have"
+NVIDIA_SMI = "test_gpu_pods::test_a_pod_requesting_one_gpu_runs_nvidia_smi"
+NO_GPU = "test_gpu_pods::test_a_pod_requesting_no_gpu_sees_none"
+DCGM_SERIES = "test_monitoring::test_prometheus_holds_dcgm_series_for_every_gpu"
+ATTRIBUTION = "test_monitoring::test_dcgm_series_name_the_pod_using_the_gpu"
+CUSTOM_METRICS = "test_monitoring::test_custom_metrics_api_serves_gpu_utilization"
+ALERTS = "test_monitoring::test_gpu_alert_rules_are_loaded_and_none_fire"
+GRAFANA = "test_monitoring::test_grafana_refuses_the_chart_default_password"
+ANNOTATIONS = "test_profiler::test_every_gpu_node_has_fresh_profiler_annotations"
+EXPOSURE = "test_exposure::test_no_service_is_exposed_unless_configured"
+GPU_LAYER_PODS = "test_workloads::test_every_pod_of_the_gpu_layer_runs"
+
+
+def daemon_set(component: str) -> str:
+    return f"test_workloads::test_daemon_set_is_ready_on_every_gpu_node[{component}]"
+
+
+DAEMON_SETS = [
+    daemon_set(component) for component in ("device-plugin", "dcgm-exporter", "profiler")
+]
+MAINTENANCE = Taint("example.com/maintenance", "true")
+UNTOLERATED = (
+    "no pod on GPU node gpu-node-2: taint example.com/maintenance=true:NoSchedule is not "
+    "tolerated (remove it from the node, or add a toleration)"
+)
+NO_PROMETHEUS = 'no endpoints available for service "kube-prometheus-stack-prometheus"'
+
+
+@dataclass(frozen=True)
+class Case:
+    """A scenario, and the checks that must fail on it with (fragments of) their messages."""
+
+    scenario: Scenario
+    failures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+CASES: dict[str, Case] = {
+    "healthy": Case(Scenario()),
+    # The six breakages issue 9 names.
+    "untolerated-taint": Case(
+        Scenario(
+            gpu_nodes=(
+                GpuNode("gpu-node-1"),
+                GpuNode("gpu-node-2", taints=(GPU_TAINT, MAINTENANCE)),
+            )
+        ),
+        {
+            **dict.fromkeys(DAEMON_SETS, (UNTOLERATED,)),
+            ALLOCATABLE: ("gpu-node-2 has no allocatable nvidia.com/gpu", "device plugin"),
+            DCGM_SERIES: ("gpu-node-2: series of DCGM_FI_DEV_GPU_UTIL for 0", "dcgm-exporter"),
+            ANNOTATIONS: ("gpu-node-2 has no ai.centaurus.io/profiled-at",),
+        },
+    ),
+    "daemon-set-short-of-ready": Case(
+        Scenario(
+            unready=(
+                Unready(
+                    "gpu-profiler",
+                    "ImagePullBackOff",
+                    'Back-off pulling image "ghcr.io/centaurusinfra/gpu-profiler:0.1.0"',
+                    node="gpu-node-2",
+                ),
+            )
+        ),
+        {
+            daemon_set("profiler"): (
+                "1 of 2 pods ready",
+                "on gpu-node-2 is not ready: container gpu-profiler waiting: ImagePullBackOff",
+            ),
+            GPU_LAYER_PODS: ("gpu-profiler/gpu-profiler-", "ImagePullBackOff"),
+            ANNOTATIONS: ("gpu-node-2 has no ai.centaurus.io/profiled-at",),
+        },
+    ),
+    "no-dcgm-series": Case(
+        Scenario(dcgm_series=False),
+        {
+            DCGM_SERIES: (
+                "gpu-node-1: series of DCGM_FI_DEV_GPU_UTIL for 0, DCGM_FI_DEV_MEM_COPY_UTIL for 0",
+                "Prometheus scrapes it",
+            ),
+            ALLOCATABLE: ("gpu-node-1: dcgm-exporter reports no GPU there",),
+            ATTRIBUTION: ("no DCGM_FI_DEV_GPU_UTIL series carries namespace=gpu-smoke-",),
+            CUSTOM_METRICS: ("could not find the metric gpu_utilization", "adapter-rules.yaml"),
+        },
+    ),
+    "stale-annotations": Case(
+        Scenario(profile_age_seconds=2 * 3600),
+        {
+            ANNOTATIONS: (
+                "gpu-node-2: ai.centaurus.io/profiled-at=",
+                "min old (limit 15 min)",
+                "stuck",
+            )
+        },
+    ),
+    "grafana-accepts-prom-operator": Case(
+        Scenario(grafana_admin_password="prom-operator"),
+        {GRAFANA: ("accepts admin/prom-operator", "existingSecret")},
+    ),
+    "unrequested-pod-sees-gpus": Case(
+        Scenario(runtime_honours_visible_devices_env=True),
+        {NO_GPU: ("listed 2 GPU(s)", "accept-nvidia-visible-devices-envvar-when-unprivileged")},
+    ),
+    # Further breakages, one for every other check.
+    "gpu-taint-on-every-node": Case(  # issue 9, defect 1: nothing tolerates the GPU taint
+        Scenario(system_nodes=()),
+        {
+            GPU_LAYER_PODS: (
+                "not scheduled: 0/2 nodes are available: 2 node(s) had untolerated taint "
+                "{nvidia.com/gpu: present}",
+            ),
+            ALLOCATABLE: (NO_PROMETHEUS,),
+            DCGM_SERIES: (NO_PROMETHEUS,),
+            ATTRIBUTION: (NO_PROMETHEUS,),
+            ALERTS: (NO_PROMETHEUS,),
+            CUSTOM_METRICS: ("APIService v1beta1.custom.metrics.k8s.io is not available",),
+            GRAFANA: ('no endpoints available for service "kube-prometheus-stack-grafana"',),
+        },
+    ),
+    "no-gpu-node": Case(
+        Scenario(gpu_nodes=()),
+        {
+            NODES_READY: ("0 GPU node(s), expected at least 1", "desiredSize"),
+            NVIDIA_SMI: ("not finished after 5s: not scheduled: 0/1 nodes are available",),
+            NO_GPU: ("not scheduled",),
+            ATTRIBUTION: ("No test pod holds a GPU",),
+            CUSTOM_METRICS: ("No test pod holds a GPU",),
+        },
+    ),
+    "gpu-node-without-taint": Case(
+        Scenario(gpu_nodes=(GpuNode("gpu-node-1"), GpuNode("gpu-node-2", taints=()))),
+        {LABELLED_AND_TAINTED: ("gpu-node-2 lacks the taint nvidia.com/gpu=present:NoSchedule",)},
+    ),
+    "gpu-held-back-by-device-plugin": Case(
+        Scenario(gpu_nodes=(GpuNode("gpu-node-1", unhealthy_gpus=1), GpuNode("gpu-node-2"))),
+        {ALLOCATABLE: ("gpu-node-1: allocatable nvidia.com/gpu is 1, but the node has 2 GPU",)},
+    ),
+    "attribution-to-the-wrong-gpu": Case(
+        Scenario(misattributed=True),
+        {ATTRIBUTION: ("but the pod sees", "points at the wrong GPU")},
+    ),
+    "gpu-alert-firing": Case(
+        Scenario(row_remap_failures=(("gpu-node-1", 1),)),
+        {ALERTS: ("GpuRowRemapFailure is firing at rest", "gpu-node-1", "runbook")},
+    ),
+    "adapter-down": Case(
+        Scenario(unready=(Unready("prometheus-adapter", "CrashLoopBackOff", "back-off 5m0s"),)),
+        {
+            CUSTOM_METRICS: ("APIService v1beta1.custom.metrics.k8s.io is not available",),
+            GPU_LAYER_PODS: ("prometheus-adapter", "CrashLoopBackOff"),
+        },
+    ),
+    "node-port-service": Case(
+        Scenario(node_port_services=("monitoring/grafana-external",)),
+        {EXPOSURE: ("Service monitoring/grafana-external is NodePort", "--allow-exposed")},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: str  # passed, failed, skipped, error
+    message: str
+
+
+def run_smoke_suite(scenario: Scenario, folder: Path) -> tuple[dict[str, Verdict], str]:
+    """The suite's verdicts against the stand-in cluster of ``scenario`` (from its JUnit XML),
+    and its output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    junit = folder / "smoke.xml"
+    with running_gpu_cluster(scenario) as cluster:
+        kubeconfig = cluster.write_kubeconfig(folder / "kubeconfig")
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "tests/smoke/checks",
+                f"--kubeconfig={kubeconfig}",
+                f"--junitxml={junit}",
+                f"--smoke-timeout={SMOKE_TIMEOUT_SECONDS}",
+                f"--smoke-pod-timeout={POD_TIMEOUT_SECONDS}",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    output = completed.stdout + completed.stderr
+    assert junit.exists(), output[-3000:]
+    return read_junit(junit), output
+
+
+def read_junit(path: Path) -> dict[str, Verdict]:
+    verdicts = {}
+    for case in ET.parse(path).iter("testcase"):
+        module = case.get("classname", "").rsplit(".", 1)[-1]
+        outcome, message = "passed", ""
+        for kind in ("failure", "error", "skipped"):
+            element = case.find(kind)
+            if element is not None:
+                outcome = "failed" if kind == "failure" else kind
+                message = (element.text or "") + (element.get("message") or "")
+        verdicts[f"{module}::{case.get('name')}"] = Verdict(outcome, message)
+    return verdicts
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Verdict], str]]:
+    folder = tmp_path_factory.mktemp("smoke-cases")
+    with ThreadPoolExecutor(max_workers=PARALLEL_CASES) as pool:
+        futures = {
+            name: pool.submit(run_smoke_suite, case.scenario, folder / name)
+            for name, case in CASES.items()
+        }
+        results = {}
+        for name, future in futures.items():
+            try:
+                results[name] = future.result()
+            except Exception as error:
+                raise RuntimeError(f"case {name}: {error}") from error
+        return results
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_exactly_the_checks_that_must_notice_fail_and_say_why(
+    verdicts: dict[str, tuple[dict[str, Verdict], str]], name: str
+) -> None:
+    results, output = verdicts[name]
+    expected = CASES[name].failures
+    assert set(results) == set(verdicts["healthy"][0]), output[-3000:]
+    failed = {check for check, verdict in results.items() if verdict.outcome == "failed"}
+    assert failed == set(expected), output[-6000:]
+    assert all(verdict.outcome in ("passed", "failed") for verdict in results.values()), output
+    for check, fragments in expected.items():
+        for fragment in fragments:
+            assert fragment in results[check].message, (check, fragment, results[check].message)
+
+
+def test_every_check_can_fail(verdicts: dict[str, tuple[dict[str, Verdict], str]]) -> None:
+    """No check of the suite passes whatever the cluster does: some case breaks each one."""
+    checks = set(verdicts["healthy"][0])
+    assert len(checks) == 16, sorted(checks)
+    broken = {check for case in CASES.values() for check in case.failures}
+    assert checks - broken == set()

@@ -1,0 +1,311 @@
+"""``StandInGpuCluster``: the stand-in API server of tests/support/apiserver.py, extended by
+subclassing to serve a whole GPU cluster for the smoke suite. A TEST DOUBLE; the package
+docstring says what it models."""
+
+from __future__ import annotations
+
+import copy
+import re
+import threading
+from typing import Any
+from urllib.parse import urlencode
+
+import requests
+
+from tests.smoke.checks.layout import CUSTOM_METRICS_API, CUSTOM_METRICS_API_SERVICE
+from tests.support.apiserver import RecordedRequest, StandInApiServer, _Handler, status_object
+from tests.support.dcgm import Gpu
+from tests.support.gpu_cluster import controllers, objects
+from tests.support.gpu_cluster.backends import (
+    StandInDcgmExporter,
+    StandInGrafana,
+    custom_metric_values,
+)
+from tests.support.gpu_cluster.controllers import ADAPTER, DCGM_EXPORTER, NAMES
+from tests.support.gpu_cluster.kubelet import PodLifecycle, Reply, not_found
+from tests.support.gpu_cluster.objects import Json
+from tests.support.gpu_cluster.scenario import Scenario
+
+_NAME = "([^/]+)"
+# (method or "*", path, the StandInGpuCluster method that answers with the path's groups)
+ROUTES = [
+    ("GET", r"/api/v1/nodes", "list_nodes"),
+    ("GET", rf"/api/v1/namespaces/{_NAME}/pods", "list_pods"),
+    ("POST", rf"/api/v1/namespaces/{_NAME}/pods", "create_pod"),
+    ("DELETE", rf"/api/v1/namespaces/{_NAME}/pods/{_NAME}", "delete_pod"),
+    ("GET", rf"/api/v1/namespaces/{_NAME}/pods/{_NAME}/log", "pod_log"),
+    ("POST", r"/api/v1/namespaces", "create_namespace"),
+    ("DELETE", rf"/api/v1/namespaces/{_NAME}", "delete_namespace"),
+    ("GET", r"/api/v1/services", "list_services"),
+    ("GET", rf"/apis/apps/v1/namespaces/{_NAME}/daemonsets/{_NAME}", "daemon_set"),
+    ("GET", rf"/apis/apiregistration\.k8s\.io/v1/apiservices/{_NAME}", "api_service"),
+    (
+        "GET",
+        rf"/apis/{re.escape(CUSTOM_METRICS_API)}/namespaces/{_NAME}/pods/{_NAME}/{_NAME}",
+        "custom_metric",
+    ),
+    ("*", rf"/api/v1/namespaces/{_NAME}/services/{_NAME}/proxy(/.*)?", "proxy"),
+]
+_ROUTES = [(method, re.compile(f"^{path}$"), name) for method, path, name in ROUTES]
+
+
+class _ClusterHandler(_Handler):
+    """The stand-in API server's handler, answering ROUTES first."""
+
+    cluster: StandInGpuCluster  # set on a per-server subclass by StandInGpuCluster
+
+    def _route(self, request: RecordedRequest) -> None:
+        for method, pattern, name in _ROUTES:
+            if method in (request.method, "*") and (match := pattern.match(request.path)):
+                self._reply(getattr(self.cluster, name)(request, *match.groups()))
+                return
+        super()._route(request)
+
+    def _reply(self, reply: Reply | tuple[int, bytes, str]) -> None:
+        """(code, JSON object), (code, text), or (code, bytes, content type)."""
+        if len(reply) == 3:
+            code, data, content_type = reply
+        elif isinstance(reply[1], dict):
+            self._send_json(*reply)
+            return
+        else:
+            code, data, content_type = reply[0], str(reply[1]).encode(), "text/plain"
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _label_selector(text: str) -> dict[str, str]:
+    """Equality-based selectors only (``a=b,c=d``), which is all the smoke suite sends."""
+    pairs = [part.split("=", 1) for part in text.split(",") if part]
+    return {key.rstrip("="): value.lstrip("=") for key, value in pairs}
+
+
+def _listing(kind: str, items: list[Json]) -> Reply:
+    return 200, {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+class StandInGpuCluster(StandInApiServer):
+    """The API server of a GPU cluster as ``scenario`` describes it, with its dcgm-exporter and
+    Grafana; ``prometheus_url`` is the Prometheus its service proxy reaches. Use
+    ``running_gpu_cluster`` (the package's __init__), which starts that Prometheus too."""
+
+    def __init__(self, scenario: Scenario, prometheus_url: str, token: str | None = None) -> None:
+        super().__init__(token)
+        handler = type("BoundClusterHandler", (_ClusterHandler,), {"cluster": self})
+        self._server.RequestHandlerClass = handler  # socketserver's documented attribute
+        self.scenario = scenario
+        self.prometheus_url = prometheus_url
+        self.gpu_nodes = {node.name: node for node in scenario.gpu_nodes}
+        self.namespaces = {"default", "kube-system", *NAMES.gpu_layer_namespaces()}
+        self.pods = PodLifecycle(self)
+        self.exporter = StandInDcgmExporter(self.reported_gpus)
+        self.grafana = StandInGrafana(scenario.grafana_admin_password)
+        backends = {
+            "prometheus": prometheus_url,
+            "grafana": self.grafana.url,
+            DCGM_EXPORTER: self.exporter.url,
+        }
+        self._services = controllers.services(scenario, backends)
+        with self.lock:
+            self._bring_up()
+
+    @property
+    def state(self) -> Any:
+        """The base server's store (nodes, pods, watch history); hold ``lock`` to use it."""
+        return self._state
+
+    @property
+    def lock(self) -> threading.Condition:
+        return self._state.lock
+
+    def commit(self, kind: str, key: Any, obj: Json, event: str | None) -> None:
+        self._server.commit(kind, key, obj, event=event)
+
+    def stop(self) -> None:
+        self.pods.stop()
+        self.exporter.stop()
+        self.grafana.stop()
+        super().stop()
+
+    def _bring_up(self) -> None:
+        nodes = controllers.nodes(self.scenario)
+        pods, daemon_sets = controllers.workloads(self.scenario, nodes)
+        for pod in pods:
+            self.commit(
+                "pods", (pod["metadata"]["namespace"], pod["metadata"]["name"]), pod, "ADDED"
+            )
+        for name, joined in nodes.items():
+            gpu_node = self.gpu_nodes.get(name)
+            node = joined
+            if gpu_node is not None:
+                node = controllers.published_node(joined, gpu_node, pods, self.scenario)
+            self.commit("nodes", name, node, event=None)
+        self._daemon_sets = {
+            (ds["metadata"]["namespace"], ds["metadata"]["name"]): ds for ds in daemon_sets
+        }
+
+    def _ready(self, app: str, node: str | None = None) -> bool:
+        return objects.ready_pod_of(list(self._state.pods.values()), app, node)
+
+    def reported_gpus(self) -> list[tuple[Gpu, bool]]:
+        """What dcgm-exporter reports: every GPU of the nodes where it runs, attributed to the
+        pod holding it, and whether its row remapping failed."""
+        if not self.scenario.dcgm_series:
+            return []
+        failures = set(self.scenario.row_remap_failures)
+        with self.lock:
+            holders = self.pods.holders()
+            if self.scenario.misattributed:
+                holders = {
+                    (node, (index + 1) % self.gpu_nodes[node].gpus): pod
+                    for (node, index), pod in holders.items()
+                }
+            return [
+                (
+                    objects.gpu(node, index, holders.get((node.name, index))),
+                    (node.name, index) in failures,
+                )
+                for node in self.scenario.gpu_nodes
+                if self._ready(DCGM_EXPORTER, node.name)
+                for index in range(node.gpus)
+            ]
+
+    # -- routes (see ROUTES) -------------------------------------------------------------------
+
+    def list_nodes(self, request: RecordedRequest) -> Reply:
+        with self.lock:
+            return _listing("Node", copy.deepcopy(list(self._state.nodes.values())))
+
+    def list_pods(self, request: RecordedRequest, namespace: str) -> Reply:
+        wanted = _label_selector(request.query.get("labelSelector", ""))
+        with self.lock:
+            items = [
+                copy.deepcopy(pod)
+                for (pod_namespace, _), pod in self._state.pods.items()
+                if pod_namespace == namespace
+                and all(pod["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            ]
+        return _listing("Pod", items)
+
+    def create_pod(self, request: RecordedRequest, namespace: str) -> Reply:
+        with self.lock:
+            return self.pods.create(namespace, request.json())
+
+    def delete_pod(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        with self.lock:
+            return self.pods.delete((namespace, name))
+
+    def pod_log(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        with self.lock:
+            return self.pods.log((namespace, name))
+
+    def create_namespace(self, request: RecordedRequest) -> Reply:
+        manifest = request.json()
+        name = manifest.get("metadata", {}).get("name", "")
+        with self.lock:
+            if name in self.namespaces:
+                message = f'namespaces "{name}" already exists'
+                return 409, status_object(409, "AlreadyExists", message)
+            self.namespaces.add(name)
+        return 201, {**manifest, "status": {"phase": "Active"}}
+
+    def delete_namespace(self, request: RecordedRequest, name: str) -> Reply:
+        with self.lock:
+            if name not in self.namespaces:
+                return not_found("namespaces", name)
+            self.namespaces.discard(name)
+            for key in [key for key in self._state.pods if key[0] == name]:
+                self.pods.delete(key)
+        return 200, {
+            "kind": "Namespace",
+            "metadata": {"name": name},
+            "status": {"phase": "Terminating"},
+        }
+
+    def list_services(self, request: RecordedRequest) -> Reply:
+        return _listing("Service", [copy.deepcopy(s.manifest) for s in self._services.values()])
+
+    def daemon_set(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        found = self._daemon_sets.get((namespace, name))
+        return (200, copy.deepcopy(found)) if found else not_found("daemonsets.apps", name)
+
+    def api_service(self, request: RecordedRequest, name: str) -> Reply:
+        if name != CUSTOM_METRICS_API_SERVICE:
+            return not_found("apiservices.apiregistration.k8s.io", name)
+        with self.lock:
+            available = self._ready(ADAPTER)
+        condition = {"type": "Available", "status": "True", "reason": "Passed"}
+        if not available:
+            condition = {
+                "type": "Available",
+                "status": "False",
+                "reason": "MissingEndpoints",
+                "message": f'endpoints for service/{ADAPTER} in "{NAMES.monitoring_namespace}" '
+                'have no addresses with port name "https"',
+            }
+        return 200, {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": name},
+            "status": {"conditions": [condition]},
+        }
+
+    def custom_metric(
+        self, request: RecordedRequest, namespace: str, pod: str, metric: str
+    ) -> Reply:
+        """prometheus-adapter behind the aggregation layer (backends.custom_metric_values)."""
+        with self.lock:
+            available = self._ready(ADAPTER)
+            pods = [
+                name for (ns, name) in self._state.pods if ns == namespace and pod in ("*", name)
+            ]
+        if not available:
+            message = "the server is currently unable to handle the request"
+            return 503, status_object(503, "ServiceUnavailable", message)
+        values = custom_metric_values(self.prometheus_url, metric, namespace, pods)
+        if not values:
+            message = f"the server could not find the metric {metric} for pods {pod}"
+            return 404, status_object(404, "NotFound", message)
+        described = {"kind": "Pod", "namespace": namespace, "apiVersion": "/v1"}
+        items = [
+            {
+                "describedObject": {**described, "name": name},
+                "metricName": metric,
+                "timestamp": objects.now_rfc3339(),
+                "value": objects.quantity(value),
+            }
+            for name, value in sorted(values.items())
+        ]
+        return 200, {"kind": "MetricValueList", "apiVersion": CUSTOM_METRICS_API, "items": items}
+
+    def proxy(
+        self, request: RecordedRequest, namespace: str, service_port: str, path: str | None
+    ) -> Reply | tuple[int, bytes, str]:
+        """The service proxy: forward to the local process answering for the Service when a
+        ready pod backs it. Like the real one, it does not pass on the caller's Authorization."""
+        name = service_port.split(":", maxsplit=1)[0]
+        service = self._services.get((namespace, name))
+        if service is None:
+            return not_found("services", name)
+        with self.lock:
+            has_endpoints = service.app is not None and self._ready(service.app)
+        if not has_endpoints:
+            message = f'no endpoints available for service "{name}"'
+            return 503, status_object(503, "ServiceUnavailable", message)
+        if service.backend is None:
+            message = f"error trying to reach service: dial tcp {name}: connect: connection refused"
+            return 503, status_object(503, "ServiceUnavailable", message)
+        headers = {"Content-Type": request.content_type} if request.content_type else {}
+        query = f"?{urlencode(request.query)}" if request.query else ""
+        answer = requests.request(
+            request.method,
+            f"{service.backend}{path or '/'}{query}",
+            data=request.body or None,
+            headers=headers,
+            timeout=30,
+        )
+        content_type = answer.headers.get("Content-Type", "application/octet-stream")
+        return answer.status_code, answer.content, content_type

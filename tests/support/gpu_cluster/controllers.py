@@ -1,0 +1,138 @@
+"""What a GPU cluster's controllers and node agents have made of the scenario once it is up:
+the GPU layer's pods and DaemonSets, the node state the device plugin and the profiler publish,
+and the Services. Pure functions of the scenario; the stand-in API server stores the result."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_RESOURCE
+from infra.platform import GRAFANA_SERVICE, PROMETHEUS_SERVICE
+from profiler_app.sinks.kubernetes import PROFILED_AT
+from tests.smoke.checks.layout import DEFAULT_DOMAIN, SmokeSettings
+from tests.support.gpu_cluster import objects
+from tests.support.gpu_cluster.objects import Json, Workload
+from tests.support.gpu_cluster.scenario import GpuNode, Scenario
+
+NAMES = SmokeSettings()  # the namespaces and DaemonSets the stacks create, by default
+_DAEMON_SETS = NAMES.daemon_sets()
+DEVICE_PLUGIN = _DAEMON_SETS["device-plugin"].name
+DCGM_EXPORTER = _DAEMON_SETS["dcgm-exporter"].name
+PROFILER = _DAEMON_SETS["profiler"].name
+ADAPTER = "prometheus-adapter"
+WORKLOADS = (
+    *(
+        Workload("DaemonSet", ref.namespace, ref.name, ref.name, on_gpu_nodes=True)
+        for ref in _DAEMON_SETS.values()
+    ),
+    Workload(
+        "StatefulSet", NAMES.monitoring_namespace, f"prometheus-{PROMETHEUS_SERVICE}", "prometheus"
+    ),
+    Workload("Deployment", NAMES.monitoring_namespace, GRAFANA_SERVICE, "grafana"),
+    Workload(
+        "Deployment", NAMES.monitoring_namespace, "kube-prometheus-stack-operator", "operator"
+    ),
+    Workload("Deployment", NAMES.monitoring_namespace, ADAPTER, ADAPTER),
+)
+
+
+def nodes(scenario: Scenario) -> dict[str, Json]:
+    """The nodes as they join: labels and taints, no GPU resource yet."""
+    made = {}
+    for gpu_node in scenario.gpu_nodes:
+        labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE} if gpu_node.labelled else {}
+        taints = [taint.manifest() for taint in gpu_node.taints]
+        made[gpu_node.name] = objects.node_manifest(gpu_node.name, labels=labels, taints=taints)
+    for name in scenario.system_nodes:
+        made[name] = objects.node_manifest(name, labels={}, taints=[])
+    return made
+
+
+def _problem(scenario: Scenario, workload: Workload, node: str) -> tuple[str, str] | None:
+    for unready in scenario.unready:
+        if unready.workload == workload.name and unready.node in (None, node):
+            return unready.reason, unready.message
+    return None
+
+
+def workloads(scenario: Scenario, cluster_nodes: dict[str, Json]) -> tuple[list[Json], list[Json]]:
+    """The GPU layer's pods and DaemonSets: a DaemonSet's pod on every node that admits it, a
+    Deployment's or StatefulSet's one pod on the first node that does, or Pending."""
+    pods, daemon_sets = [], []
+    for workload in WORKLOADS:
+        owner_uid = objects.suffix(workload.kind, workload.namespace, workload.name, length=12)
+        fits, reasons = [], []
+        for name, node in sorted(cluster_nodes.items()):
+            reason = objects.misfit(node, workload.pod_spec(), free_gpus=0)
+            if reason:
+                reasons.append(reason)
+            else:
+                fits.append(name)
+        placements: list[str | None] = list(fits)
+        if workload.kind != "DaemonSet":
+            placements = placements[:1] or [None]
+        made = [
+            objects.workload_pod(
+                workload,
+                owner_uid,
+                node,
+                problem=_problem(scenario, workload, node) if node else None,
+                unschedulable="" if node else objects.unschedulable_message(reasons),
+            )
+            for node in placements
+        ]
+        pods += made
+        if workload.kind == "DaemonSet":
+            ready = sum(1 for pod in made if objects.is_ready(pod))
+            daemon_sets.append(objects.daemon_set_manifest(workload, owner_uid, len(made), ready))
+    return pods, daemon_sets
+
+
+def published_node(node: Json, gpu_node: GpuNode, pods: list[Json], scenario: Scenario) -> Json:
+    """The node after the device plugin (GPU capacity) and the profiler (annotations) wrote to
+    it, where their pods are ready."""
+    updated = copy.deepcopy(node)
+    if objects.ready_pod_of(pods, DEVICE_PLUGIN, gpu_node.name):
+        updated["status"]["capacity"][GPU_RESOURCE] = str(gpu_node.gpus)
+        allocatable = gpu_node.gpus - gpu_node.unhealthy_gpus
+        updated["status"]["allocatable"][GPU_RESOURCE] = str(allocatable)
+    if objects.ready_pod_of(pods, PROFILER, gpu_node.name):
+        stamp = objects.now_rfc3339(scenario.profile_age_seconds)
+        updated["metadata"]["annotations"] = {
+            f"{DEFAULT_DOMAIN}/{PROFILED_AT}": stamp,
+            **{f"{DEFAULT_DOMAIN}/gpu-{index}-job-type": "idle" for index in range(gpu_node.gpus)},
+        }
+    return updated
+
+
+@dataclass(frozen=True)
+class Service:
+    manifest: Json
+    app: str | None  # app.kubernetes.io/name of the pods behind it
+    backend: str | None  # URL of the process that answers for it here, if any
+
+
+def services(scenario: Scenario, backends: dict[str, str]) -> dict[tuple[str, str], Service]:
+    """The cluster's Services; ``backends`` maps an app to the local URL answering for it."""
+    monitoring = NAMES.monitoring_namespace
+    entries = [
+        (monitoring, PROMETHEUS_SERVICE, 9090, "prometheus"),
+        (monitoring, GRAFANA_SERVICE, 80, "grafana"),
+        (monitoring, DCGM_EXPORTER, 9400, DCGM_EXPORTER),
+        (monitoring, ADAPTER, 443, ADAPTER),
+        (NAMES.profiler_namespace, PROFILER, 9401, PROFILER),
+        ("default", "kubernetes", 443, None),
+        ("kube-system", "kube-dns", 53, None),
+    ]
+    made = {
+        (namespace, name): Service(
+            objects.service_manifest(namespace, name, port), app, backends.get(app or "")
+        )
+        for namespace, name, port, app in entries
+    }
+    for exposed in scenario.node_port_services:
+        namespace, name = exposed.split("/")
+        manifest = objects.service_manifest(namespace, name, 80, kind="NodePort")
+        made[namespace, name] = Service(manifest, None, None)
+    return made

@@ -1,0 +1,191 @@
+"""Pods created through the stand-in API server (the smoke suite's test pods): the scheduler binds
+each once, at creation; the device plugin allocates its GPUs; the kubelet starts it after a
+moment and, by the container model of objects.run_container, lets it finish or keep running."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tests.support.apiserver import status_object
+from tests.support.gpu_cluster import objects
+from tests.support.gpu_cluster.controllers import DEVICE_PLUGIN
+from tests.support.gpu_cluster.objects import Json
+from tests.support.gpu_cluster.scenario import GpuNode
+
+if TYPE_CHECKING:
+    from tests.support.gpu_cluster.apiserver import StandInGpuCluster
+
+KUBELET_DELAY_SECONDS = 0.1  # from bound to started, and from started to finished
+Reply = tuple[int, Any]
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    node: GpuNode
+    gpus: list[int]
+
+
+def not_found(kind: str, name: str) -> Reply:
+    return 404, status_object(404, "NotFound", f'{kind} "{name}" not found')
+
+
+class PodLifecycle:
+    """Test pods of ``cluster``, from creation to deletion. Callers hold ``cluster.lock``
+    except where a method says it takes it."""
+
+    def __init__(self, cluster: StandInGpuCluster) -> None:
+        self._cluster = cluster
+        self._allocations: dict[PodKey, Allocation] = {}
+        self._logs: dict[PodKey, str] = {}
+        self._timers: list[threading.Timer] = []
+
+    def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    def holders(self) -> dict[tuple[str, int], PodKey]:
+        """(node, GPU index) -> the running pod the device plugin gave that GPU to."""
+        pods = self._cluster.state.pods
+        return {
+            (allocation.node.name, index): key
+            for key, allocation in self._allocations.items()
+            if pods.get(key, {}).get("status", {}).get("phase") == "Running"
+            for index in allocation.gpus
+        }
+
+    def create(self, namespace: str, manifest: Json) -> Reply:
+        pods = self._cluster.state.pods
+        name = manifest.get("metadata", {}).get("name")
+        if namespace not in self._cluster.namespaces:
+            return not_found("namespaces", namespace)
+        if not name:
+            return 422, status_object(422, "Invalid", "metadata.name: Required value")
+        if (namespace, name) in pods:
+            return 409, status_object(409, "AlreadyExists", f'pods "{name}" already exists')
+        problem = objects.invalid_pod(manifest.get("spec", {}).get("containers") or [])
+        if problem:
+            return 422, status_object(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
+        pod = copy.deepcopy(manifest)
+        pod["metadata"] |= {
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "creationTimestamp": objects.now_rfc3339(),
+        }
+        pod["status"] = self._schedule((namespace, name), pod["spec"])
+        self._cluster.commit("pods", (namespace, name), pod, event="ADDED")
+        return 201, copy.deepcopy(pod)
+
+    def delete(self, key: PodKey) -> Reply:
+        pod = self._cluster.state.pods.get(key)
+        if pod is None:
+            return not_found("pods", key[1])
+        self._cluster.commit("pods", key, pod, event="DELETED")
+        self._allocations.pop(key, None)
+        self._logs.pop(key, None)
+        return 200, copy.deepcopy(pod)
+
+    def log(self, key: PodKey) -> Reply:
+        if key not in self._cluster.state.pods:
+            return not_found("pods", key[1])
+        if key not in self._logs:
+            message = f'container "main" in pod "{key[1]}" is waiting to start'
+            return 400, status_object(400, "BadRequest", message)
+        return 200, self._logs[key]
+
+    def _free_gpus(self, node: GpuNode) -> list[int]:
+        pods = self._cluster.state.pods
+        if not objects.ready_pod_of(list(pods.values()), DEVICE_PLUGIN, node.name):
+            return []
+        taken = {
+            index
+            for key, allocation in self._allocations.items()
+            if allocation.node is node
+            and pods.get(key, {}).get("status", {}).get("phase") in ("Pending", "Running")
+            for index in allocation.gpus
+        }
+        return [index for index in range(node.gpus - node.unhealthy_gpus) if index not in taken]
+
+    def _schedule(self, key: PodKey, spec: Json) -> Json:
+        """Bind the pod (setting spec.nodeName) and return its status, or leave it Pending."""
+        reasons = []
+        for name, node in sorted(self._cluster.state.nodes.items()):
+            gpu_node = self._cluster.gpu_nodes.get(name)
+            free = self._free_gpus(gpu_node) if gpu_node else []
+            reason = objects.misfit(node, spec, free_gpus=len(free))
+            if reason:
+                reasons.append(reason)
+                continue
+            spec["nodeName"] = name
+            if gpu_node is not None:
+                self._allocations[key] = Allocation(gpu_node, free[: objects.gpus_requested(spec)])
+            self._later(self._start, key)
+            container = spec["containers"][0]["name"]
+            waiting = {"waiting": {"reason": "ContainerCreating"}}
+            return {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [
+                    {"name": container, "ready": False, "restartCount": 0, "state": waiting}
+                ],
+            }
+        message = objects.unschedulable_message(reasons)
+        return {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        }
+
+    def _later(self, action: Callable[..., None], *args: Any) -> None:
+        timer = threading.Timer(KUBELET_DELAY_SECONDS, action, args)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _start(self, key: PodKey) -> None:
+        """The kubelet starts the container (takes the lock)."""
+        with self._cluster.lock:
+            pod = self._cluster.state.pods.get(key)
+            if pod is None:
+                return
+            container = pod["spec"]["containers"][0]
+            node = self._cluster.gpu_nodes.get(pod["spec"]["nodeName"])
+            visible = []
+            if node is not None:
+                allocation = self._allocations.get(key)
+                allocated = [objects.gpu(node, i) for i in (allocation.gpus if allocation else [])]
+                visible = objects.visible_gpus(self._cluster.scenario, node, container, allocated)
+            self._logs[key], exit_code = objects.run_container(container, visible)
+            running = {"running": {"startedAt": objects.now_rfc3339()}}
+            self._set_state(key, "Running", running, ready=True)
+        if exit_code is not None:
+            reason = "Completed" if exit_code == 0 else "Error"
+            ended = {"terminated": {"exitCode": exit_code, "reason": reason}}
+            self._later(self._finish, key, "Succeeded" if exit_code == 0 else "Failed", ended)
+
+    def _finish(self, key: PodKey, phase: str, state: Json) -> None:
+        """The container exits (takes the lock)."""
+        with self._cluster.lock:
+            if key in self._cluster.state.pods:
+                self._set_state(key, phase, state, ready=False)
+
+    def _set_state(self, key: PodKey, phase: str, state: Json, *, ready: bool) -> None:
+        pod = copy.deepcopy(self._cluster.state.pods[key])
+        pod["status"]["phase"] = phase
+        pod["status"]["containerStatuses"][0] |= {"state": state, "ready": ready}
+        pod["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": str(ready)},
+        ]
+        self._cluster.commit("pods", key, pod, event="MODIFIED")

@@ -1,0 +1,312 @@
+"""Kubernetes objects of the stand-in GPU cluster, and the stand-in's scheduler and container
+model. Shapes follow the real API's (the fields the smoke suite and ``kubectl`` read); values
+follow the scenario.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from infra.gpu import GPU_RESOURCE, gpu_node_selector, gpu_tolerations
+from tests.support.dcgm import Gpu
+from tests.support.gpu_cluster.scenario import GpuNode, Scenario
+
+Json = dict[str, Any]
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def now_rfc3339(offset_seconds: float = 0.0) -> str:
+    moment = datetime.fromtimestamp(datetime.now(UTC).timestamp() - offset_seconds, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def suffix(*parts: str, length: int = 5) -> str:
+    """A stable pod-name suffix, like the controllers' random ones."""
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A controller of the GPU layer and the pods it keeps: one per eligible node (DaemonSet) or
+    one in all (Deployment, StatefulSet)."""
+
+    kind: str
+    namespace: str
+    name: str
+    app: str  # its pods' app.kubernetes.io/name
+    on_gpu_nodes: bool = False  # the GPU nodeSelector and tolerations of infra/gpu.py
+
+    def pod_spec(self) -> Json:
+        spec: Json = {"containers": [{"name": self.app, "image": f"stand-in/{self.app}"}]}
+        if self.on_gpu_nodes:
+            spec |= {"nodeSelector": gpu_node_selector(), "tolerations": gpu_tolerations()}
+        return spec
+
+
+def node_manifest(name: str, *, labels: Json, taints: list[Json]) -> Json:
+    """A node as it joins: no GPU resource until a device plugin registers one."""
+    resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": suffix("node", name, length=12),
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **labels},
+            "annotations": {},
+        },
+        "spec": {"taints": taints} if taints else {},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
+            ],
+        },
+    }
+
+
+def _container_status(name: str, *, ready: bool, waiting: tuple[str, str] | None) -> Json:
+    state: Json = {"running": {"startedAt": now_rfc3339()}}
+    if waiting is not None:
+        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+    return {"name": name, "ready": ready, "restartCount": 0, "state": state}
+
+
+def workload_pod(
+    workload: Workload,
+    owner_uid: str,
+    node: str | None,
+    *,
+    problem: tuple[str, str] | None = None,
+    unschedulable: str = "",
+) -> Json:
+    """A controller's pod: running and ready on ``node``, stuck as ``problem`` (reason, message)
+    says, or Pending with the scheduler's ``unschedulable`` message when ``node`` is None."""
+    pod_name = f"{workload.name}-{suffix(workload.name, node or '')}"
+    ready = node is not None and problem is None
+    spec = workload.pod_spec()
+    status: Json = {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}
+    if node is None:
+        status["phase"] = "Pending"
+        status["conditions"].append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": unschedulable,
+            }
+        )
+    else:
+        spec["nodeName"] = node
+        status["containerStatuses"] = [
+            _container_status(spec["containers"][0]["name"], ready=ready, waiting=problem)
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name,
+            "namespace": workload.namespace,
+            "uid": suffix("pod", workload.namespace, pod_name, length=12),
+            "labels": {"app.kubernetes.io/name": workload.app},
+            "annotations": {},
+            "ownerReferences": [{"kind": workload.kind, "name": workload.name, "uid": owner_uid}],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def daemon_set_manifest(workload: Workload, uid: str, scheduled: int, ready: int) -> Json:
+    selector = {"app.kubernetes.io/name": workload.app}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": workload.name,
+            "namespace": workload.namespace,
+            "uid": uid,
+            "generation": 1,
+        },
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": selector}, "spec": workload.pod_spec()},
+        },
+        "status": {
+            "observedGeneration": 1,
+            "desiredNumberScheduled": scheduled,
+            "currentNumberScheduled": scheduled,
+            "updatedNumberScheduled": scheduled,
+            "numberReady": ready,
+            "numberAvailable": ready,
+            "numberUnavailable": scheduled - ready,
+        },
+    }
+
+
+def service_manifest(namespace: str, name: str, port: int, kind: str = "ClusterIP") -> Json:
+    port_entry: Json = {"name": "http", "port": port, "protocol": "TCP"}
+    if kind != "ClusterIP":
+        port_entry["nodePort"] = 30000 + port % 2768
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"type": kind, "ports": [port_entry]},
+    }
+
+
+# -- the scheduler ----------------------------------------------------------------------------
+
+
+def _tolerated(taint: Json, tolerations: list[Json]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") not in (None, "", taint["effect"]):
+            continue
+        if toleration.get("operator") == "Exists":
+            if toleration.get("key") in (None, "", taint["key"]):
+                return True
+        elif toleration.get("key") == taint["key"] and toleration.get("value", "") == taint.get(
+            "value", ""
+        ):
+            return True
+    return False
+
+
+def misfit(node: Json, pod_spec: Json, free_gpus: int) -> str | None:
+    """Why the scheduler would not place the pod on ``node``, in its words; None if it fits."""
+    node_labels = node["metadata"]["labels"]
+    selector = pod_spec.get("nodeSelector") or {}
+    if any(node_labels.get(key) != value for key, value in selector.items()):
+        return "node(s) didn't match Pod's node affinity/selector"
+    for taint in node.get("spec", {}).get("taints") or []:
+        if taint["effect"] in SCHEDULING_EFFECTS and not _tolerated(
+            taint, pod_spec.get("tolerations") or []
+        ):
+            return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+    if gpus_requested(pod_spec) > free_gpus:
+        return f"Insufficient {GPU_RESOURCE}"
+    return None
+
+
+def unschedulable_message(reasons: list[str]) -> str:
+    """The scheduler's FailedScheduling message for these per-node reasons."""
+    counts = Counter(reasons)
+    listed = ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
+    return f"0/{len(reasons)} nodes are available: {listed}."
+
+
+def gpus_requested(pod_spec: Json) -> int:
+    return sum(
+        int((container.get("resources") or {}).get("limits", {}).get(GPU_RESOURCE, 0))
+        for container in pod_spec.get("containers") or []
+    )
+
+
+# -- containers -------------------------------------------------------------------------------
+
+
+def gpu(node: GpuNode, index: int, holder: tuple[str, str] | None = None) -> Gpu:
+    """GPU ``index`` of ``node`` as NVML names it; ``holder`` (namespace, pod) if allocated."""
+    namespace, pod = holder if holder else (None, None)
+    return Gpu(
+        node.name,
+        index,
+        model_name=node.model,
+        namespace=namespace,
+        pod=pod,
+        container="main" if holder else None,
+    )
+
+
+_MODELLED_COMMAND = re.compile(r"\bnvidia-smi -L\b|\bsleep\b")
+
+
+def command_line(container: Json) -> str:
+    return " ".join([*(container.get("command") or []), *(container.get("args") or [])])
+
+
+def is_modelled(container: Json) -> bool:
+    return bool(_MODELLED_COMMAND.search(command_line(container)))
+
+
+def run_container(container: Json, visible: list[Gpu]) -> tuple[str, int | None]:
+    """What a container prints and its exit code (None: it keeps running) in this model:
+    ``nvidia-smi -L`` lists the GPUs the container can see, or says none were found (exit 6,
+    as the real tool does); a ``sleep`` keeps it running until the pod is deleted."""
+    script = command_line(container)
+    output, code = "", 0
+    if "nvidia-smi -L" in script:
+        if visible:
+            output = "".join(
+                f"GPU {index}: {device.model_name} (UUID: {device.uuid})\n"
+                for index, device in enumerate(visible)
+            )
+        else:
+            output, code = "No devices were found\n", 6
+    return output, None if re.search(r"\bsleep\b", script) else code
+
+
+def visible_gpus(
+    scenario: Scenario, node: GpuNode, container: Json, allocated: list[Gpu]
+) -> list[Gpu]:
+    """Allocated GPUs; or every GPU of the node for a container that asks through the
+    environment, where the scenario's runtime honours that."""
+    if allocated:
+        return allocated
+    asks = any(
+        variable.get("name") == "NVIDIA_VISIBLE_DEVICES" and variable.get("value") == "all"
+        for variable in container.get("env") or []
+    )
+    if asks and scenario.runtime_honours_visible_devices_env:
+        return [gpu(node, index) for index in range(node.gpus)]
+    return []
+
+
+def is_ready(pod: Json) -> bool:
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in pod.get("status", {}).get("conditions") or []
+    )
+
+
+def ready_pod_of(pods: list[Json], app: str, node: str | None = None) -> bool:
+    """Whether a ready pod labelled app.kubernetes.io/name=``app`` runs (on ``node``)."""
+    return any(
+        pod["metadata"].get("labels", {}).get("app.kubernetes.io/name") == app
+        and (node is None or pod["spec"].get("nodeName") == node)
+        and is_ready(pod)
+        for pod in pods
+    )
+
+
+def invalid_pod(containers: list[Json]) -> str | None:
+    """What the real API server's validation (or this stand-in's model) rejects in a pod."""
+    if not containers:
+        return "spec.containers: Required value"
+    for index, container in enumerate(containers):
+        where = f"spec.containers[{index}]"
+        if not container.get("name") or not container.get("image"):
+            return f"{where}: name and image are required"
+        resources = container.get("resources") or {}
+        if GPU_RESOURCE in (resources.get("requests") or {}) and GPU_RESOURCE not in (
+            resources.get("limits") or {}
+        ):
+            return (
+                f"{where}.resources.limits: Required value: Limit must be set for non "
+                "overcommitable resources"
+            )
+        if not is_modelled(container):
+            return f"{where}.command: the stand-in models only `nvidia-smi -L` and `sleep`"
+    return None
+
+
+def quantity(value: float) -> str:
+    """A Kubernetes quantity, as prometheus-adapter writes metric values."""
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"

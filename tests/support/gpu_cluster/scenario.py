@@ -1,0 +1,65 @@
+"""What a stand-in GPU cluster looks like: ``Scenario()`` is healthy, as the stacks deploy it; each
+field away from its default breaks it in one way (see tests/smoke/test_standin_cluster.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infra.gpu import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str = "NoSchedule"
+
+    def manifest(self) -> Json:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+
+GPU_TAINT = Taint(GPU_TAINT_KEY, GPU_TAINT_VALUE, GPU_TAINT_EFFECT)
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """A GPU node: ``gpus`` GPUs as NVML (dcgm-exporter, nvidia-smi) sees them."""
+
+    name: str
+    gpus: int = 2
+    model: str = "NVIDIA A10G"
+    labelled: bool = True  # nvidia.com/gpu.present=true
+    taints: tuple[Taint, ...] = (GPU_TAINT,)
+    unhealthy_gpus: int = 0  # GPUs the device plugin holds back from allocatable
+
+
+@dataclass(frozen=True)
+class Unready:
+    """A workload's pod that never gets ready: on ``node``, or wherever it was scheduled."""
+
+    workload: str
+    reason: str
+    message: str
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    gpu_nodes: tuple[GpuNode, ...] = (GpuNode("gpu-node-1"), GpuNode("gpu-node-2"))
+    # CPU nodes for Prometheus, Grafana, the operator and the adapter, which tolerate no taint.
+    system_nodes: tuple[str, ...] = ("system-node-1",)
+    unready: tuple[Unready, ...] = ()
+    dcgm_series: bool = True  # False: dcgm-exporter answers scrapes, but with no DCGM field
+    profile_age_seconds: float = 60.0  # age of profiled-at where the profiler runs
+    grafana_admin_password: str = "pulumi-generated-5f0c2a9d7e1b"
+    # True: the NVIDIA runtime hands every GPU to a container that sets NVIDIA_VISIBLE_DEVICES,
+    # whether or not the pod requested GPUs (the toolkit's default for unprivileged pods).
+    runtime_honours_visible_devices_env: bool = False
+    # True: dcgm-exporter names a pod on the next GPU of its node, not on the one it holds (the
+    # device plugin's IDs mapped to GPUs in another order than NVML's).
+    misattributed: bool = False
+    row_remap_failures: tuple[tuple[str, int], ...] = ()  # (node, GPU index): a failed GPU
+    node_port_services: tuple[str, ...] = ()  # "namespace/name" of extra NodePort Services
