@@ -16,6 +16,7 @@ COMMAND_MODULES = {
     "run": "profiler_app.commands.run",
     "analyze": "profiler_app.commands.analyze",
     "report": "profiler_app.commands.report",
+    "trace": "profiler_app.commands.trace",
 }
 
 
@@ -24,7 +25,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-profiler",
         description="Classify what each GPU is doing (idle, training, inference, bursty) "
-        "and publish it to Kubernetes annotations, Prometheus metrics and a table store.",
+        "and publish it to Kubernetes annotations, Prometheus metrics and a table store; "
+        "explain one job from an Nsight Systems report (trace).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

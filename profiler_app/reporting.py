@@ -1,5 +1,6 @@
 """Summaries of the table store over a time range: per node, per GPU, per pod, idle pods, and
-the idle GPU-hours people can act on (waste).
+the idle GPU-hours people can act on (waste), and the Nsight Systems traces recorded by
+``gpu-profiler trace``.
 
 Hours per job type weight each ``gpu_window`` row by its ``covers_seconds`` (the wall time since
 the previous row of that GPU, capped at the window), clipped to the start of the range. Idle
@@ -18,7 +19,7 @@ from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, liter
 
 from profiler_app.analysis.basis import JobType
 from profiler_app.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage
+from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage, TraceGpu
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
 # Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the
@@ -90,6 +91,7 @@ class Report:
     pods: list[PodSummary]
     idle_pods: list[PodSummary]
     waste: list[WasteSummary] = field(default_factory=list)
+    traces: list[dict[str, Any]] = field(default_factory=list)  # trace_gpu rows, newest first
 
 
 def build_report(
@@ -121,6 +123,7 @@ def build_report(
         pods=pods[:top] if top else pods,
         idle_pods=idle_pods[:top] if top else idle_pods,
         waste=waste_summaries(connection, since=since, until=until, node=node),
+        traces=trace_rows(connection, since=since, until=until, node=node),
     )
 
 
@@ -268,6 +271,20 @@ def waste_summaries(
     return sorted(summaries, key=lambda w: (WASTE_KINDS.index(w.kind), -w.idle_gpu_hours))
 
 
+def trace_rows(
+    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+) -> list[dict[str, Any]]:
+    """Traces whose capture started within the range, newest first, in the view's columns."""
+    columns = [getattr(TraceGpu, name) for name in _VIEW_COLUMNS["trace"]]
+    query = select(*columns).where(TraceGpu.started_at >= since, TraceGpu.started_at <= until)
+    if node is not None:
+        query = query.where(TraceGpu.node == node)
+    query = query.order_by(
+        TraceGpu.started_at.desc(), TraceGpu.namespace, TraceGpu.pod, TraceGpu.device
+    )
+    return [dict(row) for row in connection.execute(query).mappings()]
+
+
 def _covered_seconds(dialect: str, since: datetime) -> ColumnElement[Any]:
     """A row's covered seconds that fall after ``since``."""
     since_value = literal(since, GpuWindow.at.type)
@@ -286,7 +303,7 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste")
+REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace")
 _HOURS_COLUMNS = ["covered_hours", *(f"{job_type}_hours" for job_type in JOB_TYPES), "other_hours"]
 _VIEW_COLUMNS = {
     "node": ["node", "gpus", *_HOURS_COLUMNS, "idle_gpu_hours", "util_max_percent"],
@@ -320,6 +337,21 @@ _VIEW_COLUMNS = {
     "waste": ["kind", "namespace", "owner_kind", "owner_name", "gpus", "idle_gpu_hours"],
 }
 _VIEW_COLUMNS["idle-pods"] = _VIEW_COLUMNS["pod"]
+_VIEW_COLUMNS["trace"] = [
+    "namespace",
+    "pod",
+    "node",
+    "started_at",
+    "device",
+    "gpu_name",
+    "verdict",
+    "busy_fraction",
+    "span_seconds",
+    "idle_total_seconds",
+    "iteration_seconds",
+    "profiler_period_seconds",
+    "top_kernel",
+]
 
 
 def view_columns(by: str) -> list[str]:
@@ -329,6 +361,8 @@ def view_columns(by: str) -> list[str]:
 
 def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
     """One view of the report as flat rows (the same columns in every output format)."""
+    if by == "trace":
+        return [dict(row) for row in report.traces]
     if by == "node":
         return [
             {

@@ -40,15 +40,17 @@ _VIEW_TITLES = {
     "pod": "Pods holding GPUs",
     "idle-pods": "Pods holding GPUs they do not use",
     "waste": "Idle GPU-hours by who can act on them",
+    "trace": "Nsight Systems traces (gpu-profiler trace)",
 }
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "report",
-        help="summarise the table store: hours per job type, idle GPU-hours, idle pods",
+        help="summarise the table store: hours per job type, idle GPU-hours, idle pods, traces",
         description="Summaries from the table store for a time range: per node, per GPU, per "
-        "pod, or the pods that hold GPUs without using them.",
+        "pod, the pods that hold GPUs without using them, or the Nsight Systems traces "
+        "recorded by gpu-profiler trace (by capture start).",
     )
     store_url = os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url()
     parser.add_argument(

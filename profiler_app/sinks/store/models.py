@@ -9,7 +9,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, MetaData, String, TypeDecorator
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -122,3 +132,42 @@ class PodUsage(Base):
     owner_name: Mapped[str | None] = mapped_column(String(253))
 
     __table_args__ = (Index(None, "last_seen"),)
+
+
+class TraceGpu(Base):
+    """One GPU in one Nsight Systems report, as ``gpu-profiler trace`` summarised it.
+
+    Keyed by pod, node and the report's capture start (empty strings where not given), as the
+    continuous profile's pods are; tracing the same report again replaces its rows.
+    """
+
+    __tablename__ = "trace_gpu"
+
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    pod: Mapped[str] = mapped_column(String(253), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime(), primary_key=True)
+    device: Mapped[int] = mapped_column(Integer, primary_key=True)
+    report: Mapped[str] = mapped_column(String(1024))
+    recorded_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    gpu_name: Mapped[str | None] = mapped_column(String(256))
+    uuid: Mapped[str | None] = mapped_column(String(64))
+    span_seconds: Mapped[float] = mapped_column(Float)
+    busy_fraction: Mapped[float] = mapped_column(Float)
+    idle_gap_count: Mapped[int] = mapped_column(BigInteger)
+    idle_total_seconds: Mapped[float] = mapped_column(Float)
+    idle_longest_seconds: Mapped[float] = mapped_column(Float)
+    kernel_count: Mapped[int] = mapped_column(BigInteger)
+    kernel_seconds: Mapped[float] = mapped_column(Float)
+    memory_seconds: Mapped[float] = mapped_column(Float)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    pageable_seconds: Mapped[float] = mapped_column(Float)
+    launch_api_seconds: Mapped[float] = mapped_column(Float)
+    sync_api_seconds: Mapped[float] = mapped_column(Float)
+    iteration_seconds: Mapped[float | None] = mapped_column(Float)
+    profiler_period_seconds: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))
+    evidence: Mapped[str] = mapped_column(Text)
+    top_kernel: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index(None, "started_at"),)

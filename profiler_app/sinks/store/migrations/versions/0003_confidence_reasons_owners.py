@@ -2,7 +2,7 @@
 columns renamed
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-23 08:30:00.000000
 
 The memory-copy columns carry DCGM_FI_DEV_MEM_COPY_UTIL, memory bandwidth, not occupancy:
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: str | None = "0001"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

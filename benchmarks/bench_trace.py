@@ -1,0 +1,173 @@
+"""How fast ``gpu-profiler trace`` summarises a big report, run by hand:
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_trace.py [--kernels 1000000] [--repeat 3]
+
+Builds an Nsight Systems export (test double, ``tests/support/nsys.py``: the documented
+schema, no GPU or nsys here) of a training loop: ``--kernels`` kernels over 20 names on two
+overlapping streams, each launched by a ``cudaLaunchKernel`` call (as many CUDA API rows), a
+host-to-device copy and a ``cudaStreamSynchronize`` per step of 500 kernels, an input gap
+between steps, no NVTX (so the iteration comes from the kernel sequence, the slower path).
+The same report is written twice: rows in time order, and rows shuffled (exports do not promise
+an order). Goal: a million kernel rows summarised in under 2 s on one core.
+
+SQLite runs single-threaded in this process, so the figures are one core's; the process CPU
+time is printed beside the wall time since other jobs may share the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from profiler_app.trace import queries
+from profiler_app.trace.export import open_report
+from profiler_app.trace.summary import summarise
+from tests.support.nsys import HTOD, ReportBuilder
+
+KERNELS_PER_STEP = 500
+NAMES = 20
+US = 1_000
+
+
+def build(kernels: int, rng: np.random.Generator) -> ReportBuilder:
+    report = ReportBuilder()
+    steps = max(kernels // KERNELS_PER_STEP, 1)
+    durations = rng.integers(2 * US, 60 * US, kernels)
+    gaps = rng.integers(1 * US, 8 * US, kernels)
+    starts = np.cumsum(durations + gaps) - durations
+    step_of = np.minimum(np.arange(kernels) // KERNELS_PER_STEP, steps - 1)
+    starts += step_of * 3_000 * US  # 3 ms waiting for the next batch before each step
+    names = rng.integers(0, NAMES, kernels)
+    for index in range(NAMES):
+        chosen = names == index
+        report.add_kernels(
+            f"void kernel_{index:02d}<float, 128>(float *, const float *, int)",
+            starts[chosen],
+            durations[chosen],
+            stream=7 + index % 2,  # two streams: overlapping intervals count once
+        )
+    first = starts[np.searchsorted(step_of, np.arange(steps))]
+    report.add_copies(HTOD, first - 400 * US, 300 * US, 8 << 20)
+    last = starts[np.searchsorted(step_of, np.arange(steps), side="right") - 1]
+    report.add_api_calls("cudaStreamSynchronize_v3020", last - 10 * US, last + 80 * US)
+    return report
+
+
+def timed(function: Callable[[], Any]) -> tuple[float, float, Any]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = function()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def stage_times(path: Path) -> dict[str, float]:
+    """CPU seconds per query function during one summary."""
+    spent: dict[str, float] = {}
+    originals = {}
+    for name in (
+        "kernel_groups",
+        "memory_groups",
+        "api_groups",
+        "build_gaps",
+        "build_sync_calls",
+        "gap_totals",
+        "longest_gaps",
+        "gaps_during_sync",
+        "gap_edges_by_bin",
+        "nvtx_names",
+    ):
+        original = getattr(queries, name)
+        originals[name] = original
+
+        def wrapper(*args: Any, _name: str = name, _f: Any = original, **kwargs: Any) -> Any:
+            start = time.process_time()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                spent[_name] = spent.get(_name, 0.0) + time.process_time() - start
+
+        setattr(queries, name, wrapper)
+    try:
+        with open_report(str(path)) as export:
+            summarise(export)
+    finally:
+        for name, original in originals.items():
+            setattr(queries, name, original)
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernels", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", metavar="DIR", help="write the reports here and keep them")
+    args = parser.parse_args()
+    directory = Path(args.keep or tempfile.mkdtemp(prefix="bench-trace-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    wall, _, report = timed(lambda: build(args.kernels, np.random.default_rng(7)))
+    print(f"built {args.kernels:,} kernels in {wall:.1f} s")
+    for order, shuffle in (("time order", False), ("shuffled", True)):
+        path = report.write(directory / f"{order.split()[0]}.sqlite", shuffle=shuffle)
+        size = path.stat().st_size / 2**20
+        runs = []
+        for _ in range(args.repeat):
+            wall, cpu, summary = timed(lambda p=path: _summary(p))
+            runs.append((wall, cpu))
+        best_wall = min(w for w, _ in runs)
+        best_cpu = min(c for _, c in runs)
+        gpu = summary.gpus[0]
+        print(
+            f"{order}: {size:.0f} MiB; summary best of {args.repeat}: {best_wall:.2f} s wall, "
+            f"{best_cpu:.2f} s CPU (all: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in runs)}); "
+            f"verdict {gpu.verdict.name}, busy {gpu.busy_fraction:.1%}, "
+            f"{gpu.gaps.count:,} gaps, iteration "
+            f"{summary.iteration.seconds * 1e3 if summary.iteration else float('nan'):.2f} ms"
+        )
+        stages = stage_times(path)
+        print("  CPU by stage: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+        command = [
+            sys.executable,
+            "-m",
+            "profiler_app",
+            "trace",
+            str(path),
+            "--store-url",
+            "none",
+            "--output",
+            "json",
+        ]
+        wall, _, _ = timed(lambda c=command: subprocess.run(c, check=True, capture_output=True))
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(
+            f"  gpu-profiler trace as a new process: {wall:.2f} s wall "
+            f"(children's CPU so far {children.ru_utime + children.ru_stime:.2f} s)"
+        )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process: {peak:.0f} MiB")
+
+
+def _summary(path: Path) -> Any:
+    with open_report(str(path)) as export:
+        return summarise(export)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""``gpu-profiler trace``: where one job's time went, from an Nsight Systems report.
+
+Reads a ``.sqlite`` export (or a ``.nsys-rep``, exported first when nsys is installed), prints
+per GPU the busy fraction, idle gaps, top kernels, memory operations, CUDA API time, the
+iteration period and a verdict with its evidence, and records one row per GPU in the table
+store (``--store-url none`` to skip). docs/trace.md has the rules and the JSON keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from profiler_app.errors import UserError
+from profiler_app.sinks.store.engine import default_store_url, parse_store_url, redact
+from profiler_app.sinks.store.traces import TraceStore, trace_rows
+from profiler_app.trace.export import open_report
+from profiler_app.trace.render import render
+from profiler_app.trace.summary import TraceSummary, summarise, to_json
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "trace",
+        help="explain one job from an Nsight Systems report: busy time, idle gaps, kernels, "
+        "copies, a bottleneck verdict",
+        description="Summarise an Nsight Systems SQLite export (nsys export --type sqlite) per "
+        "GPU and name what limits the job: input-, launch-, transfer-, sync- or compute-bound.",
+    )
+    parser.add_argument("report", metavar="REPORT", help="REPORT.sqlite (or REPORT.nsys-rep)")
+    parser.add_argument(
+        "--pod",
+        metavar="NAMESPACE/NAME",
+        help="the pod the report was recorded in: keys the stored rows and finds the "
+        "continuous profiler's period for it",
+    )
+    parser.add_argument(
+        "--node",
+        default=os.environ.get("NODE_NAME") or None,
+        metavar="NAME",
+        help="the node the pod ran on (env NODE_NAME; default: unset)",
+    )
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table (default) or json: one object, keys in docs/trace.md",
+    )
+    store_url = os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url()
+    parser.add_argument(
+        "--store-url",
+        metavar="URL",
+        default=store_url,
+        help="table store to record the result in, sqlite:///PATH or postgresql://USER@HOST/DB, "
+        f"or 'none' (env GPU_PROFILER_STORE_URL; default: {redact(store_url).replace('%', '%%')})",
+    )
+    parser.add_argument(
+        "--iteration-range",
+        metavar="NAME",
+        help="the NVTX range that marks one iteration (default: found from the ranges)",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=10,
+        metavar="N",
+        help="kernels listed per GPU (default: %(default)s)",
+    )
+    parser.set_defaults(handler=handle)
+
+
+def _pod(text: str | None) -> tuple[str | None, str | None]:
+    if text is None:
+        return None, None
+    namespace, _, name = text.strip().partition("/")
+    if not namespace or not name or "/" in name:
+        raise UserError(f"--pod takes NAMESPACE/NAME, got {text!r}")
+    return namespace, name
+
+
+def handle(args: argparse.Namespace) -> int:
+    namespace, pod = _pod(args.pod)
+    if args.top < 1:
+        raise UserError("--top must be 1 or more")
+    store_url = None if args.store_url.strip().lower() == "none" else args.store_url.strip()
+    if store_url is not None:
+        parse_store_url(store_url)  # a malformed URL fails before the report is read
+    with open_report(args.report) as export:
+        summary = summarise(export, iteration_range=args.iteration_range)
+    if store_url is not None:
+        _record(summary, store_url, namespace, pod, args.node)
+    for warning in summary.warnings:
+        print(f"gpu-profiler: warning: {warning}", file=sys.stderr)
+    if not summary.gpus:
+        print(
+            f"gpu-profiler: {summary.report} holds no CUDA kernels, copies or memsets: was it "
+            "recorded with nsys profile --trace=cuda?",
+            file=sys.stderr,
+        )
+    try:
+        if args.output == "json":
+            json.dump(to_json(summary, top=args.top), sys.stdout, indent=2, allow_nan=False)
+            sys.stdout.write("\n")
+        else:
+            render(summary, sys.stdout, top=args.top)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader of a pipe (e.g. head) has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
+def _record(
+    summary: TraceSummary, url: str, namespace: str | None, pod: str | None, node: str | None
+) -> None:
+    store = TraceStore(url)
+    try:
+        if namespace is not None and pod is not None:
+            summary.profiler_period_seconds = store.profiler_period(namespace, pod)
+        started_at = summary.started_at
+        if started_at is None:
+            started_at = datetime.fromtimestamp(Path(summary.report).stat().st_mtime, UTC)
+            summary.warnings.append(
+                "the report has no capture start time (TARGET_INFO_SESSION_START_TIME); "
+                f"stored under the file's modification time {started_at.isoformat()}"
+            )
+        rows = trace_rows(summary, namespace=namespace, pod=pod, node=node, started_at=started_at)
+        store.record(rows)
+    finally:
+        store.close()

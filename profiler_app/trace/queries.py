@@ -1,0 +1,437 @@
+"""The SQL that summarises an export: SQLite aggregates every event row, Python sees only groups.
+
+- ``kernel_groups``: kernels per (device, process, name) with the figures of ``nsys stats``'
+  ``cuda_gpu_kern_sum``, each joined to the CUDA API call that launched it (same
+  ``correlationId`` in the same process) for launch counts and launch API time; kernels of a
+  CUDA graph (``graphNodeId`` set) share one graph launch call, counted by name instead.
+- ``memory_groups``: copies per (device, process, copy kind, pageable host memory or not), and
+  memsets.
+- ``api_groups``: CUDA API calls per (process, function).
+- ``build_gaps``: the union of kernel, copy and memset intervals of every GPU, by a window
+  function (the running maximum of earlier end times; a row starting after it opens an idle
+  gap), into a temp table keyed by time, so that per-GPU totals, the longest gaps and the gaps
+  that began during a synchronising call are index range scans.
+- ``gap_edges_by_bin``: where idle gaps start and end, per time bin: the GPU's busy fraction
+  per bin (a utilisation signal) follows exactly.
+- ``nvtx_names`` and ``nvtx_spacings``: NVTX ranges by name, and the start-to-start spacing of
+  one name's ranges on each thread.
+
+Times are nanoseconds on the report's timeline. Rows with ``start = end = 0`` carry no timestamp
+(CUPTI's convention) and rows that end before they start are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from profiler_app.trace import schema
+from profiler_app.trace.export import Export
+
+# Each GPU's events are keyed by device * DEVICE_STRIDE_NS + (time - origin), so one ordered
+# pass covers every GPU; 2^48 ns is 78 hours, longer than any trace.
+DEVICE_STRIDE_NS = 1 << 48
+GAP_TABLE = "temp.trace_gap"
+SYNC_TABLE = "temp.trace_sync"
+
+
+@dataclass(frozen=True)
+class DurationStats:
+    """Count, total, extremes and sum of squares of a group's durations, and its time range."""
+
+    count: int
+    total_ns: int
+    min_ns: int
+    max_ns: int
+    sum_squares: float
+    first_start: int
+    last_end: int
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    device: int
+    pid: int | None
+    name: str
+    durations: DurationStats
+    short_count: int  # kernels shorter than the ``short_ns`` asked for
+    launches: int  # kernels (outside CUDA graphs) whose launching API call is in the report
+    launch_ns: int  # time spent in those calls
+
+
+@dataclass(frozen=True)
+class MemoryGroup:
+    device: int
+    pid: int | None
+    kind: str  # "HtoD", "DtoH", ..., "memset"
+    pageable: bool
+    durations: DurationStats
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ApiGroup:
+    pid: int | None
+    name: str  # as stored, e.g. cudaLaunchKernel_v7000
+    durations: DurationStats
+
+
+@dataclass(frozen=True)
+class GapTotals:
+    count: int
+    total_ns: int
+    longest_ns: int
+    large_count: int  # gaps of at least the ``large_ns`` asked for
+    large_ns: int
+
+
+def _timed(alias: str) -> str:
+    return f"{alias}.end >= {alias}.start AND NOT ({alias}.start = 0 AND {alias}.end = 0)"
+
+
+def _duration_columns(alias: str) -> str:
+    length = f"({alias}.end - {alias}.start)"
+    return (
+        f"count(*) AS n, sum({length}) AS total, min({length}) AS low, max({length}) AS high, "
+        f"sum({length} * 1.0 * {length}) AS squares, min({alias}.start) AS first, "
+        f"max({alias}.end) AS last"
+    )
+
+
+_DURATIONS = "g.n, g.total, g.low, g.high, g.squares, g.first, g.last"
+
+
+def _durations(row: Sequence[object]) -> DurationStats:
+    count, total, low, high, squares, first, last = row
+    return DurationStats(
+        count=_int(count),
+        total_ns=_int(total),
+        min_ns=_int(low),
+        max_ns=_int(high),
+        sum_squares=float(squares) if isinstance(squares, int | float) else 0.0,
+        first_start=_int(first),
+        last_end=_int(last),
+    )
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _pid(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _pid_column(export: Export, table: str, alias: str) -> str:
+    return f"{alias}.globalPid" if export.has_column(table, "globalPid") else "NULL"
+
+
+def kernel_groups(export: Export, short_ns: int) -> list[KernelGroup]:
+    if not export.has(schema.KERNEL):
+        return []
+    name = "demangledName" if export.has_column(schema.KERNEL, "demangledName") else "shortName"
+    pid = _pid_column(export, schema.KERNEL, "k")
+    launches, join = "0 AS launches, 0 AS launch_ns", ""
+    if export.has(schema.RUNTIME):
+        launches = "count(r.start) AS launches, coalesce(sum(r.end - r.start), 0) AS launch_ns"
+        same_process = (
+            f" AND (r.globalTid & {schema.PROCESS_MASK}) = k.globalPid" if pid != "NULL" else ""
+        )
+        # Graph kernels share their graph launch's call: that time is counted once, by name.
+        single = (
+            " AND coalesce(k.graphNodeId, 0) = 0"
+            if export.has_column(schema.KERNEL, "graphNodeId")
+            else ""
+        )
+        join = (
+            f"LEFT JOIN {schema.RUNTIME} AS r "
+            f"ON r.correlationId = k.correlationId{same_process}{single}"
+        )
+    sql = f"""
+        SELECT g.device, g.pid, coalesce(s.value, 'kernel #' || g.name_id), {_DURATIONS},
+               g.short, g.launches, g.launch_ns
+        FROM (
+            SELECT k.deviceId AS device, {pid} AS pid, k.{name} AS name_id,
+                   {_duration_columns("k")}, sum(k.end - k.start < :short) AS short, {launches}
+            FROM {schema.KERNEL} AS k {join}
+            WHERE {_timed("k")}
+            GROUP BY 1, 2, 3
+        ) AS g
+        LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+    """
+    return [
+        KernelGroup(
+            device=_int(row[0]),
+            pid=_pid(row[1]),
+            name=str(row[2]),
+            durations=_durations(row[3:10]),
+            short_count=_int(row[10]),
+            launches=_int(row[11]),
+            launch_ns=_int(row[12]),
+        )
+        for row in export.connection.execute(sql, {"short": short_ns})
+    ]
+
+
+def memory_groups(export: Export) -> list[MemoryGroup]:
+    parts = []
+    if export.has(schema.MEMCPY):
+        kinds = [
+            column for column in ("srcKind", "dstKind") if export.has_column(schema.MEMCPY, column)
+        ]
+        pageable = " OR ".join(f"m.{column} = {schema.PAGEABLE_MEMORY}" for column in kinds) or "0"
+        parts.append(
+            f"""SELECT m.deviceId, {_pid_column(export, schema.MEMCPY, "m")}, m.copyKind,
+                       ({pageable}) AS pageable, {_duration_columns("m")}, sum(m.bytes)
+                FROM {schema.MEMCPY} AS m WHERE {_timed("m")} GROUP BY 1, 2, 3, 4"""
+        )
+    if export.has(schema.MEMSET):
+        parts.append(
+            f"""SELECT m.deviceId, {_pid_column(export, schema.MEMSET, "m")}, NULL, 0,
+                       {_duration_columns("m")}, sum(m.bytes)
+                FROM {schema.MEMSET} AS m WHERE {_timed("m")} GROUP BY 1, 2"""
+        )
+    groups = []
+    for part in parts:
+        for row in export.connection.execute(part):
+            kind = (
+                schema.MEMSET_KIND
+                if row[2] is None
+                else schema.MEMCPY_KINDS.get(_int(row[2]), f"kind {row[2]}")
+            )
+            groups.append(
+                MemoryGroup(
+                    device=_int(row[0]),
+                    pid=_pid(row[1]),
+                    kind=kind,
+                    pageable=bool(row[3]),
+                    durations=_durations(row[4:11]),
+                    bytes=_int(row[11]),
+                )
+            )
+    return groups
+
+
+def api_groups(export: Export) -> list[ApiGroup]:
+    if not export.has(schema.RUNTIME):
+        return []
+    sql = f"""
+        SELECT g.pid, coalesce(s.value, 'function #' || g.name_id), {_DURATIONS}
+        FROM (
+            SELECT r.globalTid & {schema.PROCESS_MASK} AS pid, r.nameId AS name_id,
+                   {_duration_columns("r")}
+            FROM {schema.RUNTIME} AS r WHERE {_timed("r")} GROUP BY 1, 2
+        ) AS g
+        LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+    """
+    return [
+        ApiGroup(pid=_pid(row[0]), name=str(row[1]), durations=_durations(row[2:9]))
+        for row in export.connection.execute(sql)
+    ]
+
+
+def _activity(export: Export) -> str:
+    """Every timed GPU interval as (key, end key) with the device in the key's high bits."""
+    return " UNION ALL ".join(
+        f"SELECT a.deviceId * {DEVICE_STRIDE_NS} + (a.start - :origin) AS k, "
+        f"a.deviceId * {DEVICE_STRIDE_NS} + (a.end - :origin) AS e "
+        f"FROM {table} AS a WHERE a.end > a.start AND NOT (a.start = 0 AND a.end = 0)"
+        for table in schema.GPU_ACTIVITY_TABLES
+        if export.has(table)
+    )
+
+
+def build_gaps(export: Export, origin: int) -> None:
+    """Fill ``GAP_TABLE`` with every idle gap: key = device stride + gap start, and length.
+
+    Rows are ordered by key; ``busy_until`` is the latest end among the rows before. A row that
+    starts after it begins a busy stretch, and the gap before it runs from ``busy_until``. A
+    device's first row sees only other devices' (smaller) keys and opens no gap.
+    """
+    connection = export.connection
+    connection.execute(f"DROP TABLE IF EXISTS {GAP_TABLE}")
+    connection.execute(f"CREATE TABLE {GAP_TABLE} (k INTEGER PRIMARY KEY, length INTEGER)")
+    activity = _activity(export)
+    if not activity:
+        return
+    connection.execute(
+        f"""
+        INSERT INTO {GAP_TABLE} (k, length)
+        SELECT busy_until, k - busy_until FROM (
+            SELECT k, max(e) OVER (
+                ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+            ) AS busy_until
+            FROM ({activity})
+        )
+        WHERE k > busy_until AND busy_until >= (k / {DEVICE_STRIDE_NS}) * {DEVICE_STRIDE_NS}
+        """,
+        {"origin": origin},
+    )
+
+
+def _device_range(device: int) -> dict[str, int]:
+    low = device * DEVICE_STRIDE_NS
+    return {"low": low, "high": low + DEVICE_STRIDE_NS}
+
+
+def gap_totals(export: Export, device: int, large_ns: int) -> GapTotals:
+    row = export.connection.execute(
+        f"""SELECT count(*), coalesce(sum(length), 0), coalesce(max(length), 0),
+                   count(*) FILTER (WHERE length >= :large),
+                   coalesce(sum(length) FILTER (WHERE length >= :large), 0)
+            FROM {GAP_TABLE} WHERE k >= :low AND k < :high""",
+        {**_device_range(device), "large": large_ns},
+    ).fetchone()
+    return GapTotals(*(_int(value) for value in row))
+
+
+def longest_gaps(export: Export, device: int, origin: int, limit: int) -> list[tuple[int, int]]:
+    """(start on the report's timeline, length) of the ``limit`` longest gaps, longest first."""
+    rows = export.connection.execute(
+        f"""SELECT k - :low + :origin, length FROM {GAP_TABLE}
+            WHERE k >= :low AND k < :high ORDER BY length DESC, k LIMIT :limit""",
+        {**_device_range(device), "origin": origin, "limit": limit},
+    )
+    return [(_int(start), _int(length)) for start, length in rows]
+
+
+def build_sync_calls(export: Export, origin: int, names: Iterable[str]) -> None:
+    """Fill ``SYNC_TABLE`` with the calls to ``names`` (any ``_vNNNN`` version suffix)."""
+    connection = export.connection
+    connection.execute(f"DROP TABLE IF EXISTS {SYNC_TABLE}")
+    connection.execute(f"CREATE TABLE {SYNC_TABLE} (pid INTEGER, start INTEGER, end INTEGER)")
+    if not export.has(schema.RUNTIME):
+        return
+    names = sorted(names)
+    match = " OR ".join(
+        ["value IN ({})".format(",".join("?" * len(names)))] + ["value GLOB ?" for _ in names]
+    )
+    connection.execute(
+        f"""INSERT INTO {SYNC_TABLE}
+            SELECT r.globalTid & {schema.PROCESS_MASK}, r.start - ?, r.end - ?
+            FROM {schema.RUNTIME} AS r
+            WHERE {_timed("r")} AND r.nameId IN (SELECT id FROM {schema.STRINGS} WHERE {match})""",
+        [origin, origin, *names, *(f"{name}_v[0-9]*" for name in names)],
+    )
+
+
+def gaps_during_sync(
+    export: Export, device: int, pids: Sequence[int | None], below_ns: int, slack_ns: int
+) -> tuple[int, int]:
+    """Count and total of gaps shorter than ``below_ns`` that began while a process of this
+    GPU was blocked in a synchronising call (up to ``slack_ns`` after the call returned).
+
+    CROSS JOIN keeps the calls outside: each is one key range of the gap table (the planner,
+    without statistics on temp tables, would otherwise scan every gap for every call).
+    """
+    known = [pid for pid in pids if pid is not None]
+    process = f"s.pid IN ({','.join('?' * len(known))}) AND" if known and None not in pids else ""
+    low = device * DEVICE_STRIDE_NS
+    row = export.connection.execute(
+        f"""SELECT count(*), coalesce(sum(length), 0) FROM (
+                SELECT DISTINCT g.k, g.length FROM {SYNC_TABLE} AS s
+                CROSS JOIN {GAP_TABLE} AS g ON g.k BETWEEN ? + s.start AND ? + s.end + ?
+                WHERE {process} g.length < ?
+            )""",
+        [low, low, slack_ns, *(known if process else []), below_ns],
+    ).fetchone()
+    return _int(row[0]), _int(row[1])
+
+
+def gap_edges_by_bin(
+    export: Export, device: int, first: int, width_ns: int, bins: int
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """Per bin of ``width_ns`` from ``first`` (ns after the origin), the gaps starting in it and
+    the gaps ending in it: (bin, count, offsets into the bin summed), starts then ends.
+
+    Gaps never overlap, so these give each bin's idle time exactly (``iterations.busy_signal``).
+    Two grouped scans of the gap table in key order, cheaper for SQLite's sorter than one over
+    their union.
+    """
+    low = device * DEVICE_STRIDE_NS + first
+    parameters = {"low": low, "high": low + width_ns * bins, "width": width_ns, "bins": bins}
+    edges = []
+    for edge in ("k", "k + length"):
+        rows = export.connection.execute(
+            f"""SELECT ({edge} - :low) / :width AS bin, count(*), sum(({edge} - :low) % :width)
+                FROM {GAP_TABLE} WHERE k >= :low AND k < :high AND bin < :bins GROUP BY bin""",
+            parameters,
+        )
+        edges.append([(_int(b), _int(count), _int(offsets)) for b, count, offsets in rows])
+    return edges[0], edges[1]
+
+
+def _nvtx_ranges(export: Export) -> str:
+    has_text = export.has_column(schema.NVTX, "text")
+    has_id = export.has_column(schema.NVTX, "textId") and export.has(schema.STRINGS)
+    if has_text and has_id:
+        name, join = (
+            "coalesce(e.text, s.value)",
+            f"LEFT JOIN {schema.STRINGS} AS s ON s.id = e.textId",
+        )
+    elif has_id:
+        name, join = "s.value", f"LEFT JOIN {schema.STRINGS} AS s ON s.id = e.textId"
+    elif has_text:
+        name, join = "e.text", ""
+    else:
+        return ""
+    thread = "e.globalTid" if export.has_column(schema.NVTX, "globalTid") else "NULL"
+    types = ",".join(str(value) for value in schema.NVTX_RANGE_TYPES)
+    return (
+        f"SELECT {name} AS name, e.start AS start, e.end - e.start AS length, {thread} AS thread "
+        f"FROM {schema.NVTX} AS e {join} "
+        f"WHERE e.eventType IN ({types}) AND e.end > e.start"
+    )
+
+
+def nvtx_names(export: Export, min_count: int) -> list[tuple[str, int, int, int]]:
+    """(name, ranges, total ns, threads) of range names seen at least ``min_count`` times."""
+    ranges = _nvtx_ranges(export) if export.has(schema.NVTX) else ""
+    if not ranges:
+        return []
+    rows = export.connection.execute(
+        f"""SELECT name, count(*), sum(length), count(DISTINCT thread) FROM ({ranges})
+            WHERE name IS NOT NULL GROUP BY name HAVING count(*) >= ?""",
+        (min_count,),
+    )
+    return [
+        (str(name), _int(count), _int(total), max(1, _int(threads)))
+        for name, count, total, threads in rows
+    ]
+
+
+def nvtx_spacings(export: Export, name: str) -> list[int]:
+    """Start-to-start spacing of consecutive ``name`` ranges on each thread."""
+    ranges = _nvtx_ranges(export) if export.has(schema.NVTX) else ""
+    if not ranges:
+        return []
+    rows = export.connection.execute(
+        f"""SELECT spacing FROM (
+                SELECT start - lag(start) OVER (PARTITION BY thread ORDER BY start) AS spacing
+                FROM ({ranges}) WHERE name = ?
+            ) WHERE spacing IS NOT NULL""",
+        (name,),
+    )
+    return [_int(spacing) for (spacing,) in rows]
+
+
+def session_start_utc_ns(export: Export) -> int | None:
+    if not export.has_column(schema.SESSION_START, "utcEpochNs"):
+        return None
+    row = export.connection.execute(
+        f"SELECT utcEpochNs FROM {schema.SESSION_START} LIMIT 1"
+    ).fetchone()
+    return _int(row[0]) if row and row[0] else None
+
+
+def gpu_names(export: Export) -> dict[int, tuple[str | None, str | None]]:
+    """Device id -> (name, UUID) from TARGET_INFO_GPU, where the report has it."""
+    if not export.has_column(schema.GPUS, "id"):
+        return {}
+    name = "name" if export.has_column(schema.GPUS, "name") else "NULL"
+    uuid = "uuid" if export.has_column(schema.GPUS, "uuid") else "NULL"
+    rows = export.connection.execute(f"SELECT id, {name}, {uuid} FROM {schema.GPUS}")
+    return {
+        _int(device): (str(gpu) if gpu else None, str(ident) if ident else None)
+        for device, gpu, ident in rows
+    }

@@ -1,0 +1,410 @@
+"""One trace, summarised per GPU: ``summarise`` runs the queries and the rules, ``to_json`` and
+``profiler_app.trace.render`` present the result.
+
+Statistics follow ``nsys stats``: time shares are of the listed items' total (kernels of that
+GPU, memory operations of that GPU, CUDA API calls of the report), standard deviations are of
+a sample (n - 1; 0 for a single instance), API names lose their ``_vNNNN`` suffix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from profiler_app.errors import UserError
+from profiler_app.trace import iterations, queries, schema, verdict
+from profiler_app.trace.export import Export
+from profiler_app.trace.iterations import Iteration
+from profiler_app.trace.queries import DurationStats
+
+LONGEST_GAPS = 5
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One row of an ``nsys stats``-style summary; times in nanoseconds."""
+
+    name: str
+    count: int
+    total_ns: int
+    avg_ns: float
+    min_ns: int
+    max_ns: int
+    stddev_ns: float
+    time_percent: float
+    bytes: int | None = None
+    pageable_count: int = 0
+    pageable_ns: int = 0
+    pageable_bytes: int = 0
+    synchronising: bool = False
+
+
+@dataclass(frozen=True)
+class IdleGap:
+    start_ns: int  # on the report's timeline (what the nsys timeline shows)
+    length_ns: int
+
+
+@dataclass
+class GpuTrace:
+    device: int
+    name: str | None
+    uuid: str | None
+    first_ns: int
+    last_ns: int
+    busy_ns: int
+    gaps: queries.GapTotals
+    longest_gaps: list[IdleGap]
+    sync_gap_count: int
+    sync_gap_ns: int
+    kernels: list[Stat]
+    memory: list[Stat]
+    launches: int
+    launch_ns: int
+    sync_calls: int
+    sync_ns: int
+    iteration: Iteration | None
+    verdict: verdict.Verdict
+
+    @property
+    def span_ns(self) -> int:
+        return self.last_ns - self.first_ns
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.busy_ns / self.span_ns if self.span_ns > 0 else 0.0
+
+
+@dataclass
+class TraceSummary:
+    report: str
+    schema_version: str | None
+    product_version: str | None
+    started_at: datetime | None
+    origin_ns: int
+    end_ns: int
+    iteration: Iteration | None
+    gpus: list[GpuTrace]
+    api: list[Stat]
+    warnings: list[str] = field(default_factory=list)
+    profiler_period_seconds: float | None = None  # the continuous profiler's, for this pod
+
+    @property
+    def span_ns(self) -> int:
+        return max(self.end_ns - self.origin_ns, 0)
+
+
+def combine(groups: Iterable[DurationStats]) -> DurationStats:
+    items = list(groups)
+    return DurationStats(
+        count=sum(g.count for g in items),
+        total_ns=sum(g.total_ns for g in items),
+        min_ns=min(g.min_ns for g in items),
+        max_ns=max(g.max_ns for g in items),
+        sum_squares=sum(g.sum_squares for g in items),
+        first_start=min(g.first_start for g in items),
+        last_end=max(g.last_end for g in items),
+    )
+
+
+def stat(name: str, durations: DurationStats, whole_ns: int, **extra: object) -> Stat:
+    n = durations.count
+    mean = durations.total_ns / n if n else 0.0
+    # sum of squares minus n * mean^2, in floating point; tiny negative rounding means 0
+    variance = (durations.sum_squares - mean * durations.total_ns) / (n - 1) if n > 1 else 0.0
+    return Stat(
+        name=name,
+        count=n,
+        total_ns=durations.total_ns,
+        avg_ns=mean,
+        min_ns=durations.min_ns,
+        max_ns=durations.max_ns,
+        stddev_ns=math.sqrt(max(variance, 0.0)),
+        time_percent=100.0 * durations.total_ns / whole_ns if whole_ns else 0.0,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _ranked(stats: list[Stat]) -> list[Stat]:
+    return sorted(stats, key=lambda s: (-s.total_ns, -s.count, s.name))
+
+
+def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSummary:
+    kernel_groups = queries.kernel_groups(export, verdict.SHORT_KERNEL_NS)
+    memory_groups = queries.memory_groups(export)
+    api_groups = queries.api_groups(export)
+    warnings = list(export.warnings)
+    everything = [g.durations for g in kernel_groups] + [g.durations for g in memory_groups]
+    started_ns = queries.session_start_utc_ns(export)
+    started_at = datetime.fromtimestamp(started_ns / 1e9, UTC) if started_ns is not None else None
+    base = TraceSummary(
+        report=str(export.path),
+        schema_version=export.schema_version,
+        product_version=export.product_version,
+        started_at=started_at,
+        origin_ns=0,
+        end_ns=0,
+        iteration=None,
+        gpus=[],
+        api=_api_stats(api_groups),
+        warnings=warnings,
+    )
+    if not everything:
+        return base
+    whole = combine(everything)
+    base.origin_ns, base.end_ns = whole.first_start, whole.last_end
+    if base.span_ns >= queries.DEVICE_STRIDE_NS:
+        raise UserError(f"{export.path} spans more than 78 hours, longer than this tool reads")
+    queries.build_gaps(export, base.origin_ns)
+    queries.build_sync_calls(export, base.origin_ns, schema.SYNCHRONISING_CALLS)
+    base.iteration = iterations.from_nvtx(export, base.span_ns, iteration_range)
+    names = queries.gpu_names(export)
+    devices = sorted({g.device for g in kernel_groups} | {g.device for g in memory_groups})
+    for device in devices:
+        kernels = [g for g in kernel_groups if g.device == device]
+        memory = [g for g in memory_groups if g.device == device]
+        name, uuid = names.get(device, (None, None))
+        base.gpus.append(
+            _gpu(
+                export,
+                device=device,
+                name=name,
+                uuid=uuid,
+                kernels=kernels,
+                memory=memory,
+                api_groups=api_groups,
+                summary=base,
+            )
+        )
+    if base.iteration is None and base.gpus:
+        busiest = max(base.gpus, key=lambda g: sum(k.total_ns for k in g.kernels))
+        base.iteration = busiest.iteration
+    return base
+
+
+def _gpu(
+    export: Export,
+    *,
+    device: int,
+    name: str | None,
+    uuid: str | None,
+    kernels: list[queries.KernelGroup],
+    memory: list[queries.MemoryGroup],
+    api_groups: list[queries.ApiGroup],
+    summary: TraceSummary,
+) -> GpuTrace:
+    window = combine([g.durations for g in kernels] + [g.durations for g in memory])
+    span = window.last_end - window.first_start
+    iteration = summary.iteration or iterations.from_activity(
+        export, device, window.first_start - summary.origin_ns, span
+    )
+    gaps = queries.gap_totals(export, device, verdict.LARGE_GAP_NS)
+    longest = queries.longest_gaps(export, device, summary.origin_ns, LONGEST_GAPS)
+    pids = sorted({g.pid for g in kernels} | {g.pid for g in memory}, key=lambda p: p or -1)
+    sync_gap_count, sync_gap_ns = queries.gaps_during_sync(
+        export, device, pids, verdict.LARGE_GAP_NS, verdict.SYNC_SLACK_NS
+    )
+    sync = [
+        g.durations
+        for g in api_groups
+        if schema.api_name(g.name) in schema.SYNCHRONISING_CALLS and _same_process(g.pid, pids)
+    ]
+    sync_calls = sum(d.count for d in sync)
+    sync_ns = sum(d.total_ns for d in sync)
+    graph_launch_ns = sum(
+        g.durations.total_ns
+        for g in api_groups
+        if schema.api_name(g.name) in schema.GRAPH_LAUNCH_CALLS and _same_process(g.pid, pids)
+    )
+    kernel_stats = _kernel_stats(kernels)
+    memory_stats = _memory_stats(memory)
+    figures = verdict.GpuFigures(
+        span_ns=span,
+        busy_ns=span - gaps.total_ns,
+        kernel_count=sum(s.count for s in kernel_stats),
+        kernel_ns=sum(s.total_ns for s in kernel_stats),
+        short_kernels=sum(g.short_count for g in kernels),
+        launch_ns=sum(g.launch_ns for g in kernels) + graph_launch_ns,
+        memory_ns=sum(s.total_ns for s in memory_stats),
+        memory_count=sum(s.count for s in memory_stats),
+        pageable_ns=sum(s.pageable_ns for s in memory_stats),
+        pageable_count=sum(s.pageable_count for s in memory_stats),
+        large_gap_count=gaps.large_count,
+        large_gap_ns=gaps.large_ns,
+        sync_gap_ns=sync_gap_ns,
+        sync_calls=sync_calls,
+        sync_ns=sync_ns,
+        idle_ns=gaps.total_ns,
+        iteration_ns=round(iteration.seconds * 1e9) if iteration else None,
+    )
+    return GpuTrace(
+        device=device,
+        name=name,
+        uuid=uuid,
+        first_ns=window.first_start,
+        last_ns=window.last_end,
+        busy_ns=figures.busy_ns,
+        gaps=gaps,
+        longest_gaps=[IdleGap(start, length) for start, length in longest],
+        sync_gap_count=sync_gap_count,
+        sync_gap_ns=sync_gap_ns,
+        kernels=kernel_stats,
+        memory=memory_stats,
+        launches=sum(g.launches for g in kernels),
+        launch_ns=figures.launch_ns,
+        sync_calls=sync_calls,
+        sync_ns=sync_ns,
+        iteration=iteration,
+        verdict=verdict.judge(figures),
+    )
+
+
+def _same_process(pid: int | None, pids: list[int | None]) -> bool:
+    """Does a call of process ``pid`` belong to a GPU used by ``pids`` (unknown: assume so)?"""
+    return pid is None or None in pids or pid in pids
+
+
+def _kernel_stats(groups: list[queries.KernelGroup]) -> list[Stat]:
+    by_name: dict[str, list[DurationStats]] = defaultdict(list)
+    for group in groups:
+        by_name[group.name].append(group.durations)
+    whole = sum(g.durations.total_ns for g in groups)
+    return _ranked([stat(name, combine(items), whole) for name, items in by_name.items()])
+
+
+def _memory_stats(groups: list[queries.MemoryGroup]) -> list[Stat]:
+    by_kind: dict[str, list[queries.MemoryGroup]] = defaultdict(list)
+    for group in groups:
+        by_kind[group.kind].append(group)
+    whole = sum(g.durations.total_ns for g in groups)
+    stats = []
+    for kind, items in by_kind.items():
+        pageable = [g for g in items if g.pageable]
+        stats.append(
+            stat(
+                kind,
+                combine(g.durations for g in items),
+                whole,
+                bytes=sum(g.bytes for g in items),
+                pageable_count=sum(g.durations.count for g in pageable),
+                pageable_ns=sum(g.durations.total_ns for g in pageable),
+                pageable_bytes=sum(g.bytes for g in pageable),
+            )
+        )
+    return _ranked(stats)
+
+
+def _api_stats(groups: list[queries.ApiGroup]) -> list[Stat]:
+    by_name: dict[str, list[DurationStats]] = defaultdict(list)
+    for group in groups:
+        by_name[schema.api_name(group.name)].append(group.durations)
+    whole = sum(g.durations.total_ns for g in groups)
+    return _ranked(
+        [
+            stat(
+                name,
+                combine(items),
+                whole,
+                synchronising=name in schema.SYNCHRONISING_CALLS,
+            )
+            for name, items in by_name.items()
+        ]
+    )
+
+
+def _seconds(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e9
+
+
+def _stat_record(s: Stat, *, name: str = "name", count: str = "instances") -> dict[str, object]:
+    """One summary row; ``name`` and ``count`` are the keys nsys' report would use."""
+    record: dict[str, object] = {
+        name: s.name,
+        "total_ns": s.total_ns,
+        count: s.count,
+        "time_percent": round(s.time_percent, 3),
+        "avg_ns": round(s.avg_ns, 1),
+        "min_ns": s.min_ns,
+        "max_ns": s.max_ns,
+        "stddev_ns": round(s.stddev_ns, 1),
+    }
+    if s.bytes is not None:
+        record |= {
+            "bytes": s.bytes,
+            "pageable_count": s.pageable_count,
+            "pageable_ns": s.pageable_ns,
+            "pageable_bytes": s.pageable_bytes,
+        }
+    return record
+
+
+def _iteration_record(iteration: Iteration | None) -> dict[str, object] | None:
+    if iteration is None:
+        return None
+    return {
+        "seconds": iteration.seconds,
+        "source": iteration.source,
+        "nvtx_range": iteration.range_name,
+        "count": iteration.count,
+    }
+
+
+def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
+    return {
+        "device": gpu.device,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "span_seconds": gpu.span_ns / 1e9,
+        "busy_fraction": gpu.busy_fraction,
+        "busy_seconds": gpu.busy_ns / 1e9,
+        "idle_gaps": {
+            "count": gpu.gaps.count,
+            "total_seconds": gpu.gaps.total_ns / 1e9,
+            "longest_seconds": gpu.gaps.longest_ns / 1e9,
+            "longest": [
+                {"start_seconds": g.start_ns / 1e9, "seconds": g.length_ns / 1e9}
+                for g in gpu.longest_gaps
+            ],
+            "large_count": gpu.gaps.large_count,
+            "large_total_seconds": gpu.gaps.large_ns / 1e9,
+            "during_sync_count": gpu.sync_gap_count,
+            "during_sync_seconds": gpu.sync_gap_ns / 1e9,
+        },
+        "kernels": [_stat_record(s) for s in gpu.kernels[:top]],
+        "kernel_names": len(gpu.kernels),
+        "memory_ops": [_stat_record(s, name="kind", count="count") for s in gpu.memory],
+        "launch_calls": gpu.launches,
+        "launch_api_seconds": gpu.launch_ns / 1e9,
+        "sync_calls": gpu.sync_calls,
+        "sync_api_seconds": gpu.sync_ns / 1e9,
+        "iteration": _iteration_record(gpu.iteration),
+        "verdict": gpu.verdict.name,
+        "evidence": gpu.verdict.evidence,
+        "advice": gpu.verdict.advice,
+        "shares": {f.verdict: round(f.share, 4) for f in gpu.verdict.findings},
+    }
+
+
+def to_json(summary: TraceSummary, *, top: int = 10) -> dict[str, object]:
+    """The ``--output json`` object (keys documented in docs/trace.md; existing keys stay)."""
+    return {
+        "report": summary.report,
+        "schema_version": summary.schema_version,
+        "nsight_systems_version": summary.product_version,
+        "started_at": summary.started_at.isoformat().replace("+00:00", "Z")
+        if summary.started_at
+        else None,
+        "span_seconds": summary.span_ns / 1e9,
+        "iteration_seconds": summary.iteration.seconds if summary.iteration else None,
+        "iteration": _iteration_record(summary.iteration),
+        "profiler_period_seconds": summary.profiler_period_seconds,
+        "gpus": [gpu_record(gpu, top) for gpu in summary.gpus],
+        "cuda_api": [
+            {**_stat_record(s, count="calls"), "synchronising": s.synchronising}
+            for s in summary.api
+        ],
+        "warnings": summary.warnings,
+    }
