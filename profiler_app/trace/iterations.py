@@ -76,7 +76,8 @@ def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iter
     for factor in (FINE_BINS // COARSE_BINS, 1):
         coarse = fine.reshape(-1, factor).sum(axis=1)
         percent = coarse * (100.0 / (width * factor))
-        period = float(find_periods(percent[None, :])[0])
+        periods, _ = find_periods(percent[None, :])  # and each period's strength
+        period = float(periods[0])
         if math.isfinite(period):
             seconds = period * width * factor / 1e9
             return Iteration(seconds, "kernels", None, int(span_ns / 1e9 / seconds))

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from alembic.script import ScriptDirectory
 
 from profiler_app.cli import main
 from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
@@ -27,7 +28,6 @@ from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import (
     alembic_config,
     create_store_engine,
-    head_revisions,
     parse_store_url,
 )
 from tests.support.nsys import HTOD, PAGEABLE, ReportBuilder
@@ -241,7 +241,10 @@ def test_store_none_writes_nothing(
 
 
 def test_migration_0002_adds_trace_gpu_after_0001_and_removes_only_it(store_url: str) -> None:
-    assert head_revisions() == ("0002",)
+    # 0002 follows 0001 (later revisions, such as issue 8's 0003, follow 0002).
+    assert (
+        ScriptDirectory.from_config(alembic_config()).get_revision("0002").down_revision == "0001"
+    )
     engine = create_store_engine(parse_store_url(store_url), create_file=True)
     config = alembic_config()
 
