@@ -195,7 +195,9 @@ def score(traces: Path, perturbation: Perturbation, command: list[str] | None) -
                         result.right[expected] += 1
                     else:
                         why = "; ".join(map(str, record.get("reasons") or []))
-                        result.misses.append(f"{key}{suffix}: expected {expected}, got {said} ({why})")
+                        result.misses.append(
+                            f"{key}{suffix}: expected {expected}, got {said} ({why})"
+                        )
                 for key in sorted(expected_keys):
                     result.misses.append(f"{key}{suffix}: not profiled (expected {truth[key]})")
                     result.total[truth[key]] += 1
