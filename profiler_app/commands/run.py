@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.commands import options
 from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ANNOTATION_DOMAIN = "ai.centaurus.io"  # sinks.kubernetes.DEFAULT_DOMAIN (a test checks)
 DEFAULT_METRICS_PORT = 9401  # 9400 is dcgm-exporter's
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # nothing exposed unless asked (the DaemonSet asks)
 DEFAULT_INTERVAL = "30s"
@@ -106,7 +106,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(
         "--annotation-domain",
         env="GPU_PROFILER_ANNOTATION_DOMAIN",
-        default=DEFAULT_ANNOTATION_DOMAIN,
+        default=DEFAULT_DOMAIN,
         metavar="DOMAIN",
         help="prefix of the annotation keys",
     )
@@ -196,8 +196,6 @@ class RunConfig:
         store_url = _store_url(args.store_url)
         domain = args.annotation_domain
         if kubernetes_configured(args.kubeconfig):
-            from profiler_app.sinks.kubernetes import validate_domain  # noqa: PLC0415
-
             domain = validate_domain(domain)
         return cls(
             node=args.node,

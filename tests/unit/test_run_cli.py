@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from profiler_app.cli import build_parser, main
-from profiler_app.commands.run import DEFAULT_ANNOTATION_DOMAIN, RunConfig
+from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
-from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN
 
 ENV_NAMES = (
     "NODE_NAME",
@@ -182,10 +181,6 @@ def test_bad_port_and_log_level_are_usage_errors(
 def test_the_first_field_is_classified_without_gpu_utilisation() -> None:
     config = RunConfig.from_args(parse("--field", FB_USED, "--field", MEM_COPY_UTIL))
     assert config.fields == [FB_USED, MEM_COPY_UTIL]
-
-
-def test_annotation_domain_default_matches_the_sink() -> None:
-    assert DEFAULT_ANNOTATION_DOMAIN == DEFAULT_DOMAIN
 
 
 def test_kubernetes_client_is_not_imported_unless_used() -> None:
