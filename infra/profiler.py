@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 from infra import versions
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import namespace_name
+from profiler_app.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401
@@ -38,7 +39,7 @@ class GpuProfilerArgs:
     namespace: str = PROFILER_NAME
     # A PostgreSQL URL (a Pulumi secret); None keeps a SQLite file in an emptyDir on each node.
     store_url: pulumi.Input[str] | None = None
-    annotation_domain: str = "ai.centaurus.io"
+    annotation_domain: str = DEFAULT_DOMAIN
     interval: str = "30s"
     window: str = "30m"
     log_level: str = "info"
