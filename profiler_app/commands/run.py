@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -58,6 +59,15 @@ PROMETHEUS_TIMEOUT_SECONDS = 4.0
 POD_SYNC_TIMEOUT_SECONDS = 5.0
 # /healthz fails when no cycle was attempted for this many intervals (and at least a minute).
 STALE_INTERVALS = 3
+# Floors: a cycle sends Prometheus a query_range per field (a few requests a second at most
+# at 0.5 s); NVML's utilisation counters move no faster than the sample floor.
+MIN_PROMETHEUS_INTERVAL_SECONDS = 0.5
+MIN_SAMPLE_INTERVAL_SECONDS = 0.1
+# A cycle a day at least: /healthz and the back-off's waits are multiples of the interval.
+MAX_INTERVAL_SECONDS = 86400.0
+# Ceiling of samples per GPU that local sampling keeps (6 h at 1 s): the ring buffer is
+# allocated whole at start, about 48 bytes per sample and GPU.
+MAX_LOCAL_SAMPLES = 21_600
 
 
 def _log_level(text: str) -> str:
@@ -130,14 +140,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         env="GPU_PROFILER_INTERVAL",
         default=DEFAULT_INTERVAL,
         metavar="DURATION",
-        help="time between cycles",
+        help="time between cycles, at least 0.5s when reading Prometheus (0.1s locally), "
+        "at most 1d",
     )
     add(
         "--sample-interval",
         env="GPU_PROFILER_SAMPLE_INTERVAL",
         default=DEFAULT_SAMPLE_INTERVAL,
         metavar="DURATION",
-        help="local sampling period of NVML and the host",
+        help="local sampling period of NVML and the host, at least 0.1s; local sampling "
+        f"keeps at most {MAX_LOCAL_SAMPLES:,} samples of --window",
     )
     add(
         "--cgroup-root",
@@ -191,8 +203,7 @@ class RunConfig:
         window = _required_duration(args.window, "--window")
         interval = _required_duration(args.interval, "--interval")
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
-        if sample_interval > window:
-            raise UserError("--sample-interval must not be longer than --window")
+        _check_bounds(window, interval, sample_interval, local=not args.prometheus_url)
         store_url = _store_url(args.store_url)
         domain = args.annotation_domain
         if kubernetes_configured(args.kubeconfig):
@@ -268,6 +279,26 @@ def _switch(value: bool | str | None, env: str) -> bool:
     if switch is None:
         raise UserError(f"{env}={value!r}: use true or false")
     return switch
+
+
+def _check_bounds(window: float, interval: float, sample_interval: float, *, local: bool) -> None:
+    floor = MIN_SAMPLE_INTERVAL_SECONDS if local else MIN_PROMETHEUS_INTERVAL_SECONDS
+    if interval < floor:
+        reading = "sampling locally" if local else "reading Prometheus"
+        raise UserError(f"--interval must be at least {floor:g}s when {reading}")
+    if interval > MAX_INTERVAL_SECONDS:
+        raise UserError("--interval must be at most 1d")
+    if sample_interval < MIN_SAMPLE_INTERVAL_SECONDS:
+        raise UserError(f"--sample-interval must be at least {MIN_SAMPLE_INTERVAL_SECONDS:g}s")
+    if sample_interval > window:
+        raise UserError("--sample-interval must not be longer than --window")
+    if local and window / sample_interval > MAX_LOCAL_SAMPLES:
+        raise UserError(
+            f"--window {format_duration(window)} at --sample-interval "
+            f"{format_duration(sample_interval)} is more than the {MAX_LOCAL_SAMPLES:,} samples "
+            f"local sampling keeps: use --sample-interval "
+            f"{math.ceil(window / MAX_LOCAL_SAMPLES)}s or a shorter --window"
+        )
 
 
 def _required_duration(text: str, flag: str) -> float:

@@ -131,6 +131,19 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "invalid annotation domain 'Not A Domain'",
         ),
         (["--sample-interval", "1h", "--window", "30m"], "--sample-interval must not be longer"),
+        (["--window", "inf"], "--window: malformed duration 'inf'"),
+        (["--window", "nan"], "--window: malformed duration 'nan'"),
+        (["--interval", "inf"], "--interval: malformed duration 'inf'"),
+        (["--window", "1000000d"], "--window: duration '1000000d' is longer than 100 years"),
+        (["--interval", "1ms"], "--interval must be at least 0.1s when sampling locally"),
+        (
+            ["--interval", "0.4s", "--prometheus-url", "http://127.0.0.1:9"],
+            "--interval must be at least 0.5s when reading Prometheus",
+        ),
+        (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
+        (["--interval", "2d"], "--interval must be at most 1d"),
+        # Local sampling would allocate the whole window's ring buffer at start.
+        (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (
             ["--field", "DCGM_FI_PROF_SM_ACTIVE", "--store-url", "none", "--metrics-port", "0"],
             "local NVML sampling cannot provide DCGM_FI_PROF_SM_ACTIVE",
@@ -161,6 +174,13 @@ def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
     assert main(["run", "--once", *store]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
+
+
+def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:
+    config = RunConfig.from_args(
+        parse("--prometheus-url", "http://127.0.0.1:9", "--window", "30d", "--interval", "0.5s")
+    )
+    assert (config.window_seconds, config.interval_seconds) == (30 * 86400.0, 0.5)
 
 
 def test_bad_port_and_log_level_are_usage_errors(
