@@ -42,6 +42,7 @@ ENV_NAMES = (
     "GPU_PROFILER_LOG_LEVEL",
     "GPU_PROFILER_STEP",
     "GPU_PROFILER_CGROUP_ROOT",
+    "GPU_PROFILER_PROTECT_TRAINING",
 )
 
 
@@ -133,6 +134,19 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "invalid annotation domain 'Not A Domain'",
         ),
         (["--sample-interval", "1h", "--window", "30m"], "--sample-interval must not be longer"),
+        (["--window", "inf"], "--window: malformed duration 'inf'"),
+        (["--window", "nan"], "--window: malformed duration 'nan'"),
+        (["--interval", "inf"], "--interval: malformed duration 'inf'"),
+        (["--window", "1000000d"], "--window: duration '1000000d' is longer than 100 years"),
+        (["--interval", "1ms"], "--interval must be at least 0.1s when sampling locally"),
+        (
+            ["--interval", "0.4s", "--prometheus-url", "http://127.0.0.1:9"],
+            "--interval must be at least 0.5s when reading Prometheus",
+        ),
+        (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
+        (["--interval", "2d"], "--interval must be at most 1d"),
+        # Local sampling would allocate the whole window's ring buffer at start.
+        (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (
             ["--field", "DCGM_FI_PROF_SM_ACTIVE", "--store-url", "none", "--metrics-port", "0"],
             "local NVML sampling cannot provide DCGM_FI_PROF_SM_ACTIVE",
@@ -146,6 +160,30 @@ def test_bad_input_is_one_error_line(
     err = capsys.readouterr().err
     assert err.startswith(f"gpu-profiler: error: {message}")
     assert "Traceback" not in err
+
+
+def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ("--store-url", "none")
+    assert not RunConfig.from_args(parse(*store)).protect_training
+    flagged = RunConfig.from_args(parse(*store, "--protect-training"))
+    assert flagged.protect_training
+    assert " protect-training" in flagged.describe()
+    for value, expected in (("true", True), ("1", True), ("false", False), ("off", False)):
+        monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", value)
+        assert RunConfig.from_args(parse(*store)).protect_training is expected, value
+    monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", "maybe")
+    assert main(["run", "--once", *store]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
+
+
+def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:
+    config = RunConfig.from_args(
+        parse("--prometheus-url", "http://127.0.0.1:9", "--window", "30d", "--interval", "0.5s")
+    )
+    assert (config.window_seconds, config.interval_seconds) == (30 * 86400.0, 0.5)
 
 
 def test_bad_port_and_log_level_are_usage_errors(

@@ -1,4 +1,5 @@
-"""The Kubernetes sink: the node's annotations (node.py), then the GPU pods' (pods.py).
+"""The Kubernetes sink: the node's annotations (node.py), with ``protect_training`` the training
+pods' ``karpenter.sh/do-not-disrupt`` (protection.py), then the GPU pods' (pods.py).
 
 Failures: a pod's 404 and a 409 are handled where they happen; 429, 5xx, timeouts and anything
 else raise ``KubernetesError``, carrying the server's Retry-After. The sink keeps no back-off of
@@ -24,6 +25,7 @@ from profiler_app.sinks.kubernetes.api import AnnotationApi
 from profiler_app.sinks.kubernetes.names import DEFAULT_HEARTBEAT_SECONDS
 from profiler_app.sinks.kubernetes.node import NodeAnnotator
 from profiler_app.sinks.kubernetes.pods import PodAnnotator
+from profiler_app.sinks.kubernetes.protection import TrainingProtector
 
 
 class KubernetesSink:
@@ -40,6 +42,7 @@ class KubernetesSink:
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
         conflict_retries: int = 2,
         clock: Callable[[], float] = time.monotonic,
+        protect_training: bool = False,
     ) -> None:
         self.node = node
         self.domain = validate_domain(domain)
@@ -48,10 +51,13 @@ class KubernetesSink:
             api, node, self.domain, heartbeat_seconds=heartbeat_seconds, clock=clock
         )
         self._pods = PodAnnotator(api, self.domain)
+        self._protector = TrainingProtector(api, self.domain) if protect_training else None
 
     def publish(self, result: CycleResult) -> None:
         try:
             self._node.publish(result)
+            if self._protector is not None:  # before the usage annotations: it matters more
+                self._protector.publish(result)
             self._pods.publish(result.pods)
         except TRANSPORT_ERRORS as error:
             retry_after = retry_after_seconds(error)
