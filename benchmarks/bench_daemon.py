@@ -115,6 +115,11 @@ def main() -> None:
         default=None,
         help="DaemonSet mode's store (default: SQLite in a temp dir; 'none': no store)",
     )
+    parser.add_argument(
+        "--protect-training",
+        action="store_true",
+        help="run the daemon with --protect-training (do-not-disrupt on training pods)",
+    )
     options = parser.parse_args()
     if options.embedded:
         measure_embedded(options.duration, options.interval)
@@ -138,6 +143,7 @@ def main() -> None:
             "--store-url", options.store_url or f"sqlite:///{workdir / 'profiler.db'}",
             "--metrics-port", str(port), "--interval", f"{options.interval}s",
             "--log-level", "warning",
+            *(["--protect-training"] if options.protect_training else []),
         ]  # fmt: skip
         metrics_url = f"http://127.0.0.1:{port}/metrics"
         log = (workdir / "daemon.log").open("wb")
@@ -150,6 +156,11 @@ def main() -> None:
         first_cpu = process.cpu_times()
         first_at = time.monotonic()
         prometheus_first = api_requests(prometheus)
+        first_cycle = [
+            f"{r.method} {'pod' if '/pods/' in r.path else 'node'}"
+            for r in apiserver.requests()
+            if "watch" not in r.query and r.path != "/api/v1/pods"
+        ]
         kube_first = len(apiserver.requests())
         kube_writes_first = len(apiserver.requests("PATCH"))
         cycles_first = cycle_count(metrics_url)
@@ -180,6 +191,7 @@ def main() -> None:
         kube_requests=[(r.method, "watch" in r.query) for r in all_kube],
         changed_keys=changed_annotation_keys(all_kube),
         kube_writes=kube_writes,
+        first_cycle=first_cycle,
         stop=(status, stop_seconds),
     )
 
@@ -196,6 +208,7 @@ def report(
     kube_requests: list[tuple[str, bool]],
     kube_writes: int,
     changed_keys: dict[str, int],
+    first_cycle: list[str] | None = None,
     stop: tuple[int, float],
 ) -> None:
     watch_requests = sum(1 for method, watch in kube_requests if method == "GET" and watch)
@@ -211,6 +224,9 @@ def report(
         f"Kubernetes requests per cycle, excluding pod watches: {other_kube / max(cycles, 1):.2f}"
     )
     print(f"Kubernetes PATCH requests after the first cycle: {kube_writes}")
+    if first_cycle is not None:
+        counts = {call: first_cycle.count(call) for call in sorted(set(first_cycle))}
+        print(f"Kubernetes requests up to the first cycle (besides pod lists): {counts}")
     print(f"annotations those PATCHes changed (key suffix: count): {changed_keys}")
     print(f"pod watch (re)connections: {watch_requests} (one per watch timeout, 30 s)")
     print(f"SIGTERM: exit {stop[0]} after {stop[1]:.2f}s")

@@ -43,6 +43,8 @@ class GpuProfilerArgs:
     interval: str = "30s"
     window: str = "30m"
     log_level: str = "info"
+    # karpenter.sh/do-not-disrupt on pods while their GPUs train (pods patch, already granted).
+    protect_training: bool = True
     # Only pods in this namespace may reach the metrics port (Prometheus runs there).
     monitoring_namespace: str = "monitoring"
     cpu_request: str = "50m"
@@ -63,6 +65,7 @@ def _env(
         "GPU_PROFILER_INTERVAL": args.interval,
         "GPU_PROFILER_WINDOW": args.window,
         "GPU_PROFILER_LOG_LEVEL": args.log_level,
+        "GPU_PROFILER_PROTECT_TRAINING": str(args.protect_training).lower(),
     }
     env = [
         k8s.core.v1.EnvVarArgs(

@@ -50,6 +50,9 @@ DEFAULT_INTERVAL = "30s"
 DEFAULT_SAMPLE_INTERVAL = "1s"
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PROTECT_TRAINING_ENV = "GPU_PROFILER_PROTECT_TRAINING"
+SWITCH_VALUES = {"true": True, "1": True, "yes": True, "on": True}
+SWITCH_VALUES |= {"false": False, "0": False, "no": False, "off": False, "": False}
 # Shorter than the 5 s a stop request may take, so a hung Prometheus cannot hold up shutdown.
 PROMETHEUS_TIMEOUT_SECONDS = 4.0
 # How long --once waits for the first pod list before profiling without pod names.
@@ -162,6 +165,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DIR",
         help="where the host's cgroup tree is mounted, for per-pod CPU and memory",
     )
+    add(
+        "--protect-training",
+        env=PROTECT_TRAINING_ENV,
+        action="store_true",
+        shown_default="off",
+        help="set karpenter.sh/do-not-disrupt on pods while their GPUs train, remove it after",
+    )
     group.add_argument("--once", action="store_true", help="run one cycle and exit")
     add(
         "--log-level",
@@ -194,6 +204,7 @@ class RunConfig:
     metrics_port: int
     cgroup_root: Path
     once: bool
+    protect_training: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunConfig:
@@ -222,6 +233,7 @@ class RunConfig:
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
             once=args.once,
+            protect_training=_switch(args.protect_training, PROTECT_TRAINING_ENV),
         )
 
     def describe(self) -> str:
@@ -249,6 +261,7 @@ class RunConfig:
             f"interval={format_duration(self.interval_seconds)} "
             f"kubeconfig={self.kubeconfig or 'in-cluster or off'} "
             f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
+            + (" protect-training" if self.protect_training else "")
             + (" once" if self.once else "")
         )
 
@@ -267,6 +280,16 @@ def _store_url(text: str | None) -> str | None:
     url = text.strip() if text else default_store_url()
     parse_store_url(url)
     return url
+
+
+def _switch(value: bool | str | None, env: str) -> bool:
+    """An on/off flag: True when given, else the environment variable's true or false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    switch = SWITCH_VALUES.get(value.strip().lower())
+    if switch is None:
+        raise UserError(f"{env}={value!r}: use true or false")
+    return switch
 
 
 def _check_bounds(window: float, interval: float, sample_interval: float, *, local: bool) -> None:
@@ -409,7 +432,14 @@ def _start_kubernetes(
     resources.callback(watcher.stop, 1.0)
     if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
         log.warning("no pod list from Kubernetes yet; profiling without pod names")
-    sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
+    sinks.append(
+        KubernetesSink(
+            connection,
+            config.node,
+            domain=config.annotation_domain,
+            protect_training=config.protect_training,
+        )
+    )
     return watcher
 
 

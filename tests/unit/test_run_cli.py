@@ -40,6 +40,7 @@ ENV_NAMES = (
     "GPU_PROFILER_STEP",
     "GPU_PROFILER_CGROUP_ROOT",
     "GPU_PROFILER_RETENTION",
+    "GPU_PROFILER_PROTECT_TRAINING",
 )
 
 
@@ -178,6 +179,23 @@ def test_retention_defaults_by_store(
     if environment:
         monkeypatch.setenv("GPU_PROFILER_RETENTION", environment)
     assert RunConfig.from_args(parse(*argv)).retention_seconds == seconds
+
+
+def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ("--store-url", "none")
+    assert not RunConfig.from_args(parse(*store)).protect_training
+    flagged = RunConfig.from_args(parse(*store, "--protect-training"))
+    assert flagged.protect_training
+    assert " protect-training" in flagged.describe()
+    for value, expected in (("true", True), ("1", True), ("false", False), ("off", False)):
+        monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", value)
+        assert RunConfig.from_args(parse(*store)).protect_training is expected, value
+    monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", "maybe")
+    assert main(["run", "--once", *store]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
 
 
 def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:

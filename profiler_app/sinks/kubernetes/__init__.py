@@ -9,6 +9,7 @@ for the node plus one per pod whose values changed; the first cycle and each hea
 - ``changes``: which differences are worth a request (tolerances);
 - ``api``: the GET and PATCH calls (409 retried);
 - ``node`` and ``pods``: what each object carries and what was last written to it;
+- ``protection``: ``karpenter.sh/do-not-disrupt`` on training pods (``--protect-training``);
 - ``sink``: ``KubernetesSink``, which runs them and backs off when the API fails.
 """
 

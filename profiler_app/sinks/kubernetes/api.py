@@ -1,4 +1,4 @@
-"""The two API calls the sink makes: read a node's annotations, PATCH an object's annotations."""
+"""The API calls the sink makes: read a node's or a pod's annotations, PATCH an object's."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ class AnnotationApi:
         document = self._connection.get_json(NODE_PATH, path_params={"name": node})
         annotations = (document.get("metadata") or {}).get("annotations") or {}
         return dict(annotations)
+
+    def pod_annotations(self, namespace: str, pod: str) -> dict[str, Any]:
+        """The pod's annotations as the server has them (all of them, not only ours)."""
+        params = {"namespace": namespace, "name": pod}
+        document = self._connection.get_json(POD_PATH, path_params=params)
+        return dict((document.get("metadata") or {}).get("annotations") or {})
 
     def patch_node(self, node: str, patch: Patch) -> None:
         self._patch(NODE_PATH, {"name": node}, patch)

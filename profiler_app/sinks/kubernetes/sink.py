@@ -1,4 +1,5 @@
-"""The Kubernetes sink: the node's annotations (node.py), then the GPU pods' (pods.py).
+"""The Kubernetes sink: the node's annotations (node.py), with ``protect_training`` the training
+pods' ``karpenter.sh/do-not-disrupt`` (protection.py), then the GPU pods' (pods.py).
 
 Failures: a pod's 404 and a 409 are handled where they happen; 429, 5xx, timeouts and anything
 else raise ``KubernetesError`` and start a back-off (``profiler_app.backoff``, honouring
@@ -25,6 +26,7 @@ from profiler_app.sinks.kubernetes.api import AnnotationApi
 from profiler_app.sinks.kubernetes.names import DEFAULT_HEARTBEAT_SECONDS
 from profiler_app.sinks.kubernetes.node import NodeAnnotator
 from profiler_app.sinks.kubernetes.pods import PodAnnotator
+from profiler_app.sinks.kubernetes.protection import TrainingProtector
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ class KubernetesSink:
         backoff_initial: float = 5.0,
         backoff_max: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        protect_training: bool = False,
     ) -> None:
         self.node = node
         self.domain = validate_domain(domain)
@@ -53,6 +56,7 @@ class KubernetesSink:
             api, node, self.domain, heartbeat_seconds=heartbeat_seconds, clock=clock
         )
         self._pods = PodAnnotator(api, self.domain)
+        self._protector = TrainingProtector(api, self.domain) if protect_training else None
         self._backoff = Backoff(backoff_initial, backoff_max, clock)
 
     def publish(self, result: CycleResult) -> None:
@@ -61,6 +65,8 @@ class KubernetesSink:
             return
         try:
             self._node.publish(result)
+            if self._protector is not None:  # before the usage annotations: it matters more
+                self._protector.publish(result)
             self._pods.publish(result.pods)
         except TRANSPORT_ERRORS as error:
             delay = self._backoff.failed(retry_after_seconds(error))
