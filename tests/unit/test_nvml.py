@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -232,3 +233,29 @@ def test_sampler_thread_fills_the_ring_and_stops() -> None:
     assert fake.shutdown_called
     assert source._thread is not None
     assert not source._thread.is_alive()
+
+
+def test_close_keeps_nvml_while_the_sampler_is_stuck_in_a_call() -> None:
+    """Shutting NVML down under a running NVML call could crash the process: close waits 2 s
+    for the sampler, and leaves NVML initialised if it has not stopped."""
+    stuck, release = threading.Event(), threading.Event()
+
+    class HangingNvml(FakeNvml):
+        def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> SimpleNamespace:
+            stuck.set()
+            release.wait(10)
+            return super().nvmlDeviceGetUtilizationRates(gpu)
+
+    fake = HangingNvml([FakeGpu("GPU-aaaa", "A100", util=50)])
+    source = NvmlSource("n", window_seconds=5, sample_interval=0.05, nvml=fake)
+    source.start()
+    assert stuck.wait(5)
+    try:
+        source.close()
+        assert not fake.shutdown_called
+    finally:
+        release.set()
+    assert source._thread is not None
+    source._thread.join(5)
+    source.close()
+    assert fake.shutdown_called

@@ -7,18 +7,21 @@ driver), real psutil, a real SQLite store in tmp_path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from profiler_app.cli import build_parser, main
+from profiler_app.commands import run as run_command
 from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 
@@ -297,3 +300,24 @@ def test_once_embedded_default_without_a_gpu(
         tables = {row[0] for row in connection.execute("select name from sqlite_master")}
         assert {"gpu_window", "pod_usage"} <= tables
         assert connection.execute("select count(*) from gpu_window").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("mode", "samples_the_host"),
+    [(("--prometheus-url", "http://127.0.0.1:9"), False), ((), True)],
+    ids=["prometheus", "local"],
+)
+def test_the_host_sampler_runs_only_in_local_mode(
+    mode: tuple[str, ...], samples_the_host: bool
+) -> None:
+    """In the DaemonSet's Prometheus mode nothing reads host or pod-cgroup samples."""
+    config = RunConfig.from_args(parse(*mode, "--store-url", "none", "--metrics-port", "0"))
+    with contextlib.ExitStack() as resources:
+        daemon = run_command._build(config, resources)
+        try:
+            running = {thread.name for thread in threading.enumerate()}
+            assert ("host-sampler" in running) is samples_the_host
+            assert (daemon.cycle.inputs.host is not None) is samples_the_host
+        finally:
+            assert daemon.close()
+    assert "host-sampler" not in {thread.name for thread in threading.enumerate()}
