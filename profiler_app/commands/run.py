@@ -122,6 +122,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none'",
     )
     add(
+        "--retention",
+        env="GPU_PROFILER_RETENTION",
+        shown_default="90d for SQLite, none for PostgreSQL",
+        metavar="DURATION",
+        help="how long the store keeps the daemon's rows, or 'none' to keep them forever",
+    )
+    add(
         "--metrics-port",
         env="GPU_PROFILER_METRICS_PORT",
         default=str(DEFAULT_METRICS_PORT),
@@ -193,6 +200,7 @@ class RunConfig:
     kubeconfig: str | None
     annotation_domain: str
     store_url: str | None  # None: no store
+    retention_seconds: float | None  # None: rows are kept forever
     metrics_address: str
     metrics_port: int
     cgroup_root: Path
@@ -221,6 +229,7 @@ class RunConfig:
             kubeconfig=args.kubeconfig,
             annotation_domain=domain,
             store_url=store_url,
+            retention_seconds=_retention(args.retention, store_url),
             metrics_address=args.metrics_address,
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
@@ -240,6 +249,8 @@ class RunConfig:
             from profiler_app.sinks.store.engine import display_url, parse_store_url  # noqa: PLC0415
 
             store = display_url(parse_store_url(self.store_url))
+            kept = self.retention_seconds
+            store += f" retention={format_duration(kept) if kept else 'none'}"
         metrics = (
             f"http://{self.metrics_address}:{self.metrics_port}/metrics"
             if self.metrics_port
@@ -300,6 +311,20 @@ def _check_bounds(window: float, interval: float, sample_interval: float, *, loc
             f"local sampling keeps: use --sample-interval "
             f"{math.ceil(window / MAX_LOCAL_SAMPLES)}s or a shorter --window"
         )
+
+
+def _retention(text: str | None, store_url: str | None) -> float | None:
+    """Seconds rows stay in the store; None to keep them (PostgreSQL's default: a DBA's call)."""
+    if store_url is None or (text is not None and text.strip().lower() == "none"):
+        return None
+    if text is None:
+        from profiler_app.sinks.store.engine import parse_store_url, sqlite_path  # noqa: PLC0415
+        from profiler_app.sinks.store.retention import DEFAULT_SQLITE_RETENTION  # noqa: PLC0415
+
+        if sqlite_path(parse_store_url(store_url)) is None:
+            return None
+        text = DEFAULT_SQLITE_RETENTION
+    return _required_duration(text, "--retention")
 
 
 def _required_duration(text: str, flag: str) -> float:
@@ -372,7 +397,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     if config.store_url is not None:
         from profiler_app.sinks.store import TableStore  # noqa: PLC0415
 
-        sinks.append(TableStore(config.store_url))
+        sinks.append(TableStore(config.store_url, retention_seconds=config.retention_seconds))
     embedded = config.prometheus_url is None and watcher is None
     if embedded or sys.stdout.isatty():
         sinks.append(TerminalSink(notice=notice))

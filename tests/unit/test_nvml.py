@@ -82,7 +82,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
         if not gpu.power_supported:
-            raise pynvml.NVMLError_NotSupported(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            # NVMLError(code) is the subclass for the code in every nvidia-ml-py release; old
+            # ones (the declared floor) give the subclasses no argument.
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return 250_000
 
     def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[SimpleNamespace]:
@@ -90,7 +92,7 @@ class FakeNvml:
 
     def nvmlDeviceGetProcessUtilization(self, gpu: FakeGpu, since: int) -> list[SimpleNamespace]:
         if not gpu.processes:
-            raise pynvml.NVMLError_NotFound(pynvml.NVML_ERROR_NOT_FOUND)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return [
             SimpleNamespace(pid=pid, smUtil=gpu.util, memUtil=gpu.mem_util, timeStamp=since + 1)
             for pid, _ in gpu.processes

@@ -42,6 +42,7 @@ ENV_NAMES = (
     "GPU_PROFILER_LOG_LEVEL",
     "GPU_PROFILER_STEP",
     "GPU_PROFILER_CGROUP_ROOT",
+    "GPU_PROFILER_RETENTION",
     "GPU_PROFILER_PROTECT_TRAINING",
 )
 
@@ -145,6 +146,7 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
         (["--interval", "2d"], "--interval must be at most 1d"),
+        (["--retention", "forever"], "--retention: malformed duration 'forever'"),
         # Local sampling would allocate the whole window's ring buffer at start.
         (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (
@@ -160,6 +162,26 @@ def test_bad_input_is_one_error_line(
     err = capsys.readouterr().err
     assert err.startswith(f"gpu-profiler: error: {message}")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "seconds"),
+    [
+        (["--store-url", "sqlite:////tmp/x.db"], None, 90 * 86400.0),
+        (["--store-url", "postgresql://u@db/gpus"], None, None),  # the DBA's call
+        (["--store-url", "postgresql://u@db/gpus", "--retention", "30d"], None, 30 * 86400.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--retention", "none"], None, None),
+        (["--store-url", "sqlite:////tmp/x.db"], "7d", 7 * 86400.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--retention", "1d"], "7d", 86400.0),
+        (["--store-url", "none", "--retention", "1d"], None, None),
+    ],
+)
+def test_retention_defaults_by_store(
+    argv: list[str], environment: str | None, seconds: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if environment:
+        monkeypatch.setenv("GPU_PROFILER_RETENTION", environment)
+    assert RunConfig.from_args(parse(*argv)).retention_seconds == seconds
 
 
 def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
