@@ -34,6 +34,7 @@ MIN_POWER_DEPARTURE = 0.05  # of the power range (as evidence.MIN_SIGNAL_SWING)
 # ... and at least this share of the row's own spread: a rank stalled most of the window sits
 # at a jittery near-zero median, and only its busy stretches depart from it.
 RANGE_SHARE = 0.25
+LEVEL_SAMPLES = 256
 MIN_COUPLING = 0.5
 MIN_JOINT_STALLS = 3
 MIN_COUPLING_SAMPLES = 60
@@ -68,15 +69,20 @@ class Coupling:
 def _departures(values: FloatMatrix, least: FloatArray) -> BoolArray:
     """Samples away from the row's median by ``least`` (per row) or by ``RANGE_SHARE`` of the
     row's spread (5th to 95th percentile), whichever is more; missing samples never."""
-    valid = np.isfinite(values)
-    # A missing sample takes the row's mean for the levels only, never a flag.
-    with np.errstate(invalid="ignore"):
-        mean = np.sum(values, axis=1, where=valid) / np.maximum(valid.sum(axis=1), 1)
-    filled = np.where(valid, values, mean[:, None])
-    low, level, high = np.percentile(filled, [5.0, 50.0, 95.0], axis=1)
+    # The levels come from at most LEVEL_SAMPLES evenly spaced samples: a median needs no more,
+    # and this keeps the cost of a whole cluster's matrix small.
+    sample = values[:, :: max(1, values.shape[1] // LEVEL_SAMPLES)]
+    missing = ~np.isfinite(sample)
+    if missing.any():
+        with np.errstate(invalid="ignore"):
+            mean = np.sum(sample, axis=1, where=~missing) / np.maximum((~missing).sum(axis=1), 1)
+        sample = np.where(missing, mean[:, None], sample)
+    low, level, high = np.percentile(sample, [5.0, 50.0, 95.0], axis=1)
     threshold = np.maximum(least, RANGE_SHARE * (high - low))
-    with np.errstate(invalid="ignore"):
-        away: BoolArray = valid & (np.abs(values - level[:, None]) >= threshold[:, None])
+    with np.errstate(invalid="ignore"):  # NaN compares False: a missing sample never departs
+        distance = values - level[:, None]
+        np.abs(distance, out=distance)
+        away: BoolArray = distance >= threshold[:, None]
     return away
 
 
@@ -107,7 +113,7 @@ def departures(util: FloatMatrix, rows: IntArray, context: Context) -> BoolArray
 def _phi(flags: FloatMatrix) -> FloatMatrix:
     """Phi coefficient between every two rows of each block: (blocks, size, size)."""
     share = flags.mean(axis=2)
-    both = np.einsum("bit,bjt->bij", flags, flags) / flags.shape[2]
+    both = (flags @ flags.transpose(0, 2, 1)) / flags.shape[2]  # batched BLAS
     spread = np.sqrt(share * (1.0 - share))
     with np.errstate(invalid="ignore", divide="ignore"):
         phi = (both - share[:, :, None] * share[:, None, :]) / (
@@ -127,23 +133,28 @@ def _joint_stalls(
     return starts
 
 
-def coupled_pairs(util: FloatMatrix, busy: BoolArray, context: Context) -> Coupling:
-    """The pairs of busy rows, within one block (node, else job), whose stalls coincide."""
+def coupled_pairs(
+    util: FloatMatrix, busy: BoolArray, context: Context, valid_counts: IntArray | None = None
+) -> Coupling:
+    """The pairs of busy rows, within one block (node, else job), whose stalls coincide.
+    ``valid_counts`` (each row's valid samples) saves counting them again."""
     rows_total = util.shape[0]
     blocks = _blocks(context, rows_total)
     if blocks is None:
         return Coupling.none()
-    valid_counts = np.isfinite(util).sum(axis=1)
+    if valid_counts is None:
+        valid_counts = np.isfinite(util).sum(axis=1)
     eligible = busy & (blocks >= 0) & (valid_counts >= MIN_COUPLING_SAMPLES)
     ids, counts = np.unique(blocks[eligible], return_counts=True)
     shared = ids[counts >= 2]
     rows = np.flatnonzero(eligible & np.isin(blocks, shared))
     if rows.size == 0:
         return Coupling.none()
+    # Rows in block order (stable), so each block's rows are consecutive; flags stay in the
+    # order of ``rows`` and are picked by position.
+    rows = rows[np.argsort(blocks[rows], kind="stable")]
     flags = departures(util, rows, context)
-    # Batch the blocks by size: one einsum per size, no loop per block.
-    order = np.argsort(blocks[rows], kind="stable")
-    rows, flags = rows[order], flags[order]
+    # Batch the blocks by size: one product per size, no loop per block.
     block_of = blocks[rows]
     boundaries = np.flatnonzero(np.diff(block_of)) + 1
     starts = np.concatenate(([0], boundaries))
