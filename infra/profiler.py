@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 from infra import versions
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import namespace_name
+from profiler_app.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401
@@ -38,10 +39,12 @@ class GpuProfilerArgs:
     namespace: str = PROFILER_NAME
     # A PostgreSQL URL (a Pulumi secret); None keeps a SQLite file in an emptyDir on each node.
     store_url: pulumi.Input[str] | None = None
-    annotation_domain: str = "ai.centaurus.io"
+    annotation_domain: str = DEFAULT_DOMAIN
     interval: str = "30s"
     window: str = "30m"
     log_level: str = "info"
+    # karpenter.sh/do-not-disrupt on pods while their GPUs train (pods patch, already granted).
+    protect_training: bool = True
     # Only pods in this namespace may reach the metrics port (Prometheus runs there).
     monitoring_namespace: str = "monitoring"
     cpu_request: str = "50m"
@@ -62,6 +65,7 @@ def _env(
         "GPU_PROFILER_INTERVAL": args.interval,
         "GPU_PROFILER_WINDOW": args.window,
         "GPU_PROFILER_LOG_LEVEL": args.log_level,
+        "GPU_PROFILER_PROTECT_TRAINING": str(args.protect_training).lower(),
     }
     env = [
         k8s.core.v1.EnvVarArgs(

@@ -29,6 +29,7 @@ from infra.platform import (
     GpuPlatformArgs,
 )
 from infra.profiler import GpuProfiler, GpuProfilerArgs
+from profiler_app.annotations import DEFAULT_DOMAIN
 
 EXAMPLE_WORKLOAD_FIELDS = {
     "namespace": "str",
@@ -144,7 +145,7 @@ def profiler_args(
         image=config.get("profilerImage") or versions.PROFILER_IMAGE,
         namespace=config.get("profilerNamespace") or "gpu-profiler",
         store_url=config.get_secret("profilerStoreUrl"),
-        annotation_domain=config.get("annotationDomain") or "ai.centaurus.io",
+        annotation_domain=config.get("annotationDomain") or DEFAULT_DOMAIN,
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",

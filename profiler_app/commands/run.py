@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.commands import options
 from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
@@ -42,19 +44,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ANNOTATION_DOMAIN = "ai.centaurus.io"  # sinks.kubernetes.DEFAULT_DOMAIN (a test checks)
 DEFAULT_METRICS_PORT = 9401  # 9400 is dcgm-exporter's
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # nothing exposed unless asked (the DaemonSet asks)
 DEFAULT_INTERVAL = "30s"
 DEFAULT_SAMPLE_INTERVAL = "1s"
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PROTECT_TRAINING_ENV = "GPU_PROFILER_PROTECT_TRAINING"
+SWITCH_VALUES = {"true": True, "1": True, "yes": True, "on": True}
+SWITCH_VALUES |= {"false": False, "0": False, "no": False, "off": False, "": False}
 # Shorter than the 5 s a stop request may take, so a hung Prometheus cannot hold up shutdown.
 PROMETHEUS_TIMEOUT_SECONDS = 4.0
 # How long --once waits for the first pod list before profiling without pod names.
 POD_SYNC_TIMEOUT_SECONDS = 5.0
 # /healthz fails when no cycle was attempted for this many intervals (and at least a minute).
 STALE_INTERVALS = 3
+# Floors: a cycle sends Prometheus a query_range per field (a few requests a second at most
+# at 0.5 s); NVML's utilisation counters move no faster than the sample floor.
+MIN_PROMETHEUS_INTERVAL_SECONDS = 0.5
+MIN_SAMPLE_INTERVAL_SECONDS = 0.1
+# A cycle a day at least: /healthz and the back-off's waits are multiples of the interval.
+MAX_INTERVAL_SECONDS = 86400.0
+# Ceiling of samples per GPU that local sampling keeps (6 h at 1 s): the ring buffer is
+# allocated whole at start, about 48 bytes per sample and GPU.
+MAX_LOCAL_SAMPLES = 21_600
 
 
 def _log_level(text: str) -> str:
@@ -96,7 +109,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(
         "--annotation-domain",
         env="GPU_PROFILER_ANNOTATION_DOMAIN",
-        default=DEFAULT_ANNOTATION_DOMAIN,
+        default=DEFAULT_DOMAIN,
         metavar="DOMAIN",
         help="prefix of the annotation keys",
     )
@@ -127,14 +140,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         env="GPU_PROFILER_INTERVAL",
         default=DEFAULT_INTERVAL,
         metavar="DURATION",
-        help="time between cycles",
+        help="time between cycles, at least 0.5s when reading Prometheus (0.1s locally), "
+        "at most 1d",
     )
     add(
         "--sample-interval",
         env="GPU_PROFILER_SAMPLE_INTERVAL",
         default=DEFAULT_SAMPLE_INTERVAL,
         metavar="DURATION",
-        help="local sampling period of NVML and the host",
+        help="local sampling period of NVML and the host, at least 0.1s; local sampling "
+        f"keeps at most {MAX_LOCAL_SAMPLES:,} samples of --window",
     )
     add(
         "--cgroup-root",
@@ -142,6 +157,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=DEFAULT_CGROUP_ROOT,
         metavar="DIR",
         help="where the host's cgroup tree is mounted, for per-pod CPU and memory",
+    )
+    add(
+        "--protect-training",
+        env=PROTECT_TRAINING_ENV,
+        action="store_true",
+        shown_default="off",
+        help="set karpenter.sh/do-not-disrupt on pods while their GPUs train, remove it after",
     )
     group.add_argument("--once", action="store_true", help="run one cycle and exit")
     add(
@@ -174,19 +196,17 @@ class RunConfig:
     metrics_port: int
     cgroup_root: Path
     once: bool
+    protect_training: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunConfig:
         window = _required_duration(args.window, "--window")
         interval = _required_duration(args.interval, "--interval")
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
-        if sample_interval > window:
-            raise UserError("--sample-interval must not be longer than --window")
+        _check_bounds(window, interval, sample_interval, local=not args.prometheus_url)
         store_url = _store_url(args.store_url)
         domain = args.annotation_domain
         if kubernetes_configured(args.kubeconfig):
-            from profiler_app.sinks.kubernetes import validate_domain  # noqa: PLC0415
-
             domain = validate_domain(domain)
         return cls(
             node=args.node,
@@ -204,6 +224,7 @@ class RunConfig:
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
             once=args.once,
+            protect_training=_switch(args.protect_training, PROTECT_TRAINING_ENV),
         )
 
     def describe(self) -> str:
@@ -229,6 +250,7 @@ class RunConfig:
             f"interval={format_duration(self.interval_seconds)} "
             f"kubeconfig={self.kubeconfig or 'in-cluster or off'} "
             f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
+            + (" protect-training" if self.protect_training else "")
             + (" once" if self.once else "")
         )
 
@@ -247,6 +269,36 @@ def _store_url(text: str | None) -> str | None:
     url = text.strip() if text else default_store_url()
     parse_store_url(url)
     return url
+
+
+def _switch(value: bool | str | None, env: str) -> bool:
+    """An on/off flag: True when given, else the environment variable's true or false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    switch = SWITCH_VALUES.get(value.strip().lower())
+    if switch is None:
+        raise UserError(f"{env}={value!r}: use true or false")
+    return switch
+
+
+def _check_bounds(window: float, interval: float, sample_interval: float, *, local: bool) -> None:
+    floor = MIN_SAMPLE_INTERVAL_SECONDS if local else MIN_PROMETHEUS_INTERVAL_SECONDS
+    if interval < floor:
+        reading = "sampling locally" if local else "reading Prometheus"
+        raise UserError(f"--interval must be at least {floor:g}s when {reading}")
+    if interval > MAX_INTERVAL_SECONDS:
+        raise UserError("--interval must be at most 1d")
+    if sample_interval < MIN_SAMPLE_INTERVAL_SECONDS:
+        raise UserError(f"--sample-interval must be at least {MIN_SAMPLE_INTERVAL_SECONDS:g}s")
+    if sample_interval > window:
+        raise UserError("--sample-interval must not be longer than --window")
+    if local and window / sample_interval > MAX_LOCAL_SAMPLES:
+        raise UserError(
+            f"--window {format_duration(window)} at --sample-interval "
+            f"{format_duration(sample_interval)} is more than the {MAX_LOCAL_SAMPLES:,} samples "
+            f"local sampling keeps: use --sample-interval "
+            f"{math.ceil(window / MAX_LOCAL_SAMPLES)}s or a shorter --window"
+        )
 
 
 def _required_duration(text: str, flag: str) -> float:
@@ -355,7 +407,14 @@ def _start_kubernetes(
     resources.callback(watcher.stop, 1.0)
     if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
         log.warning("no pod list from Kubernetes yet; profiling without pod names")
-    sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
+    sinks.append(
+        KubernetesSink(
+            connection,
+            config.node,
+            domain=config.annotation_domain,
+            protect_training=config.protect_training,
+        )
+    )
     return watcher
 
 

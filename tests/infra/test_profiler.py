@@ -103,6 +103,7 @@ def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
     assert env["GPU_PROFILER_NODE_LABEL"] == "Hostname"
     assert env["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
     assert env["GPU_PROFILER_STORE_URL"] == "sqlite:////var/lib/gpu-profiler/profiler.db"
+    assert env["GPU_PROFILER_PROTECT_TRAINING"] == "true"  # Karpenter spares training pods
     (container,) = pod_spec(eks_run)["containers"]
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/var/lib/gpu-profiler"] == "store"

@@ -149,7 +149,7 @@ def test_builder_context_builds_a_wheel_with_the_daemon(
         else:
             shutil.copy(source, context / path)
     completed = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), "."],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), "."],
         cwd=context,
         capture_output=True,
         text=True,
@@ -169,4 +169,9 @@ def test_builder_context_builds_a_wheel_with_the_daemon(
         assert f"profiler_app/{module}" in names
     assert any(name.startswith("profiler_app/sinks/store/migrations/versions/") for name in names)
     assert "Provides-Extra: postgres" in metadata
+    # The SPDX license string: no setuptools deprecation warning for the old table form.
+    assert "License-Expression: Apache-2.0" in metadata
+    output = completed.stdout + completed.stderr
+    assert "Building wheel" in output  # -v shows the build backend's own output
+    assert "SetuptoolsDeprecationWarning" not in output
     assert not any(name.startswith(("tests/", "infra/")) for name in names)

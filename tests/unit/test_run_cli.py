@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from profiler_app.cli import build_parser, main
-from profiler_app.commands.run import DEFAULT_ANNOTATION_DOMAIN, RunConfig
+from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
-from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN
 
 ENV_NAMES = (
     "NODE_NAME",
@@ -40,6 +39,7 @@ ENV_NAMES = (
     "GPU_PROFILER_LOG_LEVEL",
     "GPU_PROFILER_STEP",
     "GPU_PROFILER_CGROUP_ROOT",
+    "GPU_PROFILER_PROTECT_TRAINING",
 )
 
 
@@ -131,6 +131,19 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "invalid annotation domain 'Not A Domain'",
         ),
         (["--sample-interval", "1h", "--window", "30m"], "--sample-interval must not be longer"),
+        (["--window", "inf"], "--window: malformed duration 'inf'"),
+        (["--window", "nan"], "--window: malformed duration 'nan'"),
+        (["--interval", "inf"], "--interval: malformed duration 'inf'"),
+        (["--window", "1000000d"], "--window: duration '1000000d' is longer than 100 years"),
+        (["--interval", "1ms"], "--interval must be at least 0.1s when sampling locally"),
+        (
+            ["--interval", "0.4s", "--prometheus-url", "http://127.0.0.1:9"],
+            "--interval must be at least 0.5s when reading Prometheus",
+        ),
+        (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
+        (["--interval", "2d"], "--interval must be at most 1d"),
+        # Local sampling would allocate the whole window's ring buffer at start.
+        (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (
             ["--field", "DCGM_FI_PROF_SM_ACTIVE", "--store-url", "none", "--metrics-port", "0"],
             "local NVML sampling cannot provide DCGM_FI_PROF_SM_ACTIVE",
@@ -144,6 +157,30 @@ def test_bad_input_is_one_error_line(
     err = capsys.readouterr().err
     assert err.startswith(f"gpu-profiler: error: {message}")
     assert "Traceback" not in err
+
+
+def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ("--store-url", "none")
+    assert not RunConfig.from_args(parse(*store)).protect_training
+    flagged = RunConfig.from_args(parse(*store, "--protect-training"))
+    assert flagged.protect_training
+    assert " protect-training" in flagged.describe()
+    for value, expected in (("true", True), ("1", True), ("false", False), ("off", False)):
+        monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", value)
+        assert RunConfig.from_args(parse(*store)).protect_training is expected, value
+    monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", "maybe")
+    assert main(["run", "--once", *store]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
+
+
+def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:
+    config = RunConfig.from_args(
+        parse("--prometheus-url", "http://127.0.0.1:9", "--window", "30d", "--interval", "0.5s")
+    )
+    assert (config.window_seconds, config.interval_seconds) == (30 * 86400.0, 0.5)
 
 
 def test_bad_port_and_log_level_are_usage_errors(
@@ -162,10 +199,6 @@ def test_bad_port_and_log_level_are_usage_errors(
 def test_the_first_field_is_classified_without_gpu_utilisation() -> None:
     config = RunConfig.from_args(parse("--field", FB_USED, "--field", MEM_COPY_UTIL))
     assert config.fields == [FB_USED, MEM_COPY_UTIL]
-
-
-def test_annotation_domain_default_matches_the_sink() -> None:
-    assert DEFAULT_ANNOTATION_DOMAIN == DEFAULT_DOMAIN
 
 
 def test_kubernetes_client_is_not_imported_unless_used() -> None:
