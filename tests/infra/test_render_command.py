@@ -111,7 +111,10 @@ def test_check_reports_findings_and_fails(
     stack_file.write_text(yaml.safe_dump(config))
     assert render(EKS_STACK, "--config", stack_file, "--check") == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("namespaces: Deployment inference/llm-server (workload-autoscaling)")
+    assert {line.split(" (")[0] for line in out[:-1]} == {
+        f"namespaces: {kind} inference/llm-server"
+        for kind in ("Deployment", "Service", "PodMonitor", "ScaledObject")
+    }
     assert out[-1].startswith("4 problems found (")
     args = ("--config", stack_file, "--check", "--assume-namespace", "inference")
     assert render(EKS_STACK, *args) == 0
