@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from profiler_app.errors import UserError
 from profiler_app.model import (
@@ -33,6 +34,7 @@ from profiler_app.model import (
 )
 from profiler_app.sinks.store import StoreError, TableStore, default_store_url
 from profiler_app.sinks.store.engine import (
+    SCHEMA_HEAD,
     alembic_config,
     create_store_engine,
     head_revisions,
@@ -108,6 +110,27 @@ def test_migration_matches_models_and_reaches_head(store: TableStore, store_url:
     assert diff == []
     assert {tuple(index["column_names"]) for index in indexes} == {("at",), ("node", "gpu", "at")}
     TableStore(store_url).close()  # opening an up-to-date store again migrates nothing
+
+
+def test_schema_head_is_alembics_head() -> None:
+    assert ScriptDirectory.from_config(alembic_config()).get_heads() == [SCHEMA_HEAD]
+
+
+def test_an_up_to_date_store_opens_without_loading_alembic(store_url: str) -> None:
+    """The daemon's memory: Alembic is loaded only when a migration is due (fresh interpreters)."""
+    probe = (
+        "import sys; from profiler_app.sinks.store import TableStore; "
+        f"TableStore({store_url!r}).close(); print(sorted(m for m in sys.modules "
+        "if m == 'alembic' or m.startswith(('alembic.', 'sqlalchemy.orm'))))"
+    )
+    first = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert "'alembic'" in first.stdout  # a new store: migrated
+    again = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert "alembic" not in again.stdout, again.stdout
 
 
 def test_migrations_downgrade_and_upgrade_again(store: TableStore, store_url: str) -> None:

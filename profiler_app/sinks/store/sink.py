@@ -7,7 +7,6 @@ import math
 from datetime import datetime
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
@@ -17,6 +16,7 @@ from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, Gp
 from profiler_app.model import PodUsage as PodUsageResult
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.engine import (
+    UnknownSchemaError,
     create_store_engine,
     describe_error,
     display_url,
@@ -30,6 +30,7 @@ from profiler_app.sinks.store.models import (
     GpuWindow,
     PodUsage,
 )
+from profiler_app.sinks.store.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,11 @@ class TableStore:
 
     name = "store"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, retention_seconds: float | None = None) -> None:
         parsed = parse_store_url(url)
         self.url = display_url(parsed)
         self._engine = create_store_engine(parsed, create_file=True)
+        self._retention = Retention(retention_seconds) if retention_seconds else None
         # Last row time per node and GPU (index and UUID), loaded from the store once per node.
         self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
         self._migrated = False
@@ -81,14 +83,27 @@ class TableStore:
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
             node_last[profile.gpu, profile.uuid] = result.at
+        if self._retention is not None and self._retention.due():
+            self._prune(self._retention, result.at)
 
     def close(self) -> None:
         self._engine.dispose()
 
+    def _prune(self, retention: Retention, now: datetime) -> None:
+        # The cycle's rows are committed: a failed clean-up is retried, not a failed cycle.
+        try:
+            retention.prune(self._engine, now)
+        except SQLAlchemyError as error:
+            log.warning(
+                "store %s: retention failed, retrying next cycle: %s",
+                self.url,
+                describe_error(error),
+            )
+
     def _migrate(self) -> None:
         try:
             upgrade_to_head(self._engine)
-        except CommandError as error:
+        except UnknownSchemaError as error:
             raise UserError(
                 f"store {self.url} has a schema this gpu-profiler does not know ({error}); "
                 "upgrade gpu-profiler"

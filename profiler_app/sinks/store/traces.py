@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.engine import (
+    UnknownSchemaError,
     create_store_engine,
     describe_error,
     display_url,
@@ -36,7 +36,7 @@ class TraceStore:
         self._engine = create_store_engine(parsed, create_file=True)
         try:
             upgrade_to_head(self._engine)
-        except CommandError as error:
+        except UnknownSchemaError as error:
             raise UserError(
                 f"store {self.url} has a schema this gpu-profiler does not know ({error})"
             ) from None
