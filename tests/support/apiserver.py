@@ -73,6 +73,7 @@ class RecordedRequest:
     content_type: str | None
     body: bytes
     authorization: str | None
+    received_at: float = field(default_factory=time.time)  # Unix seconds
 
     def json(self) -> Any:
         return json.loads(self.body)
