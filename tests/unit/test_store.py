@@ -115,21 +115,33 @@ def test_schema_head_is_alembics_head() -> None:
     assert ScriptDirectory.from_config(alembic_config()).get_heads() == [SCHEMA_HEAD]
 
 
-def test_an_up_to_date_store_opens_without_loading_alembic(store_url: str) -> None:
-    """The daemon's memory: Alembic only when a migration is due, never the ORM (new processes)."""
+def test_the_daemons_store_never_loads_alembic_or_the_orm(store_url: str) -> None:
+    """The daemon's memory: a store behind is migrated by a child process (new processes here)."""
     probe = (
         "import sys; from profiler_app.sinks.store import TableStore; "
-        f"TableStore({store_url!r}).close(); print(sorted(m for m in sys.modules "
-        "if m == 'alembic' or m.startswith(('alembic.', 'sqlalchemy.orm'))))"
+        f"TableStore({store_url!r}, migrate_in_child=True).close(); print(sorted(m for m in "
+        "sys.modules if m == 'alembic' or m.startswith(('alembic.', 'sqlalchemy.orm'))))"
     )
-    first = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    )
-    assert "'alembic'" in first.stdout  # a new store: migrated
-    again = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    )
-    assert again.stdout.strip() == "[]"  # neither Alembic nor SQLAlchemy's ORM
+    for _ in ("a new store, migrated", "the store at head"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+        )
+        assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")
+        engine = engine_for(store_url)
+        with engine.connect() as connection:
+            assert MigrationContext.configure(connection).get_current_heads() == (SCHEMA_HEAD,)
+        engine.dispose()
+
+
+def test_a_migration_in_a_child_process_reports_a_newer_schema(
+    store: TableStore, store_url: str
+) -> None:
+    engine = engine_for(store_url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(UserError, match="has a schema this gpu-profiler does not know"):
+        TableStore(store_url, migrate_in_child=True)
 
 
 def test_migrations_downgrade_and_upgrade_again(store: TableStore, store_url: str) -> None:

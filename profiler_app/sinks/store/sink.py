@@ -22,6 +22,7 @@ from profiler_app.sinks.store.engine import (
     sqlite_path,
     upgrade_to_head,
 )
+from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_in_child
 from profiler_app.sinks.store.models import (
     REASONS_LENGTH,
     UNKNOWN_START_TIME,
@@ -55,9 +56,14 @@ class TableStore:
 
     name = "store"
 
-    def __init__(self, url: str, *, retention_seconds: float | None = None) -> None:
+    def __init__(
+        self, url: str, *, retention_seconds: float | None = None, migrate_in_child: bool = False
+    ) -> None:
+        """``migrate_in_child``: the daemon's choice, to keep Alembic out of its memory."""
         parsed = parse_store_url(url)
         self.url = display_url(parsed)
+        self._url = url  # with its password: only for the migration process's environment
+        self._migrate_in_child = migrate_in_child
         self._engine = create_store_engine(parsed, create_file=True)
         self._retention = Retention(retention_seconds) if retention_seconds else None
         # Last row time per node and GPU (index and UUID), loaded from the store once per node.
@@ -104,7 +110,10 @@ class TableStore:
 
     def _migrate(self) -> None:
         try:
-            upgrade_to_head(self._engine)
+            if self._migrate_in_child:
+                migrate_in_child(self._engine, self._url)
+            else:
+                upgrade_to_head(self._engine)
         except UnknownSchemaError as error:
             raise UserError(
                 f"store {self.url} has a schema this gpu-profiler does not know ({error}); "
@@ -112,6 +121,8 @@ class TableStore:
             ) from None
         except SQLAlchemyError as error:
             raise StoreError(f"store {self.url}: {describe_error(error)}") from error
+        except MigrationFailedError as error:
+            raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
     def _load_last_at(self, connection: Connection, node: str) -> dict[tuple[str, str], datetime]:
