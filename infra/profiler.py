@@ -22,6 +22,10 @@ RUN_AS_USER = 65532  # the image's non-root user
 STORE_DIR = "/var/lib/gpu-profiler"
 SQLITE_STORE_URL = f"sqlite:///{STORE_DIR}/profiler.db"
 STORE_SECRET_KEY = "store-url"  # noqa: S105  a key name
+# SIGTERM to SIGKILL. The daemon needs a few seconds (profiler_app.daemon.STOP_GRACE_SECONDS
+# for a running cycle, then the store's flush); Kubernetes' default is the same 30 s, set here
+# so the code and its comments do not rest on an unstated default.
+TERMINATION_GRACE_SECONDS = 30
 
 # Everything the profiler may do with the Kubernetes API: annotate its node and the pods on it.
 RBAC_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -209,6 +213,7 @@ class GpuProfiler(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=PROFILER_NAME,
+                        termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
                         node_selector=gpu_node_selector(),
                         tolerations=[
                             k8s.core.v1.TolerationArgs(

@@ -43,11 +43,14 @@ class Backoff:
         delay = min(self.maximum, self.initial * 2.0 ** min(self.failures, 60))
         return max(delay, min(retry_after or 0.0, self.maximum))
 
-    def failed(self, retry_after: float | None = None) -> float:
-        """Record a failure; returns the seconds to wait before the next attempt."""
+    def failed(self, retry_after: float | None = None, *, since: float | None = None) -> float:
+        """Record a failure; returns the seconds to wait before the next attempt.
+
+        The wait counts from ``since`` (when the failed attempt started) if given, else now.
+        """
         delay = self.next_delay(retry_after)
         self.failures += 1
-        self._until = self._clock() + delay
+        self._until = (self._clock() if since is None else since) + delay
         return delay
 
     def succeeded(self) -> None:

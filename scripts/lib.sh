@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared setup steps for scripts/run and scripts/test (sourced, not executed).
 # With SETUP_QUIET=1 (scripts/run) a setup that succeeds prints nothing, so the first lines on
 # the screen are the profiler's own; whatever fails is shown in full.

@@ -53,7 +53,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 PROTECT_TRAINING_ENV = "GPU_PROFILER_PROTECT_TRAINING"
 SWITCH_VALUES = {"true": True, "1": True, "yes": True, "on": True}
 SWITCH_VALUES |= {"false": False, "0": False, "no": False, "off": False, "": False}
-# Shorter than the 5 s a stop request may take, so a hung Prometheus cannot hold up shutdown.
+# Each Prometheus request's timeout: a hung Prometheus costs a cycle this long per query, and
+# a stop request then abandons the cycle after daemon.STOP_GRACE_SECONDS.
 PROMETHEUS_TIMEOUT_SECONDS = 4.0
 # How long --once waits for the first pod list before profiling without pod names.
 POD_SYNC_TIMEOUT_SECONDS = 5.0
@@ -119,6 +120,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         shown_default="profiler.db in this user's data directory",
         metavar="URL",
         help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none'",
+    )
+    add(
+        "--retention",
+        env="GPU_PROFILER_RETENTION",
+        shown_default="90d for SQLite, none for PostgreSQL",
+        metavar="DURATION",
+        help="how long the store keeps the daemon's rows, or 'none' to keep them forever",
     )
     add(
         "--metrics-port",
@@ -192,6 +200,7 @@ class RunConfig:
     kubeconfig: str | None
     annotation_domain: str
     store_url: str | None  # None: no store
+    retention_seconds: float | None  # None: rows are kept forever
     metrics_address: str
     metrics_port: int
     cgroup_root: Path
@@ -220,6 +229,7 @@ class RunConfig:
             kubeconfig=args.kubeconfig,
             annotation_domain=domain,
             store_url=store_url,
+            retention_seconds=_retention(args.retention, store_url),
             metrics_address=args.metrics_address,
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
@@ -239,6 +249,8 @@ class RunConfig:
             from profiler_app.sinks.store.engine import display_url, parse_store_url  # noqa: PLC0415
 
             store = display_url(parse_store_url(self.store_url))
+            kept = self.retention_seconds
+            store += f" retention={format_duration(kept) if kept else 'none'}"
         metrics = (
             f"http://{self.metrics_address}:{self.metrics_port}/metrics"
             if self.metrics_port
@@ -301,6 +313,20 @@ def _check_bounds(window: float, interval: float, sample_interval: float, *, loc
         )
 
 
+def _retention(text: str | None, store_url: str | None) -> float | None:
+    """Seconds rows stay in the store; None to keep them (PostgreSQL's default: a DBA's call)."""
+    if store_url is None or (text is not None and text.strip().lower() == "none"):
+        return None
+    if text is None:
+        from profiler_app.sinks.store.engine import parse_store_url, sqlite_path  # noqa: PLC0415
+        from profiler_app.sinks.store.retention import DEFAULT_SQLITE_RETENTION  # noqa: PLC0415
+
+        if sqlite_path(parse_store_url(store_url)) is None:
+            return None
+        text = DEFAULT_SQLITE_RETENTION
+    return _required_duration(text, "--retention")
+
+
 def _required_duration(text: str, flag: str) -> float:
     seconds = options.duration(text, flag)
     if seconds is None:  # options with a default are never None
@@ -318,16 +344,19 @@ def handle(args: argparse.Namespace) -> int:
         first_delay = (
             0.0 if config.prometheus_url else min(config.interval_seconds, config.window_seconds)
         )
-        return daemon.run(once=config.once, first_delay_seconds=first_delay)
+        try:
+            return daemon.run(once=config.once, first_delay_seconds=first_delay)
+        finally:
+            if not daemon.close():
+                resources.pop_all()  # a cycle still runs: close nothing under it
 
 
 def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
-    """Starts every part, registering each one's cleanup in ``resources`` (closed in reverse)."""
-    host = HostSampler(
-        config.sample_interval_seconds, config.window_seconds, cgroup_root=config.cgroup_root
-    )
-    host.start()
-    resources.callback(host.close)
+    """Starts every part. The daemon's ``close`` stops the sources, then closes the sinks;
+    ``resources`` (closed in reverse) holds what both use, and anything started before a
+    failure."""
+    sources = resources.enter_context(contextlib.ExitStack())
+    host: HostSampler | None = None
     notice = None
     source: MetricsSource
     metric_pod_peaks = None
@@ -341,10 +370,17 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             timeout=PROMETHEUS_TIMEOUT_SECONDS,
             optional_fields=config.fields[1:],
         )
-        resources.callback(prometheus.close)
+        sources.callback(prometheus.close)
         source = prometheus
         metric_pod_peaks = PodPeaksQuery(prometheus).read
     else:
+        # Host and pod-cgroup sampling feed only local mode: in the DaemonSet's Prometheus mode
+        # the container cannot see the host's cgroups, and cAdvisor gives the pod peaks.
+        host = HostSampler(
+            config.sample_interval_seconds, config.window_seconds, cgroup_root=config.cgroup_root
+        )
+        host.start()
+        sources.callback(host.close)
         nvml = NvmlSource(
             config.node,
             config.window_seconds,
@@ -352,16 +388,22 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             fields=config.fields,
         )
         nvml.start()
-        resources.callback(nvml.close)
+        sources.callback(nvml.close)
         notice = nvml.unavailable_reason
         source = nvml
 
     sinks: list[Sink] = []
-    watcher = _start_kubernetes(config, resources, sinks)
+    watcher = _start_kubernetes(config, resources, sources, sinks)
     if config.store_url is not None:
         from profiler_app.sinks.store import TableStore  # noqa: PLC0415
 
-        sinks.append(TableStore(config.store_url))
+        sinks.append(
+            TableStore(
+                config.store_url,
+                retention_seconds=config.retention_seconds,
+                migrate_in_child=True,  # Alembic stays out of the daemon's memory
+            )
+        )
     embedded = config.prometheus_url is None and watcher is None
     if embedded or sys.stdout.isatty():
         sinks.append(TerminalSink(notice=notice))
@@ -371,7 +413,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     if config.metrics_port:
         metrics.serve(config.metrics_address, config.metrics_port)
     sinks.append(metrics)
-    daemon = Daemon(
+    return Daemon(
         node=config.node,
         source=source,
         sinks=sinks,
@@ -383,13 +425,15 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         host=host,
         pods=watcher.snapshot if watcher is not None else None,
         metric_pod_peaks=metric_pod_peaks,
+        sources=sources.pop_all(),
     )
-    resources.callback(daemon.close)
-    return daemon
 
 
 def _start_kubernetes(
-    config: RunConfig, resources: contextlib.ExitStack, sinks: list[Sink]
+    config: RunConfig,
+    resources: contextlib.ExitStack,
+    sources: contextlib.ExitStack,
+    sinks: list[Sink],
 ) -> PodWatcher | None:
     """Starts the pod watcher and adds the annotation sink; None when Kubernetes is off."""
     if not kubernetes_configured(config.kubeconfig):
@@ -404,7 +448,7 @@ def _start_kubernetes(
     resources.callback(connection.close)
     watcher = PodWatcher(connection, config.node)
     watcher.start()
-    resources.callback(watcher.stop, 1.0)
+    sources.callback(watcher.stop, 1.0)
     if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
         log.warning("no pod list from Kubernetes yet; profiling without pod names")
     sinks.append(

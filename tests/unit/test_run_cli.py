@@ -7,18 +7,21 @@ driver), real psutil, a real SQLite store in tmp_path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from profiler_app.cli import build_parser, main
+from profiler_app.commands import run as run_command
 from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 
@@ -39,6 +42,7 @@ ENV_NAMES = (
     "GPU_PROFILER_LOG_LEVEL",
     "GPU_PROFILER_STEP",
     "GPU_PROFILER_CGROUP_ROOT",
+    "GPU_PROFILER_RETENTION",
     "GPU_PROFILER_PROTECT_TRAINING",
 )
 
@@ -142,6 +146,7 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
         (["--interval", "2d"], "--interval must be at most 1d"),
+        (["--retention", "forever"], "--retention: malformed duration 'forever'"),
         # Local sampling would allocate the whole window's ring buffer at start.
         (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (
@@ -157,6 +162,26 @@ def test_bad_input_is_one_error_line(
     err = capsys.readouterr().err
     assert err.startswith(f"gpu-profiler: error: {message}")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "seconds"),
+    [
+        (["--store-url", "sqlite:////tmp/x.db"], None, 90 * 86400.0),
+        (["--store-url", "postgresql://u@db/gpus"], None, None),  # the DBA's call
+        (["--store-url", "postgresql://u@db/gpus", "--retention", "30d"], None, 30 * 86400.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--retention", "none"], None, None),
+        (["--store-url", "sqlite:////tmp/x.db"], "7d", 7 * 86400.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--retention", "1d"], "7d", 86400.0),
+        (["--store-url", "none", "--retention", "1d"], None, None),
+    ],
+)
+def test_retention_defaults_by_store(
+    argv: list[str], environment: str | None, seconds: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if environment:
+        monkeypatch.setenv("GPU_PROFILER_RETENTION", environment)
+    assert RunConfig.from_args(parse(*argv)).retention_seconds == seconds
 
 
 def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
@@ -275,3 +300,24 @@ def test_once_embedded_default_without_a_gpu(
         tables = {row[0] for row in connection.execute("select name from sqlite_master")}
         assert {"gpu_window", "pod_usage"} <= tables
         assert connection.execute("select count(*) from gpu_window").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("mode", "samples_the_host"),
+    [(("--prometheus-url", "http://127.0.0.1:9"), False), ((), True)],
+    ids=["prometheus", "local"],
+)
+def test_the_host_sampler_runs_only_in_local_mode(
+    mode: tuple[str, ...], samples_the_host: bool
+) -> None:
+    """In the DaemonSet's Prometheus mode nothing reads host or pod-cgroup samples."""
+    config = RunConfig.from_args(parse(*mode, "--store-url", "none", "--metrics-port", "0"))
+    with contextlib.ExitStack() as resources:
+        daemon = run_command._build(config, resources)
+        try:
+            running = {thread.name for thread in threading.enumerate()}
+            assert ("host-sampler" in running) is samples_the_host
+            assert (daemon.cycle.inputs.host is not None) is samples_the_host
+        finally:
+            assert daemon.close()
+    assert "host-sampler" not in {thread.name for thread in threading.enumerate()}

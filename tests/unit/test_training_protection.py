@@ -57,9 +57,7 @@ def clock() -> FakeClock:
 def make_sink(
     connection: KubeConnection, clock: FakeClock, *, protect: bool = True
 ) -> KubernetesSink:
-    return KubernetesSink(
-        connection, NODE, backoff_initial=10, backoff_max=300, clock=clock, protect_training=protect
-    )
+    return KubernetesSink(connection, NODE, clock=clock, protect_training=protect)
 
 
 @pytest.fixture

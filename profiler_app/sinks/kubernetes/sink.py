@@ -2,18 +2,17 @@
 pods' ``karpenter.sh/do-not-disrupt`` (protection.py), then the GPU pods' (pods.py).
 
 Failures: a pod's 404 and a 409 are handled where they happen; 429, 5xx, timeouts and anything
-else raise ``KubernetesError`` and start a back-off (``profiler_app.backoff``, honouring
-Retry-After) during which ``publish`` sends nothing.
+else raise ``KubernetesError``, carrying the server's Retry-After. The sink keeps no back-off of
+its own: the daemon waits it out (``profiler_app.backoff``, the one policy) and does not call
+``publish`` meanwhile, so a wait is never mistaken for a success.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
-from profiler_app.backoff import Backoff
 from profiler_app.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
@@ -27,8 +26,6 @@ from profiler_app.sinks.kubernetes.names import DEFAULT_HEARTBEAT_SECONDS
 from profiler_app.sinks.kubernetes.node import NodeAnnotator
 from profiler_app.sinks.kubernetes.pods import PodAnnotator
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
-
-log = logging.getLogger(__name__)
 
 
 class KubernetesSink:
@@ -44,8 +41,6 @@ class KubernetesSink:
         domain: str = DEFAULT_DOMAIN,
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
         conflict_retries: int = 2,
-        backoff_initial: float = 5.0,
-        backoff_max: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         protect_training: bool = False,
     ) -> None:
@@ -57,23 +52,19 @@ class KubernetesSink:
         )
         self._pods = PodAnnotator(api, self.domain)
         self._protector = TrainingProtector(api, self.domain) if protect_training else None
-        self._backoff = Backoff(backoff_initial, backoff_max, clock)
 
     def publish(self, result: CycleResult) -> None:
-        if not self._backoff.ready():
-            log.debug("Kubernetes back-off: %.0fs left, not patching", self._backoff.remaining())
-            return
         try:
             self._node.publish(result)
             if self._protector is not None:  # before the usage annotations: it matters more
                 self._protector.publish(result)
             self._pods.publish(result.pods)
         except TRANSPORT_ERRORS as error:
-            delay = self._backoff.failed(retry_after_seconds(error))
+            retry_after = retry_after_seconds(error)
+            asked = "" if retry_after is None else f", Retry-After {retry_after:g}s"
             raise KubernetesError(
-                f"Kubernetes API call failed ({describe(error)}); retrying in {delay:.0f}s"
+                f"Kubernetes API call failed ({describe(error)}{asked})", retry_after=retry_after
             ) from None
-        self._backoff.succeeded()
 
     def close(self) -> None:
         """Nothing to release: the caller owns the connection."""
