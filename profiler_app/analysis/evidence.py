@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_app.analysis.context import Context
+from profiler_app.analysis.coupling import Coupling
 from profiler_app.analysis.periodicity import MIN_PERIOD_SAMPLES, find_periods
 from profiler_app.analysis.power import power_fraction
 from profiler_app.analysis.recurrence import drop_irregular
@@ -41,6 +42,11 @@ MIN_WAITING_RUN_SECONDS = 3.0
 MIN_WAITING_RUN_SAMPLES = 2
 # Sustained waiting adding up to this long within the window is evidence of a distributed job.
 MIN_WAITING_SECONDS = 10.0
+# Without power to judge a sample: a GPU pinned at this utilisation or more while a coupled
+# GPU of the same job (analysis.coupling) is stalled at this much or less is blocked waiting
+# for it, as ranks in a collective wait for a rank writing a checkpoint.
+MIN_PINNED_UTIL = 95.0
+MAX_STALLED_UTIL = 10.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ class Waiting:
     util: FloatArray  # mean utilisation while waiting (percent); NaN when it never waited
     power_fraction: FloatArray  # mean share of the power range while waiting; NaN if unknown
     sm_active: FloatArray  # mean SM activity while waiting; NaN if unknown
+    peer: IntArray  # the stalled GPU a row waited for (coupled peers, no power), -1 if none
 
     @property
     def evident(self) -> BoolArray:
@@ -185,15 +192,61 @@ def _range(context: Context) -> tuple[FloatArray, FloatArray]:
     return floor, limit
 
 
-def waiting(util: FloatMatrix, rows: BoolArray, context: Context, step_seconds: float) -> Waiting:
-    """High utilisation with the GPU's power near its idle floor, or few SMs active, sustained.
+def _peer_waiting(
+    util: FloatMatrix, rows: BoolArray, context: Context, coupling: Coupling, groups: IntArray
+) -> tuple[BoolArray, IntArray]:
+    """Samples where a row is pinned while a coupled GPU of its job is stalled, where power
+    cannot judge the sample; and, per row, the peer it waited for (-1 for none)."""
+    count = util.shape[0]
+    flags = np.zeros(util.shape, dtype=bool)
+    peer = np.full(count, -1, dtype=np.intp)
+    same = (groups[coupling.left] >= 0) & (groups[coupling.left] == groups[coupling.right])
+    if not same.any():
+        return flags, peer
+    waiter = np.concatenate((coupling.left[same], coupling.right[same]))
+    stalled = np.concatenate((coupling.right[same], coupling.left[same]))
+    with np.errstate(invalid="ignore"):
+        found = (util[waiter] >= MIN_PINNED_UTIL) & (util[stalled] <= MAX_STALLED_UTIL)
+        if context.power is not None and context.power_limit is not None:
+            judged = (
+                np.isfinite(context.power[waiter])
+                & np.isfinite(np.asarray(context.power_limit, dtype=np.float64)[waiter])[:, None]
+            )
+            found &= ~judged
+    found &= rows[waiter][:, None]
+    np.logical_or.at(flags, waiter, found)
+    some = found.any(axis=1)
+    peer[waiter[some][::-1]] = stalled[some][::-1]  # the first pair wins
+    return flags, peer
+
+
+def waiting(
+    util: FloatMatrix,
+    rows: BoolArray,
+    context: Context,
+    step_seconds: float,
+    *,
+    coupling: Coupling | None = None,
+    groups: IntArray | None = None,
+) -> Waiting:
+    """High utilisation with the GPU's power near its idle floor, or few SMs active, or (where
+    power cannot tell) while a coupled GPU of the same job is stalled; sustained.
 
     Only rows with an absolute power range (``Context.power_limit``) are judged by power: in
     the window's own range the lowest reading is "idle" by construction.
     """
     count = util.shape[0]
-    result = Waiting(np.zeros(count), np.zeros(count), *(np.full(count, np.nan) for _ in range(3)))
-    if not rows.any() or (context.power_limit is None and context.sm_active is None):
+    result = Waiting(
+        seconds=np.zeros(count),
+        share=np.zeros(count),
+        util=np.full(count, np.nan),
+        power_fraction=np.full(count, np.nan),
+        sm_active=np.full(count, np.nan),
+        peer=np.full(count, -1, dtype=np.intp),
+    )
+    judged = context.power_limit is not None or context.sm_active is not None
+    peers = coupling is not None and groups is not None and coupling.left.size > 0
+    if not rows.any() or not (judged or peers):
         return result
     with np.errstate(invalid="ignore"):
         low = np.zeros(util.shape, dtype=bool)
@@ -204,6 +257,10 @@ def waiting(util: FloatMatrix, rows: BoolArray, context: Context, step_seconds: 
         if context.sm_active is not None:
             low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
         flags = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
+    if coupling is not None and groups is not None and peers:
+        peer_flags, peer = _peer_waiting(util, rows, context, coupling, groups)
+        flags |= peer_flags
+        result.peer[:] = peer
     # Only the few rows that ever look like waiting pay for the run test and the means.
     selected = np.flatnonzero(flags.any(axis=1))
     if selected.size == 0:
