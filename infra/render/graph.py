@@ -133,6 +133,7 @@ class Release:
     namespace: str
     chart: Path
     values: dict[str, Any]
+    skip_crds: bool = False
 
 
 @dataclass
@@ -316,8 +317,10 @@ def _release(resource: Recorded, cache_dir: Path | None) -> Release:
     return Release(
         name=inputs.get("name") or resource.name,
         namespace=inputs["namespace"],
-        chart=chart_archive(inputs["chart"], inputs["version"], cache_dir),
+        # An OCI chart is named by its URL (oci://host/path/<name>); its archive by the name.
+        chart=chart_archive(inputs["chart"].rpartition("/")[2], inputs["version"], cache_dir),
         values=integral_numbers(inputs.get("values") or {}),
+        skip_crds=bool(inputs.get("skipCrds")),
     )
 
 
@@ -329,7 +332,9 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
         for resource in run.kubernetes_resources()
     ]
     releases = [_release(resource, cache_dir) for resource in run.releases()]
-    crds = [crd for release in releases for crd in chart_crds(release.chart)]
+    crds = [
+        crd for release in releases if not release.skip_crds for crd in chart_crds(release.chart)
+    ]
     capabilities = Capabilities(
         kube_version=platform.kube_version,
         api_versions=tuple(
@@ -339,7 +344,12 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
     graph = ObjectGraph(objects=objects, platform=platform, releases=releases)
     for release in releases:
         rendered = render(
-            release.chart, release.values, release.name, release.namespace, capabilities
+            release.chart,
+            release.values,
+            release.name,
+            release.namespace,
+            capabilities,
+            skip_crds=release.skip_crds,
         )
         added = [
             K8sObject(r.manifest, source=f"helm/{release.name}", hook=r.hook) for r in rendered

@@ -397,7 +397,13 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     if config.store_url is not None:
         from profiler_app.sinks.store import TableStore  # noqa: PLC0415
 
-        sinks.append(TableStore(config.store_url, retention_seconds=config.retention_seconds))
+        sinks.append(
+            TableStore(
+                config.store_url,
+                retention_seconds=config.retention_seconds,
+                migrate_in_child=True,  # Alembic stays out of the daemon's memory
+            )
+        )
     embedded = config.prometheus_url is None and watcher is None
     if embedded or sys.stdout.isatty():
         sinks.append(TerminalSink(notice=notice))

@@ -133,7 +133,7 @@ def test_postgres_store_url_comes_from_a_secret() -> None:
 
 
 def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
-    service = eks_run.one("kubernetes:core/v1:Service").inputs
+    service = eks_run.one("kubernetes:core/v1:Service", "profiler-metrics-service").inputs
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": 9401, "targetPort": "metrics", "protocol": "TCP"}
