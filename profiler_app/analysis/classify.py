@@ -78,7 +78,7 @@ def classify_matrix(
     util_loop = np.isfinite(util_period) & ~idle
     loops = evidence.signal_loops(matrix, summary, ~idle & ~util_loop, context)
     signal_loop = np.isfinite(loops.period)
-    coupled = coupling.coupled_pairs(matrix, ~idle, context)
+    coupled = coupling.coupled_pairs(matrix, ~idle, context, summary.valid_count)
     groups = coupling.join(context.groups, coupled, rows)
     waits = evidence.waiting(matrix, ~idle, context, step_seconds, coupling=coupled, groups=groups)
     priors = context.prior_codes(rows)

@@ -201,22 +201,31 @@ def _peer_waiting(
     flags = np.zeros(util.shape, dtype=bool)
     peer = np.full(count, -1, dtype=np.intp)
     same = (groups[coupling.left] >= 0) & (groups[coupling.left] == groups[coupling.right])
-    if not same.any():
-        return flags, peer
     waiter = np.concatenate((coupling.left[same], coupling.right[same]))
     stalled = np.concatenate((coupling.right[same], coupling.left[same]))
     with np.errstate(invalid="ignore"):
-        found = (util[waiter] >= MIN_PINNED_UTIL) & (util[stalled] <= MAX_STALLED_UTIL)
+        pinned: BoolArray = np.asarray(util >= MIN_PINNED_UTIL)
         if context.power is not None and context.power_limit is not None:
-            judged = (
-                np.isfinite(context.power[waiter])
-                & np.isfinite(np.asarray(context.power_limit, dtype=np.float64)[waiter])[:, None]
-            )
-            found &= ~judged
-    found &= rows[waiter][:, None]
-    np.logical_or.at(flags, waiter, found)
+            # Where power can judge a sample, the power rule does.
+            limit = np.asarray(context.power_limit, dtype=np.float64)
+            pinned &= ~(np.isfinite(context.power) & np.isfinite(limit)[:, None])
+        pinned &= rows[:, None]
+        stall: BoolArray = np.asarray(util <= MAX_STALLED_UTIL)
+    # Only pairs whose waiter is ever pinned and whose peer ever stalls: a whole cluster of
+    # coupled ranks must not cost a matrix per pair.
+    ever_pinned: BoolArray = np.asarray(pinned.any(axis=1))
+    ever_stalled: BoolArray = np.asarray(stall.any(axis=1))
+    candidate = ever_pinned[waiter] & ever_stalled[stalled]
+    waiter, stalled = waiter[candidate], stalled[candidate]
+    if waiter.size == 0:
+        return flags, peer
+    order = np.argsort(waiter, kind="stable")
+    waiter, stalled = waiter[order], stalled[order]
+    found = pinned[waiter] & stall[stalled]
+    first = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]])
+    flags[waiter[first]] = np.logical_or.reduceat(found, first, axis=0)
     some = found.any(axis=1)
-    peer[waiter[some][::-1]] = stalled[some][::-1]  # the first pair wins
+    peer[waiter[some][::-1]] = stalled[some][::-1]  # the first pair of each row wins
     return flags, peer
 
 

@@ -155,9 +155,8 @@ def upgrade_to_head(engine: Engine) -> bool:
 
     ``UnknownSchemaError`` when the store has a revision Alembic does not know.
     """
-    with engine.connect() as connection:
-        if current_revisions(connection) == (SCHEMA_HEAD,):
-            return False
+    if schema_is_current(engine):
+        return False
     from alembic import command  # noqa: PLC0415
     from alembic.util import CommandError  # noqa: PLC0415
 
@@ -171,6 +170,12 @@ def upgrade_to_head(engine: Engine) -> bool:
         except CommandError as error:
             raise UnknownSchemaError(str(error)) from None
     return True
+
+
+def schema_is_current(engine: Engine) -> bool:
+    """Whether the store is at ``SCHEMA_HEAD`` (one query, no Alembic)."""
+    with engine.connect() as connection:
+        return current_revisions(connection) == (SCHEMA_HEAD,)
 
 
 def head_revisions() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Delete, Engine, delete, select, tuple_
 
-from profiler_app.sinks.store.models import GpuWindow, PodUsage
+from profiler_app.sinks.store.models import gpu_window, pod_usage
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +26,14 @@ PRUNE_EVERY_SECONDS = 3600.0
 
 
 def _gpu_window_batch(cutoff: datetime, rows: int) -> Delete:
-    oldest = select(GpuWindow.id).where(GpuWindow.at < cutoff).limit(rows)
-    return delete(GpuWindow).where(GpuWindow.id.in_(oldest))
+    oldest = select(gpu_window.c.id).where(gpu_window.c.at < cutoff).limit(rows)
+    return delete(gpu_window).where(gpu_window.c.id.in_(oldest))
 
 
 def _pod_usage_batch(cutoff: datetime, rows: int) -> Delete:
-    columns = PodUsage.__table__.c
-    key = [columns[name] for name in ("namespace", "pod", "node", "pod_start_time")]
-    oldest = select(*key).where(PodUsage.last_seen < cutoff).limit(rows)
-    return delete(PodUsage).where(tuple_(*key).in_(oldest))
+    key = [pod_usage.c[name] for name in ("namespace", "pod", "node", "pod_start_time")]
+    oldest = select(*key).where(pod_usage.c.last_seen < cutoff).limit(rows)
+    return delete(pod_usage).where(tuple_(*key).in_(oldest))
 
 
 BATCHES: tuple[Callable[[datetime, int], Delete], ...] = (_gpu_window_batch, _pod_usage_batch)
