@@ -194,39 +194,36 @@ def _range(context: Context) -> tuple[FloatArray, FloatArray]:
 
 def _peer_waiting(
     util: FloatMatrix, rows: BoolArray, context: Context, coupling: Coupling, groups: IntArray
-) -> tuple[BoolArray, IntArray]:
-    """Samples where a row is pinned while a coupled GPU of its job is stalled, where power
-    cannot judge the sample; and, per row, the peer it waited for (-1 for none)."""
-    count = util.shape[0]
-    flags = np.zeros(util.shape, dtype=bool)
-    peer = np.full(count, -1, dtype=np.intp)
+) -> tuple[IntArray, BoolArray, IntArray]:
+    """Where a row is pinned while a coupled GPU of its job is stalled, and power cannot judge
+    the sample: the rows that ever are (ascending), their flags, and each one's peer.
+
+    Only the rows of coupled pairs are read: a cluster of independent GPUs pays nothing."""
     same = (groups[coupling.left] >= 0) & (groups[coupling.left] == groups[coupling.right])
     waiter = np.concatenate((coupling.left[same], coupling.right[same]))
     stalled = np.concatenate((coupling.right[same], coupling.left[same]))
+    keep = rows[waiter]
+    waiter, stalled = waiter[keep], stalled[keep]
+    involved = np.unique(np.concatenate((waiter, stalled)))
+    part = util[involved]
     with np.errstate(invalid="ignore"):
-        pinned: BoolArray = np.asarray(util >= MIN_PINNED_UTIL)
+        pinned = part >= MIN_PINNED_UTIL
         if context.power is not None and context.power_limit is not None:
             # Where power can judge a sample, the power rule does.
-            limit = np.asarray(context.power_limit, dtype=np.float64)
-            pinned &= ~(np.isfinite(context.power) & np.isfinite(limit)[:, None])
-        pinned &= rows[:, None]
-        stall: BoolArray = np.asarray(util <= MAX_STALLED_UTIL)
-    # Only pairs whose waiter is ever pinned and whose peer ever stalls: a whole cluster of
-    # coupled ranks must not cost a matrix per pair.
-    ever_pinned: BoolArray = np.asarray(pinned.any(axis=1))
-    ever_stalled: BoolArray = np.asarray(stall.any(axis=1))
-    candidate = ever_pinned[waiter] & ever_stalled[stalled]
-    waiter, stalled = waiter[candidate], stalled[candidate]
-    if waiter.size == 0:
-        return flags, peer
+            limit = np.asarray(context.power_limit, dtype=np.float64)[involved]
+            pinned &= ~(np.isfinite(context.power[involved]) & np.isfinite(limit)[:, None])
+        stall = part <= MAX_STALLED_UTIL
     order = np.argsort(waiter, kind="stable")
     waiter, stalled = waiter[order], stalled[order]
-    found = pinned[waiter] & stall[stalled]
-    first = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]])
-    flags[waiter[first]] = np.logical_or.reduceat(found, first, axis=0)
+    found = pinned[np.searchsorted(involved, waiter)] & stall[np.searchsorted(involved, stalled)]
     some = found.any(axis=1)
-    peer[waiter[some][::-1]] = stalled[some][::-1]  # the first pair of each row wins
-    return flags, peer
+    waiter, stalled, found = waiter[some], stalled[some], found[some]
+    if waiter.size == 0:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, np.zeros((0, util.shape[1]), dtype=bool), empty
+    first = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]])
+    flags: BoolArray = np.logical_or.reduceat(found, first, axis=0)
+    return waiter[first], flags, stalled[first]  # the first pair of each row names the peer
 
 
 def waiting(
@@ -257,25 +254,33 @@ def waiting(
     peers = coupling is not None and groups is not None and coupling.left.size > 0
     if not rows.any() or not (judged or peers):
         return result
-    with np.errstate(invalid="ignore"):
-        low = np.zeros(util.shape, dtype=bool)
-        if context.power is not None and context.power_limit is not None:
-            floor, limit = _range(context)
-            ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
-            low |= context.power <= ceiling[:, None]
-        if context.sm_active is not None:
-            low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
-        flags = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
+    selected = np.zeros(0, dtype=np.intp)
+    flags = np.zeros((0, util.shape[1]), dtype=bool)
+    if judged:
+        with np.errstate(invalid="ignore"):
+            low = np.zeros(util.shape, dtype=bool)
+            if context.power is not None and context.power_limit is not None:
+                floor, limit = _range(context)
+                ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
+                low |= context.power <= ceiling[:, None]
+            if context.sm_active is not None:
+                low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
+            everywhere = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
+        # Only the few rows that ever look like waiting pay for the run test and the means.
+        selected = np.flatnonzero(everywhere.any(axis=1))
+        flags = everywhere[selected]
     if coupling is not None and groups is not None and peers:
-        peer_flags, peer = _peer_waiting(util, rows, context, coupling, groups)
-        flags |= peer_flags
-        result.peer[:] = peer
-    # Only the few rows that ever look like waiting pay for the run test and the means.
-    selected = np.flatnonzero(flags.any(axis=1))
+        waiters, peer_flags, peer = _peer_waiting(util, rows, context, coupling, groups)
+        result.peer[waiters] = peer
+        merged = np.union1d(selected, waiters)
+        both = np.zeros((merged.size, util.shape[1]), dtype=bool)
+        both[np.searchsorted(merged, selected)] = flags
+        both[np.searchsorted(merged, waiters)] |= peer_flags
+        selected, flags = merged, both
     if selected.size == 0:
         return result
     run = max(MIN_WAITING_RUN_SAMPLES, int(np.ceil(MIN_WAITING_RUN_SECONDS / step_seconds)))
-    flags = sustained(flags[selected], run)
+    flags = sustained(flags, run)
     waited = flags.sum(axis=1)
     util_rows = util[selected]
     result.seconds[selected] = waited * step_seconds
