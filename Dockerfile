@@ -9,12 +9,14 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY constraints/image.txt ./constraints/image.txt
 COPY profiler_app ./profiler_app
 # The wheel with its runtime dependencies plus psycopg for PostgreSQL stores (the "postgres"
-# extra); not the dev, infra or ansible extras.
+# extra); not the dev, infra or ansible extras. Every dependency at its pinned version.
 RUN python -m venv /opt/gpu-profiler \
  && /opt/gpu-profiler/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/gpu-profiler/bin/pip install "$(ls /wheels/gpu_cluster_profiler-*.whl)[postgres]" \
+ && /opt/gpu-profiler/bin/pip install --constraint constraints/image.txt \
+      "$(ls /wheels/gpu_cluster_profiler-*.whl)[postgres]" \
  && /opt/gpu-profiler/bin/gpu-profiler --version
 
 FROM python:3.11-slim-bookworm

@@ -86,7 +86,7 @@ def stage_times(path: Path) -> dict[str, float]:
         "gap_totals",
         "longest_gaps",
         "gaps_during_sync",
-        "gap_edges_by_bin",
+        "idle_by_bin",
         "nvtx_names",
     ):
         original = getattr(queries, name)

@@ -1,9 +1,8 @@
 """GpuPlatform: GPU support and GPU monitoring on any Kubernetes cluster.
 
 Installs, from pinned official charts, the NVIDIA device plugin, kube-prometheus-stack,
-dcgm-exporter and prometheus-adapter, plus the project's dashboards, alert rules and an optional
-example HorizontalPodAutoscaler on a pod's GPU utilisation. The Kubernetes provider comes
-from ``opts``.
+dcgm-exporter and prometheus-adapter, plus the project's dashboards and alert rules. The
+Kubernetes provider comes from ``opts``.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ GRAFANA_ADMIN_KEYS = ("admin-user", "admin-password")
 # grants every Secret of the cluster, which dashboards and datasources in ConfigMaps do not need.
 GRAFANA_SIDECAR_ROLE = "grafana-sidecar-configmap-reader"
 DASHBOARD_LABEL = "grafana_dashboard"
-CUSTOM_METRIC_GPU_UTILIZATION = "gpu_utilization"
+# The adapter's per-pod GPU metric (the smoke suite reads it through the custom metrics API).
+CUSTOM_METRIC_GPU_UTILIZATION = monitoring.GPU_UTILIZATION_METRIC
 # kube-prometheus-stack's CRDs and images take longer than helm's default 5 minutes.
 RELEASE_TIMEOUT_SECONDS = 900
 # Prometheus' default scrape timeout; an endpoint's timeout may not exceed its interval.
@@ -44,31 +44,6 @@ SCRAPE_TIMEOUT_SECONDS = 10
 # out of the cluster's network, and kubeadm binds them to 127.0.0.1. Scraping them would only keep
 # their "down" alerts firing, so kube-prometheus-stack's scrapes and rules for them are off.
 UNREACHABLE_CONTROL_PLANE = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
-
-
-@dataclass(frozen=True)
-class ExampleHpaArgs:
-    """An example HorizontalPodAutoscaler that scales a Deployment on its pods' GPU utilisation."""
-
-    namespace: str
-    deployment: str
-    target_gpu_utilization: int = 60  # percent, averaged over the Deployment's pods
-    min_replicas: int = 1
-    max_replicas: int = 4
-    # Create the namespace (the Deployment goes there later); False: it exists already.
-    create_namespace: bool = False
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_replicas <= self.max_replicas:
-            raise ValueError(
-                f"example HPA: need 1 <= minReplicas ({self.min_replicas}) <= maxReplicas "
-                f"({self.max_replicas})"
-            )
-        if not 1 <= self.target_gpu_utilization <= 100:
-            raise ValueError(
-                f"example HPA: targetGpuUtilization must be a percentage (1-100), got "
-                f"{self.target_gpu_utilization}"
-            )
 
 
 @dataclass(frozen=True)
@@ -89,7 +64,9 @@ class GpuPlatformArgs:
     # dcgm-exporter samples and Prometheus scrapes at this interval; gpu-profiler's period detection
     # needs samples several times faster than the training iterations it should see.
     gpu_metrics_interval_seconds: int = 10
-    example_hpa: ExampleHpaArgs | None = None
+    # prometheus-adapter's external metrics API; off where KEDA serves external.metrics.k8s.io
+    # (both would register the same APIService).
+    adapter_external_metrics: bool = True
     charts: dict[str, HelmChart] = field(
         default_factory=lambda: {
             "device-plugin": versions.NVIDIA_DEVICE_PLUGIN,
@@ -107,25 +84,31 @@ class GpuPlatformArgs:
             )
 
 
-def _release(
+def helm_release(
     name: str,
     chart: HelmChart,
     namespace: pulumi.Input[str],
     values: pulumi.Input[Mapping[str, Any]],
     opts: pulumi.ResourceOptions,
+    *,
+    skip_crds: bool = False,
 ) -> k8s.helm.v3.Release:
+    """A release of a pinned chart, rolled back if it does not become ready."""
     return k8s.helm.v3.Release(
         name,
         k8s.helm.v3.ReleaseArgs(
             name=name,
-            chart=chart.name,
+            chart=chart.reference,
             version=chart.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+            repository_opts=(
+                None if chart.is_oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
+            ),
             namespace=namespace,
             values=values,
             atomic=True,
             cleanup_on_fail=True,
             timeout=RELEASE_TIMEOUT_SECONDS,
+            skip_crds=skip_crds or None,
         ),
         opts,
     )
@@ -271,12 +254,16 @@ def node_label_relabelings() -> list[dict[str, Any]]:
     ]
 
 
-def prometheus_adapter_values(prometheus_url: str) -> dict[str, Any]:
-    """Values of prometheus-adapter: only the project's GPU rules."""
+def prometheus_adapter_values(prometheus_url: str, external: bool = True) -> dict[str, Any]:
+    """Values of prometheus-adapter: only the project's GPU rules; external ones if ``external``."""
     rules = monitoring.adapter_rules()
     return {
         "prometheus": {"url": prometheus_url, "port": PROMETHEUS_PORT},
-        "rules": {"default": False, "custom": rules["custom"], "external": rules["external"]},
+        "rules": {
+            "default": False,
+            "custom": rules["custom"],
+            "external": rules["external"] if external else [],
+        },
     }
 
 
@@ -309,7 +296,7 @@ class GpuPlatform(pulumi.ComponentResource):
         namespace = namespace_name(monitoring_ns)
         in_monitoring = pulumi.ResourceOptions(parent=self, depends_on=[monitoring_ns])
 
-        self.device_plugin = _release(
+        self.device_plugin = helm_release(
             "nvidia-device-plugin",
             args.charts["device-plugin"],
             namespace_name(device_plugin_ns),
@@ -347,7 +334,7 @@ class GpuPlatform(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        self.prometheus_stack = _release(
+        self.prometheus_stack = helm_release(
             PROMETHEUS_STACK_RELEASE,
             args.charts["kube-prometheus-stack"],
             namespace,
@@ -359,7 +346,7 @@ class GpuPlatform(pulumi.ComponentResource):
         # Everything below uses the operator's CRDs or Prometheus itself.
         after_stack = pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack])
 
-        self.dcgm_exporter = _release(
+        self.dcgm_exporter = helm_release(
             DCGM_EXPORTER_RELEASE,
             args.charts["dcgm-exporter"],
             namespace,
@@ -370,11 +357,13 @@ class GpuPlatform(pulumi.ComponentResource):
             "http://", PROMETHEUS_SERVICE, ".", namespace, ".svc:", str(PROMETHEUS_PORT)
         )
         adapter_url = pulumi.Output.concat("http://", PROMETHEUS_SERVICE, ".", namespace, ".svc")
-        self.prometheus_adapter = _release(
+        self.prometheus_adapter = helm_release(
             "prometheus-adapter",
             args.charts["prometheus-adapter"],
             namespace,
-            adapter_url.apply(prometheus_adapter_values),
+            adapter_url.apply(
+                lambda url: prometheus_adapter_values(url, args.adapter_external_metrics)
+            ),
             after_stack,
         )
 
@@ -400,9 +389,6 @@ class GpuPlatform(pulumi.ComponentResource):
             opts=after_stack,
         )
 
-        if args.example_hpa is not None:
-            self.example_hpa = self._example_hpa(args.example_hpa, self.prometheus_adapter)
-
         self.monitoring_namespace = namespace
         self.register_outputs(
             {
@@ -410,46 +396,4 @@ class GpuPlatform(pulumi.ComponentResource):
                 "prometheus_url": self.prometheus_url,
                 "grafana_admin_password": self.grafana_admin_password,
             }
-        )
-
-    def _example_hpa(
-        self, hpa: ExampleHpaArgs, adapter: k8s.helm.v3.Release
-    ) -> k8s.autoscaling.v2.HorizontalPodAutoscaler:
-        namespace: pulumi.Input[str] = hpa.namespace
-        depends_on: list[pulumi.Resource] = [adapter]
-        if hpa.create_namespace:
-            created = k8s.core.v1.Namespace(
-                "example-hpa-namespace",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=hpa.namespace),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            namespace = namespace_name(created)
-            depends_on.append(created)
-        return k8s.autoscaling.v2.HorizontalPodAutoscaler(
-            "example-gpu-hpa",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=f"{hpa.deployment}-gpu-utilization", namespace=namespace
-            ),
-            spec=k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
-                scale_target_ref=k8s.autoscaling.v2.CrossVersionObjectReferenceArgs(
-                    api_version="apps/v1", kind="Deployment", name=hpa.deployment
-                ),
-                min_replicas=hpa.min_replicas,
-                max_replicas=hpa.max_replicas,
-                metrics=[
-                    k8s.autoscaling.v2.MetricSpecArgs(
-                        type="Pods",
-                        pods=k8s.autoscaling.v2.PodsMetricSourceArgs(
-                            metric=k8s.autoscaling.v2.MetricIdentifierArgs(
-                                name=CUSTOM_METRIC_GPU_UTILIZATION
-                            ),
-                            target=k8s.autoscaling.v2.MetricTargetArgs(
-                                type="AverageValue",
-                                average_value=str(hpa.target_gpu_utilization),
-                            ),
-                        ),
-                    )
-                ],
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
         )

@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 from infra import versions
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import namespace_name
+from profiler_app.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401
@@ -21,6 +22,10 @@ RUN_AS_USER = 65532  # the image's non-root user
 STORE_DIR = "/var/lib/gpu-profiler"
 SQLITE_STORE_URL = f"sqlite:///{STORE_DIR}/profiler.db"
 STORE_SECRET_KEY = "store-url"  # noqa: S105  a key name
+# SIGTERM to SIGKILL. The daemon needs a few seconds (profiler_app.daemon.STOP_GRACE_SECONDS
+# for a running cycle, then the store's flush); Kubernetes' default is the same 30 s, set here
+# so the code and its comments do not rest on an unstated default.
+TERMINATION_GRACE_SECONDS = 30
 
 # Everything the profiler may do with the Kubernetes API: annotate its node and the pods on it.
 RBAC_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -38,10 +43,12 @@ class GpuProfilerArgs:
     namespace: str = PROFILER_NAME
     # A PostgreSQL URL (a Pulumi secret); None keeps a SQLite file in an emptyDir on each node.
     store_url: pulumi.Input[str] | None = None
-    annotation_domain: str = "ai.centaurus.io"
+    annotation_domain: str = DEFAULT_DOMAIN
     interval: str = "30s"
     window: str = "30m"
     log_level: str = "info"
+    # karpenter.sh/do-not-disrupt on pods while their GPUs train (pods patch, already granted).
+    protect_training: bool = True
     # Only pods in this namespace may reach the metrics port (Prometheus runs there).
     monitoring_namespace: str = "monitoring"
     cpu_request: str = "50m"
@@ -62,6 +69,7 @@ def _env(
         "GPU_PROFILER_INTERVAL": args.interval,
         "GPU_PROFILER_WINDOW": args.window,
         "GPU_PROFILER_LOG_LEVEL": args.log_level,
+        "GPU_PROFILER_PROTECT_TRAINING": str(args.protect_training).lower(),
     }
     env = [
         k8s.core.v1.EnvVarArgs(
@@ -205,6 +213,7 @@ class GpuProfiler(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=PROFILER_NAME,
+                        termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
                         node_selector=gpu_node_selector(),
                         tolerations=[
                             k8s.core.v1.TolerationArgs(

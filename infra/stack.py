@@ -6,51 +6,108 @@ Config keys are camelCase, in the stack project's namespace; stacks/README.md li
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import stack_config, versions
+from infra.autoscaling import (
+    WORKLOAD_AUTOSCALERS,
+    ExampleWorkloadArgs,
+    ServingMetric,
+    WorkloadAutoscaler,
+    WorkloadAutoscaling,
+    WorkloadAutoscalingArgs,
+)
 from infra.platform import (
     GRAFANA_PORT,
     GRAFANA_SERVICE,
     PROMETHEUS_PORT,
     PROMETHEUS_SERVICE,
-    ExampleHpaArgs,
     GpuPlatform,
     GpuPlatformArgs,
 )
 from infra.profiler import GpuProfiler, GpuProfilerArgs
+from profiler_app.annotations import DEFAULT_DOMAIN
 
-EXAMPLE_HPA_FIELDS = {
+EXAMPLE_WORKLOAD_FIELDS = {
     "namespace": "str",
-    "deployment": "str",
+    "name": "str",
+    "createNamespace": "bool",
+    "image": "str",
+    "model": "str",
     "targetGpuUtilization": "int",
+    "activationGpuUtilization": "int",
     "minReplicas": "int",
     "maxReplicas": "int",
-    "createNamespace": "bool",
+    "servingQuery": "str",
+    "servingTarget": "int",
+    "servingActivation": "int",
 }
 
 
-def example_hpa_args(value: Any) -> ExampleHpaArgs | None:
-    """``exampleHpa`` from stack config; ConfigError names what is wrong with it."""
+def _serving_metric(spec: dict[str, Any]) -> ServingMetric | None:
+    given = {key for key in ("servingQuery", "servingTarget", "servingActivation") if key in spec}
+    if not given:
+        return None
+    if not {"servingQuery", "servingTarget"} <= given:
+        raise stack_config.ConfigError(
+            "stack config exampleWorkload: a serving metric needs both servingQuery and "
+            "servingTarget"
+        )
+    return ServingMetric(
+        query=spec["servingQuery"],
+        target=spec["servingTarget"],
+        activation=spec.get("servingActivation", 0),
+    )
+
+
+def example_workload_args(value: Any, scaler: WorkloadAutoscaler) -> ExampleWorkloadArgs | None:
+    """``exampleWorkload`` from stack config; ConfigError names what is wrong with it."""
     if value is None:
         return None
-    hpa = stack_config.fields(
-        "exampleHpa", value, EXAMPLE_HPA_FIELDS, frozenset({"namespace", "deployment"})
-    )
+    spec = stack_config.fields("exampleWorkload", value, EXAMPLE_WORKLOAD_FIELDS)
+    defaults = ExampleWorkloadArgs()
     try:
-        return ExampleHpaArgs(
-            namespace=hpa["namespace"],
-            deployment=hpa["deployment"],
-            target_gpu_utilization=hpa.get("targetGpuUtilization", 60),
-            min_replicas=hpa.get("minReplicas", 1),
-            max_replicas=hpa.get("maxReplicas", 4),
-            create_namespace=hpa.get("createNamespace", False),
+        example = ExampleWorkloadArgs(
+            namespace=spec.get("namespace", defaults.namespace),
+            name=spec.get("name", defaults.name),
+            create_namespace=spec.get("createNamespace", False),
+            image=spec.get("image", defaults.image),
+            model=spec.get("model", defaults.model),
+            target_gpu_utilization=spec.get(
+                "targetGpuUtilization", defaults.target_gpu_utilization
+            ),
+            activation_gpu_utilization=spec.get(
+                "activationGpuUtilization", defaults.activation_gpu_utilization
+            ),
+            min_replicas=spec.get("minReplicas"),
+            max_replicas=spec.get("maxReplicas", defaults.max_replicas),
+            serving_metric=_serving_metric(spec),
         )
+        if example.serving_metric is not None and scaler != "keda":
+            raise ValueError("servingQuery is a KEDA trigger: it needs workloadAutoscaler keda")
+        example.replicas_floor(scaler)
     except ValueError as error:
-        raise stack_config.ConfigError(f"stack config exampleHpa: {error}") from None
+        raise stack_config.ConfigError(f"stack config exampleWorkload: {error}") from None
+    return example
+
+
+def workload_autoscaler(config: pulumi.Config) -> WorkloadAutoscaler:
+    """``workloadAutoscaler``: keda (default), hpa or none."""
+    if stack_config.read_object(config, "exampleHpa") is not None:
+        raise stack_config.ConfigError(
+            "stack config exampleHpa is gone: set workloadAutoscaler: hpa and exampleWorkload "
+            "(namespace, name, targetGpuUtilization, minReplicas, maxReplicas) instead"
+        )
+    value = config.get("workloadAutoscaler") or "keda"
+    if value in WORKLOAD_AUTOSCALERS:
+        return cast(WorkloadAutoscaler, value)
+    raise stack_config.ConfigError(
+        f"stack config workloadAutoscaler must be one of {', '.join(WORKLOAD_AUTOSCALERS)}, "
+        f"got {value!r}"
+    )
 
 
 def _default(value: int | None, default: int) -> int:
@@ -73,7 +130,7 @@ def platform_args(
             ),
             prometheus_storage_size=config.get("prometheusStorageSize") or "50Gi",
             gpu_metrics_interval_seconds=_default(config.get_int("gpuMetricsIntervalSeconds"), 10),
-            example_hpa=example_hpa_args(stack_config.read_object(config, "exampleHpa")),
+            adapter_external_metrics=workload_autoscaler(config) != "keda",
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config: {error}") from None
@@ -88,7 +145,7 @@ def profiler_args(
         image=config.get("profilerImage") or versions.PROFILER_IMAGE,
         namespace=config.get("profilerNamespace") or "gpu-profiler",
         store_url=config.get_secret("profilerStoreUrl"),
-        annotation_domain=config.get("annotationDomain") or "ai.centaurus.io",
+        annotation_domain=config.get("annotationDomain") or DEFAULT_DOMAIN,
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",
@@ -103,6 +160,7 @@ class GpuLayer:
     provider: k8s.Provider
     platform: GpuPlatform
     profiler: GpuProfiler
+    autoscaling: WorkloadAutoscaling
 
 
 @dataclass(frozen=True)
@@ -126,6 +184,8 @@ def deploy_gpu_layer(
     another class (``prometheusStorageClass``).
     """
     p_args = platform_args(config, storage_class.name if storage_class else None)
+    scaler = workload_autoscaler(config)
+    example = example_workload_args(stack_config.read_object(config, "exampleWorkload"), scaler)
     provider = k8s.Provider(
         "cluster-provider",
         kubeconfig=kubeconfig,
@@ -152,7 +212,18 @@ def deploy_gpu_layer(
         profiler_args(config, platform.prometheus_url, p_args.monitoring_namespace),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform]),
     )
-    return GpuLayer(provider=provider, platform=platform, profiler=profiler)
+    autoscaling = WorkloadAutoscaling(
+        "workload-autoscaling",
+        WorkloadAutoscalingArgs(
+            prometheus_url=platform.prometheus_url,
+            scaler=scaler,
+            example=example,
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform]),
+    )
+    return GpuLayer(
+        provider=provider, platform=platform, profiler=profiler, autoscaling=autoscaling
+    )
 
 
 def export_access(

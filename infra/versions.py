@@ -16,6 +16,15 @@ class HelmChart:
     repo: str
     version: str
 
+    @property
+    def is_oci(self) -> bool:
+        return self.repo.startswith("oci://")
+
+    @property
+    def reference(self) -> str:
+        """What `helm install` takes: the chart's name in a classic repository, its URL in OCI."""
+        return f"{self.repo}/{self.name}" if self.is_oci else self.name
+
 
 NVIDIA_DEVICE_PLUGIN = HelmChart(
     name="nvidia-device-plugin",
@@ -37,9 +46,39 @@ PROMETHEUS_ADAPTER = HelmChart(
     repo="https://prometheus-community.github.io/helm-charts",
     version="5.3.0",
 )
+KEDA = HelmChart(
+    name="keda",
+    repo="https://kedacore.github.io/charts",
+    version="2.20.2",  # its CRDs are templates: installed and upgraded with the release
+)
+# Karpenter's OCI charts: the CRDs in a chart of their own, so that upgrades update them (Helm
+# never upgrades a chart's crds/ folder); the controller's chart is installed without its crds/.
+KARPENTER_CRD = HelmChart(
+    name="karpenter-crd",
+    repo="oci://public.ecr.aws/karpenter",
+    version="1.14.1",
+)
+KARPENTER = HelmChart(
+    name="karpenter",
+    repo="oci://public.ecr.aws/karpenter",
+    version="1.14.1",
+)
 
 # Every chart the stacks install, for `python -m infra.render --pull-charts`.
-PINNED_CHARTS = (NVIDIA_DEVICE_PLUGIN, KUBE_PROMETHEUS_STACK, DCGM_EXPORTER, PROMETHEUS_ADAPTER)
+PINNED_CHARTS = (
+    NVIDIA_DEVICE_PLUGIN,
+    KUBE_PROMETHEUS_STACK,
+    DCGM_EXPORTER,
+    PROMETHEUS_ADAPTER,
+    KEDA,
+    KARPENTER_CRD,
+    KARPENTER,
+)
+
+# The example GPU inference server (vLLM's OpenAI-compatible server; it exports request metrics
+# on /metrics) and the small model it serves, which fits any NVIDIA GPU of the GPU pools.
+EXAMPLE_INFERENCE_IMAGE = "vllm/vllm-openai:v0.11.0"
+EXAMPLE_INFERENCE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 # dcgm-exporter's image for chart 4.8.2 (DCGM 4.5.3); the chart's own default, pinned explicitly.
 DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"

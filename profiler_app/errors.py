@@ -7,5 +7,19 @@ class UserError(Exception):
     exit_code = 2
 
 
+class RetryLaterError(Exception):
+    """A transient failure, perhaps with the delay the server asked for (HTTP Retry-After)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class SourceError(Exception):
     """A metrics source failed transiently (down, slow, 5xx). The daemon backs off and retries."""
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: message`` on one line, for logs and error lines."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

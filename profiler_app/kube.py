@@ -29,7 +29,7 @@ from kubernetes.config.incluster_config import load_incluster_config
 from kubernetes.config.kube_config import load_kube_config
 from kubernetes.watch.watch import iter_resp_lines
 
-from profiler_app.errors import UserError
+from profiler_app.errors import RetryLaterError, UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,9 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-class KubernetesError(Exception):
-    """Talking to the Kubernetes API failed: the daemon counts errors_total{kind="kubernetes"}."""
+class KubernetesError(RetryLaterError):
+    """Talking to the Kubernetes API failed: the daemon counts errors_total{kind="kubernetes"}
+    and backs off, at least for the Retry-After the server sent."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def connect(
                 config_file=kubeconfig, client_configuration=configuration
             )
         except (ConfigException, OSError, yaml.YAMLError, ValueError, TypeError, KeyError) as error:
-            raise UserError(f"cannot use kubeconfig {kubeconfig}: {_one_line(error)}") from None
+            raise UserError(f"cannot use kubeconfig {kubeconfig}: {one_line(error)}") from None
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         source = "in-cluster"
         try:
@@ -153,7 +154,7 @@ def connect(
             )
         except (ConfigException, OSError) as error:
             raise UserError(
-                f"cannot use the in-cluster service account: {_one_line(error)}"
+                f"cannot use the in-cluster service account: {one_line(error)}"
             ) from None
     else:
         return None
@@ -206,9 +207,4 @@ def describe(error: BaseException) -> str:
     """One log-safe line: status and reason, never headers or request bodies (tokens)."""
     if isinstance(error, ApiException):
         return f"HTTP {error.status} {error.reason or ''}".strip()
-    return f"{type(error).__name__}: {_one_line(error)}"
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text or type(error).__name__
+    return one_line(error)

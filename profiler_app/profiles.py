@@ -4,7 +4,8 @@ every other signal the GPU has, the other fields summarised.
 Series are merged per GPU first (``timelines``): an exporter restart or a pod handover within the
 window changes labels, not the GPU. The classifier then gets, per GPU, power judged against the
 GPU's own range (``analysis.power``), SM activity where exported, the GPUs of the same job (the
-same workload where known, else the same pod) and the prior of its workload (``workloads``).
+same workload where known, else the same pod; GPUs of no pod on one node when their stalls
+coincide) and the prior of its workload (``workloads``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,15 @@ def _groups(
     return groups
 
 
+def _nodes(timelines: Timelines, node_label: str) -> np.ndarray:
+    """One id per node: GPUs of no known job on one node may be one job (analysis.coupling)."""
+    ids: dict[str, int] = {}
+    return np.array(
+        [ids.setdefault(labels.get(node_label, ""), len(ids)) for labels in timelines.labels],
+        dtype=np.intp,
+    )
+
+
 def build_profiles(
     matrices: Sequence[SeriesMatrix],
     primary_field: str = GPU_UTIL,
@@ -155,6 +165,7 @@ def build_profiles(
         sm_active=fields[SM_ACTIVE][0] if SM_ACTIVE in fields else None,
         mem_copy=fields[MEM_COPY_UTIL][0] if MEM_COPY_UTIL in fields else None,
         groups=_groups(timelines, found, node_label),
+        nodes=_nodes(timelines, node_label),
         priors=[workload.prior if workload else None for workload in found],
         prior_reasons=[workload.reason if workload else "" for workload in found],
         names=[f"gpu {labels.get('gpu', '?')}" for labels in timelines.labels],

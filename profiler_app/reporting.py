@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, liter
 
 from profiler_app.analysis.basis import JobType
 from profiler_app.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.models import UNKNOWN_START_TIME, GpuWindow, PodUsage, TraceGpu
+from profiler_app.sinks.store.models import UNKNOWN_START_TIME, gpu_window, pod_usage, trace_gpu
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
 # Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the
@@ -131,32 +131,32 @@ def gpu_summaries(
     connection: Connection, *, since: datetime, until: datetime, node: str | None = None
 ) -> list[GpuSummary]:
     covered = _covered_seconds(connection.dialect.name, since)
-    idle_fraction = func.coalesce(GpuWindow.util_idle_fraction, literal(0.0))
-    in_range = [GpuWindow.at >= since, GpuWindow.at <= until]
+    idle_fraction = func.coalesce(gpu_window.c.util_idle_fraction, literal(0.0))
+    in_range = [gpu_window.c.at >= since, gpu_window.c.at <= until]
     if node is not None:
-        in_range.append(GpuWindow.node == node)
+        in_range.append(gpu_window.c.node == node)
     hours_rows = connection.execute(
         select(
-            GpuWindow.node,
-            GpuWindow.gpu,
-            GpuWindow.job_type,
+            gpu_window.c.node,
+            gpu_window.c.gpu,
+            gpu_window.c.job_type,
             func.sum(covered),
             func.sum(covered * idle_fraction),
         )
         .where(*in_range)
-        .group_by(GpuWindow.node, GpuWindow.gpu, GpuWindow.job_type)
+        .group_by(gpu_window.c.node, gpu_window.c.gpu, gpu_window.c.job_type)
     )
     peak_rows = connection.execute(
         select(
-            GpuWindow.node,
-            GpuWindow.gpu,
-            func.max(GpuWindow.uuid),
-            func.max(GpuWindow.util_max),
-            func.max(GpuWindow.mem_copy_util_max),
-            func.max(GpuWindow.fb_used_max_mib),
+            gpu_window.c.node,
+            gpu_window.c.gpu,
+            func.max(gpu_window.c.uuid),
+            func.max(gpu_window.c.util_max),
+            func.max(gpu_window.c.mem_copy_util_max),
+            func.max(gpu_window.c.fb_used_max_mib),
         )
         .where(*in_range)
-        .group_by(GpuWindow.node, GpuWindow.gpu)
+        .group_by(gpu_window.c.node, gpu_window.c.gpu)
     )
     summaries = {
         (row[0], row[1]): GpuSummary(
@@ -198,11 +198,11 @@ def pod_summaries(
     connection: Connection, *, since: datetime, until: datetime, node: str | None = None
 ) -> list[PodSummary]:
     """Pods seen within the range, the most GPU-hours first."""
-    query = select(PodUsage).where(
-        PodUsage.last_seen >= since, PodUsage.first_seen <= until, PodUsage.gpu_count > 0
+    query = select(pod_usage).where(
+        pod_usage.c.last_seen >= since, pod_usage.c.first_seen <= until, pod_usage.c.gpu_count > 0
     )
     if node is not None:
-        query = query.where(PodUsage.node == node)
+        query = query.where(pod_usage.c.node == node)
     pods = []
     for row in connection.execute(query).mappings():
         seen_from = max(row["first_seen"], since)
@@ -242,20 +242,20 @@ def waste_summaries(
     GPU, else unclaimed.
     """
     covered = _covered_seconds(connection.dialect.name, since)
-    idle = covered * func.coalesce(GpuWindow.util_idle_fraction, literal(0.0))
+    idle = covered * func.coalesce(gpu_window.c.util_idle_fraction, literal(0.0))
     kind = case(
-        (GpuWindow.fb_used_max_mib >= HELD_MEMORY_MIB, literal(WASTE_KINDS[1])),
-        (GpuWindow.pod.is_not(None), literal(WASTE_KINDS[2])),
+        (gpu_window.c.fb_used_max_mib >= HELD_MEMORY_MIB, literal(WASTE_KINDS[1])),
+        (gpu_window.c.pod.is_not(None), literal(WASTE_KINDS[2])),
         else_=literal(WASTE_KINDS[0]),
     ).label("kind")
-    in_range = [GpuWindow.at >= since, GpuWindow.at <= until]
+    in_range = [gpu_window.c.at >= since, gpu_window.c.at <= until]
     if node is not None:
-        in_range.append(GpuWindow.node == node)
-    keys = (kind, GpuWindow.namespace, GpuWindow.owner_kind, GpuWindow.owner_name)
+        in_range.append(gpu_window.c.node == node)
+    keys = (kind, gpu_window.c.namespace, gpu_window.c.owner_kind, gpu_window.c.owner_name)
     rows = connection.execute(
         select(
             *keys,
-            func.count(func.distinct(GpuWindow.node + literal("/") + GpuWindow.uuid)),
+            func.count(func.distinct(gpu_window.c.node + literal("/") + gpu_window.c.uuid)),
             func.sum(idle),
         )
         .where(*in_range)
@@ -275,27 +275,27 @@ def trace_rows(
     connection: Connection, *, since: datetime, until: datetime, node: str | None = None
 ) -> list[dict[str, Any]]:
     """Traces whose capture started within the range, newest first, in the view's columns."""
-    columns = [getattr(TraceGpu, name) for name in _VIEW_COLUMNS["trace"]]
-    query = select(*columns).where(TraceGpu.started_at >= since, TraceGpu.started_at <= until)
+    columns = [trace_gpu.c[name] for name in _VIEW_COLUMNS["trace"]]
+    query = select(*columns).where(trace_gpu.c.started_at >= since, trace_gpu.c.started_at <= until)
     if node is not None:
-        query = query.where(TraceGpu.node == node)
+        query = query.where(trace_gpu.c.node == node)
     query = query.order_by(
-        TraceGpu.started_at.desc(), TraceGpu.namespace, TraceGpu.pod, TraceGpu.device
+        trace_gpu.c.started_at.desc(), trace_gpu.c.namespace, trace_gpu.c.pod, trace_gpu.c.device
     )
     return [dict(row) for row in connection.execute(query).mappings()]
 
 
 def _covered_seconds(dialect: str, since: datetime) -> ColumnElement[Any]:
     """A row's covered seconds that fall after ``since``."""
-    since_value = literal(since, GpuWindow.at.type)
+    since_value = literal(since, gpu_window.c.at.type)
     difference: ColumnElement[Any]
     if dialect == "postgresql":
-        difference = func.extract("epoch", GpuWindow.at - since_value)
+        difference = func.extract("epoch", gpu_window.c.at - since_value)
     else:
-        difference = (func.julianday(GpuWindow.at) - func.julianday(since_value)) * 86400.0
+        difference = (func.julianday(gpu_window.c.at) - func.julianday(since_value)) * 86400.0
     after_since = cast(difference, Float)
     return case(
-        (after_since < GpuWindow.covers_seconds, after_since), else_=GpuWindow.covers_seconds
+        (after_since < gpu_window.c.covers_seconds, after_since), else_=gpu_window.c.covers_seconds
     )
 
 

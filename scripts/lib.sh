@@ -1,7 +1,27 @@
+# shellcheck shell=bash
 # Shared setup steps for scripts/run and scripts/test (sourced, not executed).
+# With SETUP_QUIET=1 (scripts/run) a setup that succeeds prints nothing, so the first lines on
+# the screen are the profiler's own; whatever fails is shown in full.
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+say() {
+    [ -n "${SETUP_QUIET:-}" ] || echo "$@"
+}
+
+# Runs a command with its output held back, and shown on stderr only when it fails.
+quietly() {
+    local log status=0
+    log="$(mktemp)"
+    "$@" >"$log" 2>&1 || status=$?
+    if [ "$status" -ne 0 ]; then
+        cat "$log" >&2
+        echo "==> failed (exit $status): $*" >&2
+    fi
+    rm -f "$log"
+    return "$status"
 }
 
 # Installs the Debian/Ubuntu packages named, skipping the apt round trip when all are present.
@@ -11,9 +31,9 @@ install_system_packages() {
         dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
     done
     if [ "${#missing[@]}" -gt 0 ]; then
-        echo "==> Installing Debian packages: ${missing[*]}"
-        as_root apt-get update -qq
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+        say "==> Installing Debian packages: ${missing[*]}"
+        quietly as_root apt-get update -qq
+        quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
     fi
 }
 
@@ -21,10 +41,10 @@ install_system_packages() {
 ensure_venv() {
     local extras="$1"
     if [ ! -x .venv/bin/python ]; then
-        echo "==> Creating .venv"
-        python3 -m venv .venv
-        .venv/bin/pip install -q --upgrade pip
+        say "==> Creating .venv"
+        quietly python3 -m venv .venv
+        quietly .venv/bin/pip install --upgrade pip
     fi
-    echo "==> Installing gpu-cluster-profiler${extras} into .venv"
-    .venv/bin/pip install -q -e ".${extras}"
+    say "==> Installing gpu-cluster-profiler${extras} into .venv"
+    quietly .venv/bin/pip install -e ".${extras}"
 }

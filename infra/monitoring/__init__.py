@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -19,6 +20,9 @@ _PACKAGE = resources.files(__name__)
 DCGM_COUNTERS_FILE = "dcgm-counters.csv"
 RULES_FILE = "rules.yaml"
 ADAPTER_RULES_FILE = "adapter-rules.yaml"
+# The custom metric (pods/gpu_utilization) both workload scalers read: the HPA through
+# prometheus-adapter, KEDA through the same rule's query (workload_gpu_utilization_query).
+GPU_UTILIZATION_METRIC = "gpu_utilization"
 
 
 def _text(name: str) -> str:
@@ -50,6 +54,34 @@ def adapter_rules() -> dict[str, Any]:
     """prometheus-adapter rules: ``{"custom": [...], "external": [...]}``."""
     rules: dict[str, Any] = yaml.safe_load(_text(ADAPTER_RULES_FILE))
     return rules
+
+
+def adapter_rule(metric: str) -> dict[str, Any]:
+    """The adapter's custom (per-pod) rule that serves ``metric``."""
+    for rule in adapter_rules()["custom"]:
+        if rule["name"]["as"] == metric:
+            found: dict[str, Any] = rule
+            return found
+    raise LookupError(f"no prometheus-adapter rule serves {metric}")
+
+
+def workload_gpu_utilization_query(namespace: str, pod_pattern: str) -> str:
+    """The sum over a workload's pods of each pod's ``gpu_utilization``, as the adapter computes
+    it: the rule's metricsQuery for those pods, grouped by pod as the adapter groups it.
+
+    KEDA divides the sum by the replicas (AverageValue), which gives the HPA's per-pod average.
+    """
+    rule = adapter_rule(GPU_UTILIZATION_METRIC)
+    series = re.match(r"\w+", rule["seriesQuery"])
+    if series is None:
+        raise ValueError(f"adapter rule {GPU_UTILIZATION_METRIC}: no series in its seriesQuery")
+    per_pod = (
+        rule["metricsQuery"]
+        .replace("<<.Series>>", series.group(0))
+        .replace("<<.LabelMatchers>>", f'namespace="{namespace}",pod=~"{pod_pattern}"')
+        .replace("<<.GroupBy>>", "namespace, pod")
+    )
+    return f"sum({per_pod})"
 
 
 def dashboards() -> dict[str, str]:

@@ -88,7 +88,10 @@ def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> l
         if not path.is_file():
             try:
                 helm.pull(
-                    chart.name, repo_url=chart.repo, version=chart.version, destination=folder
+                    chart.reference,
+                    repo_url=None if chart.is_oci else chart.repo,
+                    version=chart.version,
+                    destination=folder,
                 )
             except helm.HelmError as error:
                 raise ChartError(
@@ -112,7 +115,13 @@ def _load(path: Path) -> Any:
 
 @cache
 def _render_text(
-    path: Path, values_json: str, release: str, namespace: str, capabilities: Capabilities
+    path: Path,
+    values_json: str,
+    release: str,
+    namespace: str,
+    capabilities: Capabilities,
+    *,
+    with_crds: bool,
 ) -> tuple[tuple[str, str], ...]:
     import helm_python as helm  # noqa: PLC0415
     from helm_python import _native  # noqa: PLC0415
@@ -133,7 +142,9 @@ def _render_text(
         )
     except helm.HelmError as error:
         raise ChartError(f"chart {path.name} does not render: {error}") from None
-    crds = tuple((f"crds/{crd['filename']}", crd["data"]) for crd in chart.crds)
+    crds = (
+        tuple((f"crds/{crd['filename']}", crd["data"]) for crd in chart.crds) if with_crds else ()
+    )
     templates = tuple(
         (name, text) for name, text in sorted(rendered.items()) if not name.endswith(NOTES_SUFFIX)
     )
@@ -252,14 +263,20 @@ def render(
     release: str,
     namespace: str,
     capabilities: Capabilities,
+    *,
+    skip_crds: bool = False,
 ) -> list[RenderedObject]:
-    """Every object ``helm install`` would create from a chart, hooks included, tests excluded.
+    """Every object ``helm install`` would create from a chart, hooks included, tests excluded;
+    the chart's ``crds/`` unless ``skip_crds`` (``helm install --skip-crds``).
 
     Renders are cached per process: rendering kube-prometheus-stack takes about a second.
     """
     values_json = json.dumps(values, sort_keys=True)
     objects = []
-    for template, text in _render_text(chart, values_json, release, namespace, capabilities):
+    rendered = _render_text(
+        chart, values_json, release, namespace, capabilities, with_crds=not skip_crds
+    )
+    for template, text in rendered:
         for manifest in _documents(text):
             annotations = manifest.get("metadata", {}).get("annotations") or {}
             hook = frozenset(

@@ -3,7 +3,8 @@
 Objects come from two places: the Kubernetes resources the Pulumi program declares directly, and
 every Helm release it declares, rendered from the chart cache with the values captured under mocks
 (CRDs, templates and hook Jobs; never `helm test` pods). The platform is what exists without the
-stack: the node pools it declares (EKS node groups, or the kubeadm inventory's hosts), the built-in
+stack: the node pools it declares (EKS node groups and Karpenter NodePools, or the kubeadm
+inventory's hosts), the built-in
 namespaces, and the pods and Services Kubernetes itself runs there.
 """
 
@@ -133,6 +134,7 @@ class Release:
     namespace: str
     chart: Path
     values: dict[str, Any]
+    skip_crds: bool = False
 
 
 @dataclass
@@ -288,6 +290,42 @@ def _dns_service() -> dict[str, Any]:
     }
 
 
+def karpenter_pools(objects: list[K8sObject]) -> list[NodePool]:
+    """The node pools of Karpenter NodePools: the labels and taints of the nodes they launch.
+
+    Labels are the template's, Karpenter's own, and each requirement that allows one value.
+    """
+    pools = []
+    for pool in objects:
+        if pool.kind != "NodePool" or not pool.api_version.startswith("karpenter.sh/"):
+            continue
+        template = (pool.manifest.get("spec") or {}).get("template") or {}
+        spec = template.get("spec") or {}
+        labels = {
+            **{
+                r["key"]: str(r["values"][0])
+                for r in spec.get("requirements") or ()
+                if r.get("operator") == "In" and len(r.get("values") or ()) == 1
+            },
+            **((template.get("metadata") or {}).get("labels") or {}),
+            "karpenter.sh/nodepool": pool.name,
+        }
+        taints = tuple(
+            Taint(key=t["key"], value=str(t.get("value", "")), effect=t["effect"])
+            for t in spec.get("taints") or ()
+        )
+        pools.append(
+            NodePool(
+                name=f"karpenter/{pool.name}",
+                labels=labels,
+                taints=taints,
+                size=0,
+                provisioned=True,
+            )
+        )
+    return pools
+
+
 def platform_of(run: ProgramRun) -> Platform:
     """The cluster the program creates, from its EKS cluster or its kubeadm playbook command."""
     if run.of_type("eks:index:Cluster"):
@@ -316,8 +354,10 @@ def _release(resource: Recorded, cache_dir: Path | None) -> Release:
     return Release(
         name=inputs.get("name") or resource.name,
         namespace=inputs["namespace"],
-        chart=chart_archive(inputs["chart"], inputs["version"], cache_dir),
+        # An OCI chart is named by its URL (oci://host/path/<name>); its archive by the name.
+        chart=chart_archive(inputs["chart"].rpartition("/")[2], inputs["version"], cache_dir),
         values=integral_numbers(inputs.get("values") or {}),
+        skip_crds=bool(inputs.get("skipCrds")),
     )
 
 
@@ -329,7 +369,9 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
         for resource in run.kubernetes_resources()
     ]
     releases = [_release(resource, cache_dir) for resource in run.releases()]
-    crds = [crd for release in releases for crd in chart_crds(release.chart)]
+    crds = [
+        crd for release in releases if not release.skip_crds for crd in chart_crds(release.chart)
+    ]
     capabilities = Capabilities(
         kube_version=platform.kube_version,
         api_versions=tuple(
@@ -339,7 +381,12 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
     graph = ObjectGraph(objects=objects, platform=platform, releases=releases)
     for release in releases:
         rendered = render(
-            release.chart, release.values, release.name, release.namespace, capabilities
+            release.chart,
+            release.values,
+            release.name,
+            release.namespace,
+            capabilities,
+            skip_crds=release.skip_crds,
         )
         added = [
             K8sObject(r.manifest, source=f"helm/{release.name}", hook=r.hook) for r in rendered
@@ -350,4 +397,5 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
             # Helm installs a namespaced object without a namespace into the release's namespace.
             if obj.namespace is None and graph.is_namespaced(obj, scopes):
                 obj.metadata["namespace"] = release.namespace
+    platform.pools.extend(karpenter_pools(graph.objects))
     return graph

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_app.analysis import evidence
+from profiler_app.analysis import coupling, evidence
 from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.analysis.context import Context
 from profiler_app.analysis.periodicity import find_periods
@@ -78,7 +78,9 @@ def classify_matrix(
     util_loop = np.isfinite(util_period) & ~idle
     loops = evidence.signal_loops(matrix, summary, ~idle & ~util_loop, context)
     signal_loop = np.isfinite(loops.period)
-    waits = evidence.waiting(matrix, ~idle, context, step_seconds)
+    coupled = coupling.coupled_pairs(matrix, ~idle, context, summary.valid_count)
+    groups = coupling.join(context.groups, coupled, rows)
+    waits = evidence.waiting(matrix, ~idle, context, step_seconds, coupling=coupled, groups=groups)
     priors = context.prior_codes(rows)
     waiting = waits.evident & ~idle & (priors != _PRIOR_SERVING)
 
@@ -94,7 +96,7 @@ def classify_matrix(
         default=0.0,
     )
     own_evidence = util_loop | signal_loop | waiting
-    sibling = evidence.siblings(context.groups, own_evidence, own_confidence).source
+    sibling = evidence.siblings(groups, own_evidence, own_confidence).source
     from_sibling = ~idle & ~own_evidence & (sibling >= 0)
 
     basis = np.select(
@@ -123,7 +125,14 @@ def classify_matrix(
     confidence = _confidence(basis, summary, own_confidence, source, priors)
     seconds = period * step_seconds
     reasons = all_reasons(
-        basis, seconds, summary=summary, loops=loops, waits=waits, source=source, context=context
+        basis,
+        seconds,
+        summary=summary,
+        loops=loops,
+        waits=waits,
+        source=source,
+        context=context,
+        coupled_with=_coupled_with(context.groups, coupled, rows),
     )
     results = []
     for code, row_seconds, row_confidence, row_stats, row_reasons in zip(
@@ -147,6 +156,14 @@ def classify_matrix(
             )
         )
     return results
+
+
+def _coupled_with(known: np.ndarray | None, coupled: coupling.Coupling, rows: int) -> np.ndarray:
+    """For rows of no known job grouped by coupled stalls: the partner that grouped them."""
+    partner = coupled.partners(rows)
+    if known is not None:
+        partner[np.asarray(known) >= 0] = -1
+    return partner
 
 
 def _confidence(

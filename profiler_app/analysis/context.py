@@ -36,6 +36,9 @@ class Context:
     sm_active: FloatMatrix | None = None  # DCGM_FI_PROF_SM_ACTIVE, a ratio 0-1
     mem_copy: FloatMatrix | None = None  # DCGM_FI_DEV_MEM_COPY_UTIL, percent: a last resort
     groups: IntArray | None = None  # rows of one job share an id >= 0; -1: no known job
+    # Rows on one node share an id: GPUs of no known job there are one job when their stalls
+    # coincide (analysis.coupling). None: only rows of one known job are compared.
+    nodes: IntArray | None = None
     priors: Sequence[Prior | None] | None = None
     prior_reasons: Sequence[str] | None = None  # why, per row, e.g. "owner PyTorchJob"
     names: Sequence[str] | None = None  # how reasons name a row, e.g. "gpu 0"
@@ -46,7 +49,15 @@ class Context:
             matrix = getattr(self, name)
             if matrix is not None and np.shape(matrix) != (rows, columns):
                 raise ValueError(f"{name} has shape {np.shape(matrix)}, expected {(rows, columns)}")
-        for name in ("power_floor", "power_limit", "groups", "priors", "prior_reasons", "names"):
+        for name in (
+            "power_floor",
+            "power_limit",
+            "groups",
+            "nodes",
+            "priors",
+            "prior_reasons",
+            "names",
+        ):
             part = getattr(self, name)
             if part is not None and len(part) != rows:
                 raise ValueError(f"{name} has {len(part)} entries for {rows} rows")

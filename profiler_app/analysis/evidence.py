@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_app.analysis.context import Context
+from profiler_app.analysis.coupling import Coupling
 from profiler_app.analysis.periodicity import MIN_PERIOD_SAMPLES, find_periods
 from profiler_app.analysis.power import power_fraction
 from profiler_app.analysis.recurrence import drop_irregular
@@ -41,6 +42,11 @@ MIN_WAITING_RUN_SECONDS = 3.0
 MIN_WAITING_RUN_SAMPLES = 2
 # Sustained waiting adding up to this long within the window is evidence of a distributed job.
 MIN_WAITING_SECONDS = 10.0
+# Without power to judge a sample: a GPU pinned at this utilisation or more while a coupled
+# GPU of the same job (analysis.coupling) is stalled at this much or less is blocked waiting
+# for it, as ranks in a collective wait for a rank writing a checkpoint.
+MIN_PINNED_UTIL = 95.0
+MAX_STALLED_UTIL = 10.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ class Waiting:
     util: FloatArray  # mean utilisation while waiting (percent); NaN when it never waited
     power_fraction: FloatArray  # mean share of the power range while waiting; NaN if unknown
     sm_active: FloatArray  # mean SM activity while waiting; NaN if unknown
+    peer: IntArray  # the stalled GPU a row waited for (coupled peers, no power), -1 if none
 
     @property
     def evident(self) -> BoolArray:
@@ -185,31 +192,95 @@ def _range(context: Context) -> tuple[FloatArray, FloatArray]:
     return floor, limit
 
 
-def waiting(util: FloatMatrix, rows: BoolArray, context: Context, step_seconds: float) -> Waiting:
-    """High utilisation with the GPU's power near its idle floor, or few SMs active, sustained.
+def _peer_waiting(
+    util: FloatMatrix, rows: BoolArray, context: Context, coupling: Coupling, groups: IntArray
+) -> tuple[IntArray, BoolArray, IntArray]:
+    """Where a row is pinned while a coupled GPU of its job is stalled, and power cannot judge
+    the sample: the rows that ever are (ascending), their flags, and each one's peer.
+
+    Only the rows of coupled pairs are read: a cluster of independent GPUs pays nothing."""
+    same = (groups[coupling.left] >= 0) & (groups[coupling.left] == groups[coupling.right])
+    waiter = np.concatenate((coupling.left[same], coupling.right[same]))
+    stalled = np.concatenate((coupling.right[same], coupling.left[same]))
+    keep = rows[waiter]
+    waiter, stalled = waiter[keep], stalled[keep]
+    involved = np.unique(np.concatenate((waiter, stalled)))
+    part = util[involved]
+    with np.errstate(invalid="ignore"):
+        pinned = part >= MIN_PINNED_UTIL
+        if context.power is not None and context.power_limit is not None:
+            # Where power can judge a sample, the power rule does.
+            limit = np.asarray(context.power_limit, dtype=np.float64)[involved]
+            pinned &= ~(np.isfinite(context.power[involved]) & np.isfinite(limit)[:, None])
+        stall = part <= MAX_STALLED_UTIL
+    order = np.argsort(waiter, kind="stable")
+    waiter, stalled = waiter[order], stalled[order]
+    found = pinned[np.searchsorted(involved, waiter)] & stall[np.searchsorted(involved, stalled)]
+    some = found.any(axis=1)
+    waiter, stalled, found = waiter[some], stalled[some], found[some]
+    if waiter.size == 0:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, np.zeros((0, util.shape[1]), dtype=bool), empty
+    first = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]])
+    flags: BoolArray = np.logical_or.reduceat(found, first, axis=0)
+    return waiter[first], flags, stalled[first]  # the first pair of each row names the peer
+
+
+def waiting(
+    util: FloatMatrix,
+    rows: BoolArray,
+    context: Context,
+    step_seconds: float,
+    *,
+    coupling: Coupling | None = None,
+    groups: IntArray | None = None,
+) -> Waiting:
+    """High utilisation with the GPU's power near its idle floor, or few SMs active, or (where
+    power cannot tell) while a coupled GPU of the same job is stalled; sustained.
 
     Only rows with an absolute power range (``Context.power_limit``) are judged by power: in
     the window's own range the lowest reading is "idle" by construction.
     """
     count = util.shape[0]
-    result = Waiting(np.zeros(count), np.zeros(count), *(np.full(count, np.nan) for _ in range(3)))
-    if not rows.any() or (context.power_limit is None and context.sm_active is None):
+    result = Waiting(
+        seconds=np.zeros(count),
+        share=np.zeros(count),
+        util=np.full(count, np.nan),
+        power_fraction=np.full(count, np.nan),
+        sm_active=np.full(count, np.nan),
+        peer=np.full(count, -1, dtype=np.intp),
+    )
+    judged = context.power_limit is not None or context.sm_active is not None
+    peers = coupling is not None and groups is not None and coupling.left.size > 0
+    if not rows.any() or not (judged or peers):
         return result
-    with np.errstate(invalid="ignore"):
-        low = np.zeros(util.shape, dtype=bool)
-        if context.power is not None and context.power_limit is not None:
-            floor, limit = _range(context)
-            ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
-            low |= context.power <= ceiling[:, None]
-        if context.sm_active is not None:
-            low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
-        flags = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
-    # Only the few rows that ever look like waiting pay for the run test and the means.
-    selected = np.flatnonzero(flags.any(axis=1))
+    selected = np.zeros(0, dtype=np.intp)
+    flags = np.zeros((0, util.shape[1]), dtype=bool)
+    if judged:
+        with np.errstate(invalid="ignore"):
+            low = np.zeros(util.shape, dtype=bool)
+            if context.power is not None and context.power_limit is not None:
+                floor, limit = _range(context)
+                ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
+                low |= context.power <= ceiling[:, None]
+            if context.sm_active is not None:
+                low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
+            everywhere = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
+        # Only the few rows that ever look like waiting pay for the run test and the means.
+        selected = np.flatnonzero(everywhere.any(axis=1))
+        flags = everywhere[selected]
+    if coupling is not None and groups is not None and peers:
+        waiters, peer_flags, peer = _peer_waiting(util, rows, context, coupling, groups)
+        result.peer[waiters] = peer
+        merged = np.union1d(selected, waiters)
+        both = np.zeros((merged.size, util.shape[1]), dtype=bool)
+        both[np.searchsorted(merged, selected)] = flags
+        both[np.searchsorted(merged, waiters)] |= peer_flags
+        selected, flags = merged, both
     if selected.size == 0:
         return result
     run = max(MIN_WAITING_RUN_SAMPLES, int(np.ceil(MIN_WAITING_RUN_SECONDS / step_seconds)))
-    flags = sustained(flags[selected], run)
+    flags = sustained(flags, run)
     waited = flags.sum(axis=1)
     util_rows = util[selected]
     result.seconds[selected] = waited * step_seconds

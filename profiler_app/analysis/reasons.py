@@ -27,10 +27,12 @@ def _percent(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
 
 
-def _waiting_text(util: float, fraction: float, sm_active: float) -> str:
+def _waiting_text(util: float, fraction: float, sm_active: float, peer: str) -> str:
     if math.isfinite(fraction):
         return f"util {util:.0f}% at {_percent(fraction)} of power range"
-    return f"util {util:.0f}% at sm-active {_percent(sm_active)}"
+    if math.isfinite(sm_active):
+        return f"util {util:.0f}% at sm-active {_percent(sm_active)}"
+    return f"util {util:.0f}% while {peer} stalls"
 
 
 def all_reasons(
@@ -42,6 +44,7 @@ def all_reasons(
     waits: Waiting,
     source: IntArray,
     context: Context,
+    coupled_with: IntArray,
 ) -> list[tuple[str, ...]]:
     """The reasons of every row, strongest evidence first."""
     idle_fraction = summary.idle_fraction.tolist()
@@ -53,6 +56,7 @@ def all_reasons(
         waits.sm_active.tolist(),
     )
     prior_reasons: Sequence[str] = context.prior_reasons or [""] * len(idle_fraction)
+    peers, partners = waits.peer.tolist(), coupled_with.tolist()
     reasons: list[tuple[str, ...]] = []
     for row, (code, seconds, origin) in enumerate(
         zip(basis.tolist(), period_seconds.tolist(), source.tolist(), strict=True)
@@ -71,8 +75,11 @@ def all_reasons(
         elif kind in (Basis.BURSTY, Basis.STEADY, Basis.PRIOR):
             found += [f"util idle {_percent(idle_fraction[row])} of samples", "no loop"]
         if kind is not Basis.IDLE and evident[row]:
-            found.append(_waiting_text(wait_util[row], wait_fraction[row], wait_sm[row]))
+            peer = context.name(peers[row]) if peers[row] >= 0 else "a peer"
+            found.append(_waiting_text(wait_util[row], wait_fraction[row], wait_sm[row], peer))
             found.append(f"waiting {_percent(share[row])} of samples")
+        if kind is not Basis.IDLE and partners[row] >= 0:
+            found.append(f"stalls with {context.name(partners[row])}")
         if prior_reasons[row]:
             found.append(prior_reasons[row])
         reasons.append(tuple(found))

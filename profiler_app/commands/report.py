@@ -105,7 +105,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UserError("--top must be 0 (all) or more")
     until = _parse_time(args.until) if args.until else datetime.now(UTC)
-    since = until - timedelta(seconds=parse_duration(args.since))
+    since = _start(until, args.since)
     url = parse_store_url(args.store_url)
     engine = create_store_engine(url, create_file=False)
     try:
@@ -164,6 +164,18 @@ def _check_schema(current: tuple[str, ...], url: str) -> None:
             f"{url} has schema revision {', '.join(current)} but this gpu-profiler reads "
             f"{', '.join(head_revisions())}: run the matching gpu-profiler version"
         )
+
+
+def _start(until: datetime, since: str) -> datetime:
+    """``until`` minus the ``--since`` duration, or one error line when that is before year 1."""
+    try:
+        seconds = parse_duration(since)
+    except UserError as error:
+        raise UserError(f"--since: {error}") from None
+    try:
+        return until - timedelta(seconds=seconds)
+    except OverflowError:
+        raise UserError(f"--since {since} reaches back before the year 1") from None
 
 
 def _parse_time(text: str) -> datetime:

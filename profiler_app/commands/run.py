@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.commands import options
 from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
@@ -31,7 +33,7 @@ from profiler_app.sources import MetricsSource
 from profiler_app.sources.cadvisor import PodPeaksQuery
 from profiler_app.sources.host import HostSampler
 from profiler_app.sources.nvml import NvmlSource
-from profiler_app.sources.prometheus import PrometheusSource
+from profiler_app.sources.prometheus import PrometheusSource, grid_ending_at
 from profiler_app.urls import without_credentials
 
 if TYPE_CHECKING:
@@ -42,19 +44,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ANNOTATION_DOMAIN = "ai.centaurus.io"  # sinks.kubernetes.DEFAULT_DOMAIN (a test checks)
 DEFAULT_METRICS_PORT = 9401  # 9400 is dcgm-exporter's
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # nothing exposed unless asked (the DaemonSet asks)
 DEFAULT_INTERVAL = "30s"
 DEFAULT_SAMPLE_INTERVAL = "1s"
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 LOG_LEVELS = ("debug", "info", "warning", "error")
-# Shorter than the 5 s a stop request may take, so a hung Prometheus cannot hold up shutdown.
+PROTECT_TRAINING_ENV = "GPU_PROFILER_PROTECT_TRAINING"
+SWITCH_VALUES = {"true": True, "1": True, "yes": True, "on": True}
+SWITCH_VALUES |= {"false": False, "0": False, "no": False, "off": False, "": False}
+# Each Prometheus request's timeout: a hung Prometheus costs a cycle this long per query, and
+# a stop request then abandons the cycle after daemon.STOP_GRACE_SECONDS.
 PROMETHEUS_TIMEOUT_SECONDS = 4.0
 # How long --once waits for the first pod list before profiling without pod names.
 POD_SYNC_TIMEOUT_SECONDS = 5.0
 # /healthz fails when no cycle was attempted for this many intervals (and at least a minute).
 STALE_INTERVALS = 3
+# Floors: a cycle sends Prometheus a query_range per field (a few requests a second at most
+# at 0.5 s); NVML's utilisation counters move no faster than the sample floor.
+MIN_PROMETHEUS_INTERVAL_SECONDS = 0.5
+MIN_SAMPLE_INTERVAL_SECONDS = 0.1
+# A cycle a day at least: /healthz and the back-off's waits are multiples of the interval.
+MAX_INTERVAL_SECONDS = 86400.0
+# Ceiling of samples per GPU that local sampling keeps (6 h at 1 s): the ring buffer is
+# allocated whole at start, about 48 bytes per sample and GPU.
+MAX_LOCAL_SAMPLES = 21_600
 
 
 def _log_level(text: str) -> str:
@@ -96,7 +110,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(
         "--annotation-domain",
         env="GPU_PROFILER_ANNOTATION_DOMAIN",
-        default=DEFAULT_ANNOTATION_DOMAIN,
+        default=DEFAULT_DOMAIN,
         metavar="DOMAIN",
         help="prefix of the annotation keys",
     )
@@ -106,6 +120,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         shown_default="profiler.db in this user's data directory",
         metavar="URL",
         help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none'",
+    )
+    add(
+        "--retention",
+        env="GPU_PROFILER_RETENTION",
+        shown_default="90d for SQLite, none for PostgreSQL",
+        metavar="DURATION",
+        help="how long the store keeps the daemon's rows, or 'none' to keep them forever",
     )
     add(
         "--metrics-port",
@@ -127,14 +148,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         env="GPU_PROFILER_INTERVAL",
         default=DEFAULT_INTERVAL,
         metavar="DURATION",
-        help="time between cycles",
+        help="time between cycles, at least 0.5s when reading Prometheus (0.1s locally), "
+        "at most 1d",
     )
     add(
         "--sample-interval",
         env="GPU_PROFILER_SAMPLE_INTERVAL",
         default=DEFAULT_SAMPLE_INTERVAL,
         metavar="DURATION",
-        help="local sampling period of NVML and the host",
+        help="local sampling period of NVML and the host, at least 0.1s; local sampling "
+        f"keeps at most {MAX_LOCAL_SAMPLES:,} samples of --window",
     )
     add(
         "--cgroup-root",
@@ -142,6 +165,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=DEFAULT_CGROUP_ROOT,
         metavar="DIR",
         help="where the host's cgroup tree is mounted, for per-pod CPU and memory",
+    )
+    add(
+        "--protect-training",
+        env=PROTECT_TRAINING_ENV,
+        action="store_true",
+        shown_default="off",
+        help="set karpenter.sh/do-not-disrupt on pods while their GPUs train, remove it after",
     )
     group.add_argument("--once", action="store_true", help="run one cycle and exit")
     add(
@@ -170,40 +200,44 @@ class RunConfig:
     kubeconfig: str | None
     annotation_domain: str
     store_url: str | None  # None: no store
+    retention_seconds: float | None  # None: rows are kept forever
     metrics_address: str
     metrics_port: int
     cgroup_root: Path
     once: bool
+    protect_training: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunConfig:
         window = _required_duration(args.window, "--window")
         interval = _required_duration(args.interval, "--interval")
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
-        if sample_interval > window:
-            raise UserError("--sample-interval must not be longer than --window")
+        _check_bounds(window, interval, sample_interval, local=not args.prometheus_url)
+        step = options.duration(args.step, "--step")
+        if step is not None and args.prometheus_url:
+            grid_ending_at(0.0, window, step)  # a step too fine for the window: said now, once
         store_url = _store_url(args.store_url)
         domain = args.annotation_domain
         if kubernetes_configured(args.kubeconfig):
-            from profiler_app.sinks.kubernetes import validate_domain  # noqa: PLC0415
-
             domain = validate_domain(domain)
         return cls(
             node=args.node,
             node_label=args.node_label,
             prometheus_url=args.prometheus_url,
             fields=options.classified_first(options.fields(args)),
-            step_seconds=options.duration(args.step, "--step"),
+            step_seconds=step,
             window_seconds=window,
             interval_seconds=interval,
             sample_interval_seconds=sample_interval,
             kubeconfig=args.kubeconfig,
             annotation_domain=domain,
             store_url=store_url,
+            retention_seconds=_retention(args.retention, store_url),
             metrics_address=args.metrics_address,
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
             once=args.once,
+            protect_training=_switch(args.protect_training, PROTECT_TRAINING_ENV),
         )
 
     def describe(self) -> str:
@@ -218,6 +252,8 @@ class RunConfig:
             from profiler_app.sinks.store.engine import display_url, parse_store_url  # noqa: PLC0415
 
             store = display_url(parse_store_url(self.store_url))
+            kept = self.retention_seconds
+            store += f" retention={format_duration(kept) if kept else 'none'}"
         metrics = (
             f"http://{self.metrics_address}:{self.metrics_port}/metrics"
             if self.metrics_port
@@ -229,6 +265,7 @@ class RunConfig:
             f"interval={format_duration(self.interval_seconds)} "
             f"kubeconfig={self.kubeconfig or 'in-cluster or off'} "
             f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
+            + (" protect-training" if self.protect_training else "")
             + (" once" if self.once else "")
         )
 
@@ -249,6 +286,50 @@ def _store_url(text: str | None) -> str | None:
     return url
 
 
+def _switch(value: bool | str | None, env: str) -> bool:
+    """An on/off flag: True when given, else the environment variable's true or false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    switch = SWITCH_VALUES.get(value.strip().lower())
+    if switch is None:
+        raise UserError(f"{env}={value!r}: use true or false")
+    return switch
+
+
+def _check_bounds(window: float, interval: float, sample_interval: float, *, local: bool) -> None:
+    floor = MIN_SAMPLE_INTERVAL_SECONDS if local else MIN_PROMETHEUS_INTERVAL_SECONDS
+    if interval < floor:
+        reading = "sampling locally" if local else "reading Prometheus"
+        raise UserError(f"--interval must be at least {floor:g}s when {reading}")
+    if interval > MAX_INTERVAL_SECONDS:
+        raise UserError("--interval must be at most 1d")
+    if sample_interval < MIN_SAMPLE_INTERVAL_SECONDS:
+        raise UserError(f"--sample-interval must be at least {MIN_SAMPLE_INTERVAL_SECONDS:g}s")
+    if sample_interval > window:
+        raise UserError("--sample-interval must not be longer than --window")
+    if local and window / sample_interval > MAX_LOCAL_SAMPLES:
+        raise UserError(
+            f"--window {format_duration(window)} at --sample-interval "
+            f"{format_duration(sample_interval)} is more than the {MAX_LOCAL_SAMPLES:,} samples "
+            f"local sampling keeps: use --sample-interval "
+            f"{math.ceil(window / MAX_LOCAL_SAMPLES)}s or a shorter --window"
+        )
+
+
+def _retention(text: str | None, store_url: str | None) -> float | None:
+    """Seconds rows stay in the store; None to keep them (PostgreSQL's default: a DBA's call)."""
+    if store_url is None or (text is not None and text.strip().lower() == "none"):
+        return None
+    if text is None:
+        from profiler_app.sinks.store.engine import parse_store_url, sqlite_path  # noqa: PLC0415
+        from profiler_app.sinks.store.retention import DEFAULT_SQLITE_RETENTION  # noqa: PLC0415
+
+        if sqlite_path(parse_store_url(store_url)) is None:
+            return None
+        text = DEFAULT_SQLITE_RETENTION
+    return _required_duration(text, "--retention")
+
+
 def _required_duration(text: str, flag: str) -> float:
     seconds = options.duration(text, flag)
     if seconds is None:  # options with a default are never None
@@ -266,16 +347,19 @@ def handle(args: argparse.Namespace) -> int:
         first_delay = (
             0.0 if config.prometheus_url else min(config.interval_seconds, config.window_seconds)
         )
-        return daemon.run(once=config.once, first_delay_seconds=first_delay)
+        try:
+            return daemon.run(once=config.once, first_delay_seconds=first_delay)
+        finally:
+            if not daemon.close():
+                resources.pop_all()  # a cycle still runs: close nothing under it
 
 
 def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
-    """Starts every part, registering each one's cleanup in ``resources`` (closed in reverse)."""
-    host = HostSampler(
-        config.sample_interval_seconds, config.window_seconds, cgroup_root=config.cgroup_root
-    )
-    host.start()
-    resources.callback(host.close)
+    """Starts every part. The daemon's ``close`` stops the sources, then closes the sinks;
+    ``resources`` (closed in reverse) holds what both use, and anything started before a
+    failure."""
+    sources = resources.enter_context(contextlib.ExitStack())
+    host: HostSampler | None = None
     notice = None
     source: MetricsSource
     metric_pod_peaks = None
@@ -289,10 +373,17 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             timeout=PROMETHEUS_TIMEOUT_SECONDS,
             optional_fields=config.fields[1:],
         )
-        resources.callback(prometheus.close)
+        sources.callback(prometheus.close)
         source = prometheus
         metric_pod_peaks = PodPeaksQuery(prometheus).read
     else:
+        # Host and pod-cgroup sampling feed only local mode: in the DaemonSet's Prometheus mode
+        # the container cannot see the host's cgroups, and cAdvisor gives the pod peaks.
+        host = HostSampler(
+            config.sample_interval_seconds, config.window_seconds, cgroup_root=config.cgroup_root
+        )
+        host.start()
+        sources.callback(host.close)
         nvml = NvmlSource(
             config.node,
             config.window_seconds,
@@ -300,16 +391,22 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             fields=config.fields,
         )
         nvml.start()
-        resources.callback(nvml.close)
+        sources.callback(nvml.close)
         notice = nvml.unavailable_reason
         source = nvml
 
     sinks: list[Sink] = []
-    watcher = _start_kubernetes(config, resources, sinks)
+    watcher = _start_kubernetes(config, resources, sources, sinks)
     if config.store_url is not None:
         from profiler_app.sinks.store import TableStore  # noqa: PLC0415
 
-        sinks.append(TableStore(config.store_url))
+        sinks.append(
+            TableStore(
+                config.store_url,
+                retention_seconds=config.retention_seconds,
+                migrate_in_child=True,  # Alembic stays out of the daemon's memory
+            )
+        )
     embedded = config.prometheus_url is None and watcher is None
     if embedded or sys.stdout.isatty():
         sinks.append(TerminalSink(notice=notice))
@@ -319,7 +416,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     if config.metrics_port:
         metrics.serve(config.metrics_address, config.metrics_port)
     sinks.append(metrics)
-    daemon = Daemon(
+    return Daemon(
         node=config.node,
         source=source,
         sinks=sinks,
@@ -331,13 +428,15 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         host=host,
         pods=watcher.snapshot if watcher is not None else None,
         metric_pod_peaks=metric_pod_peaks,
+        sources=sources.pop_all(),
     )
-    resources.callback(daemon.close)
-    return daemon
 
 
 def _start_kubernetes(
-    config: RunConfig, resources: contextlib.ExitStack, sinks: list[Sink]
+    config: RunConfig,
+    resources: contextlib.ExitStack,
+    sources: contextlib.ExitStack,
+    sinks: list[Sink],
 ) -> PodWatcher | None:
     """Starts the pod watcher and adds the annotation sink; None when Kubernetes is off."""
     if not kubernetes_configured(config.kubeconfig):
@@ -352,10 +451,17 @@ def _start_kubernetes(
     resources.callback(connection.close)
     watcher = PodWatcher(connection, config.node)
     watcher.start()
-    resources.callback(watcher.stop, 1.0)
+    sources.callback(watcher.stop, 1.0)
     if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
         log.warning("no pod list from Kubernetes yet; profiling without pod names")
-    sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
+    sinks.append(
+        KubernetesSink(
+            connection,
+            config.node,
+            domain=config.annotation_domain,
+            protect_training=config.protect_training,
+        )
+    )
     return watcher
 
 

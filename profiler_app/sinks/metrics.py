@@ -31,7 +31,9 @@ JOB_TYPES = tuple(job_type.value for job_type in JobType)
 # What a verdict rests on: a bounded set of label values, where the free-text reasons would not be.
 BASES = tuple(basis.label for basis in Basis)
 GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
-ERROR_KINDS = ("source", "kubernetes", "store", "metrics", "terminal", "analysis", "cycle")
+# The parts that back off (the source and the sinks) are also counted in consecutive_failures.
+PART_KINDS = ("source", "kubernetes", "store", "metrics", "terminal")
+ERROR_KINDS = (*PART_KINDS, "analysis", "cycle")
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
@@ -171,9 +173,16 @@ class MetricsSink:
 
     name = "metrics"
 
-    def __init__(self, heartbeat: Heartbeat, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        heartbeat: Heartbeat,
+        registry: CollectorRegistry | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.heartbeat = heartbeat
+        self._clock = clock  # wall time (Unix seconds), for last_success
         self._gpus = _GpuCollector()
         self.registry.register(self._gpus)
         self.errors = Counter(
@@ -195,6 +204,16 @@ class MetricsSink:
             "Unix time of the last cycle that read its source and published everywhere.",
             registry=self.registry,
         )
+        self.consecutive_failures = Gauge(
+            "gpu_profiler_consecutive_failures",
+            "Failures in a row of the source or a sink; it is waiting out its back-off while > 0.",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in PART_KINDS:
+            self.consecutive_failures.labels(kind=kind)
+        self._failing: dict[str, int] = {}
+        self._last_success_at: float | None = None
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -204,10 +223,19 @@ class MetricsSink:
     def record_error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()
 
+    def record_failures(self, kind: str, failures: int) -> None:
+        """``failures`` in a row for ``kind`` (0: it works again)."""
+        self.consecutive_failures.labels(kind=kind).set(failures)
+        if failures:
+            self._failing[kind] = failures
+        else:
+            self._failing.pop(kind, None)
+
     def record_cycle(self, seconds: float, *, success: bool) -> None:
         self.cycle_duration.observe(seconds)
         if success:
-            self.last_success.set_to_current_time()
+            self._last_success_at = self._clock()
+            self.last_success.set(self._last_success_at)
 
     def app(self) -> WsgiApp:
         """The WSGI application: /metrics, /healthz; anything else is 404."""
@@ -225,14 +253,30 @@ class MetricsSink:
         return dispatch
 
     def _healthz(self, start_response: StartResponse) -> Iterator[bytes]:
+        """200 while the loop runs, even through an outage (a restart would not end it); the
+        body says what is failing. 503 when the loop itself is stuck."""
         age = self.heartbeat.age()
         if self.heartbeat.alive():
             start_response("200 OK", [("Content-Type", "text/plain")])
-            yield f"ok: last cycle attempt {age:.0f}s ago\n".encode()
+            yield f"ok: last cycle {age:.0f}s ago; {self.health_summary()}\n".encode()
         else:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             limit = self.heartbeat.stale_after_seconds
-            yield f"stale: last cycle attempt {age:.0f}s ago (limit {limit:.0f}s)\n".encode()
+            yield f"stale: last cycle {age:.0f}s ago (limit {limit:.0f}s)\n".encode()
+
+    def health_summary(self) -> str:
+        """``last success 412s ago; failing: kubernetes (4 in a row)`` (or ``all parts work``)."""
+        last = self._last_success_at
+        words = [
+            "no success yet" if last is None else f"last success {self._clock() - last:.0f}s ago"
+        ]
+        failing = dict(self._failing)
+        words.append(
+            "failing: " + ", ".join(f"{kind} ({n} in a row)" for kind, n in sorted(failing.items()))
+            if failing
+            else "all parts work"
+        )
+        return "; ".join(words)
 
     def serve(self, address: str, port: int) -> int:
         """Starts the HTTP server in a daemon thread; returns the bound port (0 picks one)."""

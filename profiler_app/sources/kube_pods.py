@@ -1,9 +1,11 @@
 """The pods scheduled on this node, kept current by a Kubernetes list + watch in a thread.
 
-The watcher lists pods with ``fieldSelector=spec.nodeName=<node>``, then watches from the list's
-resourceVersion, applying ADDED/MODIFIED/DELETED events and following BOOKMARKs. A watch that
-ends (``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted) means
-a fresh list; any other failure backs off exponentially and retries. ``snapshot()`` never blocks
+The watcher lists pods with ``fieldSelector=spec.nodeName=<node>``, in pages of
+``LIST_PAGE_SIZE`` (``limit`` + ``continue``), then watches from the list's resourceVersion,
+applying ADDED/MODIFIED/DELETED events and following BOOKMARKs. A watch that ends
+(``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted, or a
+continue token expired) means a fresh list; any other failure waits out the one back-off policy
+(``profiler_app.backoff``, honouring Retry-After) and retries. ``snapshot()`` never blocks
 on the network. Pods are parsed from raw JSON: the typed models would cost far more per event and
 this needs a few fields.
 """
@@ -20,13 +22,24 @@ from typing import Any
 
 import urllib3
 
-from profiler_app.kube import KubeConnection, describe, error_status, response_lines
+from profiler_app.backoff import Backoff
+from profiler_app.kube import (
+    TRANSPORT_ERRORS,
+    KubeConnection,
+    describe,
+    error_status,
+    response_lines,
+    retry_after_seconds,
+)
 from profiler_app.workloads import WORKLOAD_LABEL_KEYS
 
 log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PODS_PATH = "/api/v1/pods"  # all namespaces; the field selector keeps this node's
+# Pods per list page: a node holds a few hundred pods at most (kubelet's default maxPods is 110),
+# so one page is the rule; paging bounds the answer should a selector ever match more.
+LIST_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,10 @@ class PodInfo:
 
 class WatchExpiredError(Exception):
     """The API server no longer has the history the watch resumes from (410 Gone)."""
+
+
+class ListExpiredError(Exception):
+    """A paged list's continue token expired (410) before its last page: list again."""
 
 
 def _quantity(value: Any) -> int:
@@ -145,13 +162,14 @@ class PodWatcher:
         watch_timeout_seconds: int = 30,
         backoff_initial: float = 1.0,
         backoff_max: float = 60.0,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self._connection = connection
         self.node = node
         self._selector = f"spec.nodeName={node}"
         self._watch_timeout = watch_timeout_seconds
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
+        self._backoff = Backoff(backoff_initial, backoff_max)
+        self._page_size = page_size
         self._pods: dict[str, PodInfo] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -189,13 +207,12 @@ class PodWatcher:
     # -- thread ------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        delay = self._backoff_initial
         while not self._stopping.is_set():
             try:
                 if self._resource_version is None:
                     self._relist()
                 self._watch()
-                delay = self._backoff_initial
+                self._backoff.succeeded()
             except WatchExpiredError:
                 log.info("pod watch on %s expired (410 Gone); listing again", self.node)
                 self._resource_version = None
@@ -205,6 +222,7 @@ class PodWatcher:
                 if error_status(error) == 410 and self._resource_version is not None:
                     self._resource_version = None  # some servers answer a stale watch with 410
                     continue
+                delay = self._backoff.failed(retry_after_seconds(error))
                 log.warning(
                     "pod watch on %s failed (%s); retrying in %.1fs",
                     self.node,
@@ -212,22 +230,46 @@ class PodWatcher:
                     delay,
                 )
                 self._stopping.wait(delay)
-                delay = min(delay * 2, self._backoff_max)
 
     def _relist(self) -> None:
-        document = self._connection.get_json(PODS_PATH, query={"fieldSelector": self._selector})
-        pods = {}
-        for item in document.get("items") or []:
-            if info := _parse_or_skip(item):
-                pods[info.uid] = info
+        try:
+            pods, version = self._list()
+        except ListExpiredError:
+            log.info("pod list on %s expired between pages; listing again", self.node)
+            pods, version = self._list()
         with self._lock:
             self._pods = pods
-        self._resource_version = str(document["metadata"]["resourceVersion"])
+        self._resource_version = version
         self.relists += 1
         self._synced.set()
         log.debug(
             "listed %d pods on %s at version %s", len(pods), self.node, self._resource_version
         )
+
+    def _list(self) -> tuple[dict[str, PodInfo], str]:
+        """The node's pods by uid and the list's resourceVersion, page by page: the pages are
+        one snapshot, at the version the first one gives."""
+        pods = {}
+        token: str | None = None
+        while True:
+            query: dict[str, str | int | None] = {
+                "fieldSelector": self._selector,
+                "limit": self._page_size,
+                "continue": token,
+            }
+            try:
+                document = self._connection.get_json(PODS_PATH, query=query)
+            except TRANSPORT_ERRORS as error:
+                if token is not None and error_status(error) == 410:
+                    raise ListExpiredError from None  # the continue token is too old
+                raise
+            for item in document.get("items") or []:
+                if info := _parse_or_skip(item):
+                    pods[info.uid] = info
+            metadata = document.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                return pods, str(metadata["resourceVersion"])
 
     def _watch(self) -> None:
         connect_timeout = self._connection.request_timeout[0]

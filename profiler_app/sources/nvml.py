@@ -179,9 +179,14 @@ class NvmlSource:
             self._thread.start()
 
     def close(self) -> None:
+        """Stops the sampler, then shuts NVML down; a sampler still inside an NVML call after
+        2 s keeps NVML (shutting it down under the call could crash the process)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+            if self._thread.is_alive():
+                log.warning("the NVML sampler did not stop within 2s; leaving NVML initialised")
+                return
         if self._ring is not None:
             try:
                 self._nvml.nvmlShutdown()

@@ -72,7 +72,7 @@ def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iter
     width = span_ns // FINE_BINS
     if width < 1:
         return None
-    fine = busy_signal(queries.gap_edges_by_bin(export, device, first, width, FINE_BINS), width)
+    fine = busy_signal(queries.idle_by_bin(export, device, first, width, FINE_BINS), width)
     for factor in (FINE_BINS // COARSE_BINS, 1):
         coarse = fine.reshape(-1, factor).sum(axis=1)
         percent = coarse * (100.0 / (width * factor))
@@ -84,23 +84,7 @@ def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iter
     return None
 
 
-def busy_signal(
-    edges: tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]], width_ns: int
-) -> FloatArray:
-    """Busy nanoseconds in each of ``FINE_BINS`` bins from ``queries.gap_edges_by_bin``.
-
-    Gaps never overlap, so at a bin's end either no gap or exactly one is open
-    (``open_after``), and a bin's idle time is that open gap's share of it, less the part of
-    any gap starting in the bin before its start, plus the part of any gap ending in it.
-    """
-    counts = np.zeros((2, FINE_BINS), dtype=np.int64)
-    offsets = np.zeros((2, FINE_BINS), dtype=np.int64)
-    for side, rows in enumerate(edges):
-        if rows:
-            data = np.array(rows, dtype=np.int64)
-            counts[side, data[:, 0]] = data[:, 1]
-            offsets[side, data[:, 0]] = data[:, 2]
-    open_after = np.cumsum(counts[0] - counts[1])
-    idle = open_after * width_ns - offsets[0] + offsets[1]
-    busy: FloatArray = (width_ns - idle).astype(np.float64)
+def busy_signal(idle_ns: list[int], width_ns: int) -> FloatArray:
+    """Busy nanoseconds per bin of ``width_ns``, from ``queries.idle_by_bin``."""
+    busy: FloatArray = (width_ns - np.array(idle_ns, dtype=np.int64)).astype(np.float64)
     return busy

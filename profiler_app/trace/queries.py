@@ -11,8 +11,8 @@
   function (the running maximum of earlier end times; a row starting after it opens an idle
   gap), into a temp table keyed by time, so that per-GPU totals, the longest gaps and the gaps
   that began during a synchronising call are index range scans.
-- ``gap_edges_by_bin``: where idle gaps start and end, per time bin: the GPU's busy fraction
-  per bin (a utilisation signal) follows exactly.
+- ``idle_by_bin``: idle time per time bin, from the gap table by key ranges: the GPU's busy
+  fraction per bin (a utilisation signal) follows exactly.
 - ``nvtx_names`` and ``nvtx_spacings``: NVTX ranges by name, and the start-to-start spacing of
   one name's ranges on each thread.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from profiler_app.trace import schema
+from profiler_app.trace import grouping, schema
 from profiler_app.trace.export import Export
 
 # Each GPU's events are keyed by device * DEVICE_STRIDE_NS + (time - origin), so one ordered
@@ -33,6 +33,9 @@ from profiler_app.trace.export import Export
 DEVICE_STRIDE_NS = 1 << 48
 GAP_TABLE = "temp.trace_gap"
 SYNC_TABLE = "temp.trace_sync"
+KERNEL_GROUPS = "temp.trace_kernel_groups"
+API_GROUPS = "temp.trace_api_groups"
+LAUNCH_TABLE = "temp.trace_launch"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,20 @@ def _duration_columns(alias: str) -> str:
 _DURATIONS = "g.n, g.total, g.low, g.high, g.squares, g.first, g.last"
 
 
+def _duration_aggregates(alias: str) -> list[grouping.Column]:
+    """``_duration_columns`` as upsert columns (``grouping``)."""
+    length = f"({alias}.end - {alias}.start)"
+    return [
+        grouping.Column("n", "1", "sum"),
+        grouping.Column("total", length, "sum"),
+        grouping.Column("low", length, "min"),
+        grouping.Column("high", length, "max"),
+        grouping.Column("squares", f"{length} * 1.0 * {length}", "sum"),
+        grouping.Column("first", f"{alias}.start", "min"),
+        grouping.Column("last", f"{alias}.end", "max"),
+    ]
+
+
 def _durations(row: Sequence[object]) -> DurationStats:
     count, total, low, high, squares, first, last = row
     return DurationStats(
@@ -131,33 +148,27 @@ def kernel_groups(export: Export, short_ns: int) -> list[KernelGroup]:
         return []
     name = "demangledName" if export.has_column(schema.KERNEL, "demangledName") else "shortName"
     pid = _pid_column(export, schema.KERNEL, "k")
-    launches, join = "0 AS launches, 0 AS launch_ns", ""
-    if export.has(schema.RUNTIME):
-        launches = "count(r.start) AS launches, coalesce(sum(r.end - r.start), 0) AS launch_ns"
-        same_process = (
-            f" AND (r.globalTid & {schema.PROCESS_MASK}) = k.globalPid" if pid != "NULL" else ""
-        )
-        # Graph kernels share their graph launch's call: that time is counted once, by name.
-        single = (
-            " AND coalesce(k.graphNodeId, 0) = 0"
-            if export.has_column(schema.KERNEL, "graphNodeId")
-            else ""
-        )
-        join = (
-            f"LEFT JOIN {schema.RUNTIME} AS r "
-            f"ON r.correlationId = k.correlationId{same_process}{single}"
-        )
+    launch = _launch_join(export, pid)
+    columns = [
+        grouping.Column("device", "k.deviceId", "same"),
+        grouping.Column("pid", pid, "same"),
+        grouping.Column("name_id", f"k.{name}", "same"),
+        *_duration_aggregates("k"),
+        grouping.Column("short", "k.end - k.start < :short", "sum"),
+        grouping.Column("launches", launch.calls if launch else "0", "sum"),
+        grouping.Column("launch_ns", launch.ns if launch else "0", "sum"),
+    ]
+    key = grouping.packed_key(("k.deviceId", 8), (f"({_process_bits(pid)})", 24), (f"k.{name}", 31))
+    source = f"FROM {schema.KERNEL} AS k {launch.join if launch else ''} WHERE {_timed('k')}"
+    parameters = {"short": short_ns}
+    if not grouping.aggregate(
+        export, table=KERNEL_GROUPS, key=key, columns=columns, source=source, parameters=parameters
+    ):
+        _group_kernels_by_sorting(export, name, pid, launch, parameters)
     sql = f"""
         SELECT g.device, g.pid, coalesce(s.value, 'kernel #' || g.name_id), {_DURATIONS},
                g.short, g.launches, g.launch_ns
-        FROM (
-            SELECT k.deviceId AS device, {pid} AS pid, k.{name} AS name_id,
-                   {_duration_columns("k")}, sum(k.end - k.start < :short) AS short, {launches}
-            FROM {schema.KERNEL} AS k {join}
-            WHERE {_timed("k")}
-            GROUP BY 1, 2, 3
-        ) AS g
-        LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+        FROM {KERNEL_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
     """
     return [
         KernelGroup(
@@ -169,8 +180,124 @@ def kernel_groups(export: Export, short_ns: int) -> list[KernelGroup]:
             launches=_int(row[11]),
             launch_ns=_int(row[12]),
         )
-        for row in export.connection.execute(sql, {"short": short_ns})
+        for row in export.connection.execute(sql)
     ]
+
+
+@dataclass(frozen=True)
+class _LaunchJoin:
+    join: str  # joins each kernel ``k`` to ``r``: its launch calls, counted and timed
+    calls: str
+    ns: str
+
+
+def _launch_join(export: Export, pid: str) -> _LaunchJoin | None:
+    """Each kernel's launch calls, through ``LAUNCH_TABLE``: the API calls' count and time keyed
+    by process and ``correlationId``, built once, so each kernel finds them by one key lookup.
+
+    The key is the process's slot among the report's few processes and the 32-bit correlation
+    id (CUPTI's is unsigned 32-bit). None without a runtime table; an export outside those
+    bounds is joined straight to the runtime table (SQLite then builds a temporary index, much
+    slower on unsorted rows).
+    """
+    if not export.has(schema.RUNTIME):
+        return None
+    caller = f"r.globalTid & {schema.PROCESS_MASK}"
+    # Graph kernels share their graph launch's call: that time is counted once, by name.
+    single = (
+        " AND coalesce(k.graphNodeId, 0) = 0"
+        if export.has_column(schema.KERNEL, "graphNodeId")
+        else ""
+    )
+    pids = _launch_processes(export, caller, same_process=pid != "NULL")
+    same_process = pid != "NULL"
+    call_slot, kernel_slot = (
+        (_slot(caller, pids or []), _slot(pid, pids or [])) if same_process else ("0", "0")
+    )
+    key = grouping.packed_key((call_slot, 32), ("r.correlationId", 32))
+    source = f"FROM {schema.RUNTIME} AS r WHERE r.correlationId IS NOT NULL AND {key} IS NOT NULL"
+    if pids is not None and grouping.aggregate(
+        export,
+        table=LAUNCH_TABLE,
+        key=key,
+        columns=[
+            grouping.Column("calls", "1", "sum"),
+            grouping.Column("ns", "r.end - r.start", "sum"),
+        ],
+        source=source,
+    ):
+        kernel_key = grouping.packed_key((kernel_slot, 32), ("k.correlationId", 32))
+        return _LaunchJoin(
+            f"LEFT JOIN {LAUNCH_TABLE} AS r ON r.key = {kernel_key} "
+            f"AND k.correlationId BETWEEN 0 AND {_CORRELATION_MAX}{single}",
+            "coalesce(r.calls, 0)",
+            "coalesce(r.ns, 0)",
+        )
+    process = f" AND ({caller}) = {pid}" if same_process else ""
+    return _LaunchJoin(
+        f"LEFT JOIN {schema.RUNTIME} AS r ON r.correlationId = k.correlationId{process}{single}",
+        "r.start IS NOT NULL",
+        "coalesce(r.end - r.start, 0)",
+    )
+
+
+def _process_bits(pid: str) -> str:
+    """The process id's 24 bits of a ``globalPid`` (``(pid << 24)``, hardware and VM above)."""
+    return f"(coalesce({pid}, 0) >> 24) & {(1 << 24) - 1}"
+
+
+_CORRELATION_MAX = (1 << 32) - 1
+_MAX_PROCESSES = 64
+
+
+def _launch_processes(export: Export, caller: str, *, same_process: bool) -> list[int] | None:
+    """The processes calling the CUDA API (none needed when calls match kernels of any
+    process); None when the calls do not fit ``LAUNCH_TABLE``'s key."""
+    connection = export.connection
+    low, high = connection.execute(
+        f"SELECT min(correlationId), max(correlationId) FROM {schema.RUNTIME}"
+    ).fetchone()
+    if low is not None and not (
+        isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= _CORRELATION_MAX
+    ):
+        return None
+    if not same_process:
+        return []
+    found = [
+        value
+        for (value,) in connection.execute(f"SELECT DISTINCT {caller} FROM {schema.RUNTIME} AS r")
+    ]
+    pids = [value for value in found if isinstance(value, int)]
+    if len(pids) > _MAX_PROCESSES or len(pids) + found.count(None) < len(found):
+        return None
+    return pids
+
+
+def _slot(pid: str, pids: list[int]) -> str:
+    """The index of process ``pid`` in ``pids``, NULL for another."""
+    if not pids:
+        return "NULL"
+    cases = " ".join(f"WHEN {value} THEN {i}" for i, value in enumerate(pids))
+    return f"CASE {pid} {cases} END"
+
+
+def _group_kernels_by_sorting(
+    export: Export, name: str, pid: str, launch: _LaunchJoin | None, parameters: dict[str, int]
+) -> None:
+    """``KERNEL_GROUPS`` by ``GROUP BY``, where packed keys clash."""
+    connection = export.connection
+    connection.execute(f"DROP TABLE IF EXISTS {KERNEL_GROUPS}")
+    calls, ns = (f"sum({launch.calls})", f"sum({launch.ns})") if launch else ("0", "0")
+    connection.execute(
+        f"""CREATE TABLE {KERNEL_GROUPS} AS
+            SELECT k.deviceId AS device, {pid} AS pid, k.{name} AS name_id,
+                   {_duration_columns("k")}, sum(k.end - k.start < :short) AS short,
+                   {calls} AS launches, {ns} AS launch_ns
+            FROM {schema.KERNEL} AS k {launch.join if launch else ""}
+            WHERE {_timed("k")}
+            GROUP BY 1, 2, 3""",
+        parameters,
+    )
 
 
 def memory_groups(export: Export) -> list[MemoryGroup]:
@@ -215,14 +342,24 @@ def memory_groups(export: Export) -> list[MemoryGroup]:
 def api_groups(export: Export) -> list[ApiGroup]:
     if not export.has(schema.RUNTIME):
         return []
+    pid = f"r.globalTid & {schema.PROCESS_MASK}"
+    columns = [
+        grouping.Column("pid", pid, "same"),
+        grouping.Column("name_id", "r.nameId", "same"),
+        *_duration_aggregates("r"),
+    ]
+    key = grouping.packed_key((_process_bits(f"({pid})"), 24), ("r.nameId", 31))
+    source = f"FROM {schema.RUNTIME} AS r WHERE {_timed('r')}"
+    if not grouping.aggregate(export, table=API_GROUPS, key=key, columns=columns, source=source):
+        export.connection.execute(f"DROP TABLE IF EXISTS {API_GROUPS}")
+        export.connection.execute(
+            f"""CREATE TABLE {API_GROUPS} AS
+                SELECT {pid} AS pid, r.nameId AS name_id, {_duration_columns("r")}
+                {source} GROUP BY 1, 2"""
+        )
     sql = f"""
         SELECT g.pid, coalesce(s.value, 'function #' || g.name_id), {_DURATIONS}
-        FROM (
-            SELECT r.globalTid & {schema.PROCESS_MASK} AS pid, r.nameId AS name_id,
-                   {_duration_columns("r")}
-            FROM {schema.RUNTIME} AS r WHERE {_timed("r")} GROUP BY 1, 2
-        ) AS g
-        LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+        FROM {API_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
     """
     return [
         ApiGroup(pid=_pid(row[0]), name=str(row[1]), durations=_durations(row[2:9]))
@@ -338,27 +475,29 @@ def gaps_during_sync(
     return _int(row[0]), _int(row[1])
 
 
-def gap_edges_by_bin(
-    export: Export, device: int, first: int, width_ns: int, bins: int
-) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-    """Per bin of ``width_ns`` from ``first`` (ns after the origin), the gaps starting in it and
-    the gaps ending in it: (bin, count, offsets into the bin summed), starts then ends.
+def idle_by_bin(export: Export, device: int, first: int, width_ns: int, bins: int) -> list[int]:
+    """Idle nanoseconds in each of ``bins`` bins of ``width_ns`` from ``first`` (ns after the
+    origin): the GPU's busy fraction per bin (a utilisation signal) follows exactly.
 
-    Gaps never overlap, so these give each bin's idle time exactly (``iterations.busy_signal``).
-    Two grouped scans of the gap table in key order, cheaper for SQLite's sorter than one over
-    their union.
+    Gaps never overlap, so a bin's idle time is that of the gaps starting in it (cut at its end)
+    plus the part inside it of the one gap before it, if that gap runs into it. Each bin is a
+    key range of the gap table and one lookup of the gap before it: no pass sorts the gaps.
     """
     low = device * DEVICE_STRIDE_NS + first
-    parameters = {"low": low, "high": low + width_ns * bins, "width": width_ns, "bins": bins}
-    edges = []
-    for edge in ("k", "k + length"):
-        rows = export.connection.execute(
-            f"""SELECT ({edge} - :low) / :width AS bin, count(*), sum(({edge} - :low) % :width)
-                FROM {GAP_TABLE} WHERE k >= :low AND k < :high AND bin < :bins GROUP BY bin""",
-            parameters,
-        )
-        edges.append([(_int(b), _int(count), _int(offsets)) for b, count, offsets in rows])
-    return edges[0], edges[1]
+    rows = export.connection.execute(
+        f"""WITH RECURSIVE bin (b, lo, hi) AS (
+                SELECT 0, :low, :low + :width
+                UNION ALL SELECT b + 1, hi, hi + :width FROM bin WHERE b + 1 < :bins
+            )
+            SELECT coalesce((SELECT sum(min(g.length, bin.hi - g.k)) FROM {GAP_TABLE} AS g
+                             WHERE g.k >= bin.lo AND g.k < bin.hi), 0)
+                 + coalesce((SELECT max(min(g.k + g.length, bin.hi) - bin.lo, 0)
+                             FROM {GAP_TABLE} AS g WHERE g.k < bin.lo AND g.k >= :device
+                             ORDER BY g.k DESC LIMIT 1), 0)
+            FROM bin""",
+        {"low": low, "width": width_ns, "bins": bins, "device": device * DEVICE_STRIDE_NS},
+    )
+    return [_int(idle) for (idle,) in rows]
 
 
 def _nvtx_ranges(export: Export) -> str:

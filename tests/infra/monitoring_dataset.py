@@ -6,7 +6,8 @@ Two nodes with two GPUs each, three hours at 30 s, ending now:
 - node-a GPU 1: ml/notebook-0, allocated but idle;
 - node-b GPU 0: unallocated, idle, and faulty (XID 79 in the last minutes, new double-bit ECC
   errors, remapped rows, a failed row remap);
-- node-b GPU 1: inference/llm-0, steady load, running hot (90 °C).
+- node-b GPU 1: inference/llm-server-7c9d8b6f5-x2x7q (a pod of the example Deployment
+  llm-server), steady load, running hot (90 °C).
 
 Plus what kube-state-metrics, the scrape (``up``) and gpu-profiler's /metrics add. node-b's
 dcgm-exporter and gpu-profiler targets are down for the last 10 minutes and its profiler's last
@@ -53,7 +54,7 @@ GPUS = (
     DatasetGpu("node-a", 0, "ml", "trainer-0", "training"),
     DatasetGpu("node-a", 1, "ml", "notebook-0", "idle"),
     DatasetGpu("node-b", 0, "", "", "idle"),
-    DatasetGpu("node-b", 1, "inference", "llm-0", "inference"),
+    DatasetGpu("node-b", 1, "inference", "llm-server-7c9d8b6f5-x2x7q", "inference"),
 )
 INSTANCES = {"node-a": "10.0.1.5", "node-b": "10.0.1.6"}
 FAULTY = ("node-b", 0)

@@ -133,6 +133,7 @@ def test_gpu_layer_is_installed_on_the_kubeadm_cluster(kubeadm_run: ProgramRun) 
         "kube-prometheus-stack",
         "dcgm-exporter",
         "prometheus-adapter",
+        "keda",
     }
     assert len(kubeadm_run.of_type("kubernetes:apps/v1:DaemonSet")) == 1
     values = kubeadm_run.release("kube-prometheus-stack").inputs["values"]

@@ -27,6 +27,7 @@ GPU_SELECTOR = {"nvidia.com/gpu.present": "true"}
         ("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.5.3"),
         ("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
         ("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "5.3.0"),
+        ("keda", "https://kedacore.github.io/charts", "2.20.2"),
     ],
 )
 def test_official_charts_at_pinned_versions(
@@ -39,15 +40,7 @@ def test_official_charts_at_pinned_versions(
 
 
 def test_versions_module_is_the_single_source(eks_run: ProgramRun) -> None:
-    pinned = {
-        c.name: c.version
-        for c in (
-            versions.NVIDIA_DEVICE_PLUGIN,
-            versions.KUBE_PROMETHEUS_STACK,
-            versions.DCGM_EXPORTER,
-            versions.PROMETHEUS_ADAPTER,
-        )
-    }
+    pinned = {c.reference: c.version for c in versions.PINNED_CHARTS}
     installed = {
         r.inputs["chart"]: r.inputs["version"]
         for r in eks_run.of_type("kubernetes:helm.sh/v3:Release")
@@ -152,69 +145,17 @@ def test_prometheus_adapter_rules_and_url(eks_run: ProgramRun) -> None:
     }
     assert values["rules"]["default"] is False
     custom_names = [rule["name"]["as"] for rule in values["rules"]["custom"]]
-    external_names = [rule["name"]["as"] for rule in values["rules"]["external"]]
     assert "gpu_utilization" in custom_names
-    assert external_names == ["gpu_utilization_cluster_average"]
-    assert values["rules"]["external"][0]["resources"] == {"namespaced": False}
+    # KEDA serves external.metrics.k8s.io in the example stack: the adapter must not claim it.
+    assert values["rules"]["external"] == []
 
 
-def test_example_hpa_scales_on_the_adapter_metric(eks_run: ProgramRun) -> None:
-    hpa = eks_run.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs
-    assert hpa["metadata"]["namespace"] == "inference"
-    assert hpa["spec"]["scaleTargetRef"] == {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "name": "llm-server",
-    }
-    (metric,) = hpa["spec"]["metrics"]
-    assert metric["type"] == "Pods"
-    assert metric["pods"]["metric"]["name"] == "gpu_utilization"
-    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "60"}
-
-
-def test_example_hpa_namespace_is_created_when_asked(eks_run: ProgramRun) -> None:
-    """Defect: the example HPA went to namespace `inference`, which nothing created."""
-    namespace = eks_run.one("kubernetes:core/v1:Namespace", "example-hpa-namespace")
-    assert namespace.inputs["metadata"]["name"] == "inference"
-    hpa = eks_run.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
-    assert namespace.urn in hpa.dependencies
-    hpa_config = {"namespace": "serving", "deployment": "llm"}  # createNamespace: false
-    run = run_stack(EKS_STACK, overrides={"exampleHpa": hpa_config})
-    assert run.of_type("kubernetes:core/v1:Namespace") == [
-        r for r in run.of_type("kubernetes:core/v1:Namespace") if r.name != "example-hpa-namespace"
-    ]
-    assert (
-        run.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler").inputs["metadata"]["namespace"]
-        == "serving"
-    )
-
-
-@pytest.mark.parametrize(
-    ("hpa", "message"),
-    [
-        # Before: KeyError: 'namespace', with a traceback.
-        ({"deployment": "llm-server"}, "exampleHpa needs namespace"),
-        ("llm-server", "exampleHpa is not valid YAML/JSON: .*not a valid 'JSON object'"),
-        (["llm-server"], "exampleHpa must be a mapping with keys namespace, deployment"),
-        (
-            {"namespace": "ml", "deployment": "llm", "minReplicas": "two"},
-            r"exampleHpa\.minReplicas must be a whole number, got 'two'",
-        ),
-        (
-            {"namespace": "ml", "deployment": "llm", "minReplicas": 5, "maxReplicas": 2},
-            r"minReplicas \(5\) <= maxReplicas \(2\)",
-        ),
-        (
-            {"namespace": "ml", "deployment": "llm", "targetGpuUtilization": 150},
-            "targetGpuUtilization must be a percentage",
-        ),
-        ({"namespace": "ml", "deployment": "llm", "replicas": 2}, "unknown keys replicas"),
-        ({"namespace": "ml", "deployment": "llm", "createNamespace": "yes"}, "true or false"),
-    ],
-)
-def test_malformed_example_hpa_is_one_clear_error(hpa: object, message: str) -> None:
-    with pytest.raises(pulumi.RunError, match=message):
-        run_stack(EKS_STACK, overrides={"exampleHpa": hpa})
+@pytest.mark.parametrize("scaler", ["hpa", "none"])
+def test_adapter_serves_external_metrics_without_keda(scaler: str) -> None:
+    run = run_stack(EKS_STACK, overrides={"workloadAutoscaler": scaler})
+    external = run.release("prometheus-adapter").inputs["values"]["rules"]["external"]
+    assert [rule["name"]["as"] for rule in external] == ["gpu_utilization_cluster_average"]
+    assert external[0]["resources"] == {"namespaced": False}
 
 
 def test_metrics_interval_must_be_positive() -> None:
@@ -254,11 +195,6 @@ def test_unreachable_control_plane_components_are_not_scraped(eks_run: ProgramRu
     values = eks_run.release("kube-prometheus-stack").inputs["values"]
     for component in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy"):
         assert values[component] == {"enabled": False}, component
-
-
-def test_example_hpa_is_off_without_config() -> None:
-    run = run_stack(EKS_STACK, overrides={"exampleHpa": None})
-    assert run.of_type("kubernetes:autoscaling/v2:HorizontalPodAutoscaler") == []
 
 
 def test_dashboards_are_labelled_config_maps(eks_run: ProgramRun) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from infra import versions
 from infra.render.program import ProgramRun, run_stack
+from profiler_app.daemon import STOP_GRACE_SECONDS
 from tests.infra.conftest import EKS_STACK, REPO_ROOT
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
@@ -92,6 +93,14 @@ def test_resources_and_probes(eks_run: ProgramRun) -> None:
     assert container["command"] == ["gpu-profiler", "run"]
 
 
+def test_termination_grace_leaves_the_daemon_its_stop_grace(eks_run: ProgramRun) -> None:
+    """SIGTERM to SIGKILL is set, not Kubernetes' unstated default, and leaves room for the
+    daemon's wait for a running cycle plus closing its sinks."""
+    grace = pod_spec(eks_run)["terminationGracePeriodSeconds"]
+    assert grace == 30
+    assert grace >= 3 * STOP_GRACE_SECONDS
+
+
 def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
     env = env_of(eks_run)
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -103,6 +112,7 @@ def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
     assert env["GPU_PROFILER_NODE_LABEL"] == "Hostname"
     assert env["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
     assert env["GPU_PROFILER_STORE_URL"] == "sqlite:////var/lib/gpu-profiler/profiler.db"
+    assert env["GPU_PROFILER_PROTECT_TRAINING"] == "true"  # Karpenter spares training pods
     (container,) = pod_spec(eks_run)["containers"]
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/var/lib/gpu-profiler"] == "store"
@@ -123,7 +133,7 @@ def test_postgres_store_url_comes_from_a_secret() -> None:
 
 
 def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
-    service = eks_run.one("kubernetes:core/v1:Service").inputs
+    service = eks_run.one("kubernetes:core/v1:Service", "profiler-metrics-service").inputs
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": 9401, "targetPort": "metrics", "protocol": "TCP"}

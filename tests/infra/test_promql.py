@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from infra import monitoring
+from infra.render.program import ProgramRun
 from tests.infra import monitoring_dataset
 from tests.support.prometheus import PrometheusServer
 
@@ -56,16 +57,17 @@ def grafana_expression(expr: str) -> str:
     return expr
 
 
-def adapter_query(rule: dict[str, Any]) -> str:
-    """metricsQuery as the adapter sends it for one pod (custom) or the cluster (external)."""
+def adapter_query(
+    rule: dict[str, Any], pods: str = 'namespace="ml",pod=~"trainer-0|notebook-0"'
+) -> str:
+    """metricsQuery as the adapter sends it for ``pods`` (custom) or the cluster (external)."""
     series = re.match(r"\w+", rule["seriesQuery"].strip("'\""))
     assert series is not None
     namespaced = "overrides" in rule.get("resources", {})
-    matchers = 'namespace="ml",pod=~"trainer-0|notebook-0"' if namespaced else ""
     return str(
         rule["metricsQuery"]
         .replace("<<.Series>>", series.group(0))
-        .replace("<<.LabelMatchers>>", matchers)
+        .replace("<<.LabelMatchers>>", pods if namespaced else "")
         .replace("<<.GroupBy>>", "pod" if namespaced else "")
     )
 
@@ -124,6 +126,23 @@ def test_per_pod_gpu_utilization_metric_values(prometheus: PrometheusServer) -> 
     }
     assert values["notebook-0"] == 0.0
     assert values["trainer-0"] in (5.0, 95.0)
+
+
+def test_the_scaled_objects_query_returns_its_gpu_pods_utilization(
+    prometheus: PrometheusServer, eks_run: ProgramRun
+) -> None:
+    """The example stack's KEDA trigger, as declared: the llm-server pod's GPU at 40 %."""
+    scaled = eks_run.one("kubernetes:keda.sh/v1alpha1:ScaledObject").inputs
+    (trigger,) = scaled["spec"]["triggers"]
+    (sample,) = query(prometheus, trigger["metadata"]["query"])
+    assert float(sample["value"][1]) == 40.0
+    # The HPA path reads the same number per pod through the adapter rule.
+    (rule,) = [r for r in adapter_rules() if r["name"]["as"] == monitoring.GPU_UTILIZATION_METRIC]
+    per_pod = query(prometheus, adapter_query(rule, 'namespace="inference",pod=~"llm-server-.*"'))
+    assert [float(s["value"][1]) for s in per_pod] == [40.0]
+    # Another Deployment's pods (none here) give no series: KEDA reads that as 0.
+    other = trigger["metadata"]["query"].replace("llm-server-", "embedder-")
+    assert query(prometheus, other) == []
 
 
 def test_a_broken_expression_is_reported(prometheus: PrometheusServer) -> None:

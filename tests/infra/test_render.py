@@ -36,9 +36,24 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
         {
             "grafanaIngressHost": "grafana.example.org",
             "gpuMetricsIntervalSeconds": "5",
-            "exampleHpa": None,
+            "exampleWorkload": None,
         },
         {"profilerStoreUrl": "postgresql+psycopg://p:x@db/p", "grafanaAdminPassword": "pw"},
+    ),
+    "eks-hpa": (EKS_STACK, {"workloadAutoscaler": "hpa"}, {}),
+    "eks-karpenter-only": (
+        EKS_STACK,
+        {"gpuNodeGroups": [], "karpenter": {"capacityTypes": ["spot", "on-demand"]}},
+        {},
+    ),
+    "eks-without-karpenter": (EKS_STACK, {"karpenter": {"enabled": False}}, {}),
+    "kubeadm-example-without-autoscaler": (
+        KUBEADM_STACK,
+        {
+            "workloadAutoscaler": "none",
+            "exampleWorkload": {"namespace": "ml", "createNamespace": True, "minReplicas": 2},
+        },
+        {},
     ),
     "kubeadm-with-options": (
         KUBEADM_STACK,
@@ -110,6 +125,11 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
         "helm/kube-prometheus-stack",
         "helm/dcgm-exporter",
         "helm/prometheus-adapter",
+        "helm/keda",
+        "workload-autoscaling",
+        "karpenter",
+        "helm/karpenter",
+        "helm/karpenter-crd",
     }
     crds = {o.name for o in eks_graph.of_kind("CustomResourceDefinition")}
     assert {"prometheuses.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com"} <= crds
@@ -174,6 +194,9 @@ def test_scheduling_catches_the_shipped_kubeadm_inventory(
         "Job monitoring/kube-prometheus-stack-admission-create",  # the pre-install hook
         "Job monitoring/kube-prometheus-stack-admission-patch",
         "Deployment monitoring/prometheus-adapter",
+        "Deployment keda/keda-operator",
+        "Deployment keda/keda-operator-metrics-apiserver",
+        "Deployment keda/keda-admission-webhooks",
     }
     assert all(
         "gpu-1: taint nvidia.com/gpu=present:NoSchedule not tolerated" in line
@@ -207,24 +230,31 @@ def test_gpu_daemon_sets_must_reach_every_gpu_pool(eks_graph: ObjectGraph) -> No
             (Taint("nvidia.com/gpu", "NoSchedule", "present"), Taint("team", "NoSchedule", "ml")),
         )
     )
-    missed = {line.split(" (")[0] for line in check(graph, "scheduling")}
+    missed = {line.split(" (")[0].split(":")[0] for line in check(graph, "scheduling")}
     assert missed == {
         "DaemonSet nvidia-device-plugin/nvidia-device-plugin",
         "DaemonSet monitoring/dcgm-exporter",
         "DaemonSet gpu-profiler/gpu-profiler",
+        "GPU pool reserved-gpus",
     }
 
 
 # -- namespaces ---------------------------------------------------------------------------------
 
 
-def test_namespaces_catch_an_hpa_in_a_namespace_nothing_creates() -> None:
+def test_namespaces_catch_a_workload_in_a_namespace_nothing_creates() -> None:
     """Defect 2: the example HPA in namespace `inference`, which nothing created."""
-    hpa = {"namespace": "inference", "deployment": "llm-server"}
-    graph = graph_of(EKS_STACK, {"exampleHpa": hpa})
-    (finding,) = check(graph, "namespaces")
-    assert finding.startswith("HorizontalPodAutoscaler inference/llm-server-gpu-utilization")
-    assert "namespace inference is neither created by the stack nor built in" in finding
+    graph = graph_of(EKS_STACK, {"exampleWorkload": {"namespace": "inference"}})
+    findings = check(graph, "namespaces")
+    assert {line.split(" (")[0] for line in findings} == {
+        "Deployment inference/llm-server",
+        "Service inference/llm-server",
+        "PodMonitor inference/llm-server",
+        "ScaledObject inference/llm-server",
+    }
+    assert all(
+        "namespace inference is neither created by the stack nor built in" in f for f in findings
+    )
     assert check(graph, "namespaces", frozenset({"inference"})) == []
 
 
@@ -527,3 +557,117 @@ def test_references_catch_a_binding_to_a_missing_role(eks_graph: ObjectGraph) ->
         "(helm/kube-prometheus-stack): roleRef ClusterRole grafana-sidecar-configmap-reader does "
         "not exist"
     ]
+
+
+# -- workload autoscaling -----------------------------------------------------------------------
+
+
+def test_scaled_object_is_valid_for_kedas_own_crd(eks_graph: ObjectGraph) -> None:
+    """The ScaledObject is checked against the schema of the CRD the pinned KEDA chart carries."""
+    crd = one(eks_graph, "CustomResourceDefinition", "scaledobjects.keda.sh")
+    assert crd.source == "helm/keda"
+    graph = copy.deepcopy(eks_graph)
+    scaled = one(graph, "ScaledObject", "llm-server")
+    assert check(graph, "schema") == []
+    scaled.manifest["spec"]["minReplicas"] = scaled.manifest["spec"].pop("minReplicaCount")
+    scaled.manifest["spec"]["triggers"][0].pop("type")
+    (finding,) = check(graph, "schema")
+    assert finding.startswith("ScaledObject inference/llm-server (workload-autoscaling): ")
+    assert "(and 1 more)" in finding
+
+
+def test_conflicts_catch_two_external_metrics_servers() -> None:
+    """Defect: prometheus-adapter and KEDA both registering v1beta1.external.metrics.k8s.io."""
+
+    def as_before_the_fix(run: ProgramRun) -> None:
+        values = run.release("prometheus-adapter").inputs["values"]
+        values["rules"]["external"] = monitoring.adapter_rules()["external"]
+
+    graph = graph_of(EKS_STACK, change_values=as_before_the_fix)
+    assert check(graph, "conflicts") == [
+        "APIService v1beta1.external.metrics.k8s.io (helm/keda): helm/prometheus-adapter "
+        "creates it too"
+    ]
+
+
+def test_scalers_and_references_catch_a_trigger_that_leads_nowhere(
+    eks_graph: ObjectGraph,
+) -> None:
+    graph = copy.deepcopy(eks_graph)
+    scaled = one(graph, "ScaledObject", "llm-server")
+    scaled.manifest["spec"]["scaleTargetRef"]["name"] = "llm"
+    metadata = scaled.manifest["spec"]["triggers"][0]["metadata"]
+    metadata["serverAddress"] = metadata["serverAddress"].replace(":9090", ":9091")
+    assert check(graph, "scalers") == [
+        "ScaledObject inference/llm-server (workload-autoscaling): scales Deployment "
+        "inference/llm, which the stack does not create"
+    ]
+    assert check(graph, "references") == [
+        "ScaledObject inference/llm-server (workload-autoscaling): trigger 0 serverAddress: "
+        "kube-prometheus-stack-prometheus.monitoring.svc:9091: Service "
+        "monitoring/kube-prometheus-stack-prometheus has no port 9091"
+    ]
+    del metadata["query"]
+    assert "trigger 0 needs serverAddress and query" in check(graph, "scalers")[1]
+
+
+# -- Karpenter ----------------------------------------------------------------------------------
+
+
+def test_node_pool_and_node_class_are_valid_for_the_pinned_crds(eks_graph: ObjectGraph) -> None:
+    for name in ("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"):
+        assert one(eks_graph, "CustomResourceDefinition", name).source == "helm/karpenter-crd"
+    graph = copy.deepcopy(eks_graph)
+    pool = one(graph, "NodePool", "gpu")
+    pool.manifest["spec"]["disruption"]["consolidationPolicy"] = "WhenIdle"  # Karpenter v0.x
+    node_class = one(graph, "EC2NodeClass", "gpu")
+    node_class.manifest["spec"]["amiFamily"] = "Ubuntu"
+    findings = {line.split(" (")[0]: line for line in check(graph, "schema")}
+    assert set(findings) == {"NodePool gpu", "EC2NodeClass gpu"}
+    assert (
+        "spec.disruption.consolidationPolicy: 'WhenIdle' is not one of" in findings["NodePool gpu"]
+    )
+    assert "spec.amiFamily: 'Ubuntu' is not one of" in findings["EC2NodeClass gpu"]
+
+
+def test_karpenter_pools_are_node_pools_with_nodes_on_demand(eks_graph: ObjectGraph) -> None:
+    (pool,) = [p for p in eks_graph.platform.pools if p.name == "karpenter/gpu"]
+    assert pool.is_gpu
+    assert pool.provisioned
+    assert pool.labels["karpenter.sh/nodepool"] == "gpu"
+    assert pool.labels["kubernetes.io/os"] == "linux"
+    assert Taint("nvidia.com/gpu", "NoSchedule", "present") in pool.taints
+
+
+def test_scheduling_counts_on_karpenter_to_launch_gpu_nodes() -> None:
+    """With no GPU node group, the example GPU workload fits only because Karpenter adds nodes."""
+    graph = graph_of(EKS_STACK, {"gpuNodeGroups": []})
+    assert check(graph, "scheduling") == []
+    graph.platform.pools = [
+        NodePool(p.name, p.labels, p.taints, p.size) for p in graph.platform.pools
+    ]
+    (finding,) = check(graph, "scheduling")
+    assert finding.startswith("Deployment inference/llm-server (workload-autoscaling): fits no")
+    assert "karpenter/gpu: no nodes (desired size 0)" in finding
+
+
+def test_scheduling_catches_gpu_nodes_the_device_plugin_never_reaches() -> None:
+    """The pitfall: a Karpenter node is initialised only once the device plugin registers GPUs."""
+
+    def reserved(run: ProgramRun) -> None:
+        pool = run.one("kubernetes:karpenter.sh/v1:NodePool").inputs
+        pool["spec"]["template"]["spec"]["taints"].append(
+            {"key": "team", "value": "ml", "effect": "NoSchedule"}
+        )
+
+    findings = check(graph_of(EKS_STACK, change_values=reserved), "scheduling")
+    assert {line.split(" (")[0].split(":")[0] for line in findings} == {
+        "DaemonSet nvidia-device-plugin/nvidia-device-plugin",
+        "DaemonSet monitoring/dcgm-exporter",
+        "DaemonSet gpu-profiler/gpu-profiler",
+        "GPU pool karpenter/gpu",
+    }
+    assert (
+        "GPU pool karpenter/gpu: no NVIDIA device plugin runs there, so its nodes never register "
+        "nvidia.com/gpu (Karpenter never counts them initialised)" in findings
+    )

@@ -49,7 +49,8 @@ def test_writes_every_object_into_a_folder(
         "helm/kube-prometheus-stack/_cluster/"
         "CustomResourceDefinition-prometheuses.monitoring.coreos.com.yaml",
         "helm/dcgm-exporter/monitoring/DaemonSet-dcgm-exporter.yaml",
-        "gpu-platform/_cluster/Namespace-inference.yaml",
+        "workload-autoscaling/_cluster/Namespace-inference.yaml",
+        "workload-autoscaling/inference/ScaledObject-llm-server.yaml",
         "gpu-profiler/gpu-profiler/DaemonSet-gpu-profiler.yaml",
         "stack/_cluster/StorageClass-gp3-encrypted.yaml",
     } <= names
@@ -97,7 +98,7 @@ def test_check_passes_on_the_example_stack_as_a_command() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("all checks pass (")
-    assert "on kubeadm, 7 checks)" in result.stdout
+    assert "on kubeadm, 9 checks)" in result.stdout
     assert "Traceback" not in result.stderr
 
 
@@ -105,15 +106,16 @@ def test_check_reports_findings_and_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = yaml.safe_load((EKS_STACK / "Pulumi.dev.yaml").read_text())
-    del config["config"]["gpu-cluster-eks:exampleHpa"]["createNamespace"]
+    del config["config"]["gpu-cluster-eks:exampleWorkload"]["createNamespace"]
     stack_file = tmp_path / "Pulumi.review.yaml"
     stack_file.write_text(yaml.safe_dump(config))
     assert render(EKS_STACK, "--config", stack_file, "--check") == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(
-        "namespaces: HorizontalPodAutoscaler inference/llm-server-gpu-utilization (gpu-platform)"
-    )
-    assert out[-1].startswith("1 problems found (")
+    assert {line.split(" (")[0] for line in out[:-1]} == {
+        f"namespaces: {kind} inference/llm-server"
+        for kind in ("Deployment", "Service", "PodMonitor", "ScaledObject")
+    }
+    assert out[-1].startswith("4 problems found (")
     args = ("--config", stack_file, "--check", "--assume-namespace", "inference")
     assert render(EKS_STACK, *args) == 0
 
@@ -122,18 +124,19 @@ def test_check_reports_findings_and_fails(
     ("config", "message"),
     [
         (
-            {"gpu-cluster-eks:exampleHpa": {"deployment": "llm"}},
-            "stack config exampleHpa needs namespace",
+            {"gpu-cluster-eks:exampleWorkload": {"replicas": 2}},
+            "stack config exampleWorkload has unknown keys replicas",
         ),
         ({"gpu-cluster-eks:publicAccessCidrs": ["203.0.113.0/24"]}, "is a documentation range"),
         ({"gpu-cluster-eks:gpuMetricsIntervalSeconds": "fast"}, "gpuMetricsIntervalSeconds"),
+        ({"gpu-cluster-eks:karpenter": {"gpuLimit": 0}}, "karpenter: gpuLimit must be at least 1"),
     ],
 )
 def test_bad_stack_config_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object], message: str
 ) -> None:
     stack_file = tmp_path / "Pulumi.bad.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": config}))
+    stack_file.write_text(yaml.safe_dump({"config": {"aws:region": "us-west-2", **config}}))
     assert render(EKS_STACK, "--config", stack_file) == 2
     err = capsys.readouterr().err
     assert err.startswith("render: error: ")

@@ -14,13 +14,17 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
   with ``watch=true`` it streams watch events as chunked JSON lines from that version on, ends
   after ``timeoutSeconds``, and answers an ERROR event with code 410 (Gone) when the version
   is older than the retained history (see ``expire_history`` / ``break_watches_with_gone``);
-  BOOKMARK events on request (``send_bookmark``) to watches that allow them.
+  BOOKMARK events on request (``send_bookmark``) to watches that allow them. A list with
+  ``limit`` is paged: each page carries ``metadata.continue`` (and ``remainingItemCount``)
+  until the last; every page comes from the snapshot the first one took, at its
+  ``resourceVersion``, as etcd gives the real server. An unknown or expired token (see
+  ``expire_list_tokens``) answers 410 Expired.
 - Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
 
 Every request is recorded (``requests``) so tests can count calls per cycle, and faults can be
 injected per method and path: an error status N times or forever (``fail``), or a hang longer
-than the client's timeout (``hang``). Not modelled: TLS, pagination (``limit``/``continue``),
-label selectors, other resource kinds, admission, and optimistic concurrency.
+than the client's timeout (``hang``). Not modelled: TLS, label selectors, other resource kinds,
+admission, and optimistic concurrency.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class RecordedRequest:
     content_type: str | None
     body: bytes
     authorization: str | None
+    received_at: float = field(default_factory=time.time)  # Unix seconds
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -98,6 +103,8 @@ class _State:
     open_watches: int = 0
     faults: list[_Fault] = field(default_factory=list)
     recorded: list[RecordedRequest] = field(default_factory=list)
+    # Paged lists in progress: continue token -> (resourceVersion, the items still to send).
+    list_snapshots: dict[str, tuple[str, list[Json]]] = field(default_factory=dict)
 
 
 def status_object(code: int, reason: str, message: str) -> Json:
@@ -339,16 +346,38 @@ class _Handler(BaseHTTPRequestHandler):
         if request.query.get("watch", "").lower() in ("true", "1"):
             self._watch(request, node)
             return
-        with self.state.lock:
-            items = [pod for pod in self.state.pods.values() if _on_node(pod, node)]
-            version = str(self.state.resource_version)
-        payload = {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": version},
-            "items": items,
-        }
+        page = self._list_page(request, node)
+        if page is None:
+            self._send_status(410, "Expired", "The provided continue parameter is too old")
+            return
+        items, metadata = page
+        payload = {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
         self._send_json(200, payload)
+
+    def _list_page(
+        self, request: RecordedRequest, node: str | None
+    ) -> tuple[list[Json], Json] | None:
+        """The items and list metadata of one page; None for an unknown continue token."""
+        token = request.query.get("continue")
+        limit = int(request.query.get("limit") or 0)
+        with self.state.lock:
+            if token:
+                snapshot = self.state.list_snapshots.pop(token, None)
+                if snapshot is None:
+                    return None
+                version, items = snapshot
+            else:
+                version = str(self.state.resource_version)
+                items = [
+                    copy.deepcopy(pod) for pod in self.state.pods.values() if _on_node(pod, node)
+                ]
+            metadata: Json = {"resourceVersion": version}
+            if 0 < limit < len(items):
+                items, rest = items[:limit], items[limit:]
+                next_token = secrets.token_urlsafe(12)
+                self.state.list_snapshots[next_token] = (version, rest)
+                metadata.update({"continue": next_token, "remainingItemCount": len(rest)})
+        return items, metadata
 
     def _watch(self, request: RecordedRequest, node: str | None) -> None:
         state = self.state
@@ -558,6 +587,11 @@ class StandInApiServer:
             self._state.oldest_watchable = self._state.resource_version + 1
             self._state.resource_version += 1
             self._state.events.clear()
+
+    def expire_list_tokens(self) -> None:
+        """Forget paged lists in progress: their next page answers 410 Expired."""
+        with self._state.lock:
+            self._state.list_snapshots.clear()
 
     def break_watches_with_gone(self) -> None:
         """End every open watch with an ERROR event, code 410, and expire the history."""

@@ -8,10 +8,14 @@ Learned from the real traces in ../shared/traces (evaluation data, never copied 
 - while rank 0 writes a checkpoint, the other ranks wait in an NCCL collective: utilisation reads
   100 % while power falls to near idle (an H100 at about 150 W of 700 W);
 - a rank can wait for the whole window (a straggler, a hung peer);
-- production serving is mostly zero with bursts at a 1-minute step.
+- production serving is mostly zero with bursts at a 1-minute step;
+- the ranks of one job stall and resume together (rank 0 near zero, the others pinned at 100 %),
+  also when the stalls are irregular (a long pause, slow batches) and show no loop at all.
 
-Every job is one pod: its rows share a group. Power is in watts within a model's range
-(``FLOOR``..``LIMIT``, an H100's), and each case says which prior (owner kind) the job carries.
+Every job is one pod: its rows share a group; ``bare_metal_jobs`` are GPUs of one node with no
+pod label (``LabelledJob.bare``): only coupled stalls can tell which of them run one job. Power
+is in watts within a model's range (``FLOOR``..``LIMIT``, an H100's), and each case says which
+prior (owner kind) the job carries.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ def _level(n: int, value: float, rng: np.random.Generator, noise: float) -> sign
     return np.clip(value + rng.normal(0.0, noise, n), 0.0, 100.0)
 
 
+def _waiting_power(n: int, rng: np.random.Generator) -> signals.Signal:
+    return FLOOR + (LIMIT - FLOOR) * WAIT_SHARE + rng.normal(0.0, 4.0, n)
+
+
 def _phases(n: int, period: float, pause: float, rng: np.random.Generator) -> np.ndarray:
     """True during the checkpoint pause of each iteration (``pause`` samples of ``period``),
     starting at a random phase."""
@@ -68,20 +76,23 @@ class LabelledJob:
     floor: float = FLOOR
     limit: float = LIMIT
     labels: dict[str, str] = field(default_factory=dict)
+    bare: bool = False  # no pod label: one node, no known job
 
     @property
     def rows(self) -> int:
         return int(self.util.shape[0])
 
     def context(self, *, with_prior: bool = True) -> Context:
-        """What the classifier would know: power against the model's range, one group, and
-        the owner's prior (left out with ``with_prior=False``)."""
+        """What the classifier would know: power against the model's range, one group (one
+        node and no group for a bare-metal job), and the owner's prior (left out with
+        ``with_prior=False``)."""
         has_power = self.power is not None
         return Context(
             power=self.power,
             power_floor=np.full(self.rows, self.floor) if has_power else None,
             power_limit=np.full(self.rows, self.limit) if has_power else None,
-            groups=np.zeros(self.rows, dtype=np.intp),
+            groups=None if self.bare else np.zeros(self.rows, dtype=np.intp),
+            nodes=np.zeros(self.rows, dtype=np.intp),
             priors=[Prior(self.prior) if self.prior and with_prior else None] * self.rows,
             prior_reasons=[self.owner if with_prior else ""] * self.rows,
             names=[f"gpu {row}" for row in range(self.rows)],
@@ -133,6 +144,30 @@ def checkpointing_ranks(
     return np.stack(util), np.stack(power)
 
 
+def stalling_ranks(
+    n: int, ranks: int, rng: np.random.Generator, *, stalls: int = 8, noise: float = 1.5
+) -> tuple[np.ndarray, np.ndarray]:
+    """Data-parallel ranks that stall together at irregular moments for 5-60 s (slow batches,
+    a checkpoint, one long pause): no loop anywhere, rank 0 near zero while the others spin in
+    NCCL at 100 % and near-idle power. ``noise`` is the wobble of steady compute (real H100
+    ranks: about 1.5 points)."""
+    stalled = np.zeros(n, dtype=bool)
+    for start in rng.integers(0, n - 60, stalls).tolist():
+        stalled[start : start + int(rng.integers(5, 61))] = True
+    util, power = [], []
+    for rank in range(ranks):
+        computing = _level(n, rng.uniform(86, 93), rng, noise)
+        if rank == 0:
+            row = np.where(stalled, _level(n, 3.0, rng, 2.0), computing)
+            watts = power_draw(row, rng)
+        else:
+            row = np.where(stalled, 100.0, computing)
+            watts = np.where(stalled, _waiting_power(n, rng), power_draw(computing, rng))
+        util.append(row)
+        power.append(watts)
+    return np.stack(util), np.stack(power)
+
+
 def flat_ranks(n: int, ranks: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Ranks computing flat out with no pause in the window: nothing but context tells them
     from a saturated server."""
@@ -170,10 +205,6 @@ def _job(
     return LabelledJob(
         name, step, util, power, [verdict] * rows, [period] * rows, **(context or {})
     )
-
-
-def _waiting_power(n: int, rng: np.random.Generator) -> signals.Signal:
-    return FLOOR + (LIMIT - FLOOR) * WAIT_SHARE + rng.normal(0.0, 4.0, n)
 
 
 DEFAULT_SEED = 20261123
@@ -235,3 +266,47 @@ def labelled_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
         power = power_draw(util, rng)[None]
         name = f"serving-1min-rate{rate:g}-power"
         yield _job(name, util[None], power, expected, step=60, context=DEPLOYMENT)
+
+
+def _bare(
+    name: str, util: np.ndarray, power: np.ndarray | None, verdicts: list[str]
+) -> LabelledJob:
+    """GPUs of one node with no pod label, each with its own expected job type."""
+    periods: list[float | None] = [None] * len(verdicts)
+    return LabelledJob(name, 1.0, util, power, verdicts, periods, bare=True)
+
+
+def bare_metal_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
+    """One node's GPUs without pod labels, in windows of 10 and 30 minutes at 1 s: ranks of one
+    job that stall together (with and without power), and the look-alikes that must not be
+    taken for one: independent serving GPUs beside a job, tensor-parallel serving whose GPUs
+    are busy and idle together, steady servers."""
+    rng = np.random.default_rng(seed)
+    for n in (600, 1800):
+        window = f"{n // 60}m@1s"
+        util, power = stalling_ranks(n, 8, rng)
+        yield _bare(f"bare-dp-stalls-power-{window}", util, power, [TRAINS] * 8)
+        yield _bare(f"bare-dp-stalls-util-only-{window}", util, None, [TRAINS] * 8)
+        util, power = checkpointing_ranks(n, 4, 90.0, rng, busy=(88.0, 92.0))
+        util[1:] = np.minimum(util[1:], 100.0)
+        name = f"bare-dp-checkpoint-util-only-{window}"
+        yield LabelledJob(name, 1.0, util, None, [TRAINS] * 4, [90.0] * 4, bare=True)
+        # A job's four ranks beside four serving GPUs that burst on their own: two jobs.
+        ranks, ranks_power = stalling_ranks(n, 4, rng)
+        served = np.stack(
+            [signals.sporadic_bursts(n, rng, bursts=12, longest=40) for _ in range(4)]
+        )
+        util = np.vstack([ranks, served])
+        power = np.vstack([ranks_power, np.stack([power_draw(row, rng) for row in served])])
+        verdicts = [TRAINS] * 4 + [signals.BURSTY] * 4
+        yield _bare(f"bare-job-beside-serving-power-{window}", util, power, verdicts)
+        yield _bare(f"bare-job-beside-serving-util-only-{window}", util, None, verdicts)
+        # Tensor-parallel serving: four GPUs busy and idle together, one request at a time.
+        requests = signals.sporadic_bursts(n, rng, bursts=25, longest=30, noise=0.0) > 50
+        util = np.stack([np.where(requests, _level(n, 97.0, rng, 1.5), 0.0) for _ in range(4)])
+        power = np.stack([power_draw(row, rng) for row in util])
+        yield _bare(f"bare-tensor-parallel-serving-{window}", util, power, [signals.BURSTY] * 4)
+        yield _bare(f"bare-tensor-parallel-util-only-{window}", util, None, [signals.BURSTY] * 4)
+        util = np.stack([signals.steady_serving(n, rng, level=80) for _ in range(4)])
+        verdicts = [signals.INFERENCE] * 4
+        yield _bare(f"bare-steady-servers-{window}", util, None, verdicts)

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from profiler_app.analysis import Basis, Context, JobType, Prior, classify_matrix
+from profiler_app.analysis.coupling import Coupling, coupled_pairs, join
 from profiler_app.analysis.evidence import sustained
 from tests.support import jobs, signals
 
 JOBS = list(jobs.labelled_jobs())
+BARE = list(jobs.bare_metal_jobs())
 
 
 @pytest.mark.parametrize("job", JOBS, ids=[job.name for job in JOBS])
@@ -22,6 +24,81 @@ def test_every_gpu_of_a_labelled_job_gets_its_verdict(job: jobs.LabelledJob) -> 
     for result in results:
         assert 0.0 < result.confidence < 1.0
         assert result.reasons
+
+
+@pytest.mark.parametrize("job", BARE, ids=[job.name for job in BARE])
+def test_bare_metal_gpus_are_one_job_only_when_their_stalls_coincide(
+    job: jobs.LabelledJob,
+) -> None:
+    results = classify_matrix(job.util, job.step_seconds, job.context())
+
+    assert all(job.rights(results)), [(r.job_type, r.reasons) for r in results]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_bare_metal_corpora_drawn_with_other_seeds_stay_right(seed: int) -> None:
+    for job in jobs.bare_metal_jobs(seed):
+        results = classify_matrix(job.util, job.step_seconds, job.context())
+        assert all(job.rights(results)), (job.name, [r.job_type for r in results])
+
+
+def test_a_stalled_rank_joins_its_peers_by_coupled_stalls_and_they_wait_for_it() -> None:
+    """Without pods and without power: rank 0 stalls (idle over 30 % of the window, no loop),
+    its peers read 100 % at the same moments. Without the node (no coupling) rank 0 would be
+    bursty and the others inference."""
+    job = next(job for job in BARE if job.name.startswith("bare-dp-stalls-util-only"))
+    alone = Context(names=[f"gpu {row}" for row in range(job.rows)])
+
+    coupled = classify_matrix(job.util, 1.0, job.context())
+    uncoupled = classify_matrix(job.util, 1.0, alone)
+
+    assert coupled[0].basis is Basis.SIBLING
+    assert {r.basis for r in coupled[1:]} == {Basis.WAITING}
+    assert coupled[1].reasons[0] == "util 100% while gpu 0 stalls"
+    assert coupled[1].reasons[2] == "stalls with gpu 0"
+    assert coupled[0].reasons[0].endswith(" waiting")
+    assert coupled[0].reasons[1].startswith("stalls with gpu ")
+    assert {r.job_type for r in uncoupled} == {JobType.INFERENCE}
+
+
+def test_coupling_needs_repeated_joint_stalls_and_enough_samples() -> None:
+    rng = np.random.default_rng(8)
+    util, _ = jobs.stalling_ranks(600, 2, rng)
+    one_stall = 90.0 + rng.normal(0, 1, (2, 100))
+    one_stall[:, 40:60] = [[2.0], [100.0]]  # one shared lull is not a job
+    node = Context(nodes=np.zeros(2, dtype=np.intp))
+    busy = np.ones(2, dtype=bool)
+
+    assert coupled_pairs(util, busy, node).left.tolist() == [0]
+    assert coupled_pairs(one_stall, busy, node).left.size == 0
+    assert coupled_pairs(util[:, :50], busy, node).left.size == 0  # too few samples
+    assert coupled_pairs(util, busy, Context()).left.size == 0  # nothing says they may share
+
+
+def test_coupled_rows_of_no_known_job_join_while_pods_stay_their_own_job() -> None:
+    pairs = Coupling(np.array([0, 1, 3]), np.array([1, 2, 4]), np.ones(3))
+
+    assert join(None, pairs, 5).tolist() == [0, 0, 0, 1, 1]
+    assert join(np.array([7, -1, -1, -1, -1]), pairs, 5).tolist() == [7, 8, 8, 9, 9]
+
+
+def test_independent_busy_gpus_of_one_node_are_rarely_coupled() -> None:
+    """Serving GPUs, random walks and bursts drawn independently, eight to a node: how often
+    two of them look coupled (each such pair could share a sibling's training evidence)."""
+    rng = np.random.default_rng(9)
+    makers = (
+        lambda: signals.sporadic_bursts(600, rng, bursts=12, longest=40),
+        lambda: signals.steady_serving(600, rng),
+        lambda: signals.random_walk(600, rng),
+        lambda: jobs.serving_bursts(600, rng),
+    )
+    nodes = 100
+    util = np.stack([makers[row % 4]() for row in range(8 * nodes)])
+    context = Context(nodes=np.repeat(np.arange(nodes), 8))
+
+    pairs = coupled_pairs(util, np.ones(8 * nodes, dtype=bool), context)
+
+    assert pairs.left.size <= 0.01 * nodes * 28, pairs.left.size
 
 
 def test_the_job_corpus_spans_the_shapes_of_the_real_traces() -> None:

@@ -1,12 +1,14 @@
-"""The profiling loop: publishing, error isolation, backoff, recovery and stopping.
+"""The profiling loop: publishing, error isolation, back-off, recovery and ordered stopping.
 
 ``ScriptedSource`` and ``RecordingSink`` are test doubles for a metrics source and a sink: the
 source returns dcgm-shaped matrices built from the shared signal generators (or raises what the
 test scripts), the sink records what it receives (or raises). The analysis is the real one.
+Where back-off timing matters, time is a ``FakeClock`` advanced one interval per cycle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -17,12 +19,13 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from profiler_app.daemon import Backoff, Daemon
-from profiler_app.errors import SourceError
+from profiler_app.daemon import Daemon
+from profiler_app.errors import RetryLaterError, SourceError
 from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.kube_pods import PodInfo
 from tests.support import signals
+from tests.support.clock import FakeClock
 
 STEP = 10.0
 POINTS = 180  # 30 minutes at 10 s
@@ -64,22 +67,31 @@ class ScriptedSource:
 
 
 class RecordingSink:
-    def __init__(self, name: str, failures: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        failures: int = 0,
+        error: Exception | None = None,
+        log: list[str] | None = None,
+    ) -> None:
         self.name = name
         self.failures = failures
+        self.error = error or ConnectionError(f"{name} is down")
         self.received: list[CycleResult] = []
         self.attempts = 0
         self.closed = False
+        self.log = log if log is not None else []
 
     def publish(self, result: CycleResult) -> None:
         self.attempts += 1
         if self.failures:
             self.failures -= 1
-            raise ConnectionError(f"{self.name} is down")
+            raise self.error
         self.received.append(result)
 
     def close(self) -> None:
         self.closed = True
+        self.log.append(f"close {self.name}")
 
 
 class StaticHost:
@@ -110,14 +122,25 @@ def errors(metrics: MetricsSink, kind: str) -> float:
     return value
 
 
+def failures(metrics: MetricsSink, kind: str) -> float:
+    value = metrics.registry.get_sample_value("gpu_profiler_consecutive_failures", {"kind": kind})
+    assert value is not None
+    return value
+
+
 def make_daemon(
     source: ScriptedSource,
     *sinks: RecordingSink,
     interval: float = 30.0,
     pods: Callable[[], list[PodInfo]] | None = None,
     stale_after: float = 90.0,
+    clock: FakeClock | None = None,
+    sources: contextlib.ExitStack | None = None,
 ) -> tuple[Daemon, MetricsSink]:
-    metrics = MetricsSink(Heartbeat(stale_after_seconds=stale_after))
+    if clock is None:
+        metrics = MetricsSink(Heartbeat(stale_after_seconds=stale_after))
+    else:
+        metrics = MetricsSink(Heartbeat(stale_after, clock=clock), clock=clock)
     daemon = Daemon(
         node="node-a",
         source=source,
@@ -127,16 +150,19 @@ def make_daemon(
         interval_seconds=interval,
         host=StaticHost(),
         pods=pods,
+        sources=sources,
+        **({} if clock is None else {"clock": clock}),
     )
     return daemon, metrics
 
 
-def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
-    backoff = Backoff(cap=10)
-    assert backoff.factor == 1
-    assert [backoff.failed() for _ in range(6)] == [1, 2, 4, 8, 10, 10]
-    backoff.succeeded()
-    assert backoff.factor == 1
+def cycles_every_interval(daemon: Daemon, clock: FakeClock, count: int) -> list[bool]:
+    """``count`` cycles, one interval apart on the fake clock, as the loop runs them."""
+    outcomes = []
+    for _ in range(count):
+        outcomes.append(daemon.run_cycle())
+        clock.advance(daemon.interval_seconds)
+    return outcomes
 
 
 def test_a_cycle_classifies_and_publishes_everywhere() -> None:
@@ -195,10 +221,11 @@ def test_the_pods_owner_is_the_prior_for_a_flat_busy_gpu() -> None:
 def test_a_failing_sink_does_not_stop_the_others_and_backs_off() -> None:
     kubernetes = RecordingSink("kubernetes", failures=3)
     store = RecordingSink("store")
-    daemon, metrics = make_daemon(ScriptedSource(), kubernetes, store)
-    outcomes = [daemon.run_cycle() for _ in range(9)]
+    clock = FakeClock()
+    daemon, metrics = make_daemon(ScriptedSource(), kubernetes, store, clock=clock)
+    outcomes = cycles_every_interval(daemon, clock, 9)
     assert len(store.received) == 9
-    # Failures 1, 2, 3 skip 0, 1, 3 cycles: attempts at cycles 1, 2, 4, then 8 and 9 succeed.
+    # Failures 1, 2, 3 wait 1, 2, 4 intervals: attempts at cycles 1, 2, 4, then 8 and 9 succeed.
     assert kubernetes.attempts == 5
     assert len(kubernetes.received) == 2
     assert outcomes == [False, False, False, False, False, False, False, True, True]
@@ -210,21 +237,59 @@ def test_a_failing_sink_does_not_stop_the_others_and_backs_off() -> None:
 def test_source_failures_back_off_and_recover() -> None:
     source = ScriptedSource([SourceError("connection refused"), SourceError("HTTP 503"), None])
     store = RecordingSink("store")
-    daemon, metrics = make_daemon(source, store)
-    assert not daemon.run_cycle()
-    assert not daemon.run_cycle()
-    assert daemon.source_backoff.factor == 2
-    assert store.received == []
-    assert daemon.run_cycle()
-    assert daemon.source_backoff.factor == 1
+    clock = FakeClock()
+    daemon, metrics = make_daemon(source, store, clock=clock)
+    # Failures at cycles 1 and 2 wait 1 and 2 intervals: cycle 3 reads nothing, cycle 4 works.
+    assert cycles_every_interval(daemon, clock, 4) == [False, False, False, True]
+    assert source.reads == 3
     assert len(store.received) == 1
     assert errors(metrics, "source") == 2
+    assert failures(metrics, "source") == 0
+
+
+def test_a_waiting_sink_is_not_a_success(caplog: pytest.LogCaptureFixture) -> None:
+    """While a sink waits out a Retry-After, cycles are not done: last_success stays, nothing
+    is logged as recovered and the back-off is not reset; /healthz names the failing sink."""
+    caplog.set_level(logging.INFO, logger="profiler_app.daemon")
+    kubernetes = RecordingSink(
+        "kubernetes", failures=2, error=RetryLaterError("HTTP 429", retry_after=120)
+    )
+    clock = FakeClock(start=1_700_000_000.0)
+    daemon, metrics = make_daemon(ScriptedSource(), kubernetes, clock=clock)
+    last_success = "gpu_profiler_last_success_timestamp_seconds"
+
+    outcomes = cycles_every_interval(daemon, clock, 9)
+
+    # 429 at t=0 (wait 120 s), cycles at 30..90 wait, 429 again at 120 (wait 120 s: Retry-After
+    # beats the doubled 60 s), cycles at 150..210 wait, success at 240.
+    assert outcomes == [False] * 8 + [True]
+    assert kubernetes.attempts == 3
+    assert metrics.registry.get_sample_value(last_success) == 1_700_000_000.0 + 240
+    assert caplog.text.count("kubernetes recovered after 2 failure(s)") == 1
+    assert "next try in 120s" in caplog.text
+    assert errors(metrics, "kubernetes") == 2
+    assert failures(metrics, "kubernetes") == 0
+
+
+def test_health_tells_the_truth_during_an_outage() -> None:
+    kubernetes = RecordingSink("kubernetes", failures=100)
+    clock = FakeClock()
+    daemon, metrics = make_daemon(ScriptedSource(), kubernetes, clock=clock)
+    cycles_every_interval(daemon, clock, 20)  # 10 minutes
+    # Tries at 0, 0.5, 1.5, 3.5 and 7.5 minutes (waits of 1, 2, 4, 8 intervals), none between.
+    assert kubernetes.attempts == 5
+    assert failures(metrics, "kubernetes") == 5
+    summary = metrics.health_summary()
+    assert "no success yet" in summary
+    assert "failing: kubernetes (5 in a row)" in summary
 
 
 def test_unexpected_exceptions_are_counted_not_fatal() -> None:
     source = ScriptedSource([ValueError("bad json"), None])
-    daemon, metrics = make_daemon(source, RecordingSink("store"))
+    clock = FakeClock()
+    daemon, metrics = make_daemon(source, RecordingSink("store"), clock=clock)
     assert daemon.run(once=True) == 1
+    clock.advance(daemon.interval_seconds)
     assert daemon.run(once=True) == 0
     assert errors(metrics, "source") == 1
 
@@ -261,24 +326,43 @@ def test_stop_abandons_a_hung_cycle_quickly() -> None:
     thread.join(5)
     assert exit_codes == [0]
     assert time.monotonic() - started < 3
-    daemon.close()
-    assert store.closed
     source.block.set()
 
 
-def test_a_cycle_still_running_is_not_started_twice() -> None:
+def test_close_stops_the_sources_before_the_sinks() -> None:
+    order: list[str] = []
+    sources = contextlib.ExitStack()
+    sources.callback(order.append, "stop pod watcher")
+    sources.callback(order.append, "stop sampler")
+    daemon, _ = make_daemon(ScriptedSource(), RecordingSink("store", log=order), sources=sources)
+    assert daemon.run(once=True) == 0
+    assert daemon.close()
+    assert order == ["stop sampler", "stop pod watcher", "close store"]
+
+
+def test_nothing_is_closed_under_an_abandoned_cycle() -> None:
+    """A cycle hung past the stop grace keeps its sources and sinks open; once it has ended,
+    close works as usual."""
+    order: list[str] = []
+    sources = contextlib.ExitStack()
+    sources.callback(order.append, "stop sampler")
     source = ScriptedSource()
     source.block = threading.Event()
-    daemon, metrics = make_daemon(source, RecordingSink("store"))
-    first = threading.Thread(target=daemon._run_cycle_in_worker)
-    first.start()
-    time.sleep(0.1)
-    daemon.stop()  # the first call returns after the stop grace, its worker stays blocked
-    first.join(5)
-    assert not daemon._run_cycle_in_worker()
-    assert errors(metrics, "cycle") == 1
-    assert source.reads == 1
+    store = RecordingSink("store", log=order)
+    daemon, _ = make_daemon(source, store, sources=sources)
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    time.sleep(0.2)
+    daemon.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert not daemon.close()
+    assert order == []
     source.block.set()
+    deadline = time.monotonic() + 5
+    while not daemon.close() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert order == ["stop sampler", "close store"]
 
 
 def test_close_survives_a_failing_sink() -> None:
@@ -312,7 +396,7 @@ def test_heartbeat_stays_fresh_while_backing_off() -> None:
     thread = threading.Thread(target=daemon.run)
     thread.start()
     try:
-        while daemon.source_backoff.factor < 8:  # waits of 0.8 s and more between tries
+        while daemon.cycle.source_part.backoff.failures < 4:  # waits of 0.8 s and more
             time.sleep(0.05)
         ages = []
         for _ in range(20):

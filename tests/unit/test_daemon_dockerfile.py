@@ -14,11 +14,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,12 +104,62 @@ def test_no_build_tools_or_dev_extras(stages: list[Stage]) -> None:
 
 def test_builder_copies_only_what_exists_and_dockerignore_keeps_it(stages: list[Stage]) -> None:
     copied = copied_paths(stages[0])
-    assert copied == ["pyproject.toml", "README.md", "profiler_app"]
+    assert copied == ["pyproject.toml", "README.md", "constraints/image.txt", "profiler_app"]
     for path in copied:
         assert (ROOT / path).exists(), path
         assert not ignored(path)
     for path in (".venv", "tests", ".git", "infra", "profiler_app/__pycache__/x.pyc"):
         assert ignored(path), path
+
+
+def test_the_image_installs_its_pinned_versions(stages: list[Stage]) -> None:
+    (install,) = [run for run in stages[0].all("RUN") if "pip install" in run]
+    assert "pip install --constraint constraints/image.txt " in install
+    assert "constraints/image.txt" in copied_paths(stages[0])
+
+
+def image_pins() -> dict[str, Version]:
+    pins = {}
+    for line in (ROOT / "constraints" / "image.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, number = line.partition("==")
+            assert number, f"not a pin: {line!r}"
+            pins[canonicalize_name(name)] = Version(number)
+    return pins
+
+
+def test_every_runtime_dependency_is_pinned_at_or_above_its_floor() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [
+        Requirement(text)
+        for text in [*project["dependencies"], *project["optional-dependencies"]["postgres"]]
+    ]
+    pins = image_pins()
+    for requirement in requirements:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in constraints/image.txt"
+        assert requirement.specifier.contains(pins[name]), f"{name} {pins[name]} < its floor"
+    assert pins["psycopg-binary"] == pins["psycopg"]  # the [binary] extra wants the same release
+
+
+@pytest.mark.slow
+def test_the_pins_are_the_whole_resolution(tmp_path: Path) -> None:
+    """pip resolves the image's install with the pins (needs PyPI): nothing is left unpinned."""
+    report = tmp_path / "report.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+         "--report", str(report), "--constraint", "constraints/image.txt", ".[postgres]"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if completed.returncode != 0 and "NewConnectionError" in completed.stderr:
+        pytest.skip("PyPI unreachable")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    resolved = {
+        canonicalize_name(item["metadata"]["name"]): Version(item["metadata"]["version"])
+        for item in json.loads(report.read_text())["install"]
+    }
+    resolved.pop("gpu-cluster-profiler")
+    assert resolved == image_pins()
 
 
 def copied_paths(stage: Stage) -> list[str]:
@@ -147,9 +201,10 @@ def test_builder_context_builds_a_wheel_with_the_daemon(
         if source.is_dir():
             shutil.copytree(source, context / path, ignore=shutil.ignore_patterns("__pycache__"))
         else:
+            (context / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source, context / path)
     completed = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), "."],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), "."],
         cwd=context,
         capture_output=True,
         text=True,
@@ -165,8 +220,13 @@ def test_builder_context_builds_a_wheel_with_the_daemon(
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "gpu-profiler = profiler_app.cli:main" in archive.read(entry_points).decode()
         metadata = archive.read(next(n for n in names if n.endswith("METADATA"))).decode()
-    for module in ("daemon.py", "commands/run.py", "sources/nvml.py", "sinks/metrics.py"):
+    for module in ("daemon/loop.py", "commands/run.py", "sources/nvml.py", "sinks/metrics.py"):
         assert f"profiler_app/{module}" in names
     assert any(name.startswith("profiler_app/sinks/store/migrations/versions/") for name in names)
     assert "Provides-Extra: postgres" in metadata
+    # The SPDX license string: no setuptools deprecation warning for the old table form.
+    assert "License-Expression: Apache-2.0" in metadata
+    output = completed.stdout + completed.stderr
+    assert "Building wheel" in output  # -v shows the build backend's own output
+    assert "SetuptoolsDeprecationWarning" not in output
     assert not any(name.startswith(("tests/", "infra/")) for name in names)

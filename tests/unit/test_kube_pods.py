@@ -45,13 +45,14 @@ def connection(apiserver: StandInApiServer, tmp_path: Path) -> Iterator[KubeConn
 def make_watcher(connection: KubeConnection) -> Iterator[Any]:
     watchers: list[PodWatcher] = []
 
-    def make(watch_timeout_seconds: int = 30) -> PodWatcher:
+    def make(watch_timeout_seconds: int = 30, page_size: int = 500) -> PodWatcher:
         watcher = PodWatcher(
             connection,
             NODE,
             watch_timeout_seconds=watch_timeout_seconds,
             backoff_initial=0.05,
             backoff_max=0.2,
+            page_size=page_size,
         )
         watchers.append(watcher)
         watcher.start()
@@ -177,6 +178,49 @@ def test_list_errors_back_off_and_recover(
     assert len(apiserver.requests(method="GET", path=PODS_PATH)) >= 4
     assert caplog.text.count(f"pod watch on {NODE} failed (HTTP {status}") == 3
     assert apiserver.token not in caplog.text
+
+
+def test_the_list_is_paged_and_the_pages_are_one_snapshot(
+    apiserver: StandInApiServer, make_watcher: Any
+) -> None:
+    for index in range(5):
+        apiserver.add_pod(pod_manifest("batch", f"job-{index}", NODE))
+    apiserver.clear_requests()
+    watcher = make_watcher(page_size=3)
+
+    assert watcher.wait_until_synced(5)
+    lists = [r for r in apiserver.requests(path=PODS_PATH) if not r.query.get("watch")]
+    assert [r.query["limit"] for r in lists] == ["3", "3", "3"]  # 7 pods on the node
+    assert "continue" not in lists[0].query
+    assert all(r.query["continue"] for r in lists[1:])
+    assert len(names(watcher)) == 7
+    assert watcher.relists == 1
+
+
+def test_a_list_whose_continue_token_expired_starts_over(
+    apiserver: StandInApiServer, connection: KubeConnection
+) -> None:
+    for index in range(5):
+        apiserver.add_pod(pod_manifest("batch", f"job-{index}", NODE))
+    apiserver.clear_requests()
+
+    class CompactedAfterTheFirstPage(KubeConnection):
+        """The real connection; the server forgets its paged lists after the first page."""
+
+        def get_json(self, path: str, **kwargs: Any) -> dict[str, Any]:
+            document = super().get_json(path, **kwargs)
+            if len(apiserver.requests(path=PODS_PATH)) == 1:
+                apiserver.expire_list_tokens()
+            return document
+
+    expiring = CompactedAfterTheFirstPage(connection.api_client, connection.request_timeout)
+    watcher = PodWatcher(expiring, NODE, page_size=3)
+    watcher._relist()
+
+    assert len(names(watcher)) == 7
+    lists = apiserver.requests(path=PODS_PATH)
+    # The first page, its continuation (410 Expired), then the three pages again.
+    assert ["continue" in r.query for r in lists] == [False, True, False, True, True]
 
 
 def test_hung_list_times_out_and_recovers(apiserver: StandInApiServer, make_watcher: Any) -> None:

@@ -31,23 +31,13 @@ from profiler_app.sinks.kubernetes import (
     significant,
 )
 from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.clock import FakeClock
 from tests.support.cycles import AT, gpu_profile, sample_cycle
 
 D = "ai.centaurus.io"
 NODE = "node-a"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
 POD_PATH = "/api/v1/namespaces/ml/pods/trainer-0"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture
@@ -74,9 +64,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
-    return KubernetesSink(
-        connection, NODE, heartbeat_seconds=600, backoff_initial=10, backoff_max=300, clock=clock
-    )
+    return KubernetesSink(connection, NODE, heartbeat_seconds=600, clock=clock)
 
 
 def at_offset(result: CycleResult, seconds: float) -> CycleResult:
@@ -399,54 +387,44 @@ def test_persistent_conflict_raises_after_retries(
     assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
 
 
-def test_too_many_requests_honours_retry_after(
-    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+def test_too_many_requests_carries_retry_after_to_the_daemon(
+    apiserver: StandInApiServer, sink: KubernetesSink
 ) -> None:
+    """The sink has no back-off of its own: it says what failed and what the server asked for;
+    the daemon waits (profiler_app.backoff)."""
     apiserver.fail("PATCH", NODE_PATH, 429, times=1, retry_after=45)
     result = sample_cycle(NODE)
 
-    with pytest.raises(KubernetesError, match=r"429.*retrying in 45s"):
+    with pytest.raises(KubernetesError, match=r"HTTP 429.*Retry-After 45s") as raised:
         sink.publish(result)
-    apiserver.clear_requests()
-    clock.advance(44)
-    sink.publish(result)  # still backing off: skipped, no error, no request
-    assert apiserver.requests() == []
+    assert raised.value.retry_after == 45
 
-    clock.advance(1)
-    sink.publish(result)
-    assert [r.method for r in apiserver.requests()] == ["PATCH", "PATCH"]  # node, then pod
+    sink.publish(result)  # called again, it tries again
+    assert [r.method for r in apiserver.requests()][-2:] == ["PATCH", "PATCH"]  # node, then pod
     assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 
 
-def test_server_errors_back_off_increasingly_then_recover(
-    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+def test_server_errors_raise_without_retry_after_and_the_next_call_recovers(
+    apiserver: StandInApiServer, sink: KubernetesSink
 ) -> None:
-    apiserver.fail("PATCH", NODE_PATH, 500, times=2)
+    apiserver.fail("PATCH", NODE_PATH, 500, times=1)
     result = sample_cycle(NODE)
 
-    with pytest.raises(KubernetesError, match=r"500.*retrying in 10s"):
+    with pytest.raises(KubernetesError, match=r"HTTP 500") as raised:
         sink.publish(result)
-    clock.advance(10)
-    with pytest.raises(KubernetesError, match=r"500.*retrying in 20s"):
-        sink.publish(result)
-    clock.advance(19)
+    assert raised.value.retry_after is None
     sink.publish(result)
     assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 2
-
-    clock.advance(1)
-    sink.publish(result)
-    assert len(apiserver.requests(method="PATCH", path=NODE_PATH)) == 3
     assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
-    # Success resets the back-off: the next failure waits the initial delay again.
     apiserver.fail("PATCH", POD_PATH, 503, times=1)
-    with pytest.raises(KubernetesError, match=r"503.*retrying in 10s"):
+    with pytest.raises(KubernetesError, match=r"HTTP 503"):
         sink.publish(
             dataclasses.replace(result, pods=[dataclasses.replace(result.pods[0], cpu_util_max=1)])
         )
 
 
-def test_hung_server_times_out_backs_off_and_recovers(
-    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+def test_hung_server_times_out_and_recovers(
+    apiserver: StandInApiServer, sink: KubernetesSink
 ) -> None:
     apiserver.hang("PATCH", NODE_PATH, seconds=8, times=1)
     result = sample_cycle(NODE)
@@ -456,7 +434,6 @@ def test_hung_server_times_out_backs_off_and_recovers(
         sink.publish(result)
     assert time.monotonic() - started < 5  # the 0.5 s read timeout, not the 8 s hang
 
-    clock.advance(10)
     sink.publish(result)
     assert on_node(apiserver)[f"{D}/gpu-0-job-type"] == "training"
 

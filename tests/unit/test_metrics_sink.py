@@ -132,6 +132,32 @@ def test_healthz_follows_the_heartbeat(served: tuple[MetricsSink, str], clock: C
     assert requests.get(f"{base}/other", timeout=5).status_code == 404
 
 
+def test_healthz_says_what_fails_while_the_loop_lives(clock: Clock) -> None:
+    """An outage is not a reason to restart the daemon (200), but /healthz names it, and the
+    consecutive-failures gauge shows it to Prometheus."""
+    sink = MetricsSink(Heartbeat(stale_after_seconds=90, clock=clock), clock=clock)
+    port = sink.serve("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert "no success yet; all parts work" in requests.get(f"{base}/healthz", timeout=5).text
+        sink.record_cycle(0.1, success=True)
+        clock.now += 400
+        sink.heartbeat.beat()
+        sink.record_failures("kubernetes", 4)
+        response = requests.get(f"{base}/healthz", timeout=5)
+        assert response.status_code == 200
+        assert response.text == (
+            "ok: last cycle 0s ago; last success 400s ago; failing: kubernetes (4 in a row)\n"
+        )
+        failing = frozenset({("kind", "kubernetes")})
+        assert scrape(base)["gpu_profiler_consecutive_failures", failing] == 4
+        sink.record_failures("kubernetes", 0)
+        assert scrape(base)["gpu_profiler_consecutive_failures", failing] == 0
+        assert "all parts work" in requests.get(f"{base}/healthz", timeout=5).text
+    finally:
+        sink.close()
+
+
 def test_busy_port_is_one_clear_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

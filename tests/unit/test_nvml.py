@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -81,7 +82,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
         if not gpu.power_supported:
-            raise pynvml.NVMLError_NotSupported(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            # NVMLError(code) is the subclass for the code in every nvidia-ml-py release; old
+            # ones (the declared floor) give the subclasses no argument.
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return 250_000
 
     def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[SimpleNamespace]:
@@ -89,7 +92,7 @@ class FakeNvml:
 
     def nvmlDeviceGetProcessUtilization(self, gpu: FakeGpu, since: int) -> list[SimpleNamespace]:
         if not gpu.processes:
-            raise pynvml.NVMLError_NotFound(pynvml.NVML_ERROR_NOT_FOUND)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return [
             SimpleNamespace(pid=pid, smUtil=gpu.util, memUtil=gpu.mem_util, timeStamp=since + 1)
             for pid, _ in gpu.processes
@@ -230,3 +233,29 @@ def test_sampler_thread_fills_the_ring_and_stops() -> None:
     assert fake.shutdown_called
     assert source._thread is not None
     assert not source._thread.is_alive()
+
+
+def test_close_keeps_nvml_while_the_sampler_is_stuck_in_a_call() -> None:
+    """Shutting NVML down under a running NVML call could crash the process: close waits 2 s
+    for the sampler, and leaves NVML initialised if it has not stopped."""
+    stuck, release = threading.Event(), threading.Event()
+
+    class HangingNvml(FakeNvml):
+        def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> SimpleNamespace:
+            stuck.set()
+            release.wait(10)
+            return super().nvmlDeviceGetUtilizationRates(gpu)
+
+    fake = HangingNvml([FakeGpu("GPU-aaaa", "A100", util=50)])
+    source = NvmlSource("n", window_seconds=5, sample_interval=0.05, nvml=fake)
+    source.start()
+    assert stuck.wait(5)
+    try:
+        source.close()
+        assert not fake.shutdown_called
+    finally:
+        release.set()
+    assert source._thread is not None
+    source._thread.join(5)
+    source.close()
+    assert fake.shutdown_called

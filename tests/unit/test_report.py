@@ -274,6 +274,13 @@ def test_store_url_comes_from_the_environment(
         (["--store-url", "ftp://x/y"], "unsupported store URL scheme"),
         (["--store-url", "sqlite:///{tmp}/bare.db", "--since", "yesterday"], "malformed duration"),
         (["--store-url", "sqlite:///{tmp}/bare.db", "--until", "soon"], "malformed --until"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--since", "inf"], "--since: malformed"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--since", "nan"], "--since: malformed"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--since", "1000000d"], "longer than 100"),
+        (
+            ["--store-url", "sqlite:///{tmp}/bare.db", "--since", "3650d", "--until", "0002-01-01"],
+            "reaches back before the year 1",
+        ),
         (["--store-url", "sqlite:///{tmp}/bare.db", "--top", "-1"], "--top must be"),
         (
             ["--store-url", "postgresql://u:hunter2@127.0.0.1:9/db?connect_timeout=2"],

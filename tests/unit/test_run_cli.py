@@ -7,21 +7,23 @@ driver), real psutil, a real SQLite store in tmp_path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from profiler_app.cli import build_parser, main
-from profiler_app.commands.run import DEFAULT_ANNOTATION_DOMAIN, RunConfig
+from profiler_app.commands import run as run_command
+from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
-from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN
 
 ENV_NAMES = (
     "NODE_NAME",
@@ -40,6 +42,8 @@ ENV_NAMES = (
     "GPU_PROFILER_LOG_LEVEL",
     "GPU_PROFILER_STEP",
     "GPU_PROFILER_CGROUP_ROOT",
+    "GPU_PROFILER_RETENTION",
+    "GPU_PROFILER_PROTECT_TRAINING",
 )
 
 
@@ -131,6 +135,24 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "invalid annotation domain 'Not A Domain'",
         ),
         (["--sample-interval", "1h", "--window", "30m"], "--sample-interval must not be longer"),
+        (["--window", "inf"], "--window: malformed duration 'inf'"),
+        (["--window", "nan"], "--window: malformed duration 'nan'"),
+        (["--interval", "inf"], "--interval: malformed duration 'inf'"),
+        (["--window", "1000000d"], "--window: duration '1000000d' is longer than 100 years"),
+        (["--interval", "1ms"], "--interval must be at least 0.1s when sampling locally"),
+        (
+            ["--interval", "0.4s", "--prometheus-url", "http://127.0.0.1:9"],
+            "--interval must be at least 0.5s when reading Prometheus",
+        ),
+        (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
+        (["--interval", "2d"], "--interval must be at most 1d"),
+        (["--retention", "forever"], "--retention: malformed duration 'forever'"),
+        (
+            ["--prometheus-url", "http://127.0.0.1:9", "--step", "1ms"],
+            "a 30m window at a 0.001s step is 1,800,000 points per GPU",
+        ),
+        # Local sampling would allocate the whole window's ring buffer at start.
+        (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (
             ["--field", "DCGM_FI_PROF_SM_ACTIVE", "--store-url", "none", "--metrics-port", "0"],
             "local NVML sampling cannot provide DCGM_FI_PROF_SM_ACTIVE",
@@ -144,6 +166,50 @@ def test_bad_input_is_one_error_line(
     err = capsys.readouterr().err
     assert err.startswith(f"gpu-profiler: error: {message}")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "seconds"),
+    [
+        (["--store-url", "sqlite:////tmp/x.db"], None, 90 * 86400.0),
+        (["--store-url", "postgresql://u@db/gpus"], None, None),  # the DBA's call
+        (["--store-url", "postgresql://u@db/gpus", "--retention", "30d"], None, 30 * 86400.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--retention", "none"], None, None),
+        (["--store-url", "sqlite:////tmp/x.db"], "7d", 7 * 86400.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--retention", "1d"], "7d", 86400.0),
+        (["--store-url", "none", "--retention", "1d"], None, None),
+    ],
+)
+def test_retention_defaults_by_store(
+    argv: list[str], environment: str | None, seconds: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if environment:
+        monkeypatch.setenv("GPU_PROFILER_RETENTION", environment)
+    assert RunConfig.from_args(parse(*argv)).retention_seconds == seconds
+
+
+def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ("--store-url", "none")
+    assert not RunConfig.from_args(parse(*store)).protect_training
+    flagged = RunConfig.from_args(parse(*store, "--protect-training"))
+    assert flagged.protect_training
+    assert " protect-training" in flagged.describe()
+    for value, expected in (("true", True), ("1", True), ("false", False), ("off", False)):
+        monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", value)
+        assert RunConfig.from_args(parse(*store)).protect_training is expected, value
+    monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", "maybe")
+    assert main(["run", "--once", *store]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
+
+
+def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:
+    config = RunConfig.from_args(
+        parse("--prometheus-url", "http://127.0.0.1:9", "--window", "30d", "--interval", "0.5s")
+    )
+    assert (config.window_seconds, config.interval_seconds) == (30 * 86400.0, 0.5)
 
 
 def test_bad_port_and_log_level_are_usage_errors(
@@ -162,10 +228,6 @@ def test_bad_port_and_log_level_are_usage_errors(
 def test_the_first_field_is_classified_without_gpu_utilisation() -> None:
     config = RunConfig.from_args(parse("--field", FB_USED, "--field", MEM_COPY_UTIL))
     assert config.fields == [FB_USED, MEM_COPY_UTIL]
-
-
-def test_annotation_domain_default_matches_the_sink() -> None:
-    assert DEFAULT_ANNOTATION_DOMAIN == DEFAULT_DOMAIN
 
 
 def test_kubernetes_client_is_not_imported_unless_used() -> None:
@@ -242,3 +304,24 @@ def test_once_embedded_default_without_a_gpu(
         tables = {row[0] for row in connection.execute("select name from sqlite_master")}
         assert {"gpu_window", "pod_usage"} <= tables
         assert connection.execute("select count(*) from gpu_window").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("mode", "samples_the_host"),
+    [(("--prometheus-url", "http://127.0.0.1:9"), False), ((), True)],
+    ids=["prometheus", "local"],
+)
+def test_the_host_sampler_runs_only_in_local_mode(
+    mode: tuple[str, ...], samples_the_host: bool
+) -> None:
+    """In the DaemonSet's Prometheus mode nothing reads host or pod-cgroup samples."""
+    config = RunConfig.from_args(parse(*mode, "--store-url", "none", "--metrics-port", "0"))
+    with contextlib.ExitStack() as resources:
+        daemon = run_command._build(config, resources)
+        try:
+            running = {thread.name for thread in threading.enumerate()}
+            assert ("host-sampler" in running) is samples_the_host
+            assert (daemon.cycle.inputs.host is not None) is samples_the_host
+        finally:
+            assert daemon.close()
+    assert "host-sampler" not in {thread.name for thread in threading.enumerate()}

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from profiler_app.errors import UserError
 from profiler_app.model import (
@@ -33,13 +34,13 @@ from profiler_app.model import (
 )
 from profiler_app.sinks.store import StoreError, TableStore, default_store_url
 from profiler_app.sinks.store.engine import (
+    SCHEMA_HEAD,
     alembic_config,
     create_store_engine,
     head_revisions,
     parse_store_url,
 )
-from profiler_app.sinks.store.models import Base, GpuWindow
-from profiler_app.sinks.store.models import PodUsage as PodUsageRow
+from profiler_app.sinks.store.models import gpu_window, metadata, pod_usage
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -102,12 +103,45 @@ def test_migration_matches_models_and_reaches_head(store: TableStore, store_url:
     with engine.connect() as connection:
         context = MigrationContext.configure(connection)
         assert set(context.get_current_heads()) == set(head_revisions())
-        diff = compare_metadata(context, Base.metadata)
+        diff = compare_metadata(context, metadata)
         indexes = sa.inspect(connection).get_indexes("gpu_window")
     engine.dispose()
     assert diff == []
     assert {tuple(index["column_names"]) for index in indexes} == {("at",), ("node", "gpu", "at")}
     TableStore(store_url).close()  # opening an up-to-date store again migrates nothing
+
+
+def test_schema_head_is_alembics_head() -> None:
+    assert ScriptDirectory.from_config(alembic_config()).get_heads() == [SCHEMA_HEAD]
+
+
+def test_the_daemons_store_never_loads_alembic_or_the_orm(store_url: str) -> None:
+    """The daemon's memory: a store behind is migrated by a child process (new processes here)."""
+    probe = (
+        "import sys; from profiler_app.sinks.store import TableStore; "
+        f"TableStore({store_url!r}, migrate_in_child=True).close(); print(sorted(m for m in "
+        "sys.modules if m == 'alembic' or m.startswith(('alembic.', 'sqlalchemy.orm'))))"
+    )
+    for _ in ("a new store, migrated", "the store at head"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+        )
+        assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")
+        engine = engine_for(store_url)
+        with engine.connect() as connection:
+            assert MigrationContext.configure(connection).get_current_heads() == (SCHEMA_HEAD,)
+        engine.dispose()
+
+
+def test_a_migration_in_a_child_process_reports_a_newer_schema(
+    store: TableStore, store_url: str
+) -> None:
+    engine = engine_for(store_url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(UserError, match="has a schema this gpu-profiler does not know"):
+        TableStore(store_url, migrate_in_child=True)
 
 
 def test_migrations_downgrade_and_upgrade_again(store: TableStore, store_url: str) -> None:
@@ -226,7 +260,7 @@ def test_pod_upsert_keeps_the_maximum_of_each_resource(store: TableStore, store_
     assert [tuple(row) for row in rows] == [(95.0, 150.0, 5e9, 9.0, None, "0", 1)]
     engine = engine_for(store_url)
     with engine.connect() as connection:
-        seen = connection.execute(sa.select(PodUsageRow.first_seen, PodUsageRow.last_seen)).one()
+        seen = connection.execute(sa.select(pod_usage.c.first_seen, pod_usage.c.last_seen)).one()
     engine.dispose()
     assert tuple(seen) == (T0, T0 + timedelta(minutes=2))
 
@@ -245,7 +279,7 @@ def test_a_pod_keeps_its_gpus_when_they_left_the_window_and_its_times_come_from_
     def seen() -> tuple[datetime, datetime]:
         engine = engine_for(store_url)
         with engine.connect() as connection:
-            row = connection.execute(sa.select(PodUsageRow.first_seen, PodUsageRow.last_seen))
+            row = connection.execute(sa.select(pod_usage.c.first_seen, pod_usage.c.last_seen))
             first, last = row.one()
         engine.dispose()
         return first, last
@@ -351,7 +385,7 @@ def stored_cycles(url: str) -> dict[int, int]:
     engine = engine_for(url)
     with engine.connect() as connection:
         groups = connection.execute(
-            sa.select(GpuWindow.at, sa.func.count()).group_by(GpuWindow.at)
+            sa.select(gpu_window.c.at, sa.func.count()).group_by(gpu_window.c.at)
         ).all()
     engine.dispose()
     return {round((at - T0).total_seconds() / 30): count for at, count in groups}

@@ -280,10 +280,10 @@ def test_the_busy_signal_per_bin_is_exact(tmp_path: Path) -> None:
         summary = summarise(export)
         gpu = summary.gpus[0]
         width = gpu.span_ns // iterations.FINE_BINS
-        edges = queries.gap_edges_by_bin(
+        idle = queries.idle_by_bin(
             export, 0, gpu.first_ns - summary.origin_ns, width, iterations.FINE_BINS
         )
-    busy = iterations.busy_signal(edges, width)
+    busy = iterations.busy_signal(idle, width)
     # Brute force: every busy nanosecond of the GPU's span, summed per bin
     timeline = np.zeros(iterations.FINE_BINS * width, dtype=bool)
     for start, length in zip(starts - gpu.first_ns, lengths, strict=True):

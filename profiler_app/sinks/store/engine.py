@@ -11,22 +11,27 @@ import importlib.util
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from profiler_app.errors import UserError
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (about 12 MiB resident) is imported only when a migration is due: a store already at
+# SCHEMA_HEAD is recognised by one query on alembic_version.
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# The newest revision in migrations/versions (a test checks it against Alembic's own answer).
+SCHEMA_HEAD = "0003"
+VERSION_TABLE = "alembic_version"
 # Any fixed number: serialises concurrent upgrades by daemons sharing one PostgreSQL database.
 MIGRATION_LOCK_ID = 0x67707570726F66
 _SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -132,31 +137,58 @@ def _configure_sqlite(engine: Engine, *, writer: bool) -> None:
         connection.exec_driver_sql("BEGIN")
 
 
+class UnknownSchemaError(Exception):
+    """The store has a schema revision this gpu-profiler does not know (a newer version's)."""
+
+
 def alembic_config() -> Config:
     """Alembic configuration built in code, so migrations run from an installed wheel."""
+    from alembic.config import Config  # noqa: PLC0415
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     return config
 
 
-def upgrade_to_head(engine: Engine) -> None:
-    """Migrate the store to the newest schema in one transaction."""
+def upgrade_to_head(engine: Engine) -> bool:
+    """Migrates the store to ``SCHEMA_HEAD`` in one transaction; False when it was there already.
+
+    ``UnknownSchemaError`` when the store has a revision Alembic does not know.
+    """
+    if schema_is_current(engine):
+        return False
+    from alembic import command  # noqa: PLC0415
+    from alembic.util import CommandError  # noqa: PLC0415
+
     config = alembic_config()
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
         config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        try:
+            command.upgrade(config, "head")
+        except CommandError as error:
+            raise UnknownSchemaError(str(error)) from None
+    return True
+
+
+def schema_is_current(engine: Engine) -> bool:
+    """Whether the store is at ``SCHEMA_HEAD`` (one query, no Alembic)."""
+    with engine.connect() as connection:
+        return current_revisions(connection) == (SCHEMA_HEAD,)
 
 
 def head_revisions() -> tuple[str, ...]:
     """The newest schema revision(s) this version of gpu-profiler knows."""
-    return tuple(ScriptDirectory.from_config(alembic_config()).get_heads())
+    return (SCHEMA_HEAD,)
 
 
 def current_revisions(connection: Connection) -> tuple[str, ...]:
-    """The store's schema revision(s); empty when it has no gpu-profiler schema."""
-    return tuple(MigrationContext.configure(connection).get_current_heads())
+    """The store's schema revision(s), sorted; empty when it has no gpu-profiler schema."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return ()
+    rows = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))  # noqa: S608
+    return tuple(sorted(row[0] for row in rows))
 
 
 def describe_error(error: SQLAlchemyError) -> str:

@@ -1,7 +1,8 @@
-"""Table definitions of the store (SQLAlchemy 2 typed declarative models).
+"""Table definitions of the store (SQLAlchemy Core tables).
 
-Every schema change goes with an Alembic revision in ``migrations/versions``; a test checks that
-the migrated schema and these models agree.
+Core, not the ORM: the daemon writes every cycle through these, and the ORM would add about
+6 MiB to its memory for nothing it uses. Every schema change goes with an Alembic revision in
+``migrations/versions``; a test checks that the migrated schema and these tables agree.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Column,
     DateTime,
     Float,
     Index,
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # PostgreSQL's unique keys treat NULLs as distinct, so an unknown pod start time would never
 # conflict and every cycle would add a row; the epoch stands in for "unknown" instead.
@@ -63,111 +65,107 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class GpuWindow(Base):
-    """One GPU's profile from one cycle: what it did over the trailing window ending at ``at``.
+def _optional(name: str, kind: Any) -> Column[Any]:
+    return Column(name, kind, nullable=True)
 
-    ``covers_seconds`` is the wall time this row stands for: the time since the previous row of
-    the same GPU, capped at the window (so daemon restarts and gaps are neither lost nor counted
-    twice). The report weights rows by it.
-    """
 
-    __tablename__ = "gpu_window"
+def _required(name: str, kind: Any, *, key: bool = False) -> Column[Any]:
+    return Column(name, kind, nullable=False, primary_key=key)
 
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    at: Mapped[datetime] = mapped_column(UtcDateTime())
-    node: Mapped[str] = mapped_column(String(253))
-    gpu: Mapped[str] = mapped_column(String(32))
-    uuid: Mapped[str] = mapped_column(String(64))
-    job_type: Mapped[str] = mapped_column(String(16))
-    period_seconds: Mapped[float | None] = mapped_column(Float)
-    window_seconds: Mapped[float] = mapped_column(Float)
-    covers_seconds: Mapped[float] = mapped_column(Float)
-    util_max: Mapped[float | None] = mapped_column(Float)
-    util_p95: Mapped[float | None] = mapped_column(Float)
-    util_mean: Mapped[float | None] = mapped_column(Float)
-    util_idle_fraction: Mapped[float | None] = mapped_column(Float)
-    mem_copy_util_max: Mapped[float | None] = mapped_column(Float)  # memory bandwidth, percent
-    fb_used_max_mib: Mapped[float | None] = mapped_column(Float)
-    namespace: Mapped[str | None] = mapped_column(String(253))
-    pod: Mapped[str | None] = mapped_column(String(253))
+
+# One GPU's profile from one cycle: what it did over the trailing window ending at ``at``.
+# ``covers_seconds`` is the wall time this row stands for: the time since the previous row of
+# the same GPU, capped at the window (so daemon restarts and gaps are neither lost nor counted
+# twice). The report weights rows by it.
+gpu_window = Table(
+    "gpu_window",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    _required("at", UtcDateTime()),
+    _required("node", String(253)),
+    _required("gpu", String(32)),
+    _required("uuid", String(64)),
+    _required("job_type", String(16)),
+    _optional("period_seconds", Float),
+    _required("window_seconds", Float),
+    _required("covers_seconds", Float),
+    _optional("util_max", Float),
+    _optional("util_p95", Float),
+    _optional("util_mean", Float),
+    _optional("util_idle_fraction", Float),
+    _optional("mem_copy_util_max", Float),  # memory bandwidth, percent
+    _optional("fb_used_max_mib", Float),
+    _optional("namespace", String(253)),
+    _optional("pod", String(253)),
     # Revision 0003: how sure the classifier was and why, and the pod's workload.
-    confidence: Mapped[float | None] = mapped_column(Float)
-    basis: Mapped[str | None] = mapped_column(String(16))
-    reasons: Mapped[str | None] = mapped_column(String(REASONS_LENGTH))
-    owner_kind: Mapped[str | None] = mapped_column(String(63))
-    owner_name: Mapped[str | None] = mapped_column(String(253))
+    _optional("confidence", Float),
+    _optional("basis", String(16)),
+    _optional("reasons", String(REASONS_LENGTH)),
+    _optional("owner_kind", String(63)),
+    _optional("owner_name", String(253)),
+    # The report filters on time (optionally node) and walks each GPU's rows in time order.
+    Index(None, "at"),
+    Index(None, "node", "gpu", "at"),
+)
 
-    __table_args__ = (
-        # The report filters on time (optionally node) and walks each GPU's rows in time order.
-        Index(None, "at"),
-        Index(None, "node", "gpu", "at"),
-    )
+# Peak use of one pod that held GPUs; values only ever grow (upsert keeping the max).
+pod_usage = Table(
+    "pod_usage",
+    metadata,
+    _required("namespace", String(253), key=True),
+    _required("pod", String(253), key=True),
+    _required("node", String(253), key=True),
+    _required("pod_start_time", UtcDateTime(), key=True),
+    _required("gpus", String(256)),  # comma-separated GPU indices
+    _required("gpu_count", Integer),
+    _optional("gpu_util_max", Float),
+    _optional("gpu_mem_copy_util_max", Float),
+    _optional("fb_used_max_mib", Float),
+    _optional("cpu_util_max", Float),
+    _optional("mem_used_max_bytes", Float),
+    _required("first_seen", UtcDateTime()),
+    _required("last_seen", UtcDateTime()),
+    _optional("owner_kind", String(63)),  # revision 0003
+    _optional("owner_name", String(253)),
+    Index(None, "last_seen"),
+)
 
-
-class PodUsage(Base):
-    """Peak use of one pod that held GPUs; values only ever grow (upsert keeping the max)."""
-
-    __tablename__ = "pod_usage"
-
-    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
-    pod: Mapped[str] = mapped_column(String(253), primary_key=True)
-    node: Mapped[str] = mapped_column(String(253), primary_key=True)
-    pod_start_time: Mapped[datetime] = mapped_column(UtcDateTime(), primary_key=True)
-    gpus: Mapped[str] = mapped_column(String(256))  # comma-separated GPU indices
-    gpu_count: Mapped[int] = mapped_column(Integer)
-    gpu_util_max: Mapped[float | None] = mapped_column(Float)
-    gpu_mem_copy_util_max: Mapped[float | None] = mapped_column(Float)
-    fb_used_max_mib: Mapped[float | None] = mapped_column(Float)
-    cpu_util_max: Mapped[float | None] = mapped_column(Float)
-    mem_used_max_bytes: Mapped[float | None] = mapped_column(Float)
-    first_seen: Mapped[datetime] = mapped_column(UtcDateTime())
-    last_seen: Mapped[datetime] = mapped_column(UtcDateTime())
-    owner_kind: Mapped[str | None] = mapped_column(String(63))  # revision 0003
-    owner_name: Mapped[str | None] = mapped_column(String(253))
-
-    __table_args__ = (Index(None, "last_seen"),)
-
-
-class TraceGpu(Base):
-    """One GPU in one Nsight Systems report, as ``gpu-profiler trace`` summarised it.
-
-    Keyed by pod, node and the report's capture start (empty strings where not given), as the
-    continuous profile's pods are; tracing the same report again replaces its rows.
-    """
-
-    __tablename__ = "trace_gpu"
-
-    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
-    pod: Mapped[str] = mapped_column(String(253), primary_key=True)
-    node: Mapped[str] = mapped_column(String(253), primary_key=True)
-    started_at: Mapped[datetime] = mapped_column(UtcDateTime(), primary_key=True)
-    device: Mapped[int] = mapped_column(Integer, primary_key=True)
-    report: Mapped[str] = mapped_column(String(1024))
-    recorded_at: Mapped[datetime] = mapped_column(UtcDateTime())
-    gpu_name: Mapped[str | None] = mapped_column(String(256))
-    uuid: Mapped[str | None] = mapped_column(String(64))
-    span_seconds: Mapped[float] = mapped_column(Float)
-    busy_fraction: Mapped[float] = mapped_column(Float)
-    idle_gap_count: Mapped[int] = mapped_column(BigInteger)
-    idle_total_seconds: Mapped[float] = mapped_column(Float)
-    idle_longest_seconds: Mapped[float] = mapped_column(Float)
-    kernel_count: Mapped[int] = mapped_column(BigInteger)
-    kernel_seconds: Mapped[float] = mapped_column(Float)
-    memory_seconds: Mapped[float] = mapped_column(Float)
-    memory_bytes: Mapped[int] = mapped_column(BigInteger)
-    pageable_seconds: Mapped[float] = mapped_column(Float)
-    launch_api_seconds: Mapped[float] = mapped_column(Float)
-    sync_api_seconds: Mapped[float] = mapped_column(Float)
-    iteration_seconds: Mapped[float | None] = mapped_column(Float)
-    profiler_period_seconds: Mapped[float | None] = mapped_column(Float)
-    verdict: Mapped[str] = mapped_column(String(16))
-    evidence: Mapped[str] = mapped_column(Text)
-    top_kernel: Mapped[str | None] = mapped_column(Text)
-
-    __table_args__ = (Index(None, "started_at"),)
+# One GPU in one Nsight Systems report, as ``gpu-profiler trace`` summarised it. Keyed by pod,
+# node and the report's capture start (empty strings where not given), as the continuous
+# profile's pods are; tracing the same report again replaces its rows.
+trace_gpu = Table(
+    "trace_gpu",
+    metadata,
+    _required("namespace", String(253), key=True),
+    _required("pod", String(253), key=True),
+    _required("node", String(253), key=True),
+    _required("started_at", UtcDateTime(), key=True),
+    _required("device", Integer, key=True),
+    _required("report", String(1024)),
+    _required("recorded_at", UtcDateTime()),
+    _optional("gpu_name", String(256)),
+    _optional("uuid", String(64)),
+    _required("span_seconds", Float),
+    _required("busy_fraction", Float),
+    _required("idle_gap_count", BigInteger),
+    _required("idle_total_seconds", Float),
+    _required("idle_longest_seconds", Float),
+    _required("kernel_count", BigInteger),
+    _required("kernel_seconds", Float),
+    _required("memory_seconds", Float),
+    _required("memory_bytes", BigInteger),
+    _required("pageable_seconds", Float),
+    _required("launch_api_seconds", Float),
+    _required("sync_api_seconds", Float),
+    _optional("iteration_seconds", Float),
+    _optional("profiler_period_seconds", Float),
+    _required("verdict", String(16)),
+    _required("evidence", Text),
+    _optional("top_kernel", Text),
+    Index(None, "started_at"),
+)

@@ -5,18 +5,16 @@ from __future__ import annotations
 import logging
 import math
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.util import CommandError
 from sqlalchemy import ColumnElement, Connection, case, func, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile
-from profiler_app.model import PodUsage as PodUsageResult
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile, PodUsage
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.engine import (
+    UnknownSchemaError,
     create_store_engine,
     describe_error,
     display_url,
@@ -24,12 +22,18 @@ from profiler_app.sinks.store.engine import (
     sqlite_path,
     upgrade_to_head,
 )
+from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_in_child
 from profiler_app.sinks.store.models import (
     REASONS_LENGTH,
     UNKNOWN_START_TIME,
-    GpuWindow,
-    PodUsage,
+    gpu_window,
+    pod_usage,
 )
+from profiler_app.sinks.store.retention import Retention
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects.postgresql import Insert as PostgresqlInsert
+    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +56,16 @@ class TableStore:
 
     name = "store"
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self, url: str, *, retention_seconds: float | None = None, migrate_in_child: bool = False
+    ) -> None:
+        """``migrate_in_child``: the daemon's choice, to keep Alembic out of its memory."""
         parsed = parse_store_url(url)
         self.url = display_url(parsed)
+        self._url = url  # with its password: only for the migration process's environment
+        self._migrate_in_child = migrate_in_child
         self._engine = create_store_engine(parsed, create_file=True)
+        self._retention = Retention(retention_seconds) if retention_seconds else None
         # Last row time per node and GPU (index and UUID), loaded from the store once per node.
         self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
         self._migrated = False
@@ -81,20 +91,38 @@ class TableStore:
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
             node_last[profile.gpu, profile.uuid] = result.at
+        if self._retention is not None and self._retention.due():
+            self._prune(self._retention, result.at)
 
     def close(self) -> None:
         self._engine.dispose()
 
+    def _prune(self, retention: Retention, now: datetime) -> None:
+        # The cycle's rows are committed: a failed clean-up is retried, not a failed cycle.
+        try:
+            retention.prune(self._engine, now)
+        except SQLAlchemyError as error:
+            log.warning(
+                "store %s: retention failed, retrying next cycle: %s",
+                self.url,
+                describe_error(error),
+            )
+
     def _migrate(self) -> None:
         try:
-            upgrade_to_head(self._engine)
-        except CommandError as error:
+            if self._migrate_in_child:
+                migrate_in_child(self._engine, self._url)
+            else:
+                upgrade_to_head(self._engine)
+        except UnknownSchemaError as error:
             raise UserError(
                 f"store {self.url} has a schema this gpu-profiler does not know ({error}); "
                 "upgrade gpu-profiler"
             ) from None
         except SQLAlchemyError as error:
             raise StoreError(f"store {self.url}: {describe_error(error)}") from error
+        except MigrationFailedError as error:
+            raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
     def _load_last_at(self, connection: Connection, node: str) -> dict[tuple[str, str], datetime]:
@@ -102,9 +130,9 @@ class TableStore:
         if cached is not None:
             return dict(cached)
         rows = connection.execute(
-            select(GpuWindow.gpu, GpuWindow.uuid, func.max(GpuWindow.at))
-            .where(GpuWindow.node == node)
-            .group_by(GpuWindow.gpu, GpuWindow.uuid)
+            select(gpu_window.c.gpu, gpu_window.c.uuid, func.max(gpu_window.c.at))
+            .where(gpu_window.c.node == node)
+            .group_by(gpu_window.c.gpu, gpu_window.c.uuid)
         )
         return {(gpu, uuid): at for gpu, uuid, at in rows if at is not None}
 
@@ -119,19 +147,15 @@ class TableStore:
             for profile in result.gpus
         ]
         if rows:
-            connection.execute(insert(GpuWindow), rows)
+            connection.execute(insert(gpu_window), rows)
 
-    def _upsert_pods(
-        self, connection: Connection, pods: list[PodUsageResult], at: datetime
-    ) -> None:
+    def _upsert_pods(self, connection: Connection, pods: list[PodUsage], at: datetime) -> None:
         rows = _merge_duplicate_pods([_pod_row(pod, at) for pod in pods])
         if not rows:
             return
         dialect = connection.dialect.name
-        statement = (
-            postgresql.insert(PodUsage) if dialect == "postgresql" else sqlite.insert(PodUsage)
-        )
-        table = PodUsage.__table__.c
+        statement = _upsert_statement(dialect)
+        table = pod_usage.c
         excluded = statement.excluded
         updates: dict[str, Any] = {
             column: _larger(dialect, table[column], excluded[column]) for column in _PEAK_COLUMNS
@@ -148,6 +172,17 @@ class TableStore:
         connection.execute(
             statement.on_conflict_do_update(index_elements=list(_POD_KEY), set_=updates), rows
         )
+
+
+def _upsert_statement(dialect: str) -> PostgresqlInsert | SqliteInsert:
+    """The dialect's INSERT ... ON CONFLICT for pod_usage (only the one in use is imported)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert  # noqa: PLC0415
+
+        return postgresql_insert(pod_usage)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert  # noqa: PLC0415
+
+    return sqlite_insert(pod_usage)
 
 
 def _gpu_window_row(
@@ -183,7 +218,7 @@ def _gpu_window_row(
     }
 
 
-def _pod_row(pod: PodUsageResult, at: datetime) -> dict[str, Any]:
+def _pod_row(pod: PodUsage, at: datetime) -> dict[str, Any]:
     return {
         "namespace": pod.namespace,
         "pod": pod.pod,

@@ -11,19 +11,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.engine import (
+    UnknownSchemaError,
     create_store_engine,
     describe_error,
     display_url,
     parse_store_url,
     upgrade_to_head,
 )
-from profiler_app.sinks.store.models import GpuWindow, TraceGpu
+from profiler_app.sinks.store.models import gpu_window, trace_gpu
 from profiler_app.trace.summary import GpuTrace, TraceSummary
 
 UNKNOWN = ""  # namespace, pod or node not given: a key column cannot be NULL
@@ -36,7 +36,7 @@ class TraceStore:
         self._engine = create_store_engine(parsed, create_file=True)
         try:
             upgrade_to_head(self._engine)
-        except CommandError as error:
+        except UnknownSchemaError as error:
             raise UserError(
                 f"store {self.url} has a schema this gpu-profiler does not know ({error})"
             ) from None
@@ -52,13 +52,13 @@ class TraceStore:
     def profiler_period(self, namespace: str, pod: str) -> float | None:
         """The period of the pod's latest training window in the continuous profile, if any."""
         query = (
-            select(GpuWindow.period_seconds)
+            select(gpu_window.c.period_seconds)
             .where(
-                GpuWindow.namespace == namespace,
-                GpuWindow.pod == pod,
-                GpuWindow.period_seconds.is_not(None),
+                gpu_window.c.namespace == namespace,
+                gpu_window.c.pod == pod,
+                gpu_window.c.period_seconds.is_not(None),
             )
-            .order_by(GpuWindow.at.desc())
+            .order_by(gpu_window.c.at.desc())
             .limit(1)
         )
         try:
@@ -75,14 +75,14 @@ class TraceStore:
         try:
             with self._engine.begin() as connection:
                 connection.execute(
-                    delete(TraceGpu).where(
-                        TraceGpu.namespace == key["namespace"],
-                        TraceGpu.pod == key["pod"],
-                        TraceGpu.node == key["node"],
-                        TraceGpu.started_at == key["started_at"],
+                    delete(trace_gpu).where(
+                        trace_gpu.c.namespace == key["namespace"],
+                        trace_gpu.c.pod == key["pod"],
+                        trace_gpu.c.node == key["node"],
+                        trace_gpu.c.started_at == key["started_at"],
                     )
                 )
-                connection.execute(insert(TraceGpu), rows)
+                connection.execute(insert(trace_gpu), rows)
         except SQLAlchemyError as error:
             raise self._error(error) from None
 

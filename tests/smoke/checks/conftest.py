@@ -39,6 +39,19 @@ SETTINGS_OPTIONS: list[tuple[str, str, type, str]] = [
     ("--smoke-image", "image", str, "image of the GPU test pods, without nvidia-smi of its own"),
     ("--smoke-timeout", "timeout_seconds", float, "seconds each check waits for the cluster"),
     ("--smoke-pod-timeout", "pod_timeout_seconds", float, "seconds a test pod may take"),
+    (
+        "--scale-up-timeout",
+        "scale_up_timeout_seconds",
+        float,
+        "seconds the scaling check waits for a GPU node to come and run its pod",
+    ),
+    (
+        "--scale-down-timeout",
+        "scale_down_timeout_seconds",
+        float,
+        "seconds the scaling check waits for an empty GPU node to go (the NodePool's "
+        "consolidateAfter and the instance's termination)",
+    ),
 ]
 
 
@@ -64,6 +77,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAMESPACE/NAME",
         help="a NodePort or LoadBalancer Service you configured on purpose; repeat for several",
     )
+    group.addoption(
+        "--scaling",
+        action="store_true",
+        default=False,
+        help="run the scaling check: on a cluster scaled to zero GPU nodes, a GPU pod brings a "
+        "Karpenter node, which goes away once empty (default: skipped)",
+    )
 
 
 def _covers(argument: str, root: Path, target: Path) -> bool:
@@ -85,7 +105,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def settings(request: pytest.FixtureRequest) -> SmokeSettings:
     option = request.config.getoption
     chosen = {field: option(_dest(flag)) for flag, field, _, _ in SETTINGS_OPTIONS}
-    return SmokeSettings(**chosen, allowed_exposed=frozenset(option("allow_exposed")))
+    return SmokeSettings(
+        **chosen, allowed_exposed=frozenset(option("allow_exposed")), scaling=option("scaling")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,8 @@ __all__ = [
     "GPU_TAINT_VALUE",
     "GRAFANA_PORT",
     "GRAFANA_SERVICE",
+    "NODE_CLAIMS_PATH",
+    "NODE_POOL_LABEL",
     "PROFILED_AT",
     "PROMETHEUS_PORT",
     "PROMETHEUS_SERVICE",
@@ -78,6 +80,9 @@ CUSTOM_METRICS_API_SERVICE = "v1beta1.custom.metrics.k8s.io"
 
 # A CUDA base image: the NVIDIA container toolkit mounts nvidia-smi into it when it exposes GPUs.
 GPU_TEST_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+# Karpenter's API and the label it puts on the nodes of a NodePool (https://karpenter.sh/docs/).
+NODE_CLAIMS_PATH = "/apis/karpenter.sh/v1/nodeclaims"
+NODE_POOL_LABEL = "karpenter.sh/nodepool"
 # Labels every object the smoke suite creates, so a leftover can be found and deleted.
 SMOKE_LABEL = {"app.kubernetes.io/part-of": "gpu-cluster-smoke"}
 
@@ -117,6 +122,11 @@ class SmokeSettings:
     allowed_exposed: frozenset[str] = frozenset()  # "namespace/name" of Services meant to be
     annotation_domain: str = DEFAULT_DOMAIN
     annotation_max_age_seconds: float = ANNOTATION_MAX_AGE_SECONDS
+    scaling: bool = False  # run the opt-in scaling check (test_scaling.py)
+    # A GPU instance's launch, boot and device plugin registration, image pull included.
+    scale_up_timeout_seconds: float = 900.0
+    # The GPU NodePool's consolidateAfter, plus draining and terminating the instance.
+    scale_down_timeout_seconds: float = 900.0
 
     def daemon_sets(self) -> dict[str, DaemonSetRef]:
         """The GPU DaemonSets by what they are. Helm names each after its release, and the

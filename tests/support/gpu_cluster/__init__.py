@@ -22,15 +22,18 @@ What it models, and how (``Scenario`` says what differs from a healthy cluster):
 - Node state follows from where pods are ready: ``nvidia.com/gpu`` capacity and allocatable where
   the device plugin runs, the profiler's annotations where the profiler runs, DCGM series where
   dcgm-exporter runs; a Service answers only when a ready pod backs it.
-- Test pods: the scheduler binds a pod once, at creation, to the first node (by name) that its
-  nodeSelector, tolerations and free GPUs allow, and allocates GPUs like the device plugin; else
-  it stays Pending with a FailedScheduling-style message. No container runs: the kubelet model
-  (objects.run_container) prints what ``nvidia-smi -L`` would for the GPUs the pod can see,
-  and keeps a ``sleep`` running until the pod is deleted; other commands are refused (422).
+- Test pods: the scheduler binds a pod at creation (or when a node joins) to the first node (by
+  name) that its nodeSelector, tolerations and free GPUs allow, and allocates GPUs like the
+  device plugin; else it stays Pending with a FailedScheduling-style message. No container
+  runs: the kubelet model (objects.run_container) prints what ``nvidia-smi -L`` would for the
+  GPUs the pod can see, and keeps a ``sleep`` running until the pod is deleted; other commands
+  are refused (422).
+- Karpenter, where the scenario has one (karpenter.py, a test double of its own): NodeClaims
+  for unschedulable GPU pods, nodes that join and later go away when empty.
 - Names are taken from the same source the smoke suite uses, so a wrong name is not caught here.
 
-Not modelled: TLS, RBAC, watches of the new kinds, controllers reacting to later changes,
-rescheduling, images, resource requests other than GPUs.
+Not modelled: TLS, RBAC, watches of the new kinds, controllers reacting to later changes
+(but nodes that Karpenter adds), rescheduling, images, resource requests other than GPUs.
 """
 
 from __future__ import annotations
@@ -45,11 +48,19 @@ import requests
 
 from tests.support.gpu_cluster.apiserver import StandInGpuCluster
 from tests.support.gpu_cluster.backends import RULES_FILE, prometheus_config, rules_file
-from tests.support.gpu_cluster.scenario import GpuNode, Scenario, Taint, Unready
+from tests.support.gpu_cluster.scenario import GpuNode, Karpenter, Scenario, Taint, Unready
 from tests.support.ports import free_port
 from tests.support.prometheus import PrometheusServer
 
-__all__ = ["GpuNode", "Scenario", "StandInGpuCluster", "Taint", "Unready", "running_gpu_cluster"]
+__all__ = [
+    "GpuNode",
+    "Karpenter",
+    "Scenario",
+    "StandInGpuCluster",
+    "Taint",
+    "Unready",
+    "running_gpu_cluster",
+]
 SETTLE_TIMEOUT_SECONDS = 30.0
 PORT_ATTEMPTS = 3
 

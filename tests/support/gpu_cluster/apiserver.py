@@ -22,6 +22,8 @@ from tests.support.gpu_cluster.backends import (
     custom_metric_values,
 )
 from tests.support.gpu_cluster.controllers import ADAPTER, DCGM_EXPORTER, NAMES
+from tests.support.gpu_cluster.karpenter import API_VERSION as KARPENTER_API
+from tests.support.gpu_cluster.karpenter import StandInKarpenter
 from tests.support.gpu_cluster.kubelet import PodLifecycle, Reply, not_found
 from tests.support.gpu_cluster.objects import Json
 from tests.support.gpu_cluster.scenario import Scenario
@@ -45,6 +47,8 @@ ROUTES = [
         "custom_metric",
     ),
     ("*", rf"/api/v1/namespaces/{_NAME}/services/{_NAME}/proxy(/.*)?", "proxy"),
+    ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims", "list_node_claims"),
+    ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims/{_NAME}", "node_claim"),
 ]
 _ROUTES = [(method, re.compile(f"^{path}$"), name) for method, path, name in ROUTES]
 
@@ -109,6 +113,7 @@ class StandInGpuCluster(StandInApiServer):
             DCGM_EXPORTER: self.exporter.url,
         }
         self._services = controllers.services(scenario, backends)
+        self.karpenter = StandInKarpenter(self, scenario.karpenter) if scenario.karpenter else None
         with self.lock:
             self._bring_up()
 
@@ -124,7 +129,14 @@ class StandInGpuCluster(StandInApiServer):
     def commit(self, kind: str, key: Any, obj: Json, event: str | None) -> None:
         self._server.commit(kind, key, obj, event=event)
 
+    def start(self) -> None:
+        super().start()
+        if self.karpenter is not None:
+            self.karpenter.start()
+
     def stop(self) -> None:
+        if self.karpenter is not None:
+            self.karpenter.stop()
         self.pods.stop()
         self.exporter.stop()
         self.grafana.stop()
@@ -309,3 +321,20 @@ class StandInGpuCluster(StandInApiServer):
         )
         content_type = answer.headers.get("Content-Type", "application/octet-stream")
         return answer.status_code, answer.content, content_type
+
+    def list_node_claims(self, request: RecordedRequest) -> Reply:
+        if self.karpenter is None:
+            return _no_karpenter()
+        with self.lock:
+            return self.karpenter.list_node_claims()
+
+    def node_claim(self, request: RecordedRequest, name: str) -> Reply:
+        if self.karpenter is None:
+            return _no_karpenter()
+        with self.lock:
+            return self.karpenter.node_claim(name)
+
+
+def _no_karpenter() -> Reply:
+    """What the real API server answers for a group no CRD serves."""
+    return 404, status_object(404, "NotFound", "the server could not find the requested resource")

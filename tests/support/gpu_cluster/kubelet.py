@@ -1,6 +1,7 @@
 """Pods created through the stand-in API server (the smoke suite's test pods): the scheduler binds
-each once, at creation; the device plugin allocates its GPUs; the kubelet starts it after a
-moment and, by the container model of objects.run_container, lets it finish or keep running."""
+each at creation, or when a node joins (``bind_pending``); the device plugin allocates its GPUs;
+the kubelet starts it after a moment and, by the container model of objects.run_container, lets
+it finish or keep running."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class PodLifecycle:
         self._allocations: dict[PodKey, Allocation] = {}
         self._logs: dict[PodKey, str] = {}
         self._timers: list[threading.Timer] = []
+        self._unbound: set[PodKey] = set()  # created here, left Pending by the scheduler
 
     def stop(self) -> None:
         for timer in self._timers:
@@ -78,14 +80,30 @@ class PodLifecycle:
             "creationTimestamp": objects.now_rfc3339(),
         }
         pod["status"] = self._schedule((namespace, name), pod["spec"])
+        if not pod["spec"].get("nodeName"):
+            self._unbound.add((namespace, name))
         self._cluster.commit("pods", (namespace, name), pod, event="ADDED")
         return 201, copy.deepcopy(pod)
+
+    def bind_pending(self) -> None:
+        """The scheduler's retry when a node joins: bind the pods it left Pending, if they fit."""
+        for key in sorted(self._unbound):
+            stored = self._cluster.state.pods.get(key)
+            if stored is None:
+                self._unbound.discard(key)
+                continue
+            pod = copy.deepcopy(stored)
+            pod["status"] = self._schedule(key, pod["spec"])
+            if pod["spec"].get("nodeName"):
+                self._unbound.discard(key)
+            self._cluster.commit("pods", key, pod, event="MODIFIED")
 
     def delete(self, key: PodKey) -> Reply:
         pod = self._cluster.state.pods.get(key)
         if pod is None:
             return not_found("pods", key[1])
         self._cluster.commit("pods", key, pod, event="DELETED")
+        self._unbound.discard(key)
         self._allocations.pop(key, None)
         self._logs.pop(key, None)
         return 200, copy.deepcopy(pod)

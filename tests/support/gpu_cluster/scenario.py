@@ -47,6 +47,22 @@ class Unready:
 
 
 @dataclass(frozen=True)
+class Karpenter:
+    """A stand-in Karpenter with one GPU NodePool (see karpenter.py); the defaults are healthy.
+
+    ``launch_failure`` (reason, message): every NodeClaim fails to launch, as when no instance
+    type of the NodePool has capacity. ``consolidates`` False: empty nodes are never removed, as
+    with ``consolidateAfter: Never`` or a disruption budget of zero.
+    """
+
+    gpus_per_node: int = 1
+    launch_seconds: float = 0.3  # from NodeClaim to a registered, initialised node
+    consolidate_after_seconds: float = 0.5  # how long a node stays empty before it goes
+    launch_failure: tuple[str, str] | None = None
+    consolidates: bool = True
+
+
+@dataclass(frozen=True)
 class Scenario:
     gpu_nodes: tuple[GpuNode, ...] = (GpuNode("gpu-node-1"), GpuNode("gpu-node-2"))
     # CPU nodes for Prometheus, Grafana, the operator and the adapter, which tolerate no taint.
@@ -63,3 +79,4 @@ class Scenario:
     misattributed: bool = False
     row_remap_failures: tuple[tuple[str, int], ...] = ()  # (node, GPU index): a failed GPU
     node_port_services: tuple[str, ...] = ()  # "namespace/name" of extra NodePort Services
+    karpenter: Karpenter | None = None  # None: no Karpenter (the karpenter.sh API is not served)

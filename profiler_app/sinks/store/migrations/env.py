@@ -8,10 +8,10 @@ and the URL in ``-x url=...`` or ``sqlalchemy.url`` (offline ``--sql`` output fo
 from alembic import context
 from sqlalchemy import create_engine
 
-from profiler_app.sinks.store.models import Base
+from profiler_app.sinks.store.models import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _url() -> str:

@@ -1,0 +1,170 @@
+"""One profiling cycle: read the window, classify each GPU, publish to every sink.
+
+A cycle is done only when the source was read and every sink published. A part waiting out its
+back-off (``parts.Part``) is not tried, and the cycle is then not done: it is never counted as a
+success, so ``gpu_profiler_last_success_timestamp_seconds`` tells how long an outage has lasted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+from profiler_app.daemon.parts import Part
+from profiler_app.errors import one_line
+from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodPeak, SeriesMatrix
+from profiler_app.pods import attribute_series, pod_usage, workloads_of
+from profiler_app.profiles import build_profiles
+from profiler_app.sinks import Sink
+from profiler_app.sinks.metrics import MetricsSink
+from profiler_app.sources import MetricsSource
+
+if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
+    from profiler_app.sources.kube_pods import PodInfo
+
+log = logging.getLogger(__name__)
+
+
+class HostReadings(Protocol):
+    def snapshot(self) -> dict[str, float]: ...
+
+    def pod_peaks(self) -> dict[str, PodPeak]: ...
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Where a cycle's data comes from besides the GPU series."""
+
+    host: HostReadings | None = None  # local sampling: the host and pod cgroups
+    pods: Callable[[], Sequence[PodInfo]] | None = None  # the pod watcher's snapshot
+    # Pod CPU/memory peaks from Prometheus (cAdvisor) by (namespace, pod), given the window.
+    metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """How the series are read and classified."""
+
+    node: str
+    window_seconds: float
+    primary_field: str = GPU_UTIL
+    node_label: str = "Hostname"
+
+
+class Cycle:
+    """Runs cycles; ``stop`` (an event) ends one between sinks."""
+
+    def __init__(
+        self,
+        analysis: Analysis,
+        source: MetricsSource,
+        sinks: Sequence[Sink],
+        metrics: MetricsSink,
+        inputs: Inputs,
+        *,
+        interval_seconds: float,
+        clock: Callable[[], float],
+        stop: threading.Event,
+    ) -> None:
+        self.analysis = analysis
+        self.source = source
+        self.sinks = list(sinks)
+        self.metrics = metrics
+        self.inputs = inputs
+        self._clock = clock
+        self._stop = stop
+
+        def part(kind: str) -> Part:
+            return Part(kind, metrics, interval_seconds=interval_seconds, clock=clock)
+
+        self.source_part = part("source")
+        self.sink_parts = [part(sink.name) for sink in self.sinks]
+        self.count = 0
+
+    def run(self) -> bool:
+        """Reads, classifies and publishes once; True when the source and every sink worked."""
+        self.metrics.heartbeat.beat()
+        started = self._clock()
+        self.count += 1
+        result = self._read_and_classify(started)
+        done = result is not None
+        if result is not None:
+            for sink, part in zip(self.sinks, self.sink_parts, strict=True):
+                if self._stop.is_set():
+                    done = False
+                    break
+                done = self._publish(sink, part, result, started) and done
+        self.metrics.record_cycle(self._clock() - started, success=done)
+        self.metrics.heartbeat.beat()
+        return done
+
+    def _read_and_classify(self, started: float) -> CycleResult | None:
+        if self.source_part.waiting():
+            return None
+        try:
+            matrices = self.source.read(self.analysis.window_seconds)
+        except Exception as error:
+            self.source_part.failed(error, since=started)
+            return None
+        self.source_part.succeeded()
+        pods = list(self.inputs.pods()) if self.inputs.pods is not None else []
+        try:
+            profiles = self._profiles(attribute_series(matrices, pods), pods)
+        except Exception as error:
+            self._record_error("analysis", one_line(error))
+            return None
+        host = self.inputs.host
+        return CycleResult(
+            node=self.analysis.node,
+            at=datetime.now(UTC),
+            window_seconds=self.analysis.window_seconds,
+            gpus=profiles,
+            pods=pod_usage(
+                profiles,
+                pods,
+                host.pod_peaks() if host is not None else {},
+                self.analysis.node,
+                self._read_metric_pod_peaks(),
+            ),
+            host=host.snapshot() if host is not None else {},
+        )
+
+    def _read_metric_pod_peaks(self) -> Mapping[tuple[str, str], PodPeak]:
+        """Prometheus' pod peaks, or none this cycle when reading them fails: they only add to
+        the GPU results, so a failure is counted as a source error but fails nothing."""
+        if self.inputs.metric_pod_peaks is None:
+            return {}
+        try:
+            return self.inputs.metric_pod_peaks(self.analysis.window_seconds)
+        except Exception as error:
+            self._record_error(
+                "source", f"pod CPU/memory peaks: {one_line(error)}; none this cycle"
+            )
+            return {}
+
+    def _profiles(self, matrices: list[SeriesMatrix], pods: list[PodInfo]) -> list[GpuProfile]:
+        if not matrices:  # local sampling without GPUs
+            return []
+        # The pods' owners are the classifier's prior, and group the pods of one workload.
+        return build_profiles(
+            matrices, self.analysis.primary_field, self.analysis.node_label, workloads_of(pods)
+        )
+
+    def _publish(self, sink: Sink, part: Part, result: CycleResult, started: float) -> bool:
+        if part.waiting():
+            return False
+        try:
+            sink.publish(result)
+        except Exception as error:
+            part.failed(error, since=started)
+            return False
+        part.succeeded()
+        return True
+
+    def _record_error(self, kind: str, message: str) -> None:
+        log.warning("%s error: %s", kind, message)
+        self.metrics.record_error(kind)

@@ -1,0 +1,60 @@
+"""Annotation names (the part after ``<domain>/``) and the limits on what the sink writes.
+
+docs/annotations.md describes each one.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_HEARTBEAT_SECONDS = 600.0
+# Kubernetes rejects objects whose annotations exceed 256 KiB in total, ours included with
+# everyone else's. Our share stays far below: at most MAX_GPUS x 7 keys, checked against a budget.
+MAX_GPUS = 64
+ANNOTATION_BUDGET_BYTES = 32 * 1024
+
+# Node keys, per GPU: <domain>/gpu-<index>-<name>.
+JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
+    "job-type",
+    "period-seconds",
+    "util-max",
+    "mem-copy-util-max",  # DCGM_FI_DEV_MEM_COPY_UTIL: memory bandwidth, not occupancy
+    "fb-used-max-mib",
+)
+# Why the job type: confidence (0-1, 2 decimals) and the reasons, joined by "; " and cut at a
+# reason boundary to REASONS_MAX_CHARS; left out for every GPU when they would take the node
+# past ANNOTATION_BUDGET_BYTES.
+CONFIDENCE, REASONS = "confidence", "reasons"
+REASONS_MAX_CHARS = 160
+# Node key, once per node.
+PROFILED_AT = "profiled-at"
+
+# Pod keys: <domain>/<name>.
+POD_GPU_UTIL_MAX, POD_GPU_MEM_COPY_UTIL_MAX, POD_CPU_UTIL_MAX, POD_MEM_USED_MAX = (
+    "gpu-util-max",
+    "gpu-mem-copy-util-max",
+    "cpu-util-max",
+    "mem-used-max-mib",
+)
+
+# Names earlier versions wrote for memory-copy utilisation: removed where found (node) or with
+# the first write (pods), so a node never shows both.
+LEGACY_NODE_NAMES = ("mem-util-max",)
+LEGACY_POD_NAMES = ("gpu-mem-util-max",)
+
+_NODE_GPU_NAMES = (
+    JOB_TYPE,
+    PERIOD,
+    UTIL_MAX,
+    MEM_COPY_UTIL_MAX,
+    FB_USED_MAX,
+    CONFIDENCE,
+    REASONS,
+    *LEGACY_NODE_NAMES,
+)
+
+
+def owned_node_key(domain: str) -> re.Pattern[str]:
+    """Matches the node annotation keys this profiler owns under ``domain``."""
+    gpu_names = "|".join(re.escape(name) for name in _NODE_GPU_NAMES)
+    return re.compile(rf"^{re.escape(domain)}/(gpu-[A-Za-z0-9]+-({gpu_names})|{PROFILED_AT})$")

@@ -1,0 +1,104 @@
+"""The annotations a cycle's result calls for, values rounded so noise does not churn them."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, PodUsage
+from profiler_app.sinks import field_stat
+from profiler_app.sinks.kubernetes.names import (
+    ANNOTATION_BUDGET_BYTES,
+    CONFIDENCE,
+    FB_USED_MAX,
+    JOB_TYPE,
+    MAX_GPUS,
+    MEM_COPY_UTIL_MAX,
+    PERIOD,
+    POD_CPU_UTIL_MAX,
+    POD_GPU_MEM_COPY_UTIL_MAX,
+    POD_GPU_UTIL_MAX,
+    POD_MEM_USED_MAX,
+    PROFILED_AT,
+    REASONS,
+    REASONS_MAX_CHARS,
+    UTIL_MAX,
+)
+
+log = logging.getLogger(__name__)
+
+_GPU_INDEX = re.compile(r"^[A-Za-z0-9]+$")
+
+Annotations = dict[str, str]
+
+
+def _whole(value: float | None) -> str | None:
+    """Rounded to an integer: a percent or MiB that moves by less does not count as a change."""
+    return None if value is None or math.isnan(value) else str(round(value))
+
+
+def _rfc3339(moment: datetime) -> str:
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _reasons(reasons: tuple[str, ...]) -> str | None:
+    """Reasons joined by "; ", as many whole ones as fit in ``REASONS_MAX_CHARS``."""
+    kept: list[str] = []
+    for reason in reasons:
+        if len("; ".join([*kept, reason])) > REASONS_MAX_CHARS:
+            break
+        kept.append(reason)
+    return "; ".join(kept) or None
+
+
+def annotation_bytes(annotations: Mapping[str, str | None]) -> int:
+    """Size as Kubernetes counts it: keys plus values."""
+    return sum(len(key) + len(value or "") for key, value in annotations.items())
+
+
+def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS) -> Annotations:
+    """The node annotations ``result`` calls for."""
+    annotations = {f"{domain}/{PROFILED_AT}": _rfc3339(result.at)}
+    reasons: Annotations = {}
+    profiles = sorted(
+        (p for p in result.gpus if _GPU_INDEX.match(p.gpu)),
+        key=lambda p: (len(p.gpu), p.gpu),
+    )
+    if len(profiles) > max_gpus:
+        log.warning("annotating the first %d of %d GPUs", max_gpus, len(profiles))
+    for profile in profiles[:max_gpus]:
+        prefix = f"{domain}/gpu-{profile.gpu}-"
+        values = {
+            JOB_TYPE: profile.job_type,
+            PERIOD: None
+            if profile.period_seconds is None or math.isnan(profile.period_seconds)
+            else f"{profile.period_seconds:.1f}",
+            UTIL_MAX: _whole(field_stat(profile, GPU_UTIL)),
+            MEM_COPY_UTIL_MAX: _whole(field_stat(profile, MEM_COPY_UTIL)),
+            FB_USED_MAX: _whole(field_stat(profile, FB_USED)),
+            CONFIDENCE: None if profile.confidence is None else f"{profile.confidence:.2f}",
+        }
+        annotations.update({prefix + name: value for name, value in values.items() if value})
+        if text := _reasons(profile.reasons):
+            reasons[prefix + REASONS] = text
+    if annotation_bytes(annotations) + annotation_bytes(reasons) <= ANNOTATION_BUDGET_BYTES:
+        annotations.update(reasons)
+    elif reasons:
+        log.warning("leaving out the GPUs' reasons: they would exceed the annotation budget")
+    return annotations
+
+
+def pod_annotations(usage: PodUsage, domain: str) -> Annotations:
+    """Annotations for a pod that uses GPUs; memory is the peak in MiB (see docs/annotations.md)."""
+    memory_mib = None if usage.mem_used_max_bytes is None else usage.mem_used_max_bytes / 2**20
+    values = {
+        POD_GPU_UTIL_MAX: _whole(usage.gpu_util_max),
+        POD_GPU_MEM_COPY_UTIL_MAX: _whole(usage.gpu_mem_copy_util_max),
+        POD_CPU_UTIL_MAX: _whole(usage.cpu_util_max),
+        POD_MEM_USED_MAX: _whole(memory_mib),
+    }
+    return {f"{domain}/{name}": value for name, value in values.items() if value is not None}

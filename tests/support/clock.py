@@ -1,0 +1,15 @@
+"""A clock that moves only when a test says so: a TEST DOUBLE for time.monotonic / time.time,
+so back-off, heartbeats and outages of many minutes run in milliseconds."""
+
+from __future__ import annotations
+
+
+class FakeClock:
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
