@@ -40,16 +40,7 @@ def test_official_charts_at_pinned_versions(
 
 
 def test_versions_module_is_the_single_source(eks_run: ProgramRun) -> None:
-    pinned = {
-        c.name: c.version
-        for c in (
-            versions.NVIDIA_DEVICE_PLUGIN,
-            versions.KUBE_PROMETHEUS_STACK,
-            versions.DCGM_EXPORTER,
-            versions.PROMETHEUS_ADAPTER,
-            versions.KEDA,
-        )
-    }
+    pinned = {c.reference: c.version for c in versions.PINNED_CHARTS}
     installed = {
         r.inputs["chart"]: r.inputs["version"]
         for r in eks_run.of_type("kubernetes:helm.sh/v3:Release")
