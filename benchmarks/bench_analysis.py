@@ -88,12 +88,19 @@ def cluster_matrix(
     return np.stack(rows), np.stack(power_rows), labels
 
 
+def node_ids(rows: int) -> np.ndarray:
+    """Eight GPUs to a node, as ``build_profiles`` passes them: the busy GPUs of each node are
+    compared for coupled stalls (analysis.coupling)."""
+    return np.arange(rows, dtype=np.intp) // 8
+
+
 def power_context(power: np.ndarray) -> Context:
     rows = power.shape[0]
     return Context(
         power=power,
         power_floor=np.full(rows, jobs.FLOOR),
         power_limit=np.full(rows, jobs.LIMIT),
+        nodes=node_ids(rows),
     )
 
 
@@ -174,9 +181,10 @@ def main() -> None:
     rng = np.random.default_rng(20261122)
     matrix, power, labels = cluster_matrix(rng)
     context = power_context(power)
+    util_context = Context(nodes=node_ids(GPUS))
     classify_matrix(matrix[:100], STEP_SECONDS, power_context(power[:100]))  # warm up
 
-    wall, cpu = best_of(args.repeats, lambda: classify_matrix(matrix, STEP_SECONDS))
+    wall, cpu = best_of(args.repeats, lambda: classify_matrix(matrix, STEP_SECONDS, util_context))
     per_series = cpu / GPUS
     print(
         f"engine, utilisation only: {GPUS} x {SAMPLES} in {wall:.3f} s wall, {cpu:.3f} s CPU "
@@ -202,7 +210,7 @@ def main() -> None:
         f"(the two input matrices: {2 * matrix.nbytes / 2**20:.0f} MiB)"
     )
     for name, results in (
-        ("utilisation only", classify_matrix(matrix, STEP_SECONDS)),
+        ("utilisation only", classify_matrix(matrix, STEP_SECONDS, util_context)),
         ("utilisation and power", classify_matrix(matrix, STEP_SECONDS, context)),
     ):
         type_right = [r.job_type == label for r, (label, _) in zip(results, labels, strict=True)]
@@ -243,17 +251,21 @@ def main() -> None:
         f"engine on {args.seeds} more corpus draws ({len(drawn)} signals): "
         f"{drawn_type:.1%} job type, {drawn_both:.1%} job type + period"
     )
-    for seeds in ((jobs.DEFAULT_SEED,), range(1, args.seeds + 1)):
-        found = [
-            right
-            for seed in seeds
-            for job in jobs.labelled_jobs(seed)
-            for right in job.rights(classify_matrix(job.util, job.step_seconds, job.context()))
-        ]
-        print(
-            f"engine on the multi-GPU job corpus, {len(seeds)} draw(s) ({len(found)} GPUs): "
-            f"{np.mean(found):.1%} job type and period"
-        )
+    for corpus_name, make in (
+        ("multi-GPU job corpus", jobs.labelled_jobs),
+        ("bare-metal job corpus", jobs.bare_metal_jobs),
+    ):
+        for seeds in ((jobs.DEFAULT_SEED,), range(1, args.seeds + 1)):
+            found = [
+                right
+                for seed in seeds
+                for job in make(seed)
+                for right in job.rights(classify_matrix(job.util, job.step_seconds, job.context()))
+            ]
+            print(
+                f"engine on the {corpus_name}, {len(seeds)} draw(s) ({len(found)} GPUs): "
+                f"{np.mean(found):.1%} job type and period"
+            )
     for name, rate in false_training_rates(np.random.default_rng(1), 1000):
         print(f"called training (1,000 draws): {name}: {rate:.1%}")
 

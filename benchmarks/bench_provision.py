@@ -6,8 +6,11 @@ apt-cacher-ng's cache are warm):
     sudo .venv/bin/python benchmarks/bench_provision.py [--nodes 1 4]
 
 Each size boots fresh nodes (systemd-nspawn, see tests/nodes/README.md), runs playbooks/site.yml
-(first node control plane, the others workers, all GPU nodes; stand-in vendor packages, Debian's
-real nvidia-driver without kernel headers), then runs it again (must change nothing).
+(first node control plane, the others workers, all GPU nodes), then runs it again (must change
+nothing). Node mix: Debian 12 first (Debian's real nvidia-driver with open modules, without kernel
+headers; docker.io), then Ubuntu 22.04 and 24.04 (the Debian userland with Ubuntu's os-release;
+stand-in CUDA driver and Docker CE packages), then Debian again: four nodes are Debian x2, Ubuntu
+22.04, Ubuntu 24.04. Toolkit and Kubernetes packages are stand-ins everywhere.
 """
 
 from __future__ import annotations
@@ -35,10 +38,15 @@ def cache_state() -> str:
     return f"root filesystem tarball {tarball}; {debs} .debs in apt-cacher-ng's cache"
 
 
+# The system of the first, second, ... node of a benchmark cluster.
+NODE_MIX = ("debian12", "ubuntu2204", "ubuntu2404", "debian12")
+
+
 def measure(size: int, workdir: Path) -> dict[str, float]:
     names = [f"bench-{index}" for index in range(1, size + 1)]
+    systems = {name: NODE_MIX[index % len(NODE_MIX)] for index, name in enumerate(names)}
     started = time.monotonic()
-    with running_cluster(workdir / f"nodes-{size}", names) as cluster:
+    with running_cluster(workdir / f"nodes-{size}", names, systems) as cluster:
         booted = time.monotonic() - started
         inventory = inventory_for(cluster, workdir / f"inventory-{size}.yml")
         first = run_playbook("site.yml", inventory, log=workdir / f"site-{size}.log")
@@ -61,10 +69,15 @@ def main() -> None:
     print(f"cache before: {cache_state()}")
     with tempfile.TemporaryDirectory(prefix="bench-provision-") as scratch:
         results = {size: measure(size, Path(scratch)) for size in args.nodes}
-    print("| nodes | boot (s) | site.yml (s) | rerun, changed=0 (s) |")
-    print("|---|---|---|---|")
+    print(f"load average after: {' '.join(f'{load:.1f}' for load in os.getloadavg())}")
+    print("| nodes | systems | boot (s) | site.yml (s) | rerun, changed=0 (s) |")
+    print("|---|---|---|---|---|")
     for size, times in results.items():
-        print(f"| {size} | {times['boot']:.0f} | {times['site']:.0f} | {times['rerun']:.0f} |")
+        systems = ", ".join(NODE_MIX[index % len(NODE_MIX)] for index in range(size))
+        print(
+            f"| {size} | {systems} | {times['boot']:.0f} | {times['site']:.0f} "
+            f"| {times['rerun']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

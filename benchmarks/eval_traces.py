@@ -12,7 +12,8 @@ Perturbations ask whether the verdicts hold beyond these exact windows, as they 
 runs: ``--drop-labels pod`` removes labels (a bare-metal exporter has no pod), ``--drop-fields
 power`` removes fields (an exporter that sends utilisation alone), ``--sub-windows 0.5`` cuts
 every trace into windows of that share of its length, each shifted by half a window, and scores
-every one. ``--matrix`` runs the standard set of perturbations and prints one table row each.
+every one, ``--every 5`` keeps every fifth sample (a coarser scrape). ``--matrix`` runs the
+standard set of perturbations and prints one table row each.
 
 Printed: every miss, accuracy per label and overall, and job consistency: the share of jobs
 with several GPUs in which no GPU is called training while another is called inference or
@@ -60,11 +61,14 @@ class Perturbation:
     drop_labels: tuple[str, ...] = ()
     drop_fields: tuple[str, ...] = ()
     window_share: float | None = None  # sub-windows of this share of each trace
+    every: int = 1  # keep every n-th sample: a coarser scrape interval
 
     @property
     def name(self) -> str:
         parts = [f"no {label} label" for label in self.drop_labels]
         parts += [f"no {name}" for name in self.drop_fields]
+        if self.every > 1:
+            parts.append(f"every {self.every}th sample")
         if self.window_share is not None:
             parts.append(f"sub-windows of {self.window_share:g}")
         return ", ".join(parts) or "as recorded"
@@ -79,6 +83,7 @@ MATRIX = (
     Perturbation(window_share=0.25),
     Perturbation(drop_labels=("pod",), window_share=0.5),
     Perturbation(drop_labels=("pod",), drop_fields=("power",), window_share=0.5),
+    Perturbation(every=5),
 )
 
 
@@ -101,6 +106,9 @@ def variants(document: Document, perturbation: Perturbation) -> Iterator[tuple[s
             continue
         for label in perturbation.drop_labels:
             metric.pop(label, None)
+        values = series["values"]
+        assert isinstance(values, list)
+        series["values"] = values[:: perturbation.every]
         kept.append(series)
     _series(base)[:] = kept
     share = perturbation.window_share
@@ -258,11 +266,16 @@ def main() -> None:
         help="score windows of this share (0-1] of each trace, each shifted by half a window",
     )
     parser.add_argument(
+        "--every", type=int, default=1, metavar="N", help="keep every N-th sample of each series"
+    )
+    parser.add_argument(
         "--matrix", action="store_true", help="run the standard perturbations, print a table"
     )
     args = parser.parse_args()
     if args.sub_windows is not None and not 0 < args.sub_windows <= 1:
         parser.error("--sub-windows takes a share between 0 and 1")
+    if args.every < 1:
+        parser.error("--every takes a whole number of at least 1")
     command = shlex.split(args.command) if args.command else None
     if args.matrix:
         rows = []
@@ -276,6 +289,7 @@ def main() -> None:
         tuple(filter(None, args.drop_labels.split(","))),
         tuple(filter(None, args.drop_fields.split(","))),
         args.sub_windows,
+        args.every,
     )
     report(perturbation, score(args.traces, perturbation, command), args.quiet)
 

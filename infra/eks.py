@@ -93,10 +93,14 @@ class GpuEksClusterArgs:
     )
     # Who may reach the public API endpoint; narrow it to your office or VPN.
     public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # Karpenter provides GPU nodes (infra/karpenter): GPU node groups become optional.
+    gpu_nodes_from_karpenter: bool = False
 
     def __post_init__(self) -> None:
-        if not self.gpu_node_groups:
-            raise ValueError("a GPU cluster needs at least one GPU node group")
+        if not self.gpu_node_groups and not self.gpu_nodes_from_karpenter:
+            raise ValueError(
+                "a GPU cluster needs at least one GPU node group, or Karpenter's GPU NodePool"
+            )
         if self.system_node_group.desired_size < 1:
             raise ValueError("the system node group needs at least one node (desiredSize >= 1)")
         for group in self.gpu_node_groups:
@@ -132,7 +136,7 @@ def gpu_node_user_data() -> str:
     return message.as_string()
 
 
-def _irsa_trust_policy(provider_arn: str, provider_url: str, subject: str) -> str:
+def irsa_trust_policy(provider_arn: str, provider_url: str, subject: str) -> str:
     issuer = provider_url.removeprefix("https://")
     return json.dumps(
         {
@@ -154,9 +158,11 @@ def _irsa_trust_policy(provider_arn: str, provider_url: str, subject: str) -> st
     )
 
 
-def _node_role(name: str, parent: pulumi.Resource) -> aws.iam.Role:
+def node_role(name: str, parent: pulumi.Resource, role_name: str | None = None) -> aws.iam.Role:
+    """An EC2 role with the worker node policies (``role_name``: a fixed IAM name)."""
     role = aws.iam.Role(
         f"{name}-node-role",
+        name=role_name,
         assume_role_policy=json.dumps(
             {
                 "Version": "2012-10-17",
@@ -207,7 +213,8 @@ class GpuEksCluster(pulumi.ComponentResource):
             private_subnets = list(vpc.private_subnet_ids)
             public_subnets = list(vpc.public_subnet_ids)
 
-        node_role = _node_role(name, self)
+        role = node_role(name, self)
+        self.private_subnet_ids = private_subnets
         self.cluster = eks.Cluster(
             f"{name}-eks",
             name=args.cluster_name,
@@ -232,7 +239,7 @@ class GpuEksCluster(pulumi.ComponentResource):
         self.system_node_group = eks.ManagedNodeGroup(
             f"{name}-system-nodes",
             cluster=self.cluster,
-            node_role=node_role,
+            node_role=role,
             subnet_ids=private_subnets,
             instance_types=list(system.instance_types),
             ami_type="AL2023_x86_64_STANDARD",
@@ -246,7 +253,7 @@ class GpuEksCluster(pulumi.ComponentResource):
             opts=after_cluster,
         )
         self.gpu_node_groups = [
-            self._gpu_node_group(name, group, node_role, private_subnets, after_cluster)
+            self._gpu_node_group(name, group, role, private_subnets, after_cluster)
             for group in args.gpu_node_groups
         ]
         self.ebs_csi_driver = self._ebs_csi_driver(name, args.cluster_name)
@@ -320,7 +327,7 @@ class GpuEksCluster(pulumi.ComponentResource):
             f"{name}-ebs-csi-role",
             assume_role_policy=pulumi.Output.all(
                 self.cluster.oidc_provider_arn, self.cluster.oidc_provider_url
-            ).apply(lambda oidc: _irsa_trust_policy(oidc[0], oidc[1], EBS_CSI_SERVICE_ACCOUNT)),
+            ).apply(lambda oidc: irsa_trust_policy(oidc[0], oidc[1], EBS_CSI_SERVICE_ACCOUNT)),
             opts=pulumi.ResourceOptions(parent=self),
         )
         attachment = aws.iam.RolePolicyAttachment(

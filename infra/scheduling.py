@@ -44,6 +44,12 @@ class NodePool:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...] = ()
     size: int = 1
+    # Nodes are launched when pods need them (a Karpenter NodePool), whatever ``size`` says.
+    provisioned: bool = False
+
+    @property
+    def has_nodes(self) -> bool:
+        return self.size > 0 or self.provisioned
 
     @property
     def is_gpu(self) -> bool:

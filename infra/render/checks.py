@@ -13,7 +13,8 @@ Each check returns findings, one line each, naming the object and what to fix; n
 - ``grafana``: dashboards carry the label Grafana's sidecar watches, in a namespace it watches;
   the Secret Grafana's credentials come from exists with its keys;
 - ``scheduling``: every workload (Helm hook Jobs and operator-made pods included) fits a node pool
-  of the stack, with nodes to run on; DaemonSets aimed at GPU nodes cover every GPU pool;
+  of the stack, with nodes to run on (Karpenter NodePools launch theirs); DaemonSets aimed at GPU
+  nodes cover every GPU pool, and NVIDIA's device plugin runs in each;
 - ``conflicts``: no two objects share kind, namespace and name (two releases' APIServices);
 - ``scalers``: every ScaledObject and HPA scales a workload of the stack; Prometheus triggers name
   a server (resolved by ``references``) and a query.
@@ -27,14 +28,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.gpu import GPU_NODE_LABEL_KEY
+from infra.gpu import GPU_NODE_LABEL_KEY, GPU_RESOURCE
 from infra.render.charts import ignored_values
 from infra.render.graph import K8sObject, ObjectGraph
 from infra.render.validity import invalid_objects
-from infra.scheduling import PodPlacement, fitting_pools, label_selector_matches, misfit
+from infra.scheduling import (
+    NodePool,
+    PodPlacement,
+    fitting_pools,
+    label_selector_matches,
+    misfit,
+)
 
 MONITORING_GROUP = "monitoring.coreos.com/v1"
 KEDA_GROUP = "keda.sh/"
+DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"  # nvcr.io/nvidia/k8s-device-plugin
 # Prometheus' own defaults, which prometheus-operator keeps when the CR sets none.
 DEFAULT_SCRAPE_INTERVAL = "30s"
 DEFAULT_SCRAPE_TIMEOUT = "10s"
@@ -525,7 +533,7 @@ def scheduling_findings(graph: ObjectGraph) -> list[str]:
         placement = PodPlacement.of(workload.spec)
         fitting = fitting_pools(placement, pools)
         if not workload.every_node:
-            fitting = [p for p in fitting if p.size > 0]
+            fitting = [p for p in fitting if p.has_nodes]
         opt_in = workload.every_node and any(
             key.startswith(DISCOVERED_LABEL_PREFIXES) for key in placement.node_selector
         )
@@ -539,7 +547,24 @@ def scheduling_findings(graph: ObjectGraph) -> list[str]:
                 reason = misfit(placement, pool)
                 if reason:
                     findings.append(f"{workload.owner}: misses GPU pool {pool.name}: {reason}")
+    findings.extend(_device_plugin_findings(graph, gpu_pools))
     return findings
+
+
+def _device_plugin_findings(graph: ObjectGraph, gpu_pools: list[NodePool]) -> Iterator[str]:
+    """Every GPU pool runs NVIDIA's device plugin: without it no node there registers
+    nvidia.com/gpu, no GPU pod fits, and Karpenter never counts its nodes initialised."""
+    plugins = [
+        PodPlacement.of(_pod_spec(obj))
+        for obj in graph.of_kind("DaemonSet")
+        if any(DEVICE_PLUGIN_IMAGE in str(c.get("image")) for c in _containers(_pod_spec(obj)))
+    ]
+    for pool in gpu_pools:
+        if not any(misfit(plugin, pool) is None for plugin in plugins):
+            yield (
+                f"GPU pool {pool.name}: no NVIDIA device plugin runs there, so its nodes never "
+                f"register {GPU_RESOURCE} (Karpenter never counts them initialised)"
+            )
 
 
 def conflict_findings(graph: ObjectGraph) -> list[str]:

@@ -3,7 +3,8 @@
 Objects come from two places: the Kubernetes resources the Pulumi program declares directly, and
 every Helm release it declares, rendered from the chart cache with the values captured under mocks
 (CRDs, templates and hook Jobs; never `helm test` pods). The platform is what exists without the
-stack: the node pools it declares (EKS node groups, or the kubeadm inventory's hosts), the built-in
+stack: the node pools it declares (EKS node groups and Karpenter NodePools, or the kubeadm
+inventory's hosts), the built-in
 namespaces, and the pods and Services Kubernetes itself runs there.
 """
 
@@ -289,6 +290,42 @@ def _dns_service() -> dict[str, Any]:
     }
 
 
+def karpenter_pools(objects: list[K8sObject]) -> list[NodePool]:
+    """The node pools of Karpenter NodePools: the labels and taints of the nodes they launch.
+
+    Labels are the template's, Karpenter's own, and each requirement that allows one value.
+    """
+    pools = []
+    for pool in objects:
+        if pool.kind != "NodePool" or not pool.api_version.startswith("karpenter.sh/"):
+            continue
+        template = (pool.manifest.get("spec") or {}).get("template") or {}
+        spec = template.get("spec") or {}
+        labels = {
+            **{
+                r["key"]: str(r["values"][0])
+                for r in spec.get("requirements") or ()
+                if r.get("operator") == "In" and len(r.get("values") or ()) == 1
+            },
+            **((template.get("metadata") or {}).get("labels") or {}),
+            "karpenter.sh/nodepool": pool.name,
+        }
+        taints = tuple(
+            Taint(key=t["key"], value=str(t.get("value", "")), effect=t["effect"])
+            for t in spec.get("taints") or ()
+        )
+        pools.append(
+            NodePool(
+                name=f"karpenter/{pool.name}",
+                labels=labels,
+                taints=taints,
+                size=0,
+                provisioned=True,
+            )
+        )
+    return pools
+
+
 def platform_of(run: ProgramRun) -> Platform:
     """The cluster the program creates, from its EKS cluster or its kubeadm playbook command."""
     if run.of_type("eks:index:Cluster"):
@@ -360,4 +397,5 @@ def build_graph(run: ProgramRun, cache_dir: Path | None = None) -> ObjectGraph:
             # Helm installs a namespaced object without a namespace into the release's namespace.
             if obj.namespace is None and graph.is_namespaced(obj, scopes):
                 obj.metadata["namespace"] = release.namespace
+    platform.pools.extend(karpenter_pools(graph.objects))
     return graph

@@ -12,6 +12,7 @@ password) get fixed placeholder values.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import runpy
 from collections.abc import Callable, Iterator
@@ -98,6 +99,14 @@ def _secret_paths(value: Any, prefix: str = "") -> Iterator[str]:
             yield from _secret_paths(item, f"{prefix}.{index}" if prefix else str(index))
 
 
+def mock_id(typ: str, name: str) -> str:
+    """The id a resource gets under the mocks: AWS-shaped for subnets, which a CRD's schema checks
+    (Karpenter's EC2NodeClass selects subnets by id); ``<name>-id`` otherwise."""
+    if typ == "aws:ec2/subnet:Subnet":
+        return "subnet-" + hashlib.sha256(name.encode()).hexdigest()[:17]
+    return f"{name}-id"
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Echoes inputs as outputs, plus plausible values for the outputs programs read."""
 
@@ -122,7 +131,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["result"] = FAKE_PASSWORD
         elif args.typ.startswith("aws:"):
             outputs.setdefault("arn", f"arn:aws:mock:::{args.name}")
-        return f"{args.name}-id", outputs
+        return mock_id(args.typ, args.name), outputs
 
     def call(
         self, args: pulumi.runtime.MockCallArgs

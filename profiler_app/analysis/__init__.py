@@ -33,10 +33,13 @@ docs/analysis.md has the reasoning and the measured accuracy):
 4. **training, waiting** (``evidence``): at least ``MIN_WAITING_SECONDS`` of sustained runs of
    utilisation at or above 90 % while power is within ``MAX_WAITING_POWER_FRACTION`` of the
    GPU's range above its idle floor (``power``), or SM activity at most
-   ``MAX_WAITING_SM_ACTIVE``: a kernel resident but not computing, a rank waiting in a
-   collective. Not when the owner is a serving kind.
-5. **training, sibling**: another busy GPU of the same job (``Context.groups``) has a loop or
-   waits; the row keeps its own statistics and takes the sibling's period.
+   ``MAX_WAITING_SM_ACTIVE``, or (where power cannot judge the sample) utilisation pinned at
+   ``MIN_PINNED_UTIL`` while a coupled GPU of the same job is stalled: a kernel resident but
+   not computing, a rank waiting in a collective. Not when the owner is a serving kind.
+5. **training, sibling**: another busy GPU of the same job has a loop or waits; the row keeps
+   its own statistics and takes the sibling's period. A job is ``Context.groups`` (a pod or
+   workload); GPUs of no known job on one node (``Context.nodes``) are one job when their
+   stalls coincide (``coupling``), never just because they share the node.
 6. **training, owner**: the workload's owner is a training kind (``Context.priors``).
 7. **bursty**: idle for at least ``MIN_BURSTY_IDLE_FRACTION`` (30 %) of the samples.
 8. **inference**: anything else: sustained activity without a loop.

@@ -7,8 +7,8 @@ node depart from their usual level at unrelated moments. So two busy GPUs whose 
 coincide, again and again, run one job, whatever labels (or none) the exporter gave them.
 
 A departure is a sample at least ``MIN_UTIL_DEPARTURE`` points of utilisation (or, where power
-is known, ``MIN_POWER_DEPARTURE`` of the GPU's power range), and a quarter of the row's own
-spread, away from the row's median. Two rows
+is known and utilisation is flat, ``MIN_POWER_DEPARTURE`` of the GPU's power range), and a
+quarter of the row's own spread, away from the row's median. Two rows
 are coupled when the phi coefficient of their departure flags reaches ``MIN_COUPLING`` (or
 ``-MIN_COUPLING``: a rank stalled most of the window has its stall level as its median, so it
 departs exactly when its peers do not) over at least ``MIN_COUPLING_SAMPLES`` samples, and they
@@ -34,6 +34,10 @@ MIN_POWER_DEPARTURE = 0.05  # of the power range (as evidence.MIN_SIGNAL_SWING)
 # ... and at least this share of the row's own spread: a rank stalled most of the window sits
 # at a jittery near-zero median, and only its busy stretches depart from it.
 RANGE_SHARE = 0.25
+LEVEL_SAMPLES = 256
+# Power is read for departures only where utilisation spreads at most this much (5th to 95th
+# percentile): where utilisation moves, its own departures show the stalls.
+MAX_FLAT_UTIL_SPREAD = 20.0
 MIN_COUPLING = 0.5
 MIN_JOINT_STALLS = 3
 MIN_COUPLING_SAMPLES = 60
@@ -65,19 +69,30 @@ class Coupling:
         return partner
 
 
-def _departures(values: FloatMatrix, least: FloatArray) -> BoolArray:
+def _departures(values: FloatMatrix, least: FloatArray) -> tuple[BoolArray, FloatArray]:
     """Samples away from the row's median by ``least`` (per row) or by ``RANGE_SHARE`` of the
-    row's spread (5th to 95th percentile), whichever is more; missing samples never."""
-    valid = np.isfinite(values)
-    # A missing sample takes the row's mean for the levels only, never a flag.
-    with np.errstate(invalid="ignore"):
-        mean = np.sum(values, axis=1, where=valid) / np.maximum(valid.sum(axis=1), 1)
-    filled = np.where(valid, values, mean[:, None])
-    low, level, high = np.percentile(filled, [5.0, 50.0, 95.0], axis=1)
+    row's spread (5th to 95th percentile), whichever is more (missing samples never); and each
+    row's spread."""
+    # The levels come from at most LEVEL_SAMPLES evenly spaced samples: a median needs no more,
+    # and this keeps the cost of a whole cluster's matrix small.
+    sample = values[:, :: max(1, values.shape[1] // LEVEL_SAMPLES)]
+    missing = ~np.isfinite(sample)
+    if missing.any():
+        with np.errstate(invalid="ignore"):
+            mean = np.sum(sample, axis=1, where=~missing) / np.maximum((~missing).sum(axis=1), 1)
+        sample = np.where(missing, mean[:, None], sample)
+    # Sorting a few hundred samples per row (vectorised) beats np.percentile's partitions.
+    ordered = np.sort(sample, axis=1)
+    last = ordered.shape[1] - 1
+    low, level, high = (ordered[:, round(share * last)] for share in (0.05, 0.5, 0.95))
     threshold = np.maximum(least, RANGE_SHARE * (high - low))
+    # Two comparisons rather than |values - level|: no temporary matrix of floats. NaN compares
+    # False, so a missing sample never departs.
     with np.errstate(invalid="ignore"):
-        away: BoolArray = valid & (np.abs(values - level[:, None]) >= threshold[:, None])
-    return away
+        away: BoolArray = values >= (level + threshold)[:, None]
+        away |= values <= (level - threshold)[:, None]
+    spread: FloatArray = high - low
+    return away, spread
 
 
 def _blocks(context: Context, rows: int) -> IntArray | None:
@@ -86,28 +101,39 @@ def _blocks(context: Context, rows: int) -> IntArray | None:
 
 
 def _power_spans(context: Context, rows: IntArray, power: FloatMatrix) -> FloatArray:
-    with np.errstate(all="ignore"):
-        span = np.nanmax(np.where(np.isfinite(power), power, -np.inf), axis=1, initial=0.0)
+    """The power range of ``rows`` where known, else the window's highest reading."""
+    span = np.full(rows.size, np.nan)
     if context.power_floor is not None and context.power_limit is not None:
-        width = np.asarray(context.power_limit - context.power_floor, dtype=np.float64)[rows]
-        span = np.where(np.isfinite(width), width, span)
+        span = np.asarray(context.power_limit - context.power_floor, dtype=np.float64)[rows]
+    unknown = ~np.isfinite(span)
+    if unknown.any():
+        part = power[unknown]
+        with np.errstate(all="ignore"):
+            span[unknown] = np.max(part, axis=1, where=np.isfinite(part), initial=0.0)
     spans: FloatArray = np.maximum(span, 1e-9)
     return spans
 
 
 def departures(util: FloatMatrix, rows: IntArray, context: Context) -> BoolArray:
-    """Departure flags of ``rows``: in utilisation, or in power where the row has power."""
-    flags = _departures(util[rows], np.full(rows.size, MIN_UTIL_DEPARTURE))
-    if context.power is not None:
-        power = context.power[rows]
-        flags |= _departures(power, MIN_POWER_DEPARTURE * _power_spans(context, rows, power))
+    """Departure flags of ``rows``: in utilisation, and in power where the row has power and
+    its utilisation is flat (a rank computing at 100 % stalls in power alone)."""
+    if rows.size * 2 > util.shape[0]:  # most rows: flag them all and pick, no float copy
+        flags, spread = _departures(util, np.full(util.shape[0], MIN_UTIL_DEPARTURE))
+        flags, spread = flags[rows], spread[rows]
+    else:
+        flags, spread = _departures(util[rows], np.full(rows.size, MIN_UTIL_DEPARTURE))
+    flat = np.flatnonzero(spread <= MAX_FLAT_UTIL_SPREAD)
+    if context.power is not None and flat.size:
+        power = context.power[rows[flat]]
+        spans = _power_spans(context, rows[flat], power)
+        flags[flat] |= _departures(power, MIN_POWER_DEPARTURE * spans)[0]
     return flags
 
 
 def _phi(flags: FloatMatrix) -> FloatMatrix:
     """Phi coefficient between every two rows of each block: (blocks, size, size)."""
-    share = flags.mean(axis=2)
-    both = np.einsum("bit,bjt->bij", flags, flags) / flags.shape[2]
+    both = (flags @ flags.transpose(0, 2, 1)) / flags.shape[2]  # batched BLAS
+    share = np.diagonal(both, axis1=1, axis2=2)  # flags are 0 or 1: a row with itself
     spread = np.sqrt(share * (1.0 - share))
     with np.errstate(invalid="ignore", divide="ignore"):
         phi = (both - share[:, :, None] * share[:, None, :]) / (
@@ -117,33 +143,52 @@ def _phi(flags: FloatMatrix) -> FloatMatrix:
     return found
 
 
-def _joint_stalls(
-    flags: BoolArray, left: IntArray, right: IntArray, opposite: BoolArray
-) -> IntArray:
-    """How many separate stretches the rows of each pair depart together (with the right
-    row's flags inverted where the pair is ``opposite``)."""
-    joint = flags[left] & (flags[right] ^ opposite[:, None])
-    starts: IntArray = joint[:, 0] + (joint[:, 1:] & ~joint[:, :-1]).sum(axis=1)
-    return starts
+def _joint_stalls(flags: BoolArray) -> tuple[FloatMatrix, FloatMatrix]:
+    """How many separate stretches every two rows of each block depart together, and how many
+    the first departs while the second does not: (blocks, size, size) each.
+
+    A joint stretch starts at t when both depart at t but not both at t - 1, so the count is
+    sum(a_t b_t) - sum(a_t a_t-1 b_t b_t-1): batched products instead of a pass per pair.
+    """
+    quiet = ~flags
+    parts = [
+        part.astype(np.float32)
+        for part in (
+            flags,
+            quiet,
+            flags[..., 1:] & flags[..., :-1],
+            quiet[..., 1:] & quiet[..., :-1],
+        )
+    ]
+    departs, still, departs_on, still_on = parts
+    swap = (0, 2, 1)
+    same: FloatMatrix = departs @ departs.transpose(swap) - departs_on @ departs_on.transpose(swap)
+    opposite: FloatMatrix = departs @ still.transpose(swap) - departs_on @ still_on.transpose(swap)
+    return same, opposite
 
 
-def coupled_pairs(util: FloatMatrix, busy: BoolArray, context: Context) -> Coupling:
-    """The pairs of busy rows, within one block (node, else job), whose stalls coincide."""
+def coupled_pairs(
+    util: FloatMatrix, busy: BoolArray, context: Context, valid_counts: IntArray | None = None
+) -> Coupling:
+    """The pairs of busy rows, within one block (node, else job), whose stalls coincide.
+    ``valid_counts`` (each row's valid samples) saves counting them again."""
     rows_total = util.shape[0]
     blocks = _blocks(context, rows_total)
     if blocks is None:
         return Coupling.none()
-    valid_counts = np.isfinite(util).sum(axis=1)
+    if valid_counts is None:
+        valid_counts = np.isfinite(util).sum(axis=1)
     eligible = busy & (blocks >= 0) & (valid_counts >= MIN_COUPLING_SAMPLES)
     ids, counts = np.unique(blocks[eligible], return_counts=True)
     shared = ids[counts >= 2]
     rows = np.flatnonzero(eligible & np.isin(blocks, shared))
     if rows.size == 0:
         return Coupling.none()
+    # Rows in block order (stable), so each block's rows are consecutive; flags stay in the
+    # order of ``rows`` and are picked by position.
+    rows = rows[np.argsort(blocks[rows], kind="stable")]
     flags = departures(util, rows, context)
-    # Batch the blocks by size: one einsum per size, no loop per block.
-    order = np.argsort(blocks[rows], kind="stable")
-    rows, flags = rows[order], flags[order]
+    # Batch the blocks by size: one product per size, no loop per block.
     block_of = blocks[rows]
     boundaries = np.flatnonzero(np.diff(block_of)) + 1
     starts = np.concatenate(([0], boundaries))
@@ -152,13 +197,17 @@ def coupled_pairs(util: FloatMatrix, busy: BoolArray, context: Context) -> Coupl
     for size in np.unique(sizes).tolist():
         first = starts[sizes == size]
         positions = first[:, None] + np.arange(size)[None, :]  # (blocks, size) into ``rows``
-        phi = _phi(flags[positions].astype(np.float32))
+        block_flags = flags[positions]
+        phi = _phi(block_flags.astype(np.float32))
         i, j = np.triu_indices(size, k=1)
         strong = np.abs(phi[:, i, j]) >= MIN_COUPLING
         block_index, pair = np.nonzero(strong)
         left, right = positions[block_index, i[pair]], positions[block_index, j[pair]]
         found = phi[block_index, i[pair], j[pair]].astype(np.float64)
-        enough = _joint_stalls(flags, left, right, found < 0) >= MIN_JOINT_STALLS
+        same, opposite = _joint_stalls(block_flags[np.unique(block_index)])
+        slot = np.searchsorted(np.unique(block_index), block_index)
+        joint = np.where(found < 0, opposite[slot, i[pair], j[pair]], same[slot, i[pair], j[pair]])
+        enough = joint >= MIN_JOINT_STALLS - 0.5  # float32 counts
         lefts.append(rows[left[enough]])
         rights.append(rows[right[enough]])
         strengths.append(np.abs(found[enough]))

@@ -193,31 +193,37 @@ def _range(context: Context) -> tuple[FloatArray, FloatArray]:
 
 
 def _peer_waiting(
-    util: FloatMatrix, rows: BoolArray, context: Context, coupling: Coupling, groups: IntArray
-) -> tuple[BoolArray, IntArray]:
-    """Samples where a row is pinned while a coupled GPU of its job is stalled, where power
-    cannot judge the sample; and, per row, the peer it waited for (-1 for none)."""
-    count = util.shape[0]
-    flags = np.zeros(util.shape, dtype=bool)
-    peer = np.full(count, -1, dtype=np.intp)
+    util: FloatMatrix, waiters: BoolArray, context: Context, coupling: Coupling, groups: IntArray
+) -> tuple[IntArray, BoolArray, IntArray]:
+    """Where a row is pinned while a coupled GPU of its job is stalled, and power cannot judge
+    the sample: the rows that ever are (ascending), their flags, and each one's peer.
+
+    Only the rows of coupled pairs are read: a cluster of independent GPUs pays nothing."""
     same = (groups[coupling.left] >= 0) & (groups[coupling.left] == groups[coupling.right])
-    if not same.any():
-        return flags, peer
     waiter = np.concatenate((coupling.left[same], coupling.right[same]))
     stalled = np.concatenate((coupling.right[same], coupling.left[same]))
+    keep = waiters[waiter]
+    waiter, stalled = waiter[keep], stalled[keep]
+    involved = np.unique(np.concatenate((waiter, stalled)))
+    part = util[involved]
     with np.errstate(invalid="ignore"):
-        found = (util[waiter] >= MIN_PINNED_UTIL) & (util[stalled] <= MAX_STALLED_UTIL)
+        pinned = part >= MIN_PINNED_UTIL
         if context.power is not None and context.power_limit is not None:
-            judged = (
-                np.isfinite(context.power[waiter])
-                & np.isfinite(np.asarray(context.power_limit, dtype=np.float64)[waiter])[:, None]
-            )
-            found &= ~judged
-    found &= rows[waiter][:, None]
-    np.logical_or.at(flags, waiter, found)
+            # Where power can judge a sample, the power rule does.
+            limit = np.asarray(context.power_limit, dtype=np.float64)[involved]
+            pinned &= ~(np.isfinite(context.power[involved]) & np.isfinite(limit)[:, None])
+        stall = part <= MAX_STALLED_UTIL
+    order = np.argsort(waiter, kind="stable")
+    waiter, stalled = waiter[order], stalled[order]
+    found = pinned[np.searchsorted(involved, waiter)] & stall[np.searchsorted(involved, stalled)]
     some = found.any(axis=1)
-    peer[waiter[some][::-1]] = stalled[some][::-1]  # the first pair wins
-    return flags, peer
+    waiter, stalled, found = waiter[some], stalled[some], found[some]
+    if waiter.size == 0:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, np.zeros((0, util.shape[1]), dtype=bool), empty
+    first = np.flatnonzero(np.r_[True, waiter[1:] != waiter[:-1]])
+    flags: BoolArray = np.logical_or.reduceat(found, first, axis=0)
+    return waiter[first], flags, stalled[first]  # the first pair of each row names the peer
 
 
 def waiting(
@@ -228,12 +234,16 @@ def waiting(
     *,
     coupling: Coupling | None = None,
     groups: IntArray | None = None,
+    steady: BoolArray | None = None,
 ) -> Waiting:
     """High utilisation with the GPU's power near its idle floor, or few SMs active, or (where
     power cannot tell) while a coupled GPU of the same job is stalled; sustained.
 
     Only rows with an absolute power range (``Context.power_limit``) are judged by power: in
-    the window's own range the lowest reading is "idle" by construction.
+    the window's own range the lowest reading is "idle" by construction. Only ``steady`` rows
+    (rarely idle; all of ``rows`` where not given) wait for a peer: a rank of a synchronous job
+    computes or waits, while a serving GPU that takes a request its peer did not is idle most of
+    the time.
     """
     count = util.shape[0]
     result = Waiting(
@@ -248,25 +258,34 @@ def waiting(
     peers = coupling is not None and groups is not None and coupling.left.size > 0
     if not rows.any() or not (judged or peers):
         return result
-    with np.errstate(invalid="ignore"):
-        low = np.zeros(util.shape, dtype=bool)
-        if context.power is not None and context.power_limit is not None:
-            floor, limit = _range(context)
-            ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
-            low |= context.power <= ceiling[:, None]
-        if context.sm_active is not None:
-            low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
-        flags = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
+    selected = np.zeros(0, dtype=np.intp)
+    flags = np.zeros((0, util.shape[1]), dtype=bool)
+    if judged:
+        with np.errstate(invalid="ignore"):
+            low = np.zeros(util.shape, dtype=bool)
+            if context.power is not None and context.power_limit is not None:
+                floor, limit = _range(context)
+                ceiling = floor + MAX_WAITING_POWER_FRACTION * (limit - floor)  # NaN: never low
+                low |= context.power <= ceiling[:, None]
+            if context.sm_active is not None:
+                low |= context.sm_active <= MAX_WAITING_SM_ACTIVE
+            everywhere = low & (util >= WAITING_UTIL_PERCENT) & rows[:, None]
+        # Only the few rows that ever look like waiting pay for the run test and the means.
+        selected = np.flatnonzero(everywhere.any(axis=1))
+        flags = everywhere[selected]
     if coupling is not None and groups is not None and peers:
-        peer_flags, peer = _peer_waiting(util, rows, context, coupling, groups)
-        flags |= peer_flags
-        result.peer[:] = peer
-    # Only the few rows that ever look like waiting pay for the run test and the means.
-    selected = np.flatnonzero(flags.any(axis=1))
+        eligible = rows if steady is None else rows & steady
+        waiters, peer_flags, peer = _peer_waiting(util, eligible, context, coupling, groups)
+        result.peer[waiters] = peer
+        merged = np.union1d(selected, waiters)
+        both = np.zeros((merged.size, util.shape[1]), dtype=bool)
+        both[np.searchsorted(merged, selected)] = flags
+        both[np.searchsorted(merged, waiters)] |= peer_flags
+        selected, flags = merged, both
     if selected.size == 0:
         return result
     run = max(MIN_WAITING_RUN_SAMPLES, int(np.ceil(MIN_WAITING_RUN_SECONDS / step_seconds)))
-    flags = sustained(flags[selected], run)
+    flags = sustained(flags, run)
     waited = flags.sum(axis=1)
     util_rows = util[selected]
     result.seconds[selected] = waited * step_seconds

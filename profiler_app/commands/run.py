@@ -33,7 +33,7 @@ from profiler_app.sources import MetricsSource
 from profiler_app.sources.cadvisor import PodPeaksQuery
 from profiler_app.sources.host import HostSampler
 from profiler_app.sources.nvml import NvmlSource
-from profiler_app.sources.prometheus import PrometheusSource
+from profiler_app.sources.prometheus import PrometheusSource, grid_ending_at
 from profiler_app.urls import without_credentials
 
 if TYPE_CHECKING:
@@ -213,6 +213,9 @@ class RunConfig:
         interval = _required_duration(args.interval, "--interval")
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
         _check_bounds(window, interval, sample_interval, local=not args.prometheus_url)
+        step = options.duration(args.step, "--step")
+        if step is not None and args.prometheus_url:
+            grid_ending_at(0.0, window, step)  # a step too fine for the window: said now, once
         store_url = _store_url(args.store_url)
         domain = args.annotation_domain
         if kubernetes_configured(args.kubeconfig):
@@ -222,7 +225,7 @@ class RunConfig:
             node_label=args.node_label,
             prometheus_url=args.prometheus_url,
             fields=options.classified_first(options.fields(args)),
-            step_seconds=options.duration(args.step, "--step"),
+            step_seconds=step,
             window_seconds=window,
             interval_seconds=interval,
             sample_interval_seconds=sample_interval,

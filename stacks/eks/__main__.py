@@ -1,7 +1,11 @@
-"""EKS stack: GpuEksCluster, then GpuPlatform and GpuProfiler on it. Config: stacks/README.md."""
+"""EKS stack: GpuEksCluster, then the GPU layer (infra/stack.py) and GpuKarpenter on it.
+
+Config: stacks/README.md.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pulumi
@@ -14,6 +18,7 @@ from infra.eks import (
     GpuNodeGroupArgs,
     NodeGroupArgs,
 )
+from infra.karpenter import GpuKarpenter, GpuKarpenterArgs, GpuNodePoolArgs
 from infra.stack import deploy_gpu_layer, export_access
 from infra.versions import KUBERNETES_VERSION
 from infra.vpc import VpcArgs
@@ -23,6 +28,15 @@ SYSTEM_GROUP_FIELDS = {
     "minSize": "int",
     "maxSize": "int",
     "desiredSize": "int",
+}
+KARPENTER_FIELDS = {
+    "enabled": "bool",
+    "instanceFamilies": "list",
+    "capacityTypes": "list",
+    "gpuLimit": "int",
+    "consolidateAfter": "str",
+    "amiAlias": "str",
+    "diskSizeGib": "int",
 }
 GPU_GROUP_FIELDS = {
     "name": "str",
@@ -50,14 +64,50 @@ def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
     )
 
 
-def cluster_args(config: pulumi.Config) -> GpuEksClusterArgs:
+def karpenter_args(config: pulumi.Config) -> GpuKarpenterArgs | None:
+    """``karpenter`` from stack config: on unless ``enabled: false``."""
+    spec = stack_config.fields(
+        "karpenter", stack_config.read_object(config, "karpenter") or {}, KARPENTER_FIELDS
+    )
+    if not spec.get("enabled", True):
+        return None
+    # Where the AWS provider finds it too.
+    region = (
+        pulumi.Config("aws").get("region")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+    )
+    if not region:
+        raise stack_config.ConfigError(
+            "stack config aws:region (or AWS_REGION) is needed: Karpenter's IAM policy names it"
+        )
+    defaults = GpuNodePoolArgs()
+    try:
+        pool = GpuNodePoolArgs(
+            instance_families=spec.get("instanceFamilies", defaults.instance_families),
+            capacity_types=spec.get("capacityTypes", defaults.capacity_types),
+            gpu_limit=spec.get("gpuLimit", defaults.gpu_limit),
+            consolidate_after=spec.get("consolidateAfter", defaults.consolidate_after),
+            ami_alias=spec.get("amiAlias", defaults.ami_alias),
+            disk_size_gib=spec.get("diskSizeGib", defaults.disk_size_gib),
+        )
+    except ValueError as error:
+        raise stack_config.ConfigError(f"stack config karpenter: {error}") from None
+    return GpuKarpenterArgs(
+        cluster_name=config.get("clusterName") or "gpu-cluster", region=region, node_pools=(pool,)
+    )
+
+
+def cluster_args(config: pulumi.Config, karpenter: bool) -> GpuEksClusterArgs:
     existing_vpc_id = config.get("existingVpcId")
     system = stack_config.fields(
         "systemNodeGroup",
         stack_config.read_object(config, "systemNodeGroup") or {},
         SYSTEM_GROUP_FIELDS,
     )
-    groups = stack_config.read_object(config, "gpuNodeGroups") or [{}]
+    groups = stack_config.read_object(config, "gpuNodeGroups")
+    if groups is None:
+        groups = [{}]
     if not isinstance(groups, list):
         raise stack_config.ConfigError("stack config gpuNodeGroups must be a list of node groups")
     cidrs = stack_config.read_object(config, "publicAccessCidrs")
@@ -90,14 +140,24 @@ def cluster_args(config: pulumi.Config) -> GpuEksClusterArgs:
             public_access_cidrs=(
                 stack_config.public_access_cidrs(cidrs) if cidrs is not None else ("0.0.0.0/0",)
             ),
+            gpu_nodes_from_karpenter=karpenter,
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config: {error}") from None
 
 
 config = pulumi.Config()
-cluster = GpuEksCluster("gpu-eks", cluster_args(config))
+karpenter = karpenter_args(config)
+cluster = GpuEksCluster("gpu-eks", cluster_args(config, karpenter is not None))
 layer = deploy_gpu_layer(
     config, cluster.kubeconfig, depends_on=cluster.ready, storage_class=cluster.storage_class
 )
+if karpenter is not None:
+    # After the platform: the chart's ServiceMonitor needs the Prometheus operator's CRDs.
+    GpuKarpenter(
+        "karpenter",
+        karpenter,
+        cluster,
+        opts=pulumi.ResourceOptions(providers=[layer.provider], depends_on=[layer.platform]),
+    )
 export_access(cluster.cluster_name, cluster.kubeconfig, layer)

@@ -13,10 +13,17 @@ import pulumi
 import pytest
 
 from infra.eks import NODE_POLICIES, GpuEksClusterArgs, GpuNodeGroupArgs
-from infra.render.program import FAKE_KUBECONFIG, FAKE_OIDC_PROVIDER, ProgramRun, run_stack
+from infra.render.program import (
+    FAKE_KUBECONFIG,
+    FAKE_OIDC_PROVIDER,
+    ProgramRun,
+    mock_id,
+    run_stack,
+)
 from tests.infra.conftest import EKS_STACK
 
 NODE_GROUP = "eks:index:ManagedNodeGroup"
+SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def gpu_groups(run: ProgramRun) -> dict[str, dict[str, object]]:
@@ -56,7 +63,7 @@ def test_nodes_run_in_private_subnets_of_the_new_vpc(eks_run: ProgramRun) -> Non
     private = {r.name for r in eks_run.of_type("aws:ec2/subnet:Subnet") if "private" in r.name}
     assert private == {"gpu-eks-network-private-0", "gpu-eks-network-private-1"}
     for group in eks_run.of_type(NODE_GROUP):
-        assert group.inputs["subnetIds"] == [f"{name}-id" for name in sorted(private)]
+        assert group.inputs["subnetIds"] == [mock_id(SUBNET, name) for name in sorted(private)]
     cidrs = [r.inputs["cidrBlock"] for r in eks_run.of_type("aws:ec2/subnet:Subnet")]
     assert len(set(cidrs)) == 4
     assert all(c.startswith("10.40.") for c in cidrs)
@@ -68,7 +75,7 @@ def test_nodes_run_in_private_subnets_of_the_new_vpc(eks_run: ProgramRun) -> Non
     associations = eks_run.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation")
     tables = {a.inputs["subnetId"]: a.inputs["routeTableId"] for a in associations}
     assert tables == {
-        f"gpu-eks-network-{kind}-{index}-id": f"gpu-eks-network-{kind}-routes-id"
+        mock_id(SUBNET, f"gpu-eks-network-{kind}-{index}"): f"gpu-eks-network-{kind}-routes-id"
         for kind in ("public", "private")
         for index in (0, 1)
     }

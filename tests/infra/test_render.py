@@ -41,6 +41,12 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
         {"profilerStoreUrl": "postgresql+psycopg://p:x@db/p", "grafanaAdminPassword": "pw"},
     ),
     "eks-hpa": (EKS_STACK, {"workloadAutoscaler": "hpa"}, {}),
+    "eks-karpenter-only": (
+        EKS_STACK,
+        {"gpuNodeGroups": [], "karpenter": {"capacityTypes": ["spot", "on-demand"]}},
+        {},
+    ),
+    "eks-without-karpenter": (EKS_STACK, {"karpenter": {"enabled": False}}, {}),
     "kubeadm-example-without-autoscaler": (
         KUBEADM_STACK,
         {
@@ -121,6 +127,9 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
         "helm/prometheus-adapter",
         "helm/keda",
         "workload-autoscaling",
+        "karpenter",
+        "helm/karpenter",
+        "helm/karpenter-crd",
     }
     crds = {o.name for o in eks_graph.of_kind("CustomResourceDefinition")}
     assert {"prometheuses.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com"} <= crds
@@ -221,11 +230,12 @@ def test_gpu_daemon_sets_must_reach_every_gpu_pool(eks_graph: ObjectGraph) -> No
             (Taint("nvidia.com/gpu", "NoSchedule", "present"), Taint("team", "NoSchedule", "ml")),
         )
     )
-    missed = {line.split(" (")[0] for line in check(graph, "scheduling")}
+    missed = {line.split(" (")[0].split(":")[0] for line in check(graph, "scheduling")}
     assert missed == {
         "DaemonSet nvidia-device-plugin/nvidia-device-plugin",
         "DaemonSet monitoring/dcgm-exporter",
         "DaemonSet gpu-profiler/gpu-profiler",
+        "GPU pool reserved-gpus",
     }
 
 
@@ -599,3 +609,65 @@ def test_scalers_and_references_catch_a_trigger_that_leads_nowhere(
     ]
     del metadata["query"]
     assert "trigger 0 needs serverAddress and query" in check(graph, "scalers")[1]
+
+
+# -- Karpenter ----------------------------------------------------------------------------------
+
+
+def test_node_pool_and_node_class_are_valid_for_the_pinned_crds(eks_graph: ObjectGraph) -> None:
+    for name in ("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"):
+        assert one(eks_graph, "CustomResourceDefinition", name).source == "helm/karpenter-crd"
+    graph = copy.deepcopy(eks_graph)
+    pool = one(graph, "NodePool", "gpu")
+    pool.manifest["spec"]["disruption"]["consolidationPolicy"] = "WhenIdle"  # Karpenter v0.x
+    node_class = one(graph, "EC2NodeClass", "gpu")
+    node_class.manifest["spec"]["amiFamily"] = "Ubuntu"
+    findings = {line.split(" (")[0]: line for line in check(graph, "schema")}
+    assert set(findings) == {"NodePool gpu", "EC2NodeClass gpu"}
+    assert (
+        "spec.disruption.consolidationPolicy: 'WhenIdle' is not one of" in findings["NodePool gpu"]
+    )
+    assert "spec.amiFamily: 'Ubuntu' is not one of" in findings["EC2NodeClass gpu"]
+
+
+def test_karpenter_pools_are_node_pools_with_nodes_on_demand(eks_graph: ObjectGraph) -> None:
+    (pool,) = [p for p in eks_graph.platform.pools if p.name == "karpenter/gpu"]
+    assert pool.is_gpu
+    assert pool.provisioned
+    assert pool.labels["karpenter.sh/nodepool"] == "gpu"
+    assert pool.labels["kubernetes.io/os"] == "linux"
+    assert Taint("nvidia.com/gpu", "NoSchedule", "present") in pool.taints
+
+
+def test_scheduling_counts_on_karpenter_to_launch_gpu_nodes() -> None:
+    """With no GPU node group, the example GPU workload fits only because Karpenter adds nodes."""
+    graph = graph_of(EKS_STACK, {"gpuNodeGroups": []})
+    assert check(graph, "scheduling") == []
+    graph.platform.pools = [
+        NodePool(p.name, p.labels, p.taints, p.size) for p in graph.platform.pools
+    ]
+    (finding,) = check(graph, "scheduling")
+    assert finding.startswith("Deployment inference/llm-server (workload-autoscaling): fits no")
+    assert "karpenter/gpu: no nodes (desired size 0)" in finding
+
+
+def test_scheduling_catches_gpu_nodes_the_device_plugin_never_reaches() -> None:
+    """The pitfall: a Karpenter node is initialised only once the device plugin registers GPUs."""
+
+    def reserved(run: ProgramRun) -> None:
+        pool = run.one("kubernetes:karpenter.sh/v1:NodePool").inputs
+        pool["spec"]["template"]["spec"]["taints"].append(
+            {"key": "team", "value": "ml", "effect": "NoSchedule"}
+        )
+
+    findings = check(graph_of(EKS_STACK, change_values=reserved), "scheduling")
+    assert {line.split(" (")[0].split(":")[0] for line in findings} == {
+        "DaemonSet nvidia-device-plugin/nvidia-device-plugin",
+        "DaemonSet monitoring/dcgm-exporter",
+        "DaemonSet gpu-profiler/gpu-profiler",
+        "GPU pool karpenter/gpu",
+    }
+    assert (
+        "GPU pool karpenter/gpu: no NVIDIA device plugin runs there, so its nodes never register "
+        "nvidia.com/gpu (Karpenter never counts them initialised)" in findings
+    )

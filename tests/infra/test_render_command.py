@@ -129,13 +129,14 @@ def test_check_reports_findings_and_fails(
         ),
         ({"gpu-cluster-eks:publicAccessCidrs": ["203.0.113.0/24"]}, "is a documentation range"),
         ({"gpu-cluster-eks:gpuMetricsIntervalSeconds": "fast"}, "gpuMetricsIntervalSeconds"),
+        ({"gpu-cluster-eks:karpenter": {"gpuLimit": 0}}, "karpenter: gpuLimit must be at least 1"),
     ],
 )
 def test_bad_stack_config_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object], message: str
 ) -> None:
     stack_file = tmp_path / "Pulumi.bad.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": config}))
+    stack_file.write_text(yaml.safe_dump({"config": {"aws:region": "us-west-2", **config}}))
     assert render(EKS_STACK, "--config", stack_file) == 2
     err = capsys.readouterr().err
     assert err.startswith("render: error: ")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.nodes.harness.cluster import (
-    DEFAULT_NODE_NAMES,
+    DEFAULT_NODES,
     Cluster,
     missing_requirements,
     running_cluster,
@@ -33,15 +33,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Two booted Debian 12 nodes plus the apt proxy and the stand-in repositories."""
+    """Three booted nodes (Debian 12, Ubuntu 22.04, Ubuntu 24.04) plus the apt proxy and the
+    stand-in repositories."""
     reason = missing_requirements()
     if reason:
         pytest.skip(reason)
-    with running_cluster(tmp_path_factory.mktemp("nodes"), DEFAULT_NODE_NAMES) as booted:
+    with running_cluster(
+        tmp_path_factory.mktemp("nodes"), list(DEFAULT_NODES), DEFAULT_NODES
+    ) as booted:
         yield booted
 
 
 @pytest.fixture(scope="session")
 def provisioned(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Provisioned:
-    """The playbook runs, done once: check mode, a run that fails half-way, converge, rerun."""
+    """The playbook runs, done once: check mode, a run that fails half-way, one whose kubeadm init
+    fails, converge, rerun."""
     return provision(cluster, tmp_path_factory.mktemp("ansible"))

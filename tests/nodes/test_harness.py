@@ -102,8 +102,10 @@ def test_standin_repositories_are_signed_flat_repos_apt_accepts(cluster: Cluster
     assert "NO_PUBKEY" not in update.stderr
     assert "not signed" not in update.stderr
     policy = node.run(f"apt-cache {options} madison kubeadm nvidia-container-toolkit").stdout
-    for version in ("1.31.1-1.1", "1.31.2-1.1", "1.31.3-1.1", "1.17.2-1", "1.17.3-1"):
-        assert version in policy
+    for upstream in standin_repo.KUBERNETES_VERSIONS:
+        assert f"{upstream}-1.1" in policy
+    for upstream in standin_repo.NVIDIA_TOOLKIT_VERSIONS:
+        assert f"{upstream}-1" in policy
     # A repository signed by another key is refused: the signature is really checked.
     (node.root / "var/tmp/gct-nv.asc").write_bytes((node.root / "var/tmp/gct-k8s.asc").read_bytes())
     other = standin_repo.SigningKey()

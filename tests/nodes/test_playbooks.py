@@ -1,8 +1,10 @@
 """The playbook runs: check mode, failure half-way and rerun, idempotence, unsupported OS.
 
-The runs happen once per session (tests/nodes/harness/provision.py) against two booted Debian 12
-nodes: gpu-cp-1 (control plane) and gpu-worker-1 (worker), both GPU nodes. Test doubles: the
-stand-in vendor packages (NVIDIA container toolkit, Kubernetes) served from a local signed repo.
+The runs happen once per session (tests/nodes/harness/provision.py) against three booted nodes,
+all GPU nodes: gpu-cp-1 (control plane, Debian 12), gpu-worker-1 (Ubuntu 22.04) and gpu-worker-2
+(Ubuntu 24.04), the Ubuntu ones being the Debian userland with Ubuntu's os-release. Test doubles:
+the stand-in vendor packages (NVIDIA CUDA drivers, NVIDIA container toolkit, Docker CE, Kubernetes)
+served from local signed repositories; the stand-in kubeadm fails one init on request.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 from tests.nodes.harness.ansible_run import run_playbook
 from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES, Cluster
-from tests.nodes.harness.provision import CONTROL_PLANE, Provisioned, inventory_for
+from tests.nodes.harness.provision import CONTROL_PLANE, WORKERS, Provisioned, inventory_for
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
 
@@ -53,9 +55,29 @@ def test_run_with_vendor_repositories_down_fails_half_way(provisioned: Provision
     assert run.returncode != 0, run.describe()
     for host in DEFAULT_NODE_NAMES:
         assert run.recap[host]["failed"] == 1, run.describe()
-        # It failed after real work: the driver and its sources were already installed.
+        # It failed after real work (the proxy file; on Debian the whole driver; on Ubuntu the pin).
         assert run.recap[host]["changed"] > 0, run.describe()
     assert "Could not fetch signed_by key" in run.output
+
+
+def test_a_failed_kubeadm_init_stops_the_run_with_kubeadms_error_and_no_token(
+    provisioned: Provisioned,
+) -> None:
+    run = provisioned.failed_init_run
+    assert run.returncode != 0, run.describe()
+    assert run.recap[CONTROL_PLANE[0]]["failed"] == 1, run.describe()
+    failures = [line for line in run.output.splitlines() if line.startswith(("fatal:", "failed:"))]
+    assert len(failures) == 1, run.describe()
+    assert "kubeadm init failed (exit 1)" in failures[0]
+    assert "error execution phase addon/coredns" in failures[0]
+    assert "token <token> was issued" in failures[0]
+    token = provisioned.cluster.node(CONTROL_PLANE[0]).read(
+        "/var/lib/kubeadm-standin/failed-init-token"
+    )
+    assert token
+    assert token not in run.output
+    # Nothing joins a control plane that failed: the run ends there.
+    assert "TASK [kubeadm_worker" not in run.output, run.describe()
 
 
 def test_rerun_after_the_failure_converges(provisioned: Provisioned) -> None:
@@ -76,7 +98,7 @@ def test_second_run_changes_nothing(provisioned: Provisioned) -> None:
 
 
 def test_no_bootstrap_token_reaches_the_ansible_output(provisioned: Provisioned) -> None:
-    worker = provisioned.cluster.node(DEFAULT_NODE_NAMES[1])
+    worker = provisioned.cluster.node(WORKERS[0])
     join = worker.read("/var/lib/kubeadm-standin/join-config.yaml")
     token = next(line.split(":", 1)[1].strip() for line in join.splitlines() if "token:" in line)
     assert token
@@ -120,3 +142,27 @@ def test_unsupported_operating_system_fails_at_the_start_with_one_clear_message(
     label = "Debian" if distribution == "debian" else "Ubuntu"
     assert f"Unsupported operating system {label} {version_id}" in failures[0]
     assert "Debian 12, Ubuntu 22.04, Ubuntu 24.04" in failures[0]
+
+
+def test_apt_proxy_removes_only_the_file_it_wrote(provisioned: Provisioned, tmp_path: Path) -> None:
+    node = provisioned.cluster.node(CONTROL_PLANE[0])
+    confd = node.root / "etc/apt/apt.conf.d"
+    foreign = confd / "01proxy"
+    foreign.write_text('// Someone else\'s file.\nAcquire::Retries "3";\n')
+    own = confd / "01gpu-cluster-apt-proxy"
+    assert own.exists()
+    playbook = tmp_path / "apt-proxy.yml"
+    playbook.write_text(
+        f"- name: Apt proxy only.\n  hosts: {node.name}\n  roles:\n    - role: apt_proxy\n"
+    )
+    try:
+        removed = run_playbook(str(playbook), provisioned.inventory, "-e", '{"apt_proxy_url": ""}')
+        assert removed.returncode == 0, removed.describe()
+        assert removed.recap[node.name]["changed"] == 1, removed.describe()
+        assert not own.exists()
+        assert foreign.read_text().startswith("// Someone else's file.")
+    finally:
+        restored = run_playbook(str(playbook), provisioned.inventory)
+        foreign.unlink()
+    assert restored.returncode == 0, restored.describe()
+    assert own.exists()

@@ -1,8 +1,12 @@
 """Checks that need the test harness: they read what the stand-in packages recorded.
 
-Test doubles: stand-in nvidia-container-runtime (logs each call, then runs runc), stand-in kubeadm
-(records its arguments and the config file it was given, writes the files real kubeadm writes),
-stand-in kubectl (records applies). The NVIDIA driver is Debian's real non-free package (no GPU).
+Test doubles: stand-in nvidia-container-runtime (logs each call, decides which stand-in GPUs a
+container gets from the real OCI spec and the real toolkit configuration, then runs runc),
+stand-in kubeadm (records its arguments and the config file it was given, writes the files real
+kubeadm writes, fails one init on request), stand-in kubectl (records applies, answers /readyz),
+stand-in CUDA driver, Fabric Manager and Docker CE packages on the Ubuntu nodes (Docker CE's depend
+on Debian's real docker.io and containerd). On Debian the NVIDIA driver is Debian's real non-free
+package (no GPU).
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ from infra.gpu import (
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
 )
-from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES
+from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES, DEFAULT_NODES
 from tests.nodes.harness.machine import Node
 from tests.nodes.harness.provision import CONTROL_PLANE, WORKERS, Provisioned
 from tests.nodes.harness.standin_repo import PAYLOADS
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
 RUNTIME_LOG = "/var/log/nvidia-container-runtime-standin.log"
+DEBIAN_NODES = [name for name, system in DEFAULT_NODES.items() if system == "debian12"]
+UBUNTU_NODES = [name for name, system in DEFAULT_NODES.items() if system != "debian12"]
 # Every test node is in gpu_nodes: kubeadm must register each with what infra/gpu.py selects.
 GPU_LABELS_ARG = {"name": "node-labels", "value": f"{GPU_NODE_LABEL_KEY}={GPU_NODE_LABEL_VALUE}"}
 GPU_TAINT = {"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}
@@ -74,13 +80,18 @@ def test_kubernetes_is_pinned_below_the_newest_version_available(
         assert "1.31.3-1.1" in available
 
 
-@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
-def test_the_real_debian_driver_is_installed_and_finds_no_gpu(
+@pytest.mark.parametrize("name", DEBIAN_NODES)
+def test_the_real_debian_driver_is_installed_with_open_modules_and_finds_no_gpu(
     provisioned: Provisioned, name: str
 ) -> None:
     node = provisioned.cluster.node(name)
     version = node.run("dpkg-query -W -f '${Version}' nvidia-driver").stdout
     assert version.startswith("535."), version
+    # The default flavour for 535: the open modules (contrib), at exactly the driver's version.
+    module = node.run("dpkg-query -W -f '${Version}' nvidia-open-kernel-dkms").stdout
+    assert module == version
+    proprietary = node.run("dpkg-query -W -f '${Status}' nvidia-kernel-dkms 2>/dev/null || true")
+    assert "ok installed" not in proprietary.stdout
     sources = node.run("cat /etc/apt/sources.list.d/debian-non-free.sources").stdout
     assert "non-free" in sources
     smi = node.run("nvidia-smi -L", check=False)
@@ -93,16 +104,95 @@ def test_debian_packages_came_through_the_apt_proxy(provisioned: Provisioned, na
     node = provisioned.cluster.node(name)
     proxy = provisioned.cluster.proxy
     assert proxy is not None
-    assert proxy.url(node.host_address) in node.read("/etc/apt/apt.conf.d/01proxy")
+    assert proxy.url(node.host_address) in node.read("/etc/apt/apt.conf.d/01gpu-cluster-apt-proxy")
     log = (proxy.workdir / "log" / "apt-cacher.log").read_text()
     for package in ("nvidia-driver_", "docker.io_", "containerd_"):
         assert package in log
 
 
-def test_kubeadm_init_ran_once_with_the_generated_config(control_plane: Node) -> None:
+@pytest.mark.parametrize(
+    ("name", "flavour", "packages"),
+    [
+        ("gpu-worker-1", "open", ["nvidia-open-580", "nvidia-driver-580-open"]),
+        ("gpu-worker-2", "proprietary", ["cuda-drivers-580", "nvidia-driver-580"]),
+    ],
+)
+def test_ubuntu_gets_the_580_driver_of_its_flavour_from_the_pinned_cuda_repository(
+    provisioned: Provisioned, name: str, flavour: str, packages: list[str]
+) -> None:
+    node = provisioned.cluster.node(name)
+    for package in packages:
+        status = node.run(f"dpkg-query -W -f '${{Status}} ${{Version}}' {package}").stdout
+        assert status.startswith("install ok installed 580."), (flavour, package, status)
+    other = "nvidia-driver-580" if flavour == "open" else "nvidia-driver-580-open"
+    assert (
+        "ok installed"
+        not in node.run(f"dpkg-query -W -f '${{Status}}' {other} 2>/dev/null || true").stdout
+    )
+    # Branch 570 is there too and is not taken.
+    assert "570." in node.run("apt-cache madison nvidia-driver-570").stdout
+    # NVIDIA's cuda-repository-pin-600: apt ranks the CUDA repository above the distribution.
+    policy = node.run(f"apt-cache policy {packages[0]}").stdout
+    assert (
+        f" 600 {provisioned.cluster.repo.base_url(node.host_address)}/compute/cuda/repos/" in policy
+    ), policy
+    assert "Pin-Priority: 600" in node.read("/etc/apt/preferences.d/cuda-repository-pin-600")
+
+
+@pytest.mark.parametrize("name", UBUNTU_NODES)
+def test_ubuntu_gets_docker_ce_from_dockers_repository(provisioned: Provisioned, name: str) -> None:
+    node = provisioned.cluster.node(name)
+    codename = node.run(". /etc/os-release && echo $VERSION_CODENAME").stdout.strip()
+    sources = node.read("/etc/apt/sources.list.d/docker.sources")
+    assert f"Suites: {codename}" in sources
+    assert "Components: stable" in sources
+    for package in ("docker-ce", "containerd.io", "docker-ce-cli", "docker-buildx-plugin"):
+        assert "ok installed" in node.run(f"dpkg-query -W -f '${{Status}}' {package}").stdout
+
+
+def test_fabric_manager_is_installed_and_enabled_where_asked(provisioned: Provisioned) -> None:
+    nvswitch = provisioned.cluster.node("gpu-worker-2")
+    assert (
+        "ok installed"
+        in nvswitch.run("dpkg-query -W -f '${Status}' nvidia-fabricmanager-580").stdout
+    )
+    assert nvswitch.run("systemctl is-enabled nvidia-fabricmanager").stdout.strip() == "enabled"
+    # No driver is loaded here, so it starts at the reboot, not now (it would fail without one).
+    assert nvswitch.run("systemctl is-active nvidia-fabricmanager", check=False).stdout.strip() != (
+        "active"
+    )
+    # "auto" on a PCI bus without NVSwitches installs nothing.
+    for name in ("gpu-cp-1", "gpu-worker-1"):
+        node = provisioned.cluster.node(name)
+        assert (
+            "ok installed"
+            not in node.run(
+                "dpkg-query -W -f '${Status}' 'nvidia-fabricmanager-*' 2>/dev/null || true"
+            ).stdout
+        )
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_the_toolkits_cdi_refresh_keeps_a_specification(
+    provisioned: Provisioned, name: str
+) -> None:
+    """Toolkit 1.18 (the newest stand-in) ships nvidia-cdi-refresh; the role enables it."""
+    node = provisioned.cluster.node(name)
+    assert node.run("dpkg-query -W -f '${Version}' nvidia-container-toolkit").stdout == "1.18.0-1"
+    assert node.run("systemctl is-enabled nvidia-cdi-refresh.path").stdout.strip() == "enabled"
+    assert node.run("systemctl is-active nvidia-cdi-refresh.path").stdout.strip() == "active"
+
+
+def test_kubeadm_init_that_failed_was_reset_and_retried_once(control_plane: Node) -> None:
     calls = _calls(control_plane, "/var/lib/kubeadm-standin/calls.jsonl")
-    inits = [call["argv"] for call in calls if call["argv"][:1] == ["init"]]
-    assert inits == [["init", "--config", "/etc/kubernetes/kubeadm-config.yaml"]]
+    lifecycle = [call["argv"] for call in calls if call["argv"][:1] in (["init"], ["reset"])]
+    init = ["init", "--config", "/etc/kubernetes/kubeadm-config.yaml"]
+    # The failed init (admin.conf written, no API server), then reset and init; nothing on rerun.
+    assert lifecycle == [init, ["reset", "--force"], init]
+    assert (
+        control_plane.run("test -f /etc/kubernetes/kubeadm-init-succeeded", check=False).returncode
+        == 0
+    )
     given = control_plane.read("/var/lib/kubeadm-standin/init-config.yaml")
     assert given == control_plane.read("/etc/kubernetes/kubeadm-config.yaml")
     documents = {document["kind"]: document for document in yaml.safe_load_all(given)}
@@ -135,7 +225,7 @@ def test_worker_joined_once_with_a_token_from_the_control_plane(
         for call in _calls(control_plane, "/var/lib/kubeadm-standin/calls.jsonl")
         if call["argv"][:2] == ["token", "create"]
     ]
-    assert len(token_requests) == 1
+    assert len(token_requests) == len(WORKERS)
     assert "--print-join-command" in token_requests[0]
     join = yaml.safe_load(worker.read("/var/lib/kubeadm-standin/join-config.yaml"))
     assert join["kind"] == "JoinConfiguration"

@@ -6,9 +6,13 @@ check that what apt will be given is consistent and really signed.
 
 from __future__ import annotations
 
+import importlib.machinery
 import shutil
 import subprocess
+import tomllib
+import types
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -76,23 +80,100 @@ def test_kubernetes_repo_offers_three_patch_versions_with_real_package_names(www
         assert (www / standin_repo.KUBERNETES_REPO / package["Filename"]).is_file()
 
 
-def test_toolkit_runtime_wraps_runc_and_logs(www: Path, tmp_path: Path) -> None:
+def _standin_runtime(www: Path, tmp_path: Path) -> ModuleType:
+    """The stand-in runtime from the newest toolkit .deb, loaded as a module (it is Python)."""
     repo = www / standin_repo.NVIDIA_REPO
-    deb = next(repo.glob("nvidia-container-toolkit-base_1.17.3-1_amd64.deb"))
+    deb = next(repo.glob("nvidia-container-toolkit-base_1.18.0-1_amd64.deb"))
     subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
     runtime = tmp_path / "usr/bin/nvidia-container-runtime"
     assert runtime.stat().st_mode & 0o111
-    text = runtime.read_text()
-    assert "/var/log/nvidia-container-runtime-standin.log" in text
-    assert 'exec /usr/sbin/runc "$@"' in text
-    fields = subprocess.run(
-        ["dpkg-deb", "-f", str(deb), "Depends", "Version"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "Depends: runc" in fields
-    assert "Version: 1.17.3-1" in fields
+    loader = importlib.machinery.SourceFileLoader("standin_runtime", str(runtime))
+    module = types.ModuleType(loader.name)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("env", "mounts", "caps", "envvar_allowed", "expected"),
+    [
+        (["NVIDIA_VISIBLE_DEVICES=all"], [], [], False, []),
+        (["NVIDIA_VISIBLE_DEVICES=all"], [], [], True, ["0", "1"]),
+        (["NVIDIA_VISIBLE_DEVICES=all"], [], ["CAP_SYS_ADMIN"], False, ["0", "1"]),
+        (["NVIDIA_VISIBLE_DEVICES=GPU-standin-1"], [], ["CAP_SYS_ADMIN"], False, ["1"]),
+        (
+            ["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"],
+            ["/var/run/nvidia-container-devices/GPU-standin-0"],
+            [],
+            False,
+            ["0"],
+        ),
+        ([], [], [], True, []),
+        (["NVIDIA_VISIBLE_DEVICES=void"], [], ["CAP_SYS_ADMIN"], True, []),
+    ],
+)
+def test_standin_runtime_grants_gpus_by_the_toolkits_rules(
+    www: Path,
+    tmp_path: Path,
+    *,
+    env: list[str],
+    mounts: list[str],
+    caps: list[str],
+    envvar_allowed: bool,
+    expected: list[str],
+) -> None:
+    runtime = _standin_runtime(www, tmp_path)
+    runtime.LOG = str(tmp_path / "runtime.log")
+    spec = {
+        "process": {"env": env, "capabilities": {"bounding": caps}},
+        "mounts": [{"destination": path, "source": "/dev/null"} for path in mounts],
+    }
+    config = {
+        "accept-nvidia-visible-devices-as-volume-mounts": True,
+        "accept-nvidia-visible-devices-envvar-when-unprivileged": envvar_allowed,
+    }
+    assert runtime.granted(spec, config) == expected
+
+
+def test_the_packaged_toolkit_config_leaves_the_isolation_keys_at_the_toolkits_defaults(
+    www: Path, tmp_path: Path
+) -> None:
+    """Like the real package: the role, not the package, must close the envvar leak."""
+    deb = next((www / standin_repo.NVIDIA_REPO).glob("nvidia-container-toolkit-base_1.18.0-1_*"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    config = tomllib.loads((tmp_path / "etc/nvidia-container-runtime/config.toml").read_text())
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged" not in config
+    runtime = _standin_runtime(www, tmp_path / "runtime")
+    spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+    runtime.LOG = str(tmp_path / "runtime.log")
+    assert runtime.granted(spec, config) == ["0", "1"]
+
+
+def test_cuda_and_docker_repositories_have_the_real_layouts_and_names(www: Path) -> None:
+    for distribution in standin_repo.CUDA_DISTRIBUTIONS:
+        repo = www / standin_repo.cuda_repo(distribution)
+        names = {package["Package"] for package in _packages(repo)}
+        for branch in standin_repo.DRIVER_VERSIONS:
+            assert {
+                f"cuda-drivers-{branch}",
+                f"nvidia-open-{branch}",
+                f"nvidia-fabricmanager-{branch}",
+            } <= names
+        assert (repo / standin_repo.CUDA_KEY_NAME).is_file()
+    docker = www / standin_repo.DOCKER_REPO
+    for codename in standin_repo.DOCKER_CODENAMES:
+        binary = docker / "dists" / codename / "stable" / "binary-amd64"
+        packages = _packages(binary)
+        assert {package["Package"] for package in packages} == {
+            "docker-ce",
+            "docker-ce-cli",
+            "containerd.io",
+            "docker-buildx-plugin",
+        }
+        for package in packages:
+            assert f"/{codename}/" in package["Filename"]
+            assert (docker / package["Filename"]).is_file()
+        assert (docker / "dists" / codename / "InRelease").is_file()
+    assert (www / standin_repo.DOCKER_KEY).is_file()
 
 
 def test_recap_lines_are_parsed() -> None:

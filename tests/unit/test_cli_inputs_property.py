@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from profiler_app.cli import main
@@ -31,6 +31,7 @@ from profiler_app.sinks.store import TableStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SAVED_ANSWER = ROOT / "examples" / "prometheus-query-range.json"
+STARTED: list[Daemon] = []  # daemons the run stand-in started
 ENVIRONMENT = (
     "GPU_PROFILER_STORE_URL",
     "GPU_PROFILER_PROMETHEUS_URL",
@@ -154,12 +155,17 @@ def test_analyze_window_and_step(window: str, step: str) -> None:
 def run_stand_in(daemon: Daemon, *, once: bool, first_delay_seconds: float) -> int:
     """Stands in for ``Daemon.run``: every wait it would make must be one a thread can make."""
     assert once
-    for seconds in (first_delay_seconds, daemon.interval_seconds, daemon.window_seconds):
+    for seconds in (first_delay_seconds, daemon.interval_seconds):
         assert 0 <= seconds <= threading.TIMEOUT_MAX
+    STARTED.append(daemon)
     return 0
 
 
 @SETTINGS
+@example(window="30m", interval="30s", sample_interval="1s", prometheus_url=None, step=None)
+@example(
+    window="100w", interval="1d", sample_interval="1s", prometheus_url="http://u:p@h:9", step="1h"
+)
 @given(
     window=st.one_of(durations, st.just("30m")),
     interval=st.one_of(durations, st.just("30s")),
@@ -177,3 +183,10 @@ def test_run_durations_and_urls(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Daemon, "run", run_stand_in)
         assert_clean(*run_main(*argv))
+
+
+def test_the_run_property_reaches_the_daemon() -> None:
+    """The explicit examples above pass validation: the stand-in's checks did run."""
+    STARTED.clear()
+    test_run_durations_and_urls()
+    assert len(STARTED) >= 2

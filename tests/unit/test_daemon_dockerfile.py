@@ -220,7 +220,7 @@ def test_builder_context_builds_a_wheel_with_the_daemon(
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "gpu-profiler = profiler_app.cli:main" in archive.read(entry_points).decode()
         metadata = archive.read(next(n for n in names if n.endswith("METADATA"))).decode()
-    for module in ("daemon.py", "commands/run.py", "sources/nvml.py", "sinks/metrics.py"):
+    for module in ("daemon/loop.py", "commands/run.py", "sources/nvml.py", "sinks/metrics.py"):
         assert f"profiler_app/{module}" in names
     assert any(name.startswith("profiler_app/sinks/store/migrations/versions/") for name in names)
     assert "Provides-Extra: postgres" in metadata

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -143,8 +144,8 @@ def test_daemon_uses_the_peaks_and_survives_their_failure() -> None:
 
     sink = RecordingSink("store")
     daemon, metrics = make_daemon(ScriptedSource(), sink, pods=lambda: [pod_info()])
-    daemon.metric_pod_peaks = peaks
-    daemon.host = None  # no cgroup tree, as in the DaemonSet
+    # No cgroup tree, as in the DaemonSet: the peaks come from Prometheus alone.
+    daemon.cycle.inputs = replace(daemon.cycle.inputs, host=None, metric_pod_peaks=peaks)
     assert daemon.run_cycle()
     first = sink.received[-1].pods[0]
     assert (first.pod, first.cpu_util_max, first.mem_used_max_bytes) == ("trainer-0", 1.0, 7e9)
@@ -152,4 +153,4 @@ def test_daemon_uses_the_peaks_and_survives_their_failure() -> None:
     assert errors(metrics, "source") == 1
     second = sink.received[-1].pods[0]
     assert (second.gpus, second.cpu_util_max, second.mem_used_max_bytes) == (("0",), None, None)
-    assert calls == [daemon.window_seconds] * 2
+    assert calls == [daemon.cycle.analysis.window_seconds] * 2

@@ -147,6 +147,10 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
         (["--interval", "2d"], "--interval must be at most 1d"),
         (["--retention", "forever"], "--retention: malformed duration 'forever'"),
+        (
+            ["--prometheus-url", "http://127.0.0.1:9", "--step", "1ms"],
+            "a 30m window at a 0.001s step is 1,800,000 points per GPU",
+        ),
         # Local sampling would allocate the whole window's ring buffer at start.
         (["--window", "30d"], "--window 30d at --sample-interval 1s is more than the 21,600"),
         (

@@ -1,16 +1,20 @@
 """Retention of the table store: old rows leave in bounded batches, on SQLite and PostgreSQL.
 
-Real stores: a SQLite file, and a database on a real PostgreSQL server (tests.support.postgres).
+Real stores: a SQLite file, and a database on a real PostgreSQL server (tests.support.postgres);
+the last test runs the real ``gpu-profiler run --once``.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from profiler_app.cli import main
 from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine, parse_store_url
@@ -101,3 +105,31 @@ def test_the_sink_prunes_after_a_committed_cycle(engine: sa.Engine, store_url: s
     finally:
         store.close()
     assert counts(engine) == (2, 1)
+
+
+def test_run_prunes_with_the_sqlite_default_and_keeps_with_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gpu-profiler run --once`` on this GPU-less machine (real NVML without a driver, psutil)."""
+    for name in ("GPU_PROFILER_RETENTION", "GPU_PROFILER_PROMETHEUS_URL", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    url = f"sqlite:///{tmp_path / 'profiler.db'}"
+    now = datetime.now(UTC)
+    store = TableStore(url)
+    for days in (100, 1):
+        store.publish(cycle(now - timedelta(days=days), pod=f"pod-{days}"))
+    store.close()
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    argv = ["run", "--once", "--interval", "0.2s", "--sample-interval", "0.1s"]
+    argv += ["--metrics-port", "0", "--store-url", url]
+    try:
+        assert main([*argv, "--retention", "none"]) == 0
+        assert counts(engine) == (4, 2)
+        assert main(argv) == 0  # SQLite's default: 90 days
+        assert counts(engine) == (2, 1)
+    finally:
+        engine.dispose()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)

@@ -17,10 +17,12 @@ import yaml
 
 from tests.nodes.harness import rootfs, standin_repo
 from tests.nodes.harness.aptproxy import AptProxy
-from tests.nodes.harness.machine import Node, free_index, reap_stale_nodes
+from tests.nodes.harness.machine import UBUNTU_OS_RELEASE, Node, free_index, reap_stale_nodes
 
-# Hostnames (and inventory names) of the default two-node test cluster.
-DEFAULT_NODE_NAMES = ["gpu-cp-1", "gpu-worker-1"]
+# Hostnames (and inventory names) of the default test cluster and the system each says it is:
+# the control plane on Debian 12 (real driver packages), one worker per Ubuntu release.
+DEFAULT_NODES = {"gpu-cp-1": "debian12", "gpu-worker-1": "ubuntu2204", "gpu-worker-2": "ubuntu2404"}
+DEFAULT_NODE_NAMES = list(DEFAULT_NODES)
 REQUIRED_TOOLS = (
     "debootstrap",
     "systemd-nspawn",
@@ -54,6 +56,8 @@ class Cluster:
 
     workdir: Path
     names: list[str]
+    # Node name -> system (machine.SYSTEMS); Debian 12 when not given.
+    systems: dict[str, str] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     proxy: AptProxy | None = None
     repo: standin_repo.RepositoryServer | None = None
@@ -82,7 +86,8 @@ class Cluster:
             index = 0
             for name in self.names:
                 index = free_index(index + 1)
-                self.nodes.append(Node(name, index, self.workdir / name, self.ssh_key))
+                system = self.systems.get(name, "debian12")
+                self.nodes.append(Node(name, index, self.workdir / name, self.ssh_key, system))
             with ThreadPoolExecutor(len(self.nodes)) as pool:
                 list(pool.map(lambda node: node.prepare(tarball), self.nodes))
             for node in self.nodes:
@@ -93,10 +98,15 @@ class Cluster:
             )
         )
         addresses = [node.host_address for node in self.nodes]
-        standin_repo.build_repositories(self.workdir / "www")
-        self.repo = standin_repo.RepositoryServer(self.workdir / "www", addresses)
         self.proxy = AptProxy(self.workdir / "apt-cacher-ng", addresses)
         self.proxy.start()
+        engine = None
+        if any(node.system in UBUNTU_OS_RELEASE for node in self.nodes):
+            engine = standin_repo.fetch_debian_deb(
+                "docker.io", self.proxy.url(addresses[0]), rootfs.CACHE_DIR / "standin-debs"
+            )
+        standin_repo.build_repositories(self.workdir / "www", engine)
+        self.repo = standin_repo.RepositoryServer(self.workdir / "www", addresses)
 
     def stop(self) -> None:
         """Tear everything down; every step runs even if an earlier one failed."""
@@ -115,6 +125,14 @@ class Cluster:
         assert self.proxy is not None
         assert self.repo is not None
         base = self.repo.base_url(node.host_address)
+        ubuntu = (
+            {
+                "nvidia_driver_ubuntu_repo_url": (f"{base}/{standin_repo.cuda_repo(node.system)}/"),
+                "container_runtime_docker_repo_url": f"{base}/{standin_repo.DOCKER_REPO}",
+            }
+            if node.system in UBUNTU_OS_RELEASE
+            else {}
+        )
         return {
             "ansible_host": node.address,
             "ansible_user": "root",
@@ -131,6 +149,7 @@ class Cluster:
             "kubernetes_node_repo_url": f"{base}/{standin_repo.KUBERNETES_REPO}/",
             "kubernetes_node_repo_key_url": f"{base}/{standin_repo.KUBERNETES_KEY}",
             "kubeadm_control_plane_cni_manifest_url": f"{base}/{standin_repo.CNI_MANIFEST}",
+            **ubuntu,
         }
 
     def write_inventory(
@@ -138,11 +157,17 @@ class Cluster:
         path: Path,
         groups: dict[str, list[str]],
         group_vars: dict[str, Any] | None = None,
+        node_vars: dict[str, dict[str, Any]] | None = None,
     ) -> Path:
-        """Write a YAML inventory: groups maps a group name to node names."""
+        """Write a YAML inventory: groups maps a group name to node names; node_vars adds host
+        variables to the named nodes."""
+        extra = node_vars or {}
         inventory: dict[str, Any] = {
             "all": {
-                "hosts": {node.name: self.host_vars(node) for node in self.nodes},
+                "hosts": {
+                    node.name: {**self.host_vars(node), **extra.get(node.name, {})}
+                    for node in self.nodes
+                },
                 "vars": group_vars or {},
                 "children": {
                     group: {"hosts": dict.fromkeys(members)} for group, members in groups.items()
@@ -154,8 +179,10 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(workdir: Path, names: list[str]) -> Iterator[Cluster]:
-    cluster = Cluster(workdir, names)
+def running_cluster(
+    workdir: Path, names: list[str], systems: dict[str, str] | None = None
+) -> Iterator[Cluster]:
+    cluster = Cluster(workdir, names, systems or {})
     try:
         cluster.start()
         yield cluster

@@ -45,6 +45,23 @@ BUILTIN_PROBES = {
 
 
 CGROUP_PREFIX = "gpu-cluster-tests-"
+# The systems a node can say it is. Ubuntu nodes are the Debian 12 userland with Ubuntu's
+# os-release (Ubuntu's archive is unreachable here): Ansible then takes every Ubuntu path of the
+# roles, against the stand-in vendor repositories, while Debian's archive serves the rest.
+UBUNTU_OS_RELEASE = {
+    "ubuntu2204": ("22.04", "22.04.5 LTS (Jammy Jellyfish)", "jammy"),
+    "ubuntu2404": ("24.04", "24.04.3 LTS (Noble Numbat)", "noble"),
+}
+SYSTEMS = ("debian12", *UBUNTU_OS_RELEASE)
+
+
+def ubuntu_os_release(system: str) -> str:
+    version_id, version, codename = UBUNTU_OS_RELEASE[system]
+    return (
+        f'PRETTY_NAME="Ubuntu {version.split(" (")[0]}"\nNAME="Ubuntu"\nVERSION_ID="{version_id}"\n'
+        f'VERSION="{version}"\nVERSION_CODENAME={codename}\nID=ubuntu\nID_LIKE=debian\n'
+        f"UBUNTU_CODENAME={codename}\n"
+    )
 
 
 def harness_cgroup(what: str) -> str:
@@ -90,6 +107,7 @@ class Node:
     index: int
     workdir: Path
     ssh_key: Path
+    system: str = "debian12"
     process: subprocess.Popen[bytes] | None = None
     leader: int | None = None
     host_public_keys: list[str] = field(default_factory=list)
@@ -124,6 +142,9 @@ class Node:
         """Unpack the root filesystem and configure hostname, network and SSH before boot."""
         rootfs.unpack(tarball, self.root)
         etc = self.root / "etc"
+        if self.system in UBUNTU_OS_RELEASE:
+            # /etc/os-release links to it, as on Ubuntu.
+            (self.root / "usr/lib/os-release").write_text(ubuntu_os_release(self.system))
         (etc / "hostname").write_text(f"{self.name}\n")
         (etc / "hosts").write_text(f"127.0.0.1 localhost\n{self.address} {self.name}\n")
         (etc / "machine-id").write_text("")

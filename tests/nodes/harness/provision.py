@@ -1,8 +1,10 @@
 """The session's playbook runs against the booted nodes, done once and shared by every test.
 
 Order: a --check run on the fresh nodes; a run with the stand-in vendor repositories stopped,
-which fails half-way (after the driver and Docker are installed); the converging run once they are
-back; an idempotent rerun. Then a Docker image is imported on each node for the `docker run` checks.
+which fails half-way (on Debian after the driver is installed); a run whose first kubeadm init
+fails (the stand-in kubeadm told to, after writing admin.conf like a real failed init); the
+converging run; an idempotent rerun. Then a Docker image is imported on each node for the
+`docker run` checks.
 """
 
 from __future__ import annotations
@@ -26,7 +28,19 @@ TEST_VARS: dict[str, Any] = {
     # The DKMS build of the driver takes about 7 minutes and cannot load without a GPU anyway.
     "nvidia_driver_install_kernel_headers": False,
     "kubeadm_cluster_name": "gct",
+    # The stand-in API server answers at once: no need to wait two minutes for a failed init.
+    "kubeadm_control_plane_readyz_retries": 2,
+    "kubeadm_control_plane_readyz_delay": 1,
 }
+# Per node: the Ubuntu 24.04 worker takes the other kernel module flavour and Fabric Manager
+# (as on an NVSwitch system; the PCI bus here has none), the others the defaults (open, auto).
+NODE_VARS: dict[str, dict[str, Any]] = {
+    "gpu-worker-2": {
+        "nvidia_driver_kernel_modules": "proprietary",
+        "nvidia_driver_fabricmanager": True,
+    },
+}
+FAIL_NEXT_INIT = "/var/lib/kubeadm-standin/fail-next-init"
 
 
 @dataclass
@@ -35,6 +49,7 @@ class Provisioned:
     inventory: Path
     check_run: RunResult
     interrupted_run: RunResult
+    failed_init_run: RunResult
     converge_run: RunResult
     rerun: RunResult
     image: str
@@ -47,6 +62,7 @@ def inventory_for(cluster: Cluster, path: Path, names: list[str] | None = None) 
         path,
         {"gpu_nodes": names, "control_plane": names[:1], "workers": names[1:]},
         {**TEST_VARS, "kubeadm_control_plane_kubeconfig_dest": str(path.parent / "admin.conf")},
+        {name: NODE_VARS[name] for name in names if name in NODE_VARS},
     )
 
 
@@ -78,7 +94,19 @@ def provision(cluster: Cluster, workdir: Path) -> Provisioned:
         interrupted_run = run_playbook("site.yml", inventory, log=workdir / "interrupted.log")
     finally:
         cluster.repo.start()
+    control_plane = cluster.node(CONTROL_PLANE[0])
+    control_plane.run(f"mkdir -p {Path(FAIL_NEXT_INIT).parent} && touch {FAIL_NEXT_INIT}")
+    failed_init_run = run_playbook("site.yml", inventory, log=workdir / "failed-init.log")
     converge_run = run_playbook("site.yml", inventory, log=workdir / "converge.log")
     rerun = run_playbook("site.yml", inventory, log=workdir / "rerun.log")
     image = import_image(cluster) if converge_run.returncode == 0 else ""
-    return Provisioned(cluster, inventory, check_run, interrupted_run, converge_run, rerun, image)
+    return Provisioned(
+        cluster,
+        inventory,
+        check_run,
+        interrupted_run,
+        failed_init_run,
+        converge_run,
+        rerun,
+        image,
+    )

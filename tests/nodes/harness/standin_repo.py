@@ -1,20 +1,26 @@
 """Signed local apt repositories of stand-in vendor packages (test doubles), served over HTTP.
 
-NVIDIA's container toolkit repository and pkgs.k8s.io cannot be reached here, so the tests build
-small .debs with dpkg-deb whose binaries record how they were called (see tests/nodes/standin/),
-lay them out as flat repositories like the real ones (`Suites: /`), sign them with a throwaway gpg
-key and serve them on the host's veth addresses. The roles use them unchanged through their
-repository URL variables.
+NVIDIA's container toolkit repository, NVIDIA's CUDA repositories (ubuntu2204, ubuntu2404),
+Docker CE's Ubuntu repository and pkgs.k8s.io cannot be reached here, so the tests build small
+.debs with dpkg-deb under the real package names, whose binaries record how they were called (see
+tests/nodes/standin/), lay them out like the real repositories (flat `Suites: /` for NVIDIA and
+Kubernetes; `dists/<codename>/stable` plus `pool/` for Docker), sign them with a throwaway gpg key
+and serve them on the host's veth addresses. The roles use them unchanged through their repository
+URL variables. On the Ubuntu test nodes the daemons are real all the same: `docker-ce` is Debian's
+real `docker.io` .deb (fetched through the apt proxy) repackaged under Docker CE's name and version,
+and the stand-in `containerd.io` depends on Debian's real `containerd`.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import lzma
 import shutil
 import subprocess
 import tempfile
 import threading
+import urllib.request
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from functools import partial
@@ -29,7 +35,22 @@ KUBERNETES_REPO = f"core:/stable:/v{KUBERNETES_MINOR}/deb"
 KUBERNETES_KEY = f"{KUBERNETES_REPO}/Release.key"
 CNI_MANIFEST = "cni/standin-cni.yaml"
 KUBERNETES_VERSIONS = ("1.31.1", "1.31.2", "1.31.3")
-NVIDIA_TOOLKIT_VERSIONS = ("1.17.2", "1.17.3")
+NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0")
+# NVIDIA's CUDA repositories (flat, one per Ubuntu release) and the driver branches they offer.
+CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
+CUDA_KEY_NAME = "3bf863cc.pub"
+DRIVER_VERSIONS = {"570": "570.195.03", "580": "580.95.05"}
+# Docker CE's repository for Ubuntu: dists/<codename>/stable.
+DOCKER_REPO = "linux/ubuntu"
+DOCKER_KEY = f"{DOCKER_REPO}/gpg"
+DOCKER_CODENAMES = {"jammy": "22.04", "noble": "24.04"}
+# Where Debian's docker.io comes from (through the apt proxy), to be repackaged as docker-ce.
+DEBIAN_MAIN_INDEX = "http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/Packages.xz"
+DEBIAN_POOL = "http://deb.debian.org/debian/"
+
+
+def cuda_repo(distribution: str) -> str:
+    return f"compute/cuda/repos/{distribution}/x86_64"
 
 
 @dataclass
@@ -40,6 +61,7 @@ class Package:
     version: str
     depends: str = ""
     files: dict[str, tuple[str, int]] = field(default_factory=dict)
+    conflicts: str = ""
     directories: tuple[str, ...] = ()
 
     def build(self, outdir: Path, workdir: Path) -> Path:
@@ -60,6 +82,7 @@ class Package:
             "Architecture: amd64",
             "Maintainer: gpu-cluster-profiler tests <tests@invalid>",
             *([f"Depends: {self.depends}"] if self.depends else []),
+            *([f"Conflicts: {self.conflicts}"] if self.conflicts else []),
             f"Description: stand-in {self.name} (test double)",
             " Records how it was called; not the real software.",
         ]
@@ -80,6 +103,23 @@ def nvidia_packages() -> list[Package]:
     packages = []
     for upstream in NVIDIA_TOOLKIT_VERSIONS:
         version = f"{upstream}-1"
+        base_files = {
+            "/usr/bin/nvidia-container-runtime": ("nvidia-container-runtime", 0o755),
+            "/usr/bin/nvidia-ctk": ("record-args", 0o755),
+            "/etc/nvidia-container-runtime/config.toml": ("config.toml", 0o644),
+        }
+        if upstream >= "1.18":
+            # 1.18 ships nvidia-cdi-refresh, which keeps the CDI specification current.
+            base_files |= {
+                "/usr/lib/systemd/system/nvidia-cdi-refresh.service": (
+                    "nvidia-cdi-refresh.service",
+                    0o644,
+                ),
+                "/usr/lib/systemd/system/nvidia-cdi-refresh.path": (
+                    "nvidia-cdi-refresh.path",
+                    0o644,
+                ),
+            }
         packages += [
             Package("libnvidia-container1", version, files={}),
             Package(
@@ -91,12 +131,8 @@ def nvidia_packages() -> list[Package]:
             Package(
                 "nvidia-container-toolkit-base",
                 version,
-                depends="runc",
-                files={
-                    "/usr/bin/nvidia-container-runtime": ("nvidia-container-runtime", 0o755),
-                    "/usr/bin/nvidia-ctk": ("record-args", 0o755),
-                    "/etc/nvidia-container-runtime/config.toml": ("config.toml", 0o644),
-                },
+                depends="runc, python3",
+                files=base_files,
             ),
             Package(
                 "nvidia-container-toolkit",
@@ -109,6 +145,116 @@ def nvidia_packages() -> list[Package]:
             ),
         ]
     return packages
+
+
+def cuda_packages() -> list[Package]:
+    """The driver packages of NVIDIA's CUDA repository per branch: open and proprietary flavours."""
+    packages = []
+    for branch, upstream in DRIVER_VERSIONS.items():
+        version = f"{upstream}-0ubuntu1"
+        smi = {"/usr/bin/nvidia-smi": ("nvidia-smi", 0o755)}
+        packages += [
+            Package(
+                f"nvidia-driver-{branch}-open",
+                version,
+                files=smi,
+                conflicts=f"nvidia-driver-{branch}",
+            ),
+            Package(
+                f"nvidia-driver-{branch}",
+                version,
+                files=smi,
+                conflicts=f"nvidia-driver-{branch}-open",
+            ),
+            Package(
+                f"nvidia-open-{branch}",
+                version,
+                depends=f"nvidia-driver-{branch}-open (= {version})",
+            ),
+            Package(
+                f"cuda-drivers-{branch}", version, depends=f"nvidia-driver-{branch} (= {version})"
+            ),
+            Package(
+                f"nvidia-fabricmanager-{branch}",
+                version,
+                files={
+                    "/usr/bin/nv-fabricmanager": ("nv-fabricmanager", 0o755),
+                    "/usr/lib/systemd/system/nvidia-fabricmanager.service": (
+                        "nvidia-fabricmanager.service",
+                        0o644,
+                    ),
+                },
+            ),
+        ]
+    return packages
+
+
+def docker_version(codename: str) -> str:
+    return f"5:28.5.1-1~ubuntu.{DOCKER_CODENAMES[codename]}~{codename}"
+
+
+def docker_packages(codename: str, engine: bool) -> list[Package]:
+    """Docker CE's package names. With engine, docker-ce is built by repackage_as_docker_ce."""
+    release = DOCKER_CODENAMES[codename]
+    packages = [
+        Package("containerd.io", "1.7.28-1", depends="containerd"),
+        Package("docker-ce-cli", docker_version(codename)),
+        Package("docker-buildx-plugin", f"0.29.1-1~ubuntu.{release}~{codename}"),
+    ]
+    if not engine:
+        packages.append(Package("docker-ce", docker_version(codename), depends="containerd.io"))
+    return packages
+
+
+def fetch_debian_deb(name: str, proxy_url: str, folder: Path) -> Path:
+    """Download Debian bookworm's .deb of `name` through the apt proxy (kept in folder)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+    with opener.open(DEBIAN_MAIN_INDEX, timeout=600) as response:
+        index = lzma.decompress(response.read()).decode()
+    stanza = next(block for block in index.split("\n\n") if block.startswith(f"Package: {name}\n"))
+    filename = next(
+        line.split(": ", 1)[1] for line in stanza.splitlines() if line.startswith("Filename: ")
+    )
+    target = folder / Path(filename).name
+    if not target.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        with opener.open(DEBIAN_POOL + filename, timeout=600) as response:
+            partial.write_bytes(response.read())
+        partial.rename(target)
+    return target
+
+
+def repackage_as_docker_ce(source: Path, codename: str, cache: Path) -> Path:
+    """Debian's docker.io .deb under Docker CE's name and version (kept in cache)."""
+    target = cache / f"{source.stem}-as-docker-ce-{codename}.deb"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory(dir=cache, prefix="repack-") as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["dpkg-deb", "-R", str(source), str(tree)], check=True)
+        control = []
+        renamed = {"Package": "docker-ce", "Version": docker_version(codename)}
+        for line in (tree / "DEBIAN/control").read_text().splitlines():
+            field = line.split(":", 1)[0]
+            if field in ("Conflicts", "Replaces", "Breaks", "Provides"):
+                continue
+            if field == "Description":
+                control += [
+                    f"Description: stand-in docker-ce: Debian's {source.name} repackaged",
+                    " Test double: the real Docker daemon under Docker CE's name.",
+                ]
+                break
+            control.append(f"{field}: {renamed[field]}" if field in renamed else line)
+        (tree / "DEBIAN/control").write_text("\n".join(control) + "\n")
+        partial = Path(scratch) / "docker-ce.deb"
+        subprocess.run(
+            ["dpkg-deb", "-Zgzip", "-z1", "--build", str(tree), str(partial)],
+            check=True,
+            capture_output=True,
+        )
+        partial.rename(target)
+    return target
 
 
 def kubernetes_packages() -> list[Package]:
@@ -201,47 +347,89 @@ class SigningKey:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def write_flat_repository(folder: Path, key: SigningKey, label: str) -> None:
-    """Write Packages(.gz) and a signed Release for the .debs in folder (a `Suites: /` repo)."""
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    (folder / "Packages").write_text(packages)
-    with gzip.open(folder / "Packages.gz", "wt") as compressed:
-        compressed.write(packages)
-    lines = [
-        f"Origin: {label}",
-        f"Label: {label}",
-        "Architectures: amd64",
-        f"Date: {formatdate(usegmt=True)}",
-        "SHA256:",
-    ]
-    for name in ("Packages", "Packages.gz"):
+def _release(folder: Path, key: SigningKey, header: list[str], indexes: list[str]) -> None:
+    """Write and sign folder/Release listing the given index files (relative to folder)."""
+    lines = [*header, f"Date: {formatdate(usegmt=True)}", "SHA256:"]
+    for name in indexes:
         data = (folder / name).read_bytes()
         lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
     (folder / "Release").write_text("\n".join(lines) + "\n")
     key.sign_release(folder / "Release")
 
 
-def build_repositories(www: Path) -> None:
-    """Build both stand-in repositories, their keys and the stand-in CNI manifest under www."""
+def _write_packages(folder: Path, root: Path, scan: str = ".") -> None:
+    """Packages(.gz) in folder for the .debs under root/scan (Filename relative to root)."""
+    packages = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", scan],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Packages").write_text(packages)
+    with gzip.open(folder / "Packages.gz", "wt") as compressed:
+        compressed.write(packages)
+
+
+def write_flat_repository(folder: Path, key: SigningKey, label: str) -> None:
+    """Write Packages(.gz) and a signed Release for the .debs in folder (a `Suites: /` repo)."""
+    _write_packages(folder, folder)
+    header = [f"Origin: {label}", f"Label: {label}", "Architectures: amd64"]
+    _release(folder, key, header, ["Packages", "Packages.gz"])
+
+
+def write_docker_repository(root: Path, key: SigningKey, codename: str) -> None:
+    """Docker's layout: pool/stable/ with the .debs, dists/<codename>/ with a signed Release."""
+    dist = root / "dists" / codename
+    binary = dist / "stable" / "binary-amd64"
+    _write_packages(binary, root, f"pool/stable/{codename}")
+    header = [
+        "Origin: Docker",
+        "Label: Docker CE",
+        f"Suite: {codename}",
+        f"Codename: {codename}",
+        "Architectures: amd64",
+        "Components: stable",
+    ]
+    _release(dist, key, header, ["stable/binary-amd64/Packages", "stable/binary-amd64/Packages.gz"])
+
+
+def build_repositories(www: Path, docker_engine: Path | None = None) -> None:
+    """Build the stand-in repositories, their keys and the stand-in CNI manifest under www.
+
+    docker_engine: Debian's docker.io .deb, repackaged as docker-ce; without it docker-ce is an
+    empty stand-in (enough for the repositories' own tests, not to run containers).
+    """
     key = SigningKey()
     try:
         with tempfile.TemporaryDirectory(prefix="gct-debs-") as scratch:
-            for folder, key_path, packages, label in (
+            flat = [
                 (NVIDIA_REPO, NVIDIA_KEY, nvidia_packages(), "stand-in libnvidia-container"),
                 (KUBERNETES_REPO, KUBERNETES_KEY, kubernetes_packages(), "stand-in pkgs.k8s.io"),
-            ):
+            ]
+            drivers = cuda_packages()
+            for distribution in CUDA_DISTRIBUTIONS:
+                folder = cuda_repo(distribution)
+                flat.append((folder, f"{folder}/{CUDA_KEY_NAME}", drivers, "stand-in NVIDIA CUDA"))
+            for folder, key_path, packages, label in flat:
                 repo = www / folder
                 repo.mkdir(parents=True, exist_ok=True)
                 for package in packages:
-                    package.build(repo, Path(scratch))
+                    package.build(repo, Path(scratch) / folder.replace("/", "_"))
                 write_flat_repository(repo, key, label)
                 (www / key_path).write_text(key.export_armored())
+            docker = www / DOCKER_REPO
+            for codename in DOCKER_CODENAMES:
+                pool = docker / "pool" / "stable" / codename
+                pool.mkdir(parents=True, exist_ok=True)
+                for package in docker_packages(codename, docker_engine is not None):
+                    package.build(pool, Path(scratch) / codename)
+                if docker_engine is not None:
+                    repacked = repackage_as_docker_ce(docker_engine, codename, docker_engine.parent)
+                    shutil.copy(repacked, pool / f"docker-ce_{codename}_amd64.deb")
+                write_docker_repository(docker, key, codename)
+            (www / DOCKER_KEY).write_text(key.export_armored())
         (www / CNI_MANIFEST).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PAYLOADS / "standin-cni.yaml", www / CNI_MANIFEST)
     finally:

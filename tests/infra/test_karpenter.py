@@ -1,0 +1,239 @@
+"""GpuKarpenter in stacks/eks under Pulumi mocks: IAM, interruption queue, charts, node pool.
+
+Test double: Pulumi's mock engine instead of AWS and a Kubernetes API server; the recorded inputs
+are what AWS and helm would receive. The rendered charts and the NodePool and EC2NodeClass
+against the CRDs of the pinned karpenter-crd chart are checked in test_render.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pytest
+
+from infra.eks import gpu_node_user_data
+from infra.render.program import FAKE_OIDC_PROVIDER, ProgramRun, mock_id, run_stack
+from tests.infra.conftest import EKS_STACK
+
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+ROLE = "aws:iam/role:Role"
+NODE_GROUP = "eks:index:ManagedNodeGroup"
+
+
+def statements(run: ProgramRun) -> dict[str, dict[str, Any]]:
+    policy = json.loads(run.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    return {s["Sid"]: s for s in policy["Statement"]}
+
+
+def test_gpu_node_pool_launches_nodes_like_the_gpu_node_groups(eks_run: ProgramRun) -> None:
+    spec = eks_run.one(NODE_POOL).inputs["spec"]
+    template = spec["template"]
+    assert template["metadata"]["labels"] == {"nvidia.com/gpu.present": "true"}
+    assert template["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
+    requirements = {
+        r["key"]: (r["operator"], r["values"]) for r in template["spec"]["requirements"]
+    }
+    assert requirements["karpenter.k8s.aws/instance-gpu-manufacturer"] == ("In", ["nvidia"])
+    assert requirements["karpenter.k8s.aws/instance-family"] == ("In", ["g5", "g6", "g6e"])
+    assert requirements["karpenter.sh/capacity-type"] == ("In", ["on-demand"])
+    assert template["spec"]["nodeClassRef"] == {
+        "group": "karpenter.k8s.aws",
+        "kind": "EC2NodeClass",
+        "name": "gpu",
+    }
+    assert spec["limits"] == {"nvidia.com/gpu": "8"}
+    assert spec["disruption"] == {
+        "consolidationPolicy": "WhenEmptyOrUnderutilized",
+        "consolidateAfter": "10m",
+    }
+
+
+def test_node_class_uses_the_nvidia_al2023_family_private_subnets_and_toolkit_settings(
+    eks_run: ProgramRun,
+) -> None:
+    spec = eks_run.one(NODE_CLASS).inputs["spec"]
+    assert spec["amiSelectorTerms"] == [{"alias": "al2023@latest"}]
+    assert spec["role"] == "gpu-dev-karpenter-node"
+    assert spec["subnetSelectorTerms"] == [
+        {"id": mock_id("aws:ec2/subnet:Subnet", f"gpu-eks-network-private-{i}")} for i in (0, 1)
+    ]
+    assert spec["securityGroupSelectorTerms"] == [{"tags": {"aws:eks:cluster-name": "gpu-dev"}}]
+    # GPUs only through the device plugin, as on the managed GPU node groups.
+    assert spec["userData"] == gpu_node_user_data()
+    assert spec["metadataOptions"]["httpTokens"] == "required"
+    (disk,) = spec["blockDeviceMappings"]
+    assert disk["ebs"]["encrypted"] is True
+
+
+def test_nodes_join_with_their_own_role_and_access_entry(eks_run: ProgramRun) -> None:
+    role = eks_run.one(ROLE, "karpenter-node-role").inputs
+    assert role["name"] == "gpu-dev-karpenter-node"
+    attached = {
+        r.inputs["policyArn"]
+        for r in eks_run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.name.startswith("karpenter-node-role-policy-")
+    }
+    assert attached == {
+        "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+        "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+        "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    }
+    access = eks_run.one("aws:eks/accessEntry:AccessEntry").inputs
+    assert access == {
+        "clusterName": "gpu-dev",
+        "principalArn": role["arn"],
+        "type": "EC2_LINUX",
+        "arn": access["arn"],
+    }
+
+
+def test_controller_role_is_trusted_by_its_service_account_only(eks_run: ProgramRun) -> None:
+    role = eks_run.one(ROLE, "karpenter-controller-role").inputs
+    (trust,) = json.loads(role["assumeRolePolicy"])["Statement"]
+    assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert trust["Condition"]["StringEquals"] == {
+        f"{FAKE_OIDC_PROVIDER}:sub": "system:serviceaccount:kube-system:karpenter",
+        f"{FAKE_OIDC_PROVIDER}:aud": "sts.amazonaws.com",
+    }
+    values = eks_run.release("oci://public.ecr.aws/karpenter/karpenter").inputs["values"]
+    assert values["serviceAccount"]["annotations"] == {"eks.amazonaws.com/role-arn": role["arn"]}
+
+
+def test_controller_policy_is_scoped_to_the_cluster(eks_run: ProgramRun) -> None:
+    found = statements(eks_run)
+    node_role = eks_run.one(ROLE, "karpenter-node-role").inputs["arn"]
+    queue = eks_run.one("aws:sqs/queue:Queue").inputs["arn"]
+    assert found["AllowPassingInstanceRole"]["Resource"] == node_role
+    assert found["AllowPassingInstanceRole"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
+    }
+    assert found["AllowInterruptionQueueActions"]["Resource"] == queue
+    owned = {"aws:ResourceTag/kubernetes.io/cluster/gpu-dev": "owned"}
+    assert found["AllowScopedDeletion"]["Condition"]["StringEquals"] == owned
+    assert found["AllowScopedDeletion"]["Action"] == [
+        "ec2:TerminateInstances",
+        "ec2:DeleteLaunchTemplate",
+    ]
+    assert found["AllowRegionalReadActions"]["Condition"] == {
+        "StringEquals": {"aws:RequestedRegion": "us-west-2"}
+    }
+    assert found["AllowAPIServerEndpointDiscovery"]["Resource"] == (
+        "arn:aws:eks:us-west-2:*:cluster/gpu-dev"
+    )
+    # Every write is conditioned on the cluster's tags; only reads and PassRole are not.
+    unconditioned = {sid for sid, s in found.items() if "Condition" not in s}
+    assert unconditioned == {
+        "AllowScopedEC2InstanceAccessActions",  # images, subnets, security groups: not ours
+        "AllowSSMReadActions",
+        "AllowPricingReadActions",
+        "AllowInterruptionQueueActions",
+        "AllowInstanceProfileReadActions",
+        "AllowAPIServerEndpointDiscovery",
+    }
+    # On any resource without a condition: reads only.
+    for statement in found.values():
+        if statement["Resource"] == "*" and "Condition" not in statement:
+            verbs = {action.split(":")[1] for action in statement["Action"]}
+            assert all(v.startswith(("Get", "List", "Describe")) for v in verbs), statement
+
+
+def test_interruption_queue_gets_the_four_kinds_of_events(eks_run: ProgramRun) -> None:
+    queue = eks_run.one("aws:sqs/queue:Queue").inputs
+    assert queue["name"] == "gpu-dev-karpenter"
+    assert (queue["messageRetentionSeconds"], queue["sqsManagedSseEnabled"]) == (300, True)
+    patterns = {
+        json.loads(r.inputs["eventPattern"])["detail-type"][0]
+        for r in eks_run.of_type("aws:cloudwatch/eventRule:EventRule")
+    }
+    assert patterns == {
+        "AWS Health Event",
+        "EC2 Spot Instance Interruption Warning",
+        "EC2 Instance Rebalance Recommendation",
+        "EC2 Instance State-change Notification",
+    }
+    targets = eks_run.of_type("aws:cloudwatch/eventTarget:EventTarget")
+    assert {t.inputs["arn"] for t in targets} == {queue["arn"]}
+    policy = json.loads(eks_run.one("aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])
+    allow, deny = policy["Statement"]
+    assert allow["Principal"]["Service"] == ["events.amazonaws.com", "sqs.amazonaws.com"]
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    values = eks_run.release("oci://public.ecr.aws/karpenter/karpenter").inputs["values"]
+    assert values["settings"] == {
+        "clusterName": "gpu-dev",
+        "interruptionQueue": "gpu-dev-karpenter",
+    }
+
+
+def test_charts_are_pinned_and_the_crds_have_their_own(eks_run: ProgramRun) -> None:
+    crds = eks_run.release("oci://public.ecr.aws/karpenter/karpenter-crd").inputs
+    controller = eks_run.release("oci://public.ecr.aws/karpenter/karpenter").inputs
+    assert (crds["version"], controller["version"]) == ("1.14.1", "1.14.1")
+    assert (crds["namespace"], controller["namespace"]) == ("kube-system", "kube-system")
+    assert "repositoryOpts" not in controller  # an OCI chart is named by its URL
+    assert controller["skipCrds"] is True
+    assert "skipCrds" not in crds
+    depends = {eks_run.by_urn(u).name for u in eks_run.one(NODE_POOL).dependencies}
+    assert {"karpenter", "karpenter-crd", "karpenter-gpu-node-class"} <= depends
+
+
+def test_the_system_node_group_stays_managed(eks_run: ProgramRun) -> None:
+    assert eks_run.one(NODE_GROUP, "gpu-eks-system-nodes").inputs["amiType"] == (
+        "AL2023_x86_64_STANDARD"
+    )
+
+
+def test_karpenter_can_be_turned_off() -> None:
+    run = run_stack(EKS_STACK, overrides={"karpenter": {"enabled": False}})
+    assert [r for r in run.resources if "karpenter" in r.typ.lower() + r.name] == []
+    assert run.of_type("aws:sqs/queue:Queue") == []
+    with pytest.raises(pulumi.RunError, match="at least one GPU node group, or Karpenter"):
+        run_stack(EKS_STACK, overrides={"karpenter": {"enabled": False}, "gpuNodeGroups": []})
+
+
+def test_karpenter_alone_provides_gpu_nodes() -> None:
+    run = run_stack(
+        EKS_STACK,
+        overrides={
+            "gpuNodeGroups": [],
+            "karpenter": {"capacityTypes": ["spot", "on-demand"], "gpuLimit": 32},
+        },
+    )
+    assert [g.name for g in run.of_type(NODE_GROUP)] == ["gpu-eks-system-nodes"]
+    spec = run.one(NODE_POOL).inputs["spec"]
+    (capacity,) = [
+        r
+        for r in spec["template"]["spec"]["requirements"]
+        if r["key"] == "karpenter.sh/capacity-type"
+    ]
+    assert capacity["values"] == ["spot", "on-demand"]
+    assert spec["limits"] == {"nvidia.com/gpu": "32"}
+
+
+@pytest.mark.parametrize(
+    ("karpenter", "message"),
+    [
+        ({"capacityTypes": ["preemptible"]}, "capacityTypes must be some of on-demand, spot"),
+        ({"consolidateAfter": "10 minutes"}, "consolidateAfter must be a duration"),
+        ({"gpuLimit": 0}, "gpuLimit must be at least 1"),
+        ({"amiAlias": "al2@latest"}, "amiAlias must be an Amazon Linux 2023 alias"),
+        ({"enabled": "maybe"}, r"karpenter\.enabled must be true or false"),
+        ({"gpuLimits": 4}, "karpenter has unknown keys gpuLimits"),
+        ({"instanceFamilies": "g5"}, "instanceFamilies must be a non-empty list"),
+        (["g5"], "karpenter must be a mapping"),
+    ],
+)
+def test_malformed_karpenter_config_is_one_clear_error(karpenter: object, message: str) -> None:
+    with pytest.raises(pulumi.RunError, match=message):
+        run_stack(EKS_STACK, overrides={"karpenter": karpenter})
+
+
+def test_the_region_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    with pytest.raises(pulumi.RunError, match=r"aws:region \(or AWS_REGION\) is needed"):
+        run_stack(EKS_STACK, overrides={"aws:region": None})

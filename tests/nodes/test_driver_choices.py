@@ -1,0 +1,230 @@
+"""What the nvidia_driver and container_runtime roles decide from what a host reports.
+
+No node is booted (no root needed): real Ansible evaluates the roles' own vars files on localhost
+for made-up hosts: kernel releases of several flavours, `apt-cache madison` answers, PCI buses with
+and without an NVSwitch, `containerd --version` / `dockerd --version` outputs, and renders
+containerd's configuration template. Test doubles: those command outputs (written after real
+ones: Debian 12, Ubuntu, containerd.io, Docker CE); the booted nodes check the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env
+
+ROLES = PLAYBOOKS / "roles"
+DEBIAN_MADISON = [
+    " nvidia-open-kernel-dkms | 535.309.01-0+deb12u1 | http://deb.debian.org/debian-security"
+    " bookworm-security/contrib amd64 Packages",
+    " nvidia-open-kernel-dkms | 535.261.03-1 | http://deb.debian.org/debian bookworm/contrib"
+    " amd64 Packages",
+    " nvidia-open-kernel-dkms | 525.147.05-4~deb12u1 | http://example.invalid/old amd64 Packages",
+]
+DEBIAN_RUNTIMES = (
+    "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u1\n"
+    "Docker version 20.10.24+dfsg1, build 297e128"
+)
+DOCKER_CE_RUNTIMES = (
+    "containerd containerd.io 1.7.28 b98a3aace656320842a23f4a392a33f46af97866\n"
+    "Docker version 28.5.1, build e180ab8"
+)
+NVSWITCH_BUS = ["0x1af4 0x020000", "0x10de 0x030200", "0x10de 0x068000"]
+PLAIN_BUS = ["0x1af4 0x020000", "0x10de 0x030200"]
+
+# Host -> (facts, host variables).
+HOSTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
+    "debian-cloud": (
+        {"kernel": "6.1.0-18-cloud-amd64", "distribution": "Debian"},
+        {
+            "_nvidia_driver_madison": {"stdout_lines": DEBIAN_MADISON},
+            "_nvidia_driver_pci": {"stdout_lines": PLAIN_BUS},
+            "_container_runtime_versions": {"stdout": DEBIAN_RUNTIMES},
+        },
+    ),
+    "ubuntu-aws-hgx": (
+        {"kernel": "6.8.0-1015-aws", "distribution": "Ubuntu"},
+        {
+            "_nvidia_driver_madison": {
+                "stdout_lines": [" nvidia-open-580 | 580.95.05-0ubuntu1 | http://x/ Packages"]
+            },
+            "_nvidia_driver_pci": {"stdout_lines": NVSWITCH_BUS},
+            "_container_runtime_versions": {"stdout": DOCKER_CE_RUNTIMES},
+        },
+    ),
+    "ubuntu-custom-kernel-proprietary": (
+        {"kernel": "6.18.0", "distribution": "Ubuntu"},
+        {
+            "nvidia_driver_kernel_modules": "proprietary",
+            "nvidia_driver_fabricmanager": False,
+            "_nvidia_driver_madison": {"stdout_lines": []},
+            "_nvidia_driver_pci": {"stdout_lines": NVSWITCH_BUS},
+            "_container_runtime_versions": {"stdout": ""},
+        },
+    ),
+    "debian-old-branch": (
+        {"kernel": "6.1.0-18-amd64", "distribution": "Debian"},
+        {
+            "nvidia_driver_branch": "470",
+            "_nvidia_driver_madison": {"stdout_lines": DEBIAN_MADISON},
+            "_nvidia_driver_pci": {"stdout_lines": []},
+            "_container_runtime_versions": {"stdout": DEBIAN_RUNTIMES},
+        },
+    ),
+}
+DECISIONS = {
+    "branch": "nvidia_driver_branch",
+    "modules": "nvidia_driver_kernel_modules",
+    "headers": "nvidia_driver_kernel_headers_packages",
+    "probe": "_nvidia_driver_branch_probe",
+    "packages": "_nvidia_driver_packages",
+    "version": "_nvidia_driver_branch_version",
+    "fabricmanager": "_nvidia_driver_fabricmanager_wanted | bool",
+    "containerd_cdi": "_container_runtime_containerd_cdi | bool",
+    "docker_options": "_container_runtime_docker_managed_options",
+}
+PLAYBOOK = """
+- name: Evaluate the roles' decisions.
+  hosts: all
+  gather_facts: false
+  vars:
+    ansible_facts:
+      kernel: "{{{{ test_facts.kernel }}}}"
+      distribution: "{{{{ test_facts.distribution }}}}"
+    driver_vars: "{roles}/nvidia_driver/vars"
+  tasks:
+    - name: Load the distribution's driver variables.
+      ansible.builtin.include_vars: "{{{{ driver_vars }}}}/{{{{ test_facts.distribution }}}}.yml"
+    - name: Write the decisions.
+      ansible.builtin.copy:
+        content: "{{{{ {decisions} | to_json }}}}"
+        dest: "{out}/{{{{ inventory_hostname }}}}.json"
+        mode: "0600"
+    - name: Render containerd's configuration.
+      ansible.builtin.template:
+        src: {roles}/container_runtime/templates/containerd-config.toml.j2
+        dest: "{out}/{{{{ inventory_hostname }}}}-containerd.toml"
+        mode: "0600"
+"""
+
+
+def _role_variables() -> dict[str, Any]:
+    variables: dict[str, Any] = {}
+    for role in ("nvidia_driver", "container_runtime"):
+        for part in ("defaults", "vars"):
+            variables.update(yaml.safe_load((ROLES / role / part / "main.yml").read_text()))
+    return variables
+
+
+@pytest.fixture(scope="module")
+def decided(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("driver-choices")
+    out = workdir / "out"
+    out.mkdir()
+    inventory = {
+        "all": {
+            "vars": {
+                **_role_variables(),
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+                "group_names": ["gpu_nodes"],
+            },
+            "hosts": {
+                name: {"test_facts": facts, **host_vars}
+                for name, (facts, host_vars) in HOSTS.items()
+            },
+        }
+    }
+    decisions = "{" + ", ".join(f"'{key}': {value}" for key, value in DECISIONS.items()) + "}"
+    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (workdir / "decide.yml").write_text(PLAYBOOK.format(roles=ROLES, out=out, decisions=decisions))
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "decide.yml"],
+        cwd=workdir,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    return out
+
+
+def _decisions(decided: Path, host: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((decided / f"{host}.json").read_text())
+    return loaded
+
+
+def test_debian_defaults_to_535_open_modules_pinned_to_the_module_packages_newest_version(
+    decided: Path,
+) -> None:
+    debian = _decisions(decided, "debian-cloud")
+    assert (debian["branch"], debian["modules"]) == ("535", "open")
+    assert debian["probe"] == "nvidia-open-kernel-dkms"
+    assert debian["version"] == "535.309.01-0+deb12u1"
+    assert debian["packages"] == [
+        "nvidia-driver=535.309.01-0+deb12u1",
+        "nvidia-smi=535.309.01-0+deb12u1",
+        "nvidia-open-kernel-dkms=535.309.01-0+deb12u1",
+    ]
+    assert debian["headers"] == [
+        "linux-headers-6.1.0-18-cloud-amd64",
+        "linux-headers-cloud-amd64",
+        "dkms",
+    ]
+    assert debian["fabricmanager"] is False
+
+
+def test_a_branch_the_repositories_lack_finds_no_version(decided: Path) -> None:
+    old = _decisions(decided, "debian-old-branch")
+    assert (old["branch"], old["modules"]) == ("470", "proprietary")
+    assert old["probe"] == "nvidia-kernel-dkms"
+    assert old["version"] == ""
+    assert old["headers"][1] == "linux-headers-amd64"
+
+
+def test_ubuntu_defaults_to_580_open_and_fabric_manager_on_an_nvswitch_bus(decided: Path) -> None:
+    hgx = _decisions(decided, "ubuntu-aws-hgx")
+    assert (hgx["branch"], hgx["modules"]) == ("580", "open")
+    assert hgx["packages"] == ["nvidia-open-580"]
+    assert hgx["version"] == "580.95.05-0ubuntu1"
+    assert hgx["headers"] == ["linux-headers-6.8.0-1015-aws", "linux-headers-aws", "dkms"]
+    assert hgx["fabricmanager"] is True
+
+
+def test_proprietary_modules_and_fabric_manager_forced_off(decided: Path) -> None:
+    custom = _decisions(decided, "ubuntu-custom-kernel-proprietary")
+    assert custom["packages"] == ["cuda-drivers-580"]
+    assert custom["fabricmanager"] is False
+    # A kernel the distribution did not build has no flavour meta-package.
+    assert custom["headers"] == ["linux-headers-6.18.0", "dkms"]
+
+
+@pytest.mark.parametrize(
+    ("host", "cdi"),
+    [
+        ("debian-cloud", False),
+        ("ubuntu-aws-hgx", True),
+        ("ubuntu-custom-kernel-proprietary", False),
+    ],
+)
+def test_cdi_is_switched_on_where_containerd_and_docker_have_it(
+    decided: Path, host: str, cdi: bool
+) -> None:
+    decisions = _decisions(decided, host)
+    assert decisions["containerd_cdi"] is cdi
+    assert ("features" in decisions["docker_options"]) is cdi
+    config = tomllib.loads((decided / f"{host}-containerd.toml").read_text())
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri.get("enable_cdi", False) is cdi
+    if cdi:
+        assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
