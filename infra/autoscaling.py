@@ -64,20 +64,21 @@ class ExampleWorkloadArgs:
     serving_metric: ServingMetric | None = None
 
     def __post_init__(self) -> None:
-        for label, value in (
-            ("targetGpuUtilization", self.target_gpu_utilization),
-            ("activationGpuUtilization", self.activation_gpu_utilization),
-        ):
-            if not 0 <= value <= 100 or (label == "targetGpuUtilization" and value == 0):
-                raise ValueError(f"{label} must be a percentage (1-100), got {value}")
-        if self.max_replicas < 1 or (self.min_replicas or 0) < 0:
+        if not 1 <= self.target_gpu_utilization <= 100:
             raise ValueError(
-                f"need 0 <= minReplicas <= maxReplicas and maxReplicas >= 1, got "
-                f"{self.min_replicas} and {self.max_replicas}"
+                f"targetGpuUtilization must be a percentage (1-100), got "
+                f"{self.target_gpu_utilization}"
             )
-        if self.min_replicas is not None and self.min_replicas > self.max_replicas:
+        if not 0 <= self.activation_gpu_utilization < self.target_gpu_utilization:
             raise ValueError(
-                f"minReplicas ({self.min_replicas}) must not exceed maxReplicas "
+                f"activationGpuUtilization must be a percentage below targetGpuUtilization "
+                f"({self.target_gpu_utilization}), got {self.activation_gpu_utilization}"
+            )
+        if self.max_replicas < 1:
+            raise ValueError(f"maxReplicas must be at least 1, got {self.max_replicas}")
+        if self.min_replicas is not None and not 0 <= self.min_replicas <= self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be between 0 and maxReplicas "
                 f"({self.max_replicas})"
             )
 

@@ -145,13 +145,17 @@ def test_without_an_example_keda_alone_is_installed() -> None:
         ),
         (
             {"exampleWorkload": {"minReplicas": 5, "maxReplicas": 2}},
-            r"minReplicas \(5\) must not exceed maxReplicas \(2\)",
+            r"minReplicas \(5\) must be between 0 and maxReplicas \(2\)",
         ),
         (
             {"exampleWorkload": {"targetGpuUtilization": 150}},
             "targetGpuUtilization must be a percentage",
         ),
         ({"exampleWorkload": {"createNamespace": "yes"}}, "true or false"),
+        (
+            {"exampleWorkload": {"activationGpuUtilization": 70}},
+            r"activationGpuUtilization must be a percentage below targetGpuUtilization \(60\)",
+        ),
         (
             {"exampleWorkload": {"minReplicas": 0}},
             "minReplicas 0 needs a serving metric .* could never wake it",
