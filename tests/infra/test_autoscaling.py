@@ -74,6 +74,14 @@ def test_example_deployment_requests_a_gpu_on_gpu_nodes(eks_run: ProgramRun) -> 
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
+    # Least privilege: no API token, not root, read-only image, writes only to its volumes.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/cache", "/tmp"}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["HOME"], env["HF_HOME"]) == ("/cache", "/cache/huggingface")
     monitor = eks_run.one("kubernetes:monitoring.coreos.com/v1:PodMonitor").inputs
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics"}]
     namespace = eks_run.one("kubernetes:core/v1:Namespace", "example-workload-namespace")
