@@ -35,7 +35,7 @@ def floor(requirement: str) -> tuple[str, str]:
     raise ValueError(f"{requirement!r} declares no '>=' floor")
 
 
-def _name(requirement: str) -> str:
+def floor_name(requirement: str) -> str:
     match = _REQUIREMENT.match(requirement)
     return match.group(1) if match else ""
 
@@ -46,7 +46,7 @@ def floors(pyproject: dict[str, object]) -> dict[str, str]:
     extras = project["optional-dependencies"]
     requirements = [*project["dependencies"], *extras["postgres"]]
     pinned = dict(floor(requirement) for requirement in requirements)
-    tools = dict(floor(item) for item in extras["dev"] if _name(item) in TEST_TOOLS)
+    tools = dict(floor(item) for item in extras["dev"] if floor_name(item) in TEST_TOOLS)
     missing = set(TEST_TOOLS) - set(tools)
     if missing:
         raise ValueError(f"the dev extra declares no floor for {', '.join(sorted(missing))}")

@@ -81,7 +81,10 @@ def _departures(values: FloatMatrix, least: FloatArray) -> tuple[BoolArray, Floa
         with np.errstate(invalid="ignore"):
             mean = np.sum(sample, axis=1, where=~missing) / np.maximum((~missing).sum(axis=1), 1)
         sample = np.where(missing, mean[:, None], sample)
-    low, level, high = np.percentile(sample, [5.0, 50.0, 95.0], axis=1)
+    # Sorting a few hundred samples per row (vectorised) beats np.percentile's partitions.
+    ordered = np.sort(sample, axis=1)
+    last = ordered.shape[1] - 1
+    low, level, high = (ordered[:, round(share * last)] for share in (0.05, 0.5, 0.95))
     threshold = np.maximum(least, RANGE_SHARE * (high - low))
     # Two comparisons rather than |values - level|: no temporary matrix of floats. NaN compares
     # False, so a missing sample never departs.
@@ -114,7 +117,11 @@ def _power_spans(context: Context, rows: IntArray, power: FloatMatrix) -> FloatA
 def departures(util: FloatMatrix, rows: IntArray, context: Context) -> BoolArray:
     """Departure flags of ``rows``: in utilisation, and in power where the row has power and
     its utilisation is flat (a rank computing at 100 % stalls in power alone)."""
-    flags, spread = _departures(util[rows], np.full(rows.size, MIN_UTIL_DEPARTURE))
+    if rows.size * 2 > util.shape[0]:  # most rows: flag them all and pick, no float copy
+        flags, spread = _departures(util, np.full(util.shape[0], MIN_UTIL_DEPARTURE))
+        flags, spread = flags[rows], spread[rows]
+    else:
+        flags, spread = _departures(util[rows], np.full(rows.size, MIN_UTIL_DEPARTURE))
     flat = np.flatnonzero(spread <= MAX_FLAT_UTIL_SPREAD)
     if context.power is not None and flat.size:
         power = context.power[rows[flat]]
@@ -125,8 +132,8 @@ def departures(util: FloatMatrix, rows: IntArray, context: Context) -> BoolArray
 
 def _phi(flags: FloatMatrix) -> FloatMatrix:
     """Phi coefficient between every two rows of each block: (blocks, size, size)."""
-    share = flags.mean(axis=2)
     both = (flags @ flags.transpose(0, 2, 1)) / flags.shape[2]  # batched BLAS
+    share = np.diagonal(both, axis1=1, axis2=2)  # flags are 0 or 1: a row with itself
     spread = np.sqrt(share * (1.0 - share))
     with np.errstate(invalid="ignore", divide="ignore"):
         phi = (both - share[:, :, None] * share[:, None, :]) / (
