@@ -32,6 +32,8 @@ WORKLOAD_AUTOSCALERS: tuple[str, ...] = get_args(WorkloadAutoscaler)
 KEDA_RELEASE = "keda"
 KEDA_NAMESPACE = "keda"
 SERVING_PORT = 8000  # vLLM's OpenAI-compatible API and its /metrics
+CACHE_DIR = "/cache"
+RUN_AS_USER = 10001  # not root (the image defaults to root); it writes only to its volumes
 # KEDA's defaults, spelt out: how often the trigger is read, and how long the workload must stay
 # below the activation threshold before it goes to zero.
 POLLING_INTERVAL_SECONDS = 15
@@ -64,20 +66,21 @@ class ExampleWorkloadArgs:
     serving_metric: ServingMetric | None = None
 
     def __post_init__(self) -> None:
-        for label, value in (
-            ("targetGpuUtilization", self.target_gpu_utilization),
-            ("activationGpuUtilization", self.activation_gpu_utilization),
-        ):
-            if not 0 <= value <= 100 or (label == "targetGpuUtilization" and value == 0):
-                raise ValueError(f"{label} must be a percentage (1-100), got {value}")
-        if self.max_replicas < 1 or (self.min_replicas or 0) < 0:
+        if not 1 <= self.target_gpu_utilization <= 100:
             raise ValueError(
-                f"need 0 <= minReplicas <= maxReplicas and maxReplicas >= 1, got "
-                f"{self.min_replicas} and {self.max_replicas}"
+                f"targetGpuUtilization must be a percentage (1-100), got "
+                f"{self.target_gpu_utilization}"
             )
-        if self.min_replicas is not None and self.min_replicas > self.max_replicas:
+        if not 0 <= self.activation_gpu_utilization < self.target_gpu_utilization:
             raise ValueError(
-                f"minReplicas ({self.min_replicas}) must not exceed maxReplicas "
+                f"activationGpuUtilization must be a percentage below targetGpuUtilization "
+                f"({self.target_gpu_utilization}), got {self.activation_gpu_utilization}"
+            )
+        if self.max_replicas < 1:
+            raise ValueError(f"maxReplicas must be at least 1, got {self.max_replicas}")
+        if self.min_replicas is not None and not 0 <= self.min_replicas <= self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be between 0 and maxReplicas "
                 f"({self.max_replicas})"
             )
 
@@ -157,7 +160,12 @@ def deployment_spec(
         image=args.image,
         args=["--model", args.model, "--port", str(SERVING_PORT)],
         ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=SERVING_PORT)],
-        env=[k8s.core.v1.EnvVarArgs(name="HF_HOME", value="/cache")],
+        # Every cache (Hugging Face's model download, vLLM's and torch's compile caches) under
+        # HOME, on a volume: the image's own filesystem stays read-only.
+        env=[
+            k8s.core.v1.EnvVarArgs(name="HOME", value=CACHE_DIR),
+            k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{CACHE_DIR}/huggingface"),
+        ],
         resources=k8s.core.v1.ResourceRequirementsArgs(
             requests={"cpu": "2", "memory": "8Gi", GPU_RESOURCE: "1"},
             limits={"memory": "16Gi", GPU_RESOURCE: "1"},
@@ -168,9 +176,13 @@ def deployment_spec(
         ),
         readiness_probe=probe,
         liveness_probe=probe,
-        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="cache", mount_path="/cache")],
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="cache", mount_path=CACHE_DIR),
+            k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),  # noqa: S108  a volume
+        ],
         security_context=k8s.core.v1.SecurityContextArgs(
             allow_privilege_escalation=False,
+            read_only_root_filesystem=True,
             capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
         ),
     )
@@ -182,6 +194,15 @@ def deployment_spec(
             metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
             spec=k8s.core.v1.PodSpecArgs(
                 containers=[container],
+                # It serves HTTP and never calls the Kubernetes API.
+                automount_service_account_token=False,
+                security_context=k8s.core.v1.PodSecurityContextArgs(
+                    run_as_non_root=True,
+                    run_as_user=RUN_AS_USER,
+                    run_as_group=RUN_AS_USER,
+                    fs_group=RUN_AS_USER,
+                    seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+                ),
                 node_selector=gpu_node_selector(),
                 tolerations=[
                     k8s.core.v1.TolerationArgs(
@@ -191,8 +212,9 @@ def deployment_spec(
                 ],
                 volumes=[
                     k8s.core.v1.VolumeArgs(
-                        name="cache", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
+                        name=volume, empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs()
                     )
+                    for volume in ("cache", "tmp")
                 ],
             ),
         ),

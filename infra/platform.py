@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from infra import monitoring, versions
-from infra.gpu import gpu_node_selector, gpu_tolerations
+from infra.gpu import GPU_NODE_LABEL_KEY, gpu_node_selector, gpu_tolerations
 from infra.versions import HelmChart
 
 # Release names are fixed so that service names (and the URLs below) are predictable.
@@ -44,6 +44,8 @@ SCRAPE_TIMEOUT_SECONDS = 10
 # out of the cluster's network, and kubeadm binds them to 127.0.0.1. Scraping them would only keep
 # their "down" alerts firing, so kube-prometheus-stack's scrapes and rules for them are off.
 UNREACHABLE_CONTROL_PLANE = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
+# Node labels kube-state-metrics exports (kube_node_labels{label_<sanitised key>=...}).
+NODE_LABELS = (GPU_NODE_LABEL_KEY, "karpenter.sh/nodepool", "karpenter.sh/capacity-type")
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,8 @@ def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
         "prometheus": {"service": {"type": "ClusterIP"}, "prometheusSpec": prometheus_spec},
         "alertmanager": {"service": {"type": "ClusterIP"}},
         "grafana": grafana,
+        # kube_node_labels carries these, so that dashboards can tell GPU nodes (and Karpenter's).
+        "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{','.join(NODE_LABELS)}]"]},
         **{component: {"enabled": False} for component in UNREACHABLE_CONTROL_PLANE},
     }
 

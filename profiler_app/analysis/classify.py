@@ -80,7 +80,15 @@ def classify_matrix(
     signal_loop = np.isfinite(loops.period)
     coupled = coupling.coupled_pairs(matrix, ~idle, context, summary.valid_count)
     groups = coupling.join(context.groups, coupled, rows)
-    waits = evidence.waiting(matrix, ~idle, context, step_seconds, coupling=coupled, groups=groups)
+    waits = evidence.waiting(
+        matrix,
+        ~idle,
+        context,
+        step_seconds,
+        coupling=coupled,
+        groups=groups,
+        steady=summary.idle_fraction < MIN_BURSTY_IDLE_FRACTION,
+    )
     priors = context.prior_codes(rows)
     waiting = waits.evident & ~idle & (priors != _PRIOR_SERVING)
 

@@ -193,7 +193,7 @@ def _range(context: Context) -> tuple[FloatArray, FloatArray]:
 
 
 def _peer_waiting(
-    util: FloatMatrix, rows: BoolArray, context: Context, coupling: Coupling, groups: IntArray
+    util: FloatMatrix, waiters: BoolArray, context: Context, coupling: Coupling, groups: IntArray
 ) -> tuple[IntArray, BoolArray, IntArray]:
     """Where a row is pinned while a coupled GPU of its job is stalled, and power cannot judge
     the sample: the rows that ever are (ascending), their flags, and each one's peer.
@@ -202,7 +202,7 @@ def _peer_waiting(
     same = (groups[coupling.left] >= 0) & (groups[coupling.left] == groups[coupling.right])
     waiter = np.concatenate((coupling.left[same], coupling.right[same]))
     stalled = np.concatenate((coupling.right[same], coupling.left[same]))
-    keep = rows[waiter]
+    keep = waiters[waiter]
     waiter, stalled = waiter[keep], stalled[keep]
     involved = np.unique(np.concatenate((waiter, stalled)))
     part = util[involved]
@@ -234,12 +234,16 @@ def waiting(
     *,
     coupling: Coupling | None = None,
     groups: IntArray | None = None,
+    steady: BoolArray | None = None,
 ) -> Waiting:
     """High utilisation with the GPU's power near its idle floor, or few SMs active, or (where
     power cannot tell) while a coupled GPU of the same job is stalled; sustained.
 
     Only rows with an absolute power range (``Context.power_limit``) are judged by power: in
-    the window's own range the lowest reading is "idle" by construction.
+    the window's own range the lowest reading is "idle" by construction. Only ``steady`` rows
+    (rarely idle; all of ``rows`` where not given) wait for a peer: a rank of a synchronous job
+    computes or waits, while a serving GPU that takes a request its peer did not is idle most of
+    the time.
     """
     count = util.shape[0]
     result = Waiting(
@@ -270,7 +274,8 @@ def waiting(
         selected = np.flatnonzero(everywhere.any(axis=1))
         flags = everywhere[selected]
     if coupling is not None and groups is not None and peers:
-        waiters, peer_flags, peer = _peer_waiting(util, rows, context, coupling, groups)
+        eligible = rows if steady is None else rows & steady
+        waiters, peer_flags, peer = _peer_waiting(util, eligible, context, coupling, groups)
         result.peer[waiters] = peer
         merged = np.union1d(selected, waiters)
         both = np.zeros((merged.size, util.shape[1]), dtype=bool)

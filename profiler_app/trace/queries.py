@@ -2,8 +2,11 @@
 
 - ``kernel_groups``: kernels per (device, process, name) with the figures of ``nsys stats``'
   ``cuda_gpu_kern_sum``, each joined to the CUDA API call that launched it (same
-  ``correlationId`` in the same process) for launch counts and launch API time; kernels of a
-  CUDA graph (``graphNodeId`` set) share one graph launch call, counted by name instead.
+  ``correlationId`` in the same process, summed once per id in ``LAUNCH_TABLE``) for launch
+  counts and launch API time; kernels of a CUDA graph (``graphNodeId`` set) share one graph
+  launch call, counted by name instead.
+- ``kernel_groups`` and ``api_groups`` group by upsert into integer-keyed temp tables
+  (``grouping``: no sort of the million rows), by ``GROUP BY`` where packed keys would clash.
 - ``memory_groups``: copies per (device, process, copy kind, pageable host memory or not), and
   memsets.
 - ``api_groups``: CUDA API calls per (process, function).

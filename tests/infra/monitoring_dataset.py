@@ -9,13 +9,16 @@ Two nodes with two GPUs each, three hours at 30 s, ending now:
 - node-b GPU 1: inference/llm-server-7c9d8b6f5-x2x7q (a pod of the example Deployment
   llm-server), steady load, running hot (90 °C).
 
-Plus what kube-state-metrics, the scrape (``up``) and gpu-profiler's /metrics add. node-b's
+Plus what kube-state-metrics, the scrape (``up``) and gpu-profiler's /metrics add, and a cluster
+scaling up: ml/trainer-1 pending for a GPU for 20 minutes, Karpenter launching NodeClaims, its
+new node-c not ready yet (no GPUs registered), KEDA's HPA of the example workload. node-b's
 dcgm-exporter and gpu-profiler targets are down for the last 10 minutes and its profiler's last
 success is an hour old, so that every health alert's expression has something to return.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +74,41 @@ def _utilisation(gpu: DatasetGpu, times: np.ndarray) -> np.ndarray:
 
 def _step(times: np.ndarray, at: float, before: float, after: float) -> np.ndarray:
     return np.where(times < at, before, after)
+
+
+def _add_autoscaling(
+    add: Callable[[str, dict[str, str], np.ndarray | float], None], times: np.ndarray
+) -> None:
+    """kube-state-metrics' and Karpenter's series of a cluster that is scaling up."""
+    # ml/trainer-1 has waited the last 20 minutes for a GPU; Karpenter's node-c for it is up but
+    # its device plugin has not registered nvidia.com/gpu yet (so it is not ready either).
+    last = float(times[-1])
+    pending = {"namespace": "ml", "pod": "trainer-1"}
+    waiting = _step(times, last - 1200, 0, 1)
+    add("kube_pod_status_phase", {**pending, "phase": "Pending"}, waiting)
+    request = {**pending, "container": "main", "resource": "nvidia_com_gpu", "unit": "integer"}
+    add("kube_pod_container_resource_requests", request, 1.0)
+    for node in (*INSTANCES, "node-c"):
+        new = node == "node-c"
+        labels = {"node": node, "label_nvidia_com_gpu_present": "true"}
+        if new:
+            labels["label_karpenter_sh_nodepool"] = "gpu"
+        add("kube_node_labels", labels, 1.0)
+        for status in ("true", "false", "unknown"):
+            ready = (status == "false") if new else (status == "true")
+            condition = {"node": node, "condition": "Ready", "status": status}
+            add("kube_node_status_condition", condition, float(ready))
+        if not new:
+            allocatable = {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}
+            add("kube_node_status_allocatable", allocatable, 2.0)
+    launches = np.cumsum(times >= last - 900)  # one NodeClaim a step for the last 15 minutes
+    claim = {"nodepool": "gpu", "instance": "10.0.0.9:8080", "job": "karpenter"}
+    add("karpenter_nodeclaims_created_total", {**claim, "reason": "provisioning"}, launches)
+    add("karpenter_nodeclaims_terminated_total", claim, launches // 2)
+    hpa = {"namespace": "inference", "horizontalpodautoscaler": "keda-hpa-llm-server"}
+    add("kube_horizontalpodautoscaler_status_current_replicas", hpa, 1.0)
+    add("kube_horizontalpodautoscaler_status_desired_replicas", hpa, 2.0)
+    add("kube_horizontalpodautoscaler_spec_max_replicas", hpa, 4.0)
 
 
 def build(end: float | None = None) -> str:
@@ -159,6 +197,7 @@ def build(end: float | None = None) -> str:
             )
             add("kube_pod_status_phase", {**pod, "phase": "Running"}, 1.0)
 
+    _add_autoscaling(add, times)
     for hostname, address in INSTANCES.items():
         down = hostname == "node-b"
         for job, port in (("dcgm-exporter", 9400), ("gpu-profiler", 9401)):

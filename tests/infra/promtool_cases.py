@@ -29,6 +29,22 @@ def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
     return {"series": f"{name}{{{label_text}}}", "values": values}
 
 
+ML = {"namespace": "ml"}
+
+
+def gpu_pod(pod: str, gpus: int, phases: str) -> list[dict[str, str]]:
+    """A pod's GPU request and its phase over time: ``"Pending x5, Running x35"`` (in steps)."""
+    labels = {**ML, "pod": pod}
+    request = {**labels, "container": "main", "resource": "nvidia_com_gpu", "unit": "integer"}
+    spans = [part.split(" x") for part in phases.split(", ")]
+    steps = sum(int(count) for _, count in spans)
+    result = [series("kube_pod_container_resource_requests", request, f"{gpus}x{steps}")]
+    for phase in ("Pending", "Running"):
+        values = " ".join(f"{int(name == phase)}x{count}" for name, count in spans)
+        result.append(series("kube_pod_status_phase", {**labels, "phase": phase}, values))
+    return result
+
+
 @dataclass
 class Firing:
     """An alert expected at ``eval_time`` with these labels and ``$value``."""
@@ -153,6 +169,25 @@ ALERT_CASES = [
         quiet_at="17m",
         firing_at="25m",
         firing=[Firing({"job": "gpu-profiler", "instance": "10.0.1.5:9401"})],
+    ),
+    AlertCase(
+        "GpuPodPending",
+        [
+            # ml/train-0 waits 25 minutes for 2 GPUs; ml/infer-0 waits 5 minutes for its node, then
+            # runs; a CPU pod pending for ever is none of this alert's business.
+            *gpu_pod("train-0", gpus=2, phases="Pending x25, Running x15"),
+            *gpu_pod("infer-0", gpus=1, phases="Pending x5, Running x35"),
+            series("kube_pod_status_phase", {**ML, "pod": "web-0", "phase": "Pending"}, "1x40"),
+            series(
+                "kube_pod_container_resource_requests",
+                {**ML, "pod": "web-0", "container": "main", "resource": "cpu", "unit": "core"},
+                "1x40",
+            ),
+        ],
+        quiet_at="10m",  # pending since 0: still within the 15 minutes
+        firing_at="20m",
+        firing=[Firing({**ML, "pod": "train-0"}, 2)],
+        resolved_at="35m",  # it got its node
     ),
     AlertCase(
         "GpuAllocatedButIdle",

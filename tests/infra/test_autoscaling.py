@@ -74,6 +74,14 @@ def test_example_deployment_requests_a_gpu_on_gpu_nodes(eks_run: ProgramRun) -> 
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
+    # Least privilege: no API token, not root, read-only image, writes only to its volumes.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/cache", "/tmp"}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["HOME"], env["HF_HOME"]) == ("/cache", "/cache/huggingface")
     monitor = eks_run.one("kubernetes:monitoring.coreos.com/v1:PodMonitor").inputs
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics"}]
     namespace = eks_run.one("kubernetes:core/v1:Namespace", "example-workload-namespace")
@@ -145,13 +153,17 @@ def test_without_an_example_keda_alone_is_installed() -> None:
         ),
         (
             {"exampleWorkload": {"minReplicas": 5, "maxReplicas": 2}},
-            r"minReplicas \(5\) must not exceed maxReplicas \(2\)",
+            r"minReplicas \(5\) must be between 0 and maxReplicas \(2\)",
         ),
         (
             {"exampleWorkload": {"targetGpuUtilization": 150}},
             "targetGpuUtilization must be a percentage",
         ),
         ({"exampleWorkload": {"createNamespace": "yes"}}, "true or false"),
+        (
+            {"exampleWorkload": {"activationGpuUtilization": 70}},
+            r"activationGpuUtilization must be a percentage below targetGpuUtilization \(60\)",
+        ),
         (
             {"exampleWorkload": {"minReplicas": 0}},
             "minReplicas 0 needs a serving metric .* could never wake it",

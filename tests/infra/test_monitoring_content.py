@@ -74,7 +74,7 @@ def test_dashboards_have_unique_ids_and_panel_ids() -> None:
         uids.append(dashboard["uid"])
         ids = [panel["id"] for panel in dashboard["panels"]]
         assert len(ids) == len(set(ids)), name
-        assert all(panel["targets"] for panel in dashboard["panels"]), name
+        assert all(p["targets"] for p in dashboard["panels"] if p["type"] != "row"), name
         variables = {v["name"] for v in dashboard["templating"]["list"]}
         assert {"datasource", "node"} <= variables
     assert len(uids) == len(set(uids))
@@ -85,7 +85,7 @@ def test_dcgm_dashboard_covers_the_required_panels() -> None:
     queried = {
         name
         for p in dashboard["panels"]
-        for t in p["targets"]
+        for t in p.get("targets", [])
         for name in METRIC_NAME.findall(t["expr"])
     }
     assert queried >= {
@@ -98,3 +98,25 @@ def test_dcgm_dashboard_covers_the_required_panels() -> None:
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "DCGM_FI_DEV_XID_ERRORS",
     }
+
+
+def test_dcgm_dashboard_has_an_autoscaling_row() -> None:
+    """Issue 13: pending GPU pods, NodeClaims, GPU nodes by state, scaled replicas."""
+    panels = json.loads(monitoring.dashboards()["gpu-dcgm-overview.json"])["panels"]
+    (row,) = [p for p in panels if p["type"] == "row"]
+    below = [p for p in panels if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    assert [p["title"] for p in below] == [
+        "Pending GPU pods",
+        "NodeClaims launched and terminated",
+        "GPU nodes by state",
+        "Scaled replicas",
+    ]
+    queried = " ".join(t["expr"] for p in below for t in p["targets"])
+    for metric in (
+        'kube_pod_status_phase{phase="Pending"}',
+        "karpenter_nodeclaims_created_total",
+        "karpenter_nodeclaims_terminated_total",
+        "kube_node_status_condition",
+        "kube_horizontalpodautoscaler_status_current_replicas",
+    ):
+        assert metric in queried

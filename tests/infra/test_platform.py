@@ -221,7 +221,16 @@ def test_prometheus_rule_carries_the_rule_file(eks_run: ProgramRun) -> None:
         "GpuRowRemapFailure",
         "DcgmExporterDown",
         "GpuAllocatedButIdle",
+        "GpuPodPending",
     } <= alerts
+
+
+def test_kube_state_metrics_exports_the_gpu_and_karpenter_node_labels(eks_run: ProgramRun) -> None:
+    """The dashboard's "GPU nodes by state" reads kube_node_labels{label_nvidia_com_gpu_present}."""
+    values = eks_run.release("kube-prometheus-stack").inputs["values"]["kube-state-metrics"]
+    assert values["metricLabelsAllowlist"] == [
+        "nodes=[nvidia.com/gpu.present,karpenter.sh/nodepool,karpenter.sh/capacity-type]"
+    ]
 
 
 def test_every_alert_has_a_runbook_style_description() -> None:

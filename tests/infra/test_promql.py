@@ -145,6 +145,22 @@ def test_the_scaled_objects_query_returns_its_gpu_pods_utilization(
     assert query(prometheus, other) == []
 
 
+def test_gpu_pod_pending_names_the_waiting_pod_only(prometheus: PrometheusServer) -> None:
+    expr = dict(rule_expressions())["GpuPodPending"]
+    assert [(s["metric"], s["value"][1]) for s in query(prometheus, expr)] == [
+        ({"namespace": "ml", "pod": "trainer-1"}, "1")
+    ]
+
+
+def test_gpu_nodes_by_state(prometheus: PrometheusServer) -> None:
+    """node-a and node-b ready with GPUs; Karpenter's node-c up, its GPUs not registered yet."""
+    targets = [
+        expr for _, title, expr in monitoring.dashboard_targets() if title == "GPU nodes by state"
+    ]
+    counts = [float(query(prometheus, grafana_expression(e))[0]["value"][1]) for e in targets]
+    assert counts == [2.0, 1.0, 1.0]  # ready, not ready, no GPUs registered
+
+
 def test_a_broken_expression_is_reported(prometheus: PrometheusServer) -> None:
     """Control: the harness does fail on PromQL that does not parse."""
     with pytest.raises(AssertionError, match="parse error"):

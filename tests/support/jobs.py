@@ -185,6 +185,21 @@ def serving_bursts(
     return np.where(busy, rng.uniform(10, 40, n), 0.0)
 
 
+def shared_requests(
+    n: int, gpus: int, rng: np.random.Generator, *, shared: float = 0.25, solo: float = 0.05
+) -> np.ndarray:
+    """GPUs of one serving pod, mostly zero: a share of the samples carries a request on every
+    GPU at once, and ``solo`` of them one on GPU 0 alone, lasting two samples."""
+    together = rng.uniform(0, 1, n) < shared
+    alone = rng.uniform(0, 1, n) < solo
+    alone[1:] |= alone[:-1]
+    rows = [
+        np.where(together | (alone if gpu == 0 else False), rng.uniform(96, 100, n), 0.0)
+        for gpu in range(gpus)
+    ]
+    return np.stack(rows)
+
+
 TRAINS = signals.TRAINING
 PYTORCHJOB = {"prior": "training", "owner": "owner PyTorchJob"}
 DEPLOYMENT = {"prior": "serving", "owner": "owner Deployment"}
@@ -266,6 +281,10 @@ def labelled_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
         power = power_draw(util, rng)[None]
         name = f"serving-1min-rate{rate:g}-power"
         yield _job(name, util[None], power, expected, step=60, context=DEPLOYMENT)
+    # A 2-GPU serving pod at a 1-minute step whose GPUs mostly take the same requests: coupled,
+    # and one of them sometimes busy for minutes while the other is idle. Not a rank waiting.
+    util = shared_requests(360, 2, rng)
+    yield _job("serving-1min-shared-requests-2gpu", util, None, (signals.BURSTY, None), step=60)
 
 
 def _bare(

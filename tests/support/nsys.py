@@ -16,7 +16,9 @@ A ``ReportBuilder`` writes a file with the tables, columns and enum values of a 
 
 Tables exist only when their data does, as in real exports: ``write`` creates a table only
 when rows were added to it (or ``omit`` removes one). Rows are written in a shuffled order
-(``shuffle=True``), since exports do not guarantee time order. The ``add_*`` methods take numpy
+(``shuffle=True``), since exports do not guarantee time order; ``shuffle=False`` keeps the order
+they were added in, and ``time_order=True`` sorts them by start (as Nsight Systems appears to
+write them). The ``add_*`` methods take numpy
 arrays (or scalars), so benchmark-sized reports (a million kernels) are built in seconds; NOT
 NULL columns the tests do not vary get the constants in ``CONSTANTS``.
 """
@@ -417,6 +419,7 @@ class ReportBuilder:
         path: Path,
         *,
         shuffle: bool = True,
+        time_order: bool = False,
         omit: Iterable[str] = (),
         metadata: Sequence[tuple[str, str]] | None = None,
         seed: int = 12,
@@ -454,7 +457,7 @@ class ReportBuilder:
                     continue
                 connection.execute(f"CREATE TABLE {table} ({definition})")
                 if table in self.batches:
-                    self._insert(connection, table, rng if shuffle else None)
+                    self._insert(connection, table, rng if shuffle else None, time_order)
                 elif rows.get(table):
                     values = rows[table]
                     marks = ",".join("?" * len(values[0]))
@@ -466,12 +469,21 @@ class ReportBuilder:
         return path
 
     def _insert(
-        self, connection: sqlite3.Connection, table: str, rng: np.random.Generator | None
+        self,
+        connection: sqlite3.Connection,
+        table: str,
+        rng: np.random.Generator | None,
+        time_order: bool,
     ) -> None:
         batches = self.batches[table]
         names = sorted(set().union(*(batch.keys() for batch in batches)))
         size = sum(len(next(iter(batch.values()))) for batch in batches)
-        order = rng.permutation(size) if rng is not None else np.arange(size)
+        if rng is not None:
+            order = rng.permutation(size)
+        elif time_order:
+            order = np.argsort(np.concatenate([batch["start"] for batch in batches]), kind="stable")
+        else:
+            order = np.arange(size)
         data = []
         for name in names:
             parts = [
