@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiler_app.errors import UserError
+from profiler_app.paths import user_path
 from profiler_app.trace import schema
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -56,7 +57,7 @@ class Export:
 @contextmanager
 def open_report(path_text: str) -> Iterator[Export]:
     """The export at ``path_text``, exporting a ``.nsys-rep`` first when nsys is on PATH."""
-    path = Path(path_text).expanduser()
+    path = user_path(path_text)
     if path.is_dir():
         raise UserError(f"{path} is a directory: give the report file (REPORT.sqlite)")
     if not path.exists():

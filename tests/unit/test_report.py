@@ -286,6 +286,7 @@ def test_store_url_comes_from_the_environment(
             ["--store-url", "postgresql://u:hunter2@127.0.0.1:9/db?connect_timeout=2"],
             "database unavailable",
         ),
+        (["--store-url", "sqlite:///~no-such-user-here/store.db"], "cannot expand"),
     ],
 )
 def test_bad_input_is_one_line_and_non_zero(

@@ -79,6 +79,7 @@ def plain_sqlite(tmp_path: Path) -> Path:
         (truncated, "truncated"),
         (damaged, "damaged or truncated"),
         (plain_sqlite, "not an Nsight Systems export"),
+        (lambda tmp: Path("~no-such-user-here/report.sqlite"), "cannot expand"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from profiler_app.errors import UserError
+from profiler_app.paths import user_path
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -84,7 +85,7 @@ def sqlite_path(url: URL) -> Path | None:
     """The database file of a SQLite URL; None for other backends."""
     if url.get_backend_name() != "sqlite" or url.database is None:
         return None
-    return Path(url.database).expanduser()
+    return user_path(url.database)
 
 
 def create_store_engine(url: URL, *, create_file: bool) -> Engine:
