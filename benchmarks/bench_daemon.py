@@ -8,6 +8,13 @@ subprocess profiling gpu-node-1 into a SQLite store. Samples the daemon's RSS an
 second and counts requests server side: Prometheus' own ``prometheus_http_requests_total`` and
 the API server's request log.
 
+Memory depends on what the interpreter can import: in the dev ``.venv`` the Kubernetes client
+finds the optional ``kubernetes_validate`` (with jsonschema, about 2.8 MiB) that the image lacks.
+For the image's figure, run it from a virtual environment with only the image's packages and
+the image's environment: ``python3.11 -m venv /tmp/image && /tmp/image/bin/pip install
+--constraint constraints/image.txt . pytest``, then ``OPENBLAS_NUM_THREADS=1
+/tmp/image/bin/python benchmarks/bench_daemon.py`` (pytest only for the harness).
+
 ``--outage SECONDS`` starts the daemon with the API server answering every request 503 for that
 long, then lists every request it received meanwhile next to the back-off schedule
 (profiler_app.backoff: one interval doubling to ten for the sink, 1 s doubling to 60 s for the

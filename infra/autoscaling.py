@@ -26,6 +26,7 @@ import pulumi_kubernetes as k8s
 from infra import monitoring, versions
 from infra.gpu import GPU_RESOURCE, gpu_node_selector, gpu_tolerations
 from infra.platform import helm_release, namespace_name
+from infra.security import non_root_pod_security
 
 WorkloadAutoscaler = Literal["keda", "hpa", "none"]
 WORKLOAD_AUTOSCALERS: tuple[str, ...] = get_args(WorkloadAutoscaler)
@@ -196,13 +197,7 @@ def deployment_spec(
                 containers=[container],
                 # It serves HTTP and never calls the Kubernetes API.
                 automount_service_account_token=False,
-                security_context=k8s.core.v1.PodSecurityContextArgs(
-                    run_as_non_root=True,
-                    run_as_user=RUN_AS_USER,
-                    run_as_group=RUN_AS_USER,
-                    fs_group=RUN_AS_USER,
-                    seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-                ),
+                security_context=non_root_pod_security(RUN_AS_USER),
                 node_selector=gpu_node_selector(),
                 tolerations=[
                     k8s.core.v1.TolerationArgs(

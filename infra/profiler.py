@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 from infra import versions
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import namespace_name
+from infra.security import non_root_pod_security
 from profiler_app.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
@@ -223,13 +224,7 @@ class GpuProfiler(pulumi.ComponentResource):
                             )
                             for toleration in gpu_tolerations()
                         ],
-                        security_context=k8s.core.v1.PodSecurityContextArgs(
-                            run_as_non_root=True,
-                            run_as_user=RUN_AS_USER,
-                            run_as_group=RUN_AS_USER,
-                            fs_group=RUN_AS_USER,
-                            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
-                        ),
+                        security_context=non_root_pod_security(RUN_AS_USER),
                         containers=[container],
                         volumes=[
                             k8s.core.v1.VolumeArgs(

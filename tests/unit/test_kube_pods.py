@@ -10,12 +10,11 @@ import logging
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from profiler_app.kube import KubeConnection, connect
+from profiler_app.kube import KubeConnection
 from profiler_app.sources.kube_pods import PodInfo, PodWatcher, pod_info
 from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver, wait_until
 
@@ -31,14 +30,6 @@ def apiserver() -> Iterator[StandInApiServer]:
         server.add_pod(pod_manifest("web", "frontend", NODE))
         server.add_pod(pod_manifest("ml", "elsewhere", "node-b", gpus=1))
         yield server
-
-
-@pytest.fixture
-def connection(apiserver: StandInApiServer, tmp_path: Path) -> Iterator[KubeConnection]:
-    made = connect(str(apiserver.write_kubeconfig(tmp_path / "kubeconfig")), request_timeout=(1, 1))
-    assert made is not None
-    yield made
-    made.close()
 
 
 @pytest.fixture

@@ -49,20 +49,6 @@ def apiserver() -> Iterator[StandInApiServer]:
 
 
 @pytest.fixture
-def connection(apiserver: StandInApiServer, tmp_path: Path) -> Iterator[KubeConnection]:
-    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
-    made = connect(str(kubeconfig), request_timeout=(1.0, 0.5))
-    assert made is not None
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
     return KubernetesSink(connection, NODE, heartbeat_seconds=600, clock=clock)
 

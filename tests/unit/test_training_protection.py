@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from profiler_app.kube import KubeConnection, KubernetesError, connect
+from profiler_app.kube import KubeConnection, KubernetesError
 from profiler_app.model import CycleResult, PodUsage
 from profiler_app.sinks.kubernetes import KubernetesSink
 from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.clock import FakeClock
 from tests.support.cycles import AT, gpu_profile, sample_cycle
 
 NODE = "node-a"
@@ -24,34 +24,12 @@ TRAINER_PATH = "/api/v1/namespaces/ml/pods/trainer-0"
 PROTECTED = {DO_NOT_DISRUPT: "true", MARKER: "training"}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def apiserver() -> Iterator[StandInApiServer]:
     with running_apiserver() as server:
         server.add_node(NODE)
         server.add_pod(pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=AT))
         yield server
-
-
-@pytest.fixture
-def connection(apiserver: StandInApiServer, tmp_path: Path) -> Iterator[KubeConnection]:
-    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
-    made = connect(str(kubeconfig), request_timeout=(1.0, 0.5))
-    assert made is not None
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 def make_sink(
