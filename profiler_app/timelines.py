@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profiler_app.arrays import distinct
 from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix
 
 GpuKey = tuple[str, str]  # (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>")
@@ -103,7 +104,7 @@ def _attribution(
     covered = np.flatnonzero(owner >= 0)
     held = owner[covered]
     spans: dict[Pod, tuple[int, int, int]] = {}  # columns held, first and last column
-    for series in np.unique(held).tolist():
+    for series in distinct(held).tolist():
         pod = pods[series]
         if pod is None:
             continue

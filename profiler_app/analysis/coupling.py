@@ -27,6 +27,7 @@ import numpy as np
 
 from profiler_app.analysis.context import Context
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray
+from profiler_app.arrays import distinct
 from profiler_app.model import FloatMatrix
 
 MIN_UTIL_DEPARTURE = 3.0  # percentage points; steady compute wobbles by one or two
@@ -194,7 +195,7 @@ def coupled_pairs(
     starts = np.concatenate(([0], boundaries))
     sizes = np.diff(np.concatenate((starts, [rows.size])))
     lefts, rights, strengths = [], [], []
-    for size in np.unique(sizes).tolist():
+    for size in distinct(sizes).tolist():
         first = starts[sizes == size]
         positions = first[:, None] + np.arange(size)[None, :]  # (blocks, size) into ``rows``
         block_flags = flags[positions]
@@ -204,8 +205,8 @@ def coupled_pairs(
         block_index, pair = np.nonzero(strong)
         left, right = positions[block_index, i[pair]], positions[block_index, j[pair]]
         found = phi[block_index, i[pair], j[pair]].astype(np.float64)
-        same, opposite = _joint_stalls(block_flags[np.unique(block_index)])
-        slot = np.searchsorted(np.unique(block_index), block_index)
+        same, opposite = _joint_stalls(block_flags[distinct(block_index)])
+        slot = np.searchsorted(distinct(block_index), block_index)
         joint = np.where(found < 0, opposite[slot, i[pair], j[pair]], same[slot, i[pair], j[pair]])
         enough = joint >= MIN_JOINT_STALLS - 0.5  # float32 counts
         lefts.append(rows[left[enough]])
@@ -233,7 +234,7 @@ def join(groups: IntArray | None, coupling: Coupling, rows: int) -> IntArray:
 
     for a, b in zip(coupling.left[loose].tolist(), coupling.right[loose].tolist(), strict=True):
         parent[root(a)] = root(b)
-    members = np.unique(np.concatenate((coupling.left[loose], coupling.right[loose])))
+    members = distinct(np.concatenate((coupling.left[loose], coupling.right[loose])))
     roots = np.array([root(row) for row in members.tolist()], dtype=np.intp)
     _, component = np.unique(roots, return_inverse=True)
     joined[members] = int(joined.max(initial=-1)) + 1 + component

@@ -17,6 +17,7 @@ from profiler_app.analysis.periodicity import MIN_PERIOD_SAMPLES, find_periods
 from profiler_app.analysis.power import power_fraction
 from profiler_app.analysis.recurrence import drop_irregular
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray, Summary
+from profiler_app.arrays import distinct
 from profiler_app.model import FloatMatrix
 
 # Power (or SM activity) is searched for a loop only where utilisation is flat: a standard
@@ -204,7 +205,7 @@ def _peer_waiting(
     stalled = np.concatenate((coupling.right[same], coupling.left[same]))
     keep = waiters[waiter]
     waiter, stalled = waiter[keep], stalled[keep]
-    involved = np.unique(np.concatenate((waiter, stalled)))
+    involved = distinct(np.concatenate((waiter, stalled)))
     part = util[involved]
     with np.errstate(invalid="ignore"):
         pinned = part >= MIN_PINNED_UTIL

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from profiler_app.arrays import distinct
 from profiler_app.errors import UserError
 from profiler_app.model import FloatMatrix, SeriesMatrix
 from profiler_app.sources.prometheus.grid import FloatArray, TimeGrid
@@ -130,7 +131,7 @@ def parse_query_range(document: object, field: str, origin: str = "the document"
     ]
     if not selected:
         raise UserError(f"{origin} has no {field} series")
-    times = np.unique(np.concatenate([series_arrays(item)[0] for item in selected]))
+    times = distinct(np.concatenate([series_arrays(item)[0] for item in selected]))
     if times.size == 0:
         raise UserError(f"{origin} has {field} series without samples")
     gaps = np.diff(times)
