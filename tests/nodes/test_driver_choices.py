@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env
+from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env, role_variables
 
 ROLES = PLAYBOOKS / "roles"
 DEBIAN_MADISON = [
@@ -116,14 +116,6 @@ PLAYBOOK = """
 """
 
 
-def _role_variables() -> dict[str, Any]:
-    variables: dict[str, Any] = {}
-    for role in ("nvidia_driver", "container_runtime"):
-        for part in ("defaults", "vars"):
-            variables.update(yaml.safe_load((ROLES / role / part / "main.yml").read_text()))
-    return variables
-
-
 @pytest.fixture(scope="module")
 def decided(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = tmp_path_factory.mktemp("driver-choices")
@@ -132,7 +124,7 @@ def decided(tmp_path_factory: pytest.TempPathFactory) -> Path:
     inventory = {
         "all": {
             "vars": {
-                **_role_variables(),
+                **role_variables("nvidia_driver", "container_runtime"),
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
                 "group_names": ["gpu_nodes"],

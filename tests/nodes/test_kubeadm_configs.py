@@ -23,7 +23,7 @@ from infra.gpu import (
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
 )
-from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env
+from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env, role_variables
 
 ROLES = PLAYBOOKS / "roles"
 GPU_LABEL = f"{GPU_NODE_LABEL_KEY}={GPU_NODE_LABEL_VALUE}"
@@ -72,15 +72,6 @@ PLAYBOOK = """
 """
 
 
-def _role_variables() -> dict[str, Any]:
-    """Both roles' defaults and vars, as group variables of `all` (below host variables)."""
-    variables: dict[str, Any] = {}
-    for role in ("kubeadm_control_plane", "kubeadm_worker"):
-        for part in ("defaults", "vars"):
-            variables.update(yaml.safe_load((ROLES / role / part / "main.yml").read_text()))
-    return variables
-
-
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = tmp_path_factory.mktemp("kubeadm-configs")
@@ -95,7 +86,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     inventory = {
         "all": {
             "vars": {
-                **_role_variables(),
+                **role_variables("kubeadm_control_plane", "kubeadm_worker"),
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
                 "_kubeadm_worker_join_command": {"stdout": JOIN_LINE},

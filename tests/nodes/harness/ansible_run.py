@@ -9,6 +9,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOKS = REPO_ROOT / "playbooks"
@@ -33,6 +36,17 @@ class RunResult:
     def describe(self) -> str:
         """The tail of the output, for assertion messages."""
         return f"rc={self.returncode} recap={self.recap}\n{self.output[-6000:]}"
+
+
+def role_variables(*roles: str) -> dict[str, Any]:
+    """The roles' defaults and vars merged in order, as group variables of `all` would be."""
+    variables: dict[str, Any] = {}
+    for role in roles:
+        for part in ("defaults", "vars"):
+            variables.update(
+                yaml.safe_load((PLAYBOOKS / "roles" / role / part / "main.yml").read_text())
+            )
+    return variables
 
 
 def ansible_env() -> dict[str, str]:
