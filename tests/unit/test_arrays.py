@@ -50,6 +50,7 @@ def test_integers_with_repeats(values: npt.NDArray[np.int64]) -> None:
 
 CHECK = """
 import sys, numpy as np
+print("numpy.ma" in sys.modules)
 from profiler_app.arrays import distinct
 distinct(np.array([2.0, np.nan, 1.0, 2.0])); distinct(np.array([3, 1, 3]))
 print("numpy.ma" in sys.modules)
@@ -62,4 +63,7 @@ def test_it_leaves_numpy_ma_unloaded_where_np_unique_loads_it() -> None:
     completed = subprocess.run(
         [sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=60, check=True
     )
-    assert completed.stdout.split() == ["False", "True"]
+    loaded_by_import, *after = completed.stdout.split()
+    if loaded_by_import == "True":  # numpy 1.x (the declared floor) imports numpy.ma itself
+        pytest.skip("this numpy loads numpy.ma on import: nothing to save")
+    assert after == ["False", "True"]
