@@ -28,20 +28,9 @@ from tests.support.prometheus import (
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "prometheus-query-range.json"
 EXPECTED_EXAMPLE = {"0": "training", "1": "inference", "2": "idle", "3": "bursty"}
-ENVIRONMENT = (
-    "NODE_NAME",
-    "GPU_PROFILER_PROMETHEUS_URL",
-    "GPU_PROFILER_NODE_LABEL",
-    "GPU_PROFILER_FIELDS",
-    "GPU_PROFILER_WINDOW",
-    "GPU_PROFILER_STEP",
-)
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 def busy_gpus(params: dict[str, str]) -> Reply:

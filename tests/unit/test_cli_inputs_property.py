@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,17 +30,6 @@ from profiler_app.sinks.store import TableStore
 ROOT = Path(__file__).resolve().parents[2]
 SAVED_ANSWER = ROOT / "examples" / "prometheus-query-range.json"
 STARTED: list[Daemon] = []  # daemons the run stand-in started
-ENVIRONMENT = (
-    "GPU_PROFILER_STORE_URL",
-    "GPU_PROFILER_PROMETHEUS_URL",
-    "GPU_PROFILER_WINDOW",
-    "GPU_PROFILER_STEP",
-    "GPU_PROFILER_INTERVAL",
-    "GPU_PROFILER_SAMPLE_INTERVAL",
-    "GPU_PROFILER_FIELDS",
-    "KUBECONFIG",
-    "KUBERNETES_SERVICE_HOST",
-)
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -95,14 +82,7 @@ store_urls = st.one_of(
 )
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 @pytest.fixture(scope="module")

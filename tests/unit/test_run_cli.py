@@ -9,13 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,37 +21,9 @@ from profiler_app.cli import build_parser, main
 from profiler_app.commands import run as run_command
 from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
+from tests.support.environment import environment_without_settings
 
-ENV_NAMES = (
-    "NODE_NAME",
-    "GPU_PROFILER_PROMETHEUS_URL",
-    "GPU_PROFILER_NODE_LABEL",
-    "GPU_PROFILER_FIELDS",
-    "KUBECONFIG",
-    "KUBERNETES_SERVICE_HOST",
-    "GPU_PROFILER_ANNOTATION_DOMAIN",
-    "GPU_PROFILER_STORE_URL",
-    "GPU_PROFILER_METRICS_PORT",
-    "GPU_PROFILER_METRICS_ADDRESS",
-    "GPU_PROFILER_INTERVAL",
-    "GPU_PROFILER_WINDOW",
-    "GPU_PROFILER_SAMPLE_INTERVAL",
-    "GPU_PROFILER_LOG_LEVEL",
-    "GPU_PROFILER_STEP",
-    "GPU_PROFILER_CGROUP_ROOT",
-    "GPU_PROFILER_RETENTION",
-    "GPU_PROFILER_PROTECT_TRAINING",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ENV_NAMES:
-        monkeypatch.delenv(name, raising=False)
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -239,13 +208,13 @@ def test_kubernetes_client_is_not_imported_unless_used() -> None:
         "print('kubernetes' in sys.modules)"
     )
     completed = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=clean_env()
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=environment_without_settings(),
     )
     assert completed.stdout.strip() == "False"
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
 
 
 def test_configuration_log_hides_passwords() -> None:

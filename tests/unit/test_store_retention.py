@@ -6,7 +6,6 @@ the last test runs the real ``gpu-profiler run --once``.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -108,13 +107,9 @@ def test_the_sink_prunes_after_a_committed_cycle(engine: sa.Engine, store_url: s
 
 
 def test_run_prunes_with_the_sqlite_default_and_keeps_with_none(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cli_environment: None
 ) -> None:
     """``gpu-profiler run --once`` on this GPU-less machine (real NVML without a driver, psutil)."""
-    for name in ("GPU_PROFILER_RETENTION", "GPU_PROFILER_PROMETHEUS_URL", "KUBECONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     url = f"sqlite:///{tmp_path / 'profiler.db'}"
     now = datetime.now(UTC)
     store = TableStore(url)
@@ -131,5 +126,3 @@ def test_run_prunes_with_the_sqlite_default_and_keeps_with_none(
         assert counts(engine) == (2, 1)
     finally:
         engine.dispose()
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
