@@ -81,19 +81,37 @@ def test_kubernetes_is_pinned_below_the_newest_version_available(
 
 
 @pytest.mark.parametrize("name", DEBIAN_NODES)
-def test_the_real_debian_driver_is_installed_with_open_modules_and_finds_no_gpu(
+def test_the_real_debian_driver_is_installed_headless_with_open_modules_and_finds_no_gpu(
     provisioned: Provisioned, name: str
 ) -> None:
     node = provisioned.cluster.node(name)
-    version = node.run("dpkg-query -W -f '${Version}' nvidia-driver").stdout
+    version = node.run("dpkg-query -W -f '${Version}' libcuda1").stdout
     assert version.startswith("535."), version
-    # The default flavour for 535: the open modules (contrib), at exactly the driver's version.
+    # The default flavour for 535: the open modules (contrib), at exactly the driver's version, and
+    # so is all userspace of the driver's source, dependencies included.
     module = node.run("dpkg-query -W -f '${Version}' nvidia-open-kernel-dkms").stdout
     assert module == version
-    proprietary = node.run("dpkg-query -W -f '${Status}' nvidia-kernel-dkms 2>/dev/null || true")
-    assert "ok installed" not in proprietary.stdout
+    from_driver_source = node.run(
+        "dpkg-query -W -f '${source:Package} ${Version}\\n' | grep '^nvidia-graphics-drivers '"
+    ).stdout.splitlines()
+    assert len(from_driver_source) >= 8, from_driver_source
+    assert {line.split()[1] for line in from_driver_source} == {version}
+    for package in ("nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp", "nvidia-persistenced"):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {package}").stdout
+        assert status == "install ok installed", (package, status)
+    # Headless: neither Debian's nvidia-driver metapackage nor the X server and GL stack it pulls.
+    for package in ("nvidia-driver", "xserver-xorg-core", "libgl1-mesa-dri", "nvidia-kernel-dkms"):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {package} 2>/dev/null || true").stdout
+        assert "ok installed" not in status, package
     sources = node.run("cat /etc/apt/sources.list.d/debian-non-free.sources").stdout
     assert "non-free" in sources
+    security = node.run("cat /etc/apt/sources.list.d/debian-security-non-free.sources").stdout
+    assert "Suites: bookworm-security" in security
+    assert "non-free-firmware" in security
+    # apt reads the security suite's lists, and the pin holds the driver at the module's version.
+    policy = node.run("apt-cache policy libcuda1").stdout
+    assert "bookworm-security/non-free" in policy, policy
+    assert f"*** {version} 990" in policy, policy
     smi = node.run("nvidia-smi -L", check=False)
     assert smi.returncode != 0
     assert "NVIDIA" in smi.stdout + smi.stderr
@@ -106,15 +124,15 @@ def test_debian_packages_came_through_the_apt_proxy(provisioned: Provisioned, na
     assert proxy is not None
     assert proxy.url(node.host_address) in node.read("/etc/apt/apt.conf.d/01gpu-cluster-apt-proxy")
     log = (proxy.workdir / "log" / "apt-cacher.log").read_text()
-    for package in ("nvidia-driver_", "docker.io_", "containerd_"):
+    for package in ("libcuda1_", "docker.io_", "containerd_"):
         assert package in log
 
 
 @pytest.mark.parametrize(
     ("name", "flavour", "packages"),
     [
-        ("gpu-worker-1", "open", ["nvidia-open-580", "nvidia-driver-580-open"]),
-        ("gpu-worker-2", "proprietary", ["cuda-drivers-580", "nvidia-driver-580"]),
+        ("gpu-worker-1", "open", ["nvidia-headless-580-open", "nvidia-utils-580"]),
+        ("gpu-worker-2", "proprietary", ["nvidia-headless-580", "nvidia-utils-580"]),
     ],
 )
 def test_ubuntu_gets_the_580_driver_of_its_flavour_from_the_pinned_cuda_repository(
@@ -124,13 +142,13 @@ def test_ubuntu_gets_the_580_driver_of_its_flavour_from_the_pinned_cuda_reposito
     for package in packages:
         status = node.run(f"dpkg-query -W -f '${{Status}} ${{Version}}' {package}").stdout
         assert status.startswith("install ok installed 580."), (flavour, package, status)
-    other = "nvidia-driver-580" if flavour == "open" else "nvidia-driver-580-open"
-    assert (
-        "ok installed"
-        not in node.run(f"dpkg-query -W -f '${{Status}}' {other} 2>/dev/null || true").stdout
-    )
+    other = "nvidia-headless-580" if flavour == "open" else "nvidia-headless-580-open"
+    # Headless: not the other flavour, nor a full (desktop and compute) driver.
+    for absent in (other, "nvidia-driver-580", "nvidia-driver-580-open"):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {absent} 2>/dev/null || true").stdout
+        assert "ok installed" not in status, absent
     # Branch 570 is there too and is not taken.
-    assert "570." in node.run("apt-cache madison nvidia-driver-570").stdout
+    assert "570." in node.run("apt-cache madison nvidia-headless-570-open").stdout
     # NVIDIA's cuda-repository-pin-600: apt ranks the CUDA repository above the distribution.
     policy = node.run(f"apt-cache policy {packages[0]}").stdout
     assert (
