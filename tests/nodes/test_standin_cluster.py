@@ -29,7 +29,13 @@ from infra.gpu import (
 )
 from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES, DEFAULT_NODES
 from tests.nodes.harness.machine import Node
-from tests.nodes.harness.provision import CONTROL_PLANE, WORKERS, Provisioned
+from tests.nodes.harness.provision import (
+    CONTROL_PLANE,
+    HALF_JOINED_KUBELET_CONF,
+    HALF_JOINED_WORKER,
+    WORKERS,
+    Provisioned,
+)
 from tests.nodes.harness.standin_repo import PAYLOADS
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
@@ -256,6 +262,31 @@ def test_worker_joined_once_with_a_token_from_the_control_plane(
     assert join["nodeRegistration"]["taints"] == [GPU_TAINT]
     # The join configuration holds the token: the role removes it after joining.
     assert not (worker.root / "etc/kubernetes/kubeadm-join.yaml").exists()
+
+
+def test_a_worker_whose_join_failed_half_way_was_reset_and_joined_again(
+    provisioned: Provisioned,
+) -> None:
+    # kubelet.conf was there before the converging run, the node unknown to the API server: the
+    # role asked with the node's credentials, got NotFound, reset and joined (not skipped the join).
+    node = provisioned.cluster.node(HALF_JOINED_WORKER)
+    verbs = [
+        call["argv"][0]
+        for call in _calls(node, "/var/lib/kubeadm-standin/calls.jsonl")
+        if call["argv"][:1] in (["reset"], ["join"])
+    ]
+    assert verbs == ["reset", "join"]
+    assert node.read("/etc/kubernetes/kubelet.conf") != HALF_JOINED_KUBELET_CONF
+    assert node.read("/var/lib/kubeadm-standin/registered-node").strip() == HALF_JOINED_WORKER
+    asked = [
+        call["argv"]
+        for call in _calls(node, "/var/lib/kubectl-standin/calls.jsonl")
+        if call["argv"][:2] == ["get", "node"]
+    ]
+    # Asked before the join (NotFound) and again in the rerun (found): never joined twice.
+    assert len(asked) == 2, asked
+    assert asked[0][2] == HALF_JOINED_WORKER
+    assert "--kubeconfig=/etc/kubernetes/kubelet.conf" in asked[0]
 
 
 def test_cni_manifest_was_applied_with_the_admin_kubeconfig(control_plane: Node) -> None:
