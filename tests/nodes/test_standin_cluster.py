@@ -124,6 +124,16 @@ def test_the_real_debian_driver_is_installed_headless_with_open_modules_and_find
 
 
 @pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_no_unit_failed_but_the_persistence_daemon_which_needs_a_gpu(
+    provisioned: Provisioned, name: str
+) -> None:
+    node = provisioned.cluster.node(name)
+    failed = node.run("systemctl list-units --failed --plain --no-legend").stdout.split("\n")
+    units = {line.split()[0] for line in failed if line.strip()}
+    assert units <= {"nvidia-persistenced.service"}, failed
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
 def test_debian_packages_came_through_the_apt_proxy(provisioned: Provisioned, name: str) -> None:
     node = provisioned.cluster.node(name)
     proxy = provisioned.cluster.proxy
