@@ -25,6 +25,7 @@ Times are nanoseconds on the report's timeline. Rows with ``start = end = 0`` ca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -255,21 +256,17 @@ _MAX_PROCESSES = 64
 
 def _launch_processes(export: Export, caller: str, *, same_process: bool) -> list[int] | None:
     """The processes calling the CUDA API (none needed when calls match kernels of any
-    process); None when the calls do not fit ``LAUNCH_TABLE``'s key."""
-    connection = export.connection
-    low, high = connection.execute(
-        f"SELECT min(correlationId), max(correlationId) FROM {schema.RUNTIME}"
+    process); None when the calls do not fit ``LAUNCH_TABLE``'s key. One pass reads both."""
+    low, high, callers = export.connection.execute(
+        f"""SELECT min(r.correlationId), max(r.correlationId),
+                   {f"json_group_array(DISTINCT {caller})" if same_process else "'[]'"}
+            FROM {schema.RUNTIME} AS r"""
     ).fetchone()
     if low is not None and not (
         isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= _CORRELATION_MAX
     ):
         return None
-    if not same_process:
-        return []
-    found = [
-        value
-        for (value,) in connection.execute(f"SELECT DISTINCT {caller} FROM {schema.RUNTIME} AS r")
-    ]
+    found = json.loads(callers)
     pids = [value for value in found if isinstance(value, int)]
     if len(pids) > _MAX_PROCESSES or len(pids) + found.count(None) < len(found):
         return None
