@@ -7,6 +7,11 @@ device index under 256, a process id of 24 bits, string and correlation ids unde
 2^32), but nothing in the format promises it, so each group also stores its columns and a row
 whose key matches a group with other columns fails the ``ok`` check; a key that overflows 64 bits
 fails too. ``aggregate`` then returns False and the caller groups the slower, general way.
+
+A key can also be exact by construction, and then the group stores no identity columns (an
+upsert's cost grows with the row it rewrites): a process's slot among the few processes seen,
+a string id checked to fit its bits, and any row outside those bounds turned into a key that is
+not an integer (0.5), which SQLite refuses ("datatype mismatch"), so the slower way runs.
 """
 
 from __future__ import annotations
@@ -54,19 +59,21 @@ def aggregate(
     parameters: Mapping[str, object] | None = None,
 ) -> bool:
     """Fill ``table`` (``temp.`` something: key, ok, columns...) with one row per key over
-    ``source``; False when two groups share a key (the table is then incomplete).
+    ``source``; False when two groups share a key or a key is not an integer (the table is then
+    incomplete). Without "same" columns the key must be exact by construction (no ``ok``).
 
     ``source`` is ``FROM ... WHERE ...``: an upsert's SELECT needs its WHERE (SQLite's syntax).
     """
     connection = export.connection
     connection.execute(f"DROP TABLE IF EXISTS {table}")
-    names = ", ".join(column.name for column in columns)
-    connection.execute(
-        f"CREATE TABLE {table} (key INTEGER PRIMARY KEY, ok INTEGER NOT NULL CHECK (ok), {names})"
-    )
     same = " AND ".join(f"{c.name} IS excluded.{c.name}" for c in columns if c.combine == "same")
+    ok = ["ok INTEGER NOT NULL CHECK (ok)"] if same else []
+    connection.execute(
+        f"CREATE TABLE {table} (key INTEGER PRIMARY KEY, "
+        f"{', '.join(ok + [column.name for column in columns])})"
+    )
     updates = ", ".join(
-        [f"ok = ({same or 1})"]
+        ([f"ok = ({same})"] if same else [])
         + [
             f"{c.name} = " + _UPDATE[c.combine].format(c=c.name)
             for c in columns
@@ -76,7 +83,7 @@ def aggregate(
     values = ", ".join(column.expression for column in columns)
     try:
         connection.execute(
-            f"INSERT INTO {table} SELECT {key}, 1, {values} {source} "
+            f"INSERT INTO {table} SELECT {key}, {'1, ' if same else ''}{values} {source} "
             f"ON CONFLICT (key) DO UPDATE SET {updates}",
             dict(parameters or {}),
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler_app.trace import grouping
+from profiler_app.trace import grouping, queries
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
 from tests.support.nsys import PID, ReportBuilder
@@ -77,7 +77,8 @@ def test_processes_whose_packed_keys_clash_are_grouped_apart(
     report.add_api_calls(launch, [3 * MS], [3 * MS + 7 * US], [1], pid=OTHER_VM, thread=PID)
     result = summary_of(report.write(tmp_path / "r.sqlite"))
     assert fast_paths["temp.trace_kernel_groups"] is False
-    assert fast_paths["temp.trace_api_groups"] is False
+    # API calls are keyed by the process's slot among the callers: exact, so no clash
+    assert fast_paths["temp.trace_api_groups"] is True
     gpu = result.gpus[0]
     (kernel,) = gpu.kernels
     assert (kernel.count, kernel.total_ns, kernel.min_ns, kernel.max_ns) == (3, 4 * MS, MS, 2 * MS)
@@ -85,6 +86,28 @@ def test_processes_whose_packed_keys_clash_are_grouped_apart(
     assert (gpu.launches, gpu.launch_ns) == (3, 2 * 3 * US + 7 * US)
     (api,) = result.api
     assert (api.name, api.count, api.total_ns) == ("cudaLaunchKernel", 3, 13 * US)
+    with open_report(str(tmp_path / "r.sqlite")) as export:
+        groups = queries.api_groups(export, queries.api_callers(export))
+    assert sorted((g.pid, g.durations.count) for g in groups) == [
+        (PID << 24, 2),
+        (OTHER_VM << 24, 1),
+    ]
+
+
+def test_api_calls_of_more_processes_than_slots_are_grouped_the_general_way(
+    tmp_path: Path, fast_paths: dict[str, bool]
+) -> None:
+    report = ReportBuilder()
+    report.add_kernels("k", [0], MS, launch_ns=2 * US)
+    for pid in range(1000, 1065):  # 65 processes, one more than the slots
+        report.add_api_calls("cudaMemGetInfo_v3020", [2 * MS], [2 * MS + pid], pid=pid)
+    result = summary_of(report.write(tmp_path / "r.sqlite"))
+    assert "temp.trace_api_groups" not in fast_paths
+    calls = {s.name: (s.count, s.total_ns, s.min_ns, s.max_ns) for s in result.api}
+    assert calls == {
+        "cudaMemGetInfo": (65, sum(range(1000, 1065)), 1000, 1064),
+        "cudaLaunchKernel": (1, 2 * US, 2 * US, 2 * US),
+    }
 
 
 def test_correlation_ids_beyond_32_bits_are_joined_the_general_way(
