@@ -155,31 +155,37 @@ def _pid_column(export: Export, table: str, alias: str) -> str:
 
 
 def kernel_groups(export: Export, short_ns: int, callers: Callers | None) -> list[KernelGroup]:
+    """Kernels per (device, process, name), keyed exactly by the device (8 bits), the
+    process's slot (6 bits) and the 32-bit name id (``grouping``), by ``GROUP BY`` beyond."""
     if not export.has(schema.KERNEL):
         return []
     name = "demangledName" if export.has_column(schema.KERNEL, "demangledName") else "shortName"
     pid = _pid_column(export, schema.KERNEL, "k")
     launch = _launch_join(export, pid, callers)
     columns = [
-        grouping.Column("device", "k.deviceId", "same"),
-        grouping.Column("pid", pid, "same"),
-        grouping.Column("name_id", f"k.{name}", "same"),
         *_duration_aggregates("k"),
         grouping.Column("short", "k.end - k.start < :short", "sum"),
         grouping.Column("launches", launch.calls if launch else "0", "sum"),
         grouping.Column("launch_ns", launch.ns if launch else "0", "sum"),
     ]
-    key = grouping.packed_key(("k.deviceId", 8), (f"({_process_bits(pid)})", 24), (f"k.{name}", 31))
+    pids = _kernel_processes(export, pid, callers)
+    slot = "0" if pid == "NULL" else _slot(pid, pids or [])
+    device = f"CASE WHEN k.deviceId BETWEEN 0 AND {_DEVICE_MAX} THEN k.deviceId END"
+    name_id = f"CASE WHEN k.{name} BETWEEN 0 AND {_ID_MAX} THEN k.{name} END"
+    key = f"coalesce({grouping.packed_key((device, 8), (slot, 6), (name_id, 32))}, 0.5)"
     source = f"FROM {schema.KERNEL} AS k {launch.join if launch else ''} WHERE {_timed('k')}"
     parameters = {"short": short_ns}
-    if not grouping.aggregate(
+    if pids is not None and grouping.aggregate(
         export, table=KERNEL_GROUPS, key=key, columns=columns, source=source, parameters=parameters
     ):
+        group = ("g.key >> 38", _process_of_slot("(g.key >> 32) & 63", pids), f"g.key & {_ID_MAX}")
+    else:
         _group_kernels_by_sorting(export, name, pid, launch, parameters)
+        group = ("g.device", "g.pid", "g.name_id")
     sql = f"""
-        SELECT g.device, g.pid, coalesce(s.value, 'kernel #' || g.name_id), {_DURATIONS},
+        SELECT {group[0]}, {group[1]}, coalesce(s.value, 'kernel #' || {group[2]}), {_DURATIONS},
                g.short, g.launches, g.launch_ns
-        FROM {KERNEL_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+        FROM {KERNEL_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = {group[2]}
     """
     return [
         KernelGroup(
@@ -193,6 +199,19 @@ def kernel_groups(export: Export, short_ns: int, callers: Callers | None) -> lis
         )
         for row in export.connection.execute(sql)
     ]
+
+
+def _kernel_processes(export: Export, pid: str, callers: Callers | None) -> list[int] | None:
+    """The processes whose kernels the report holds, for their slots: those calling the CUDA
+    API (a kernel's process launched it), else read from the kernel table."""
+    if pid == "NULL":
+        return []
+    if callers is not None and callers.processes is not None:
+        return callers.processes
+    (found,) = export.connection.execute(
+        f"SELECT json_group_array(DISTINCT {pid}) FROM {schema.KERNEL} AS k"
+    ).fetchone()
+    return _processes(found)
 
 
 @dataclass(frozen=True)
@@ -253,13 +272,9 @@ def _launch_join(export: Export, pid: str, callers: Callers | None) -> _LaunchJo
     )
 
 
-def _process_bits(pid: str) -> str:
-    """The process id's 24 bits of a ``globalPid`` (``(pid << 24)``, hardware and VM above)."""
-    return f"(coalesce({pid}, 0) >> 24) & {(1 << 24) - 1}"
-
-
 _CORRELATION_MAX = (1 << 32) - 1
 _ID_MAX = (1 << 32) - 1  # of a string id in a packed key
+_DEVICE_MAX = (1 << 8) - 1
 _MAX_PROCESSES = 64
 _CALLER = f"r.globalTid & {schema.PROCESS_MASK}"  # the calling process of API call ``r``
 
@@ -286,10 +301,16 @@ def api_callers(export: Export) -> Callers | None:
     fit = low is None or (
         isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= _CORRELATION_MAX
     )
-    found = json.loads(callers)
-    pids = sorted(value for value in found if isinstance(value, int))  # groups in process order
+    return Callers(_processes(callers), fit)
+
+
+def _processes(found_json: str) -> list[int] | None:
+    """The distinct processes of a ``json_group_array``, in order (so are the groups); None
+    beyond ``_MAX_PROCESSES`` or when one is not an integer."""
+    found = json.loads(found_json)
+    pids = sorted(value for value in found if isinstance(value, int))
     known = len(pids) <= _MAX_PROCESSES and len(pids) + found.count(None) == len(found)
-    return Callers(pids if known else None, fit)
+    return pids if known else None
 
 
 def _slot(pid: str, pids: list[int]) -> str:
