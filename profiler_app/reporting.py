@@ -19,7 +19,8 @@ from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, liter
 
 from profiler_app.analysis.basis import JobType
 from profiler_app.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.models import UNKNOWN_START_TIME, gpu_window, pod_usage, trace_gpu
+from profiler_app.sinks.store.models import gpu_window, pod_usage, trace_gpu
+from profiler_app.sinks.store.schema import UNKNOWN_START_TIME
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
 # Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the

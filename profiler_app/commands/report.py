@@ -26,13 +26,10 @@ from profiler_app.reporting import (
 from profiler_app.sinks.store.engine import (
     create_store_engine,
     current_revisions,
-    default_store_url,
     describe_error,
-    display_url,
     head_revisions,
-    parse_store_url,
-    redact,
 )
+from profiler_app.sinks.store.urls import default_store_url, parse_store_url, redact
 
 _VIEW_TITLES = {
     "node": "Nodes",
@@ -110,7 +107,7 @@ def handle(args: argparse.Namespace) -> int:
     engine = create_store_engine(url, create_file=False)
     try:
         with engine.connect() as connection:
-            _check_schema(current_revisions(connection), display_url(url))
+            _check_schema(current_revisions(connection), url.display())
             report = build_report(
                 connection,
                 since=since,
@@ -120,9 +117,7 @@ def handle(args: argparse.Namespace) -> int:
                 idle_below_percent=args.idle_below,
             )
     except SQLAlchemyError as error:
-        raise UserError(
-            f"cannot read the store {display_url(url)}: {describe_error(error)}"
-        ) from None
+        raise UserError(f"cannot read the store {url.display()}: {describe_error(error)}") from None
     finally:
         engine.dispose()
     rows = report_rows(report, args.by)

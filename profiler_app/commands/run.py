@@ -248,9 +248,9 @@ class RunConfig:
         )
         store = "none"
         if self.store_url is not None:
-            from profiler_app.sinks.store.engine import display_url, parse_store_url  # noqa: PLC0415
+            from profiler_app.sinks.store.urls import parse_store_url  # noqa: PLC0415
 
-            store = display_url(parse_store_url(self.store_url))
+            store = parse_store_url(self.store_url).display()
             kept = self.retention_seconds
             store += f" retention={format_duration(kept) if kept else 'none'}"
         metrics = (
@@ -278,7 +278,7 @@ def _store_url(text: str | None) -> str | None:
     """The store URL, validated (one error line before anything starts); None for 'none'."""
     if text is not None and text.strip().lower() == "none":
         return None
-    from profiler_app.sinks.store.engine import default_store_url, parse_store_url  # noqa: PLC0415
+    from profiler_app.sinks.store.urls import default_store_url, parse_store_url  # noqa: PLC0415
 
     url = text.strip() if text else default_store_url()
     parse_store_url(url)
@@ -320,10 +320,10 @@ def _retention(text: str | None, store_url: str | None) -> float | None:
     if store_url is None or (text is not None and text.strip().lower() == "none"):
         return None
     if text is None:
-        from profiler_app.sinks.store.engine import parse_store_url, sqlite_path  # noqa: PLC0415
         from profiler_app.sinks.store.retention import DEFAULT_SQLITE_RETENTION  # noqa: PLC0415
+        from profiler_app.sinks.store.urls import parse_store_url  # noqa: PLC0415
 
-        if sqlite_path(parse_store_url(store_url)) is None:
+        if parse_store_url(store_url).sqlite_path() is None:
             return None
         text = DEFAULT_SQLITE_RETENTION
     return _required_duration(text, "--retention")

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from profiler_app.errors import UserError
-from profiler_app.sinks.store.engine import default_store_url, parse_store_url, redact
 from profiler_app.sinks.store.traces import TraceStore, trace_rows
+from profiler_app.sinks.store.urls import default_store_url, parse_store_url, redact
 from profiler_app.trace.export import open_report
 from profiler_app.trace.render import render
 from profiler_app.trace.summary import TraceSummary, summarise, to_json

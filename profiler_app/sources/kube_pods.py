@@ -1,7 +1,8 @@
 """The pods scheduled on this node, kept current by a Kubernetes list + watch in a thread.
 
 The watcher lists pods with ``fieldSelector=spec.nodeName=<node>``, in pages of
-``LIST_PAGE_SIZE`` (``limit`` + ``continue``), then watches from the list's resourceVersion,
+``LIST_PAGE_SIZE`` (``limit`` + ``continue``; a list that repeats a continue token or runs past
+``MAX_LIST_PAGES`` pages fails and backs off), then watches from the list's resourceVersion,
 applying ADDED/MODIFIED/DELETED events and following BOOKMARKs. A watch that ends
 (``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted, or a
 continue token expired) means a fresh list; any other failure waits out the one back-off policy
@@ -40,6 +41,9 @@ PODS_PATH = "/api/v1/pods"  # all namespaces; the field selector keeps this node
 # Pods per list page: a node holds a few hundred pods at most (kubelet's default maxPods is 110),
 # so one page is the rule; paging bounds the answer should a selector ever match more.
 LIST_PAGE_SIZE = 500
+# An API server that keeps answering with a continue token (the same one again, or pages without
+# end) would hold the list forever: past this many pages the list fails and backs off instead.
+MAX_LIST_PAGES = 100
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,10 @@ class WatchExpiredError(Exception):
 
 class ListExpiredError(Exception):
     """A paged list's continue token expired (410) before its last page: list again."""
+
+
+class ListPagingError(Exception):
+    """A paged list did not end: a continue token came back twice, or pages ran past the bound."""
 
 
 def _quantity(value: Any) -> int:
@@ -163,6 +171,7 @@ class PodWatcher:
         backoff_initial: float = 1.0,
         backoff_max: float = 60.0,
         page_size: int = LIST_PAGE_SIZE,
+        max_pages: int = MAX_LIST_PAGES,
     ) -> None:
         self._connection = connection
         self.node = node
@@ -170,6 +179,7 @@ class PodWatcher:
         self._watch_timeout = watch_timeout_seconds
         self._backoff = Backoff(backoff_initial, backoff_max)
         self._page_size = page_size
+        self._max_pages = max_pages
         self._pods: dict[str, PodInfo] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -251,7 +261,8 @@ class PodWatcher:
         one snapshot, at the version the first one gives."""
         pods = {}
         token: str | None = None
-        while True:
+        seen: set[str] = set()
+        for _ in range(self._max_pages):
             query: dict[str, str | int | None] = {
                 "fieldSelector": self._selector,
                 "limit": self._page_size,
@@ -270,6 +281,14 @@ class PodWatcher:
             token = metadata.get("continue") or None
             if token is None:
                 return pods, str(metadata["resourceVersion"])
+            if token in seen:
+                raise ListPagingError(
+                    f"the pod list repeated a continue token on page {len(seen) + 1}"
+                )
+            seen.add(token)
+        raise ListPagingError(
+            f"the pod list did not end after {self._max_pages} pages of {self._page_size}"
+        )
 
     def _watch(self) -> None:
         connect_timeout = self._connection.request_timeout[0]

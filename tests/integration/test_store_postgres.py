@@ -16,12 +16,8 @@ from alembic import command
 
 from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.sinks.store import StoreError, TableStore
-from profiler_app.sinks.store.engine import (
-    MIGRATION_LOCK_ID,
-    alembic_config,
-    create_store_engine,
-    parse_store_url,
-)
+from profiler_app.sinks.store.engine import MIGRATION_LOCK_ID, alembic_config, create_store_engine
+from profiler_app.sinks.store.urls import parse_store_url
 
 if TYPE_CHECKING:
     from tests.support.postgres import PostgresServer

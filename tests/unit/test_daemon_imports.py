@@ -24,7 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # Local mode's: the terminal table (rich), NVML and host sampling (psutil).
 LOCAL_ONLY = ("rich", "pynvml", "psutil")
 # Loaded in DaemonSet mode: proof that the whole mode was built, not an early exit.
-DAEMONSET_PARTS = ("kubernetes", "sqlalchemy", "profiler_app.sinks.kubernetes")
+DAEMONSET_PARTS = (
+    "kubernetes",
+    "sqlite3",
+    "profiler_app.sinks.kubernetes",
+    "profiler_app.sinks.store",
+)
+# The store's migration and report libraries: the daemon writes through the DB-API driver.
+STORE_TOOLS = ("sqlalchemy", "alembic")
 
 BUILD = """
 import contextlib, json, sys
@@ -75,6 +82,7 @@ def test_the_daemonset_mode_leaves_local_mode_libraries_out(
     )
     assert set(DAEMONSET_PARTS) <= loaded
     assert loaded & set(LOCAL_ONLY) == set()
+    assert loaded & set(STORE_TOOLS) == set()
     assert not {"profiler_app.sinks.terminal", "profiler_app.sources.nvml"} & loaded
 
 

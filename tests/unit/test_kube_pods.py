@@ -6,6 +6,7 @@ Timeouts and back-off delays are shortened so each test takes well under a secon
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from profiler_app.kube import KubeConnection
-from profiler_app.sources.kube_pods import PodInfo, PodWatcher, pod_info
+from profiler_app.sources.kube_pods import ListPagingError, PodInfo, PodWatcher, pod_info
 from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver, wait_until
 
 NODE = "node-a"
@@ -212,6 +213,52 @@ def test_a_list_whose_continue_token_expired_starts_over(
     lists = apiserver.requests(path=PODS_PATH)
     # The first page, its continuation (410 Expired), then the three pages again.
     assert ["continue" in r.query for r in lists] == [False, True, False, True, True]
+
+
+class EndlessPages(KubeConnection):
+    """The real connection's client, but every list page names a next page: ``tokens`` gives
+    the continue tokens (the same one again, or new ones without end)."""
+
+    def __init__(self, connection: KubeConnection, tokens: Iterator[str]) -> None:
+        super().__init__(connection.api_client, connection.request_timeout)
+        self.tokens = tokens
+        self.pages = 0
+
+    def get_json(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        self.pages += 1
+        return {"metadata": {"resourceVersion": "7", "continue": next(self.tokens)}, "items": []}
+
+
+def test_a_list_repeating_its_continue_token_fails_at_the_repeat(
+    connection: KubeConnection,
+) -> None:
+    endless = EndlessPages(connection, itertools.repeat("same"))
+    watcher = PodWatcher(endless, NODE)
+
+    with pytest.raises(ListPagingError, match="repeated a continue token on page 2"):
+        watcher._relist()
+    assert endless.pages == 2
+    assert not watcher.wait_until_synced(0)
+
+
+def test_a_list_without_end_fails_after_max_pages_and_backs_off(
+    connection: KubeConnection, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    endless = EndlessPages(connection, (f"token-{n}" for n in itertools.count()))
+    watcher = PodWatcher(endless, NODE, max_pages=5, backoff_initial=0.05, backoff_max=0.05)
+    watcher.start()
+    try:
+        assert wait_until(lambda: caplog.text.count("did not end after 5 pages") >= 2)
+    finally:
+        watcher.stop()
+
+    assert (
+        f"pod watch on {NODE} failed (ListPagingError: the pod list did not end after 5 pages"
+        in caplog.text
+    )
+    assert endless.pages % 5 == 0  # whole lists of 5 pages, each followed by a back-off
+    assert not watcher.wait_until_synced(0)
 
 
 def test_hung_list_times_out_and_recovers(apiserver: StandInApiServer, make_watcher: Any) -> None:

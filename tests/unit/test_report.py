@@ -40,7 +40,8 @@ from profiler_app.model import (
 from profiler_app.pods import pod_usage
 from profiler_app.reporting import build_report, report_rows, view_columns
 from profiler_app.sinks.store import TableStore
-from profiler_app.sinks.store.engine import create_store_engine, parse_store_url
+from profiler_app.sinks.store.engine import create_store_engine
+from profiler_app.sinks.store.urls import parse_store_url
 from profiler_app.sources.kube_pods import pod_info
 from tests.support.apiserver import pod_manifest
 

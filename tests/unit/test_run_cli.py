@@ -231,7 +231,7 @@ def test_configuration_log_hides_passwords() -> None:
     line = config.describe()
     assert "s3cret" not in line
     assert "t0ken" not in line
-    assert "store=postgresql+psycopg://profiler:***@db.internal:5432/gpus" in line
+    assert "store=postgresql://profiler:***@db.internal:5432/gpus" in line
     assert "prometheus=https://***@prometheus.example:9090" in line
     assert "node=gpu-node-2" in line
     assert "metrics=http://127.0.0.1:9401/metrics" in line

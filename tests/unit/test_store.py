@@ -33,14 +33,11 @@ from profiler_app.model import (
     PodUsage,
 )
 from profiler_app.sinks.store import StoreError, TableStore, default_store_url
-from profiler_app.sinks.store.engine import (
-    SCHEMA_HEAD,
-    alembic_config,
-    create_store_engine,
-    head_revisions,
-    parse_store_url,
-)
+from profiler_app.sinks.store.engine import alembic_config, create_store_engine, head_revisions
 from profiler_app.sinks.store.models import gpu_window, metadata, pod_usage
+from profiler_app.sinks.store.schema import SCHEMA_HEAD
+from profiler_app.sinks.store.sink import _PEAK_COLUMNS, _POD_KEY, _gpu_window_row, _pod_row
+from profiler_app.sinks.store.urls import parse_store_url
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -115,12 +112,13 @@ def test_schema_head_is_alembics_head() -> None:
     assert ScriptDirectory.from_config(alembic_config()).get_heads() == [SCHEMA_HEAD]
 
 
-def test_the_daemons_store_never_loads_alembic_or_the_orm(store_url: str) -> None:
-    """The daemon's memory: a store behind is migrated by a child process (new processes here)."""
+def test_the_daemons_store_never_loads_sqlalchemy_or_alembic(store_url: str) -> None:
+    """The daemon's memory: it writes through the DB-API driver, and a store behind is migrated
+    by a child process (new processes here)."""
     probe = (
         "import sys; from profiler_app.sinks.store import TableStore; "
         f"TableStore({store_url!r}, migrate_in_child=True).close(); print(sorted(m for m in "
-        "sys.modules if m == 'alembic' or m.startswith(('alembic.', 'sqlalchemy.orm'))))"
+        "sys.modules if m.partition('.')[0] in ('alembic', 'sqlalchemy')))"
     )
     for _ in ("a new store, migrated", "the store at head"):
         done = subprocess.run(
@@ -131,6 +129,39 @@ def test_the_daemons_store_never_loads_alembic_or_the_orm(store_url: str) -> Non
         with engine.connect() as connection:
             assert MigrationContext.configure(connection).get_current_heads() == (SCHEMA_HEAD,)
         engine.dispose()
+
+
+def test_the_writers_columns_are_the_tables_columns() -> None:
+    """The DB-API writer names its columns by the rows it builds; the tables are models.py's."""
+    window = _gpu_window_row(cycle(T0, [profile("0")]), profile("0"), None)
+    usage = _pod_row(pod(), T0)
+    for row, table in ((window, gpu_window), (usage, pod_usage)):
+        required = {column.name for column in table.columns if not column.nullable} - {"id"}
+        assert required <= set(row) <= set(table.columns.keys())
+    assert set(_PEAK_COLUMNS) | set(_POD_KEY) <= set(pod_usage.columns.keys())
+
+
+def test_times_are_stored_as_sqlalchemy_stores_them(store: TableStore, store_url: str) -> None:
+    """Rows from the daemon and from SQLAlchemy (report, trace) compare and sort alike."""
+    at = T0 + timedelta(seconds=30)
+    whole_second = T0 + timedelta(minutes=1)
+    store.publish(cycle(at, [profile("0")]))
+    store.publish(cycle(whole_second, [profile("0")]))
+    engine = engine_for(store_url)
+    with engine.begin() as connection:
+        for when in (at, whole_second):
+            connection.execute(
+                sa.insert(gpu_window),
+                [_gpu_window_row(cycle(when, [profile("1")]), profile("1"), None)],
+            )
+        stored = connection.execute(
+            sa.text("SELECT gpu, CAST(at AS TEXT) FROM gpu_window ORDER BY at, gpu")
+        ).all()
+        read_back = connection.execute(sa.select(gpu_window.c.at).order_by(gpu_window.c.at)).all()
+    engine.dispose()
+    by_gpu = {gpu: [text for g, text in stored if g == gpu] for gpu in ("0", "1")}
+    assert by_gpu["0"] == by_gpu["1"]  # the same text (SQLite) or timestamptz (PostgreSQL)
+    assert [row[0] for row in read_back] == [at, at, whole_second, whole_second]
 
 
 def test_a_migration_in_a_child_process_reports_a_newer_schema(
@@ -444,6 +475,8 @@ def test_default_url_is_a_sqlite_file_in_the_user_data_dir(
         ("mysql://u@h/db", "unsupported store URL scheme 'mysql'"),
         ("sqlite://", "needs a file"),
         ("sqlite:///:memory:", "needs a file"),
+        ("sqlite:///profiler.db?mode=ro", "malformed SQLite store URL"),
+        ("postgresql://u:hunter2@h:99999/db", "malformed store URL"),
         ("postgresql+asyncpg://u@h/db", "unsupported PostgreSQL driver"),
         ("postgresql://u:hunter2@127.0.0.1:5/", "names no database"),
     ],
@@ -457,8 +490,9 @@ def test_bad_urls_are_one_line_errors_without_passwords(url: str, message: str) 
 
 def test_plain_postgresql_urls_use_psycopg() -> None:
     parsed = parse_store_url("postgresql://profiler:s3cret@db.example:5432/profiler")
-    assert parsed.drivername == "postgresql+psycopg"
-    assert parse_store_url("postgres://u@h/d").drivername == "postgresql+psycopg"
+    assert parsed.backend == "postgresql"
+    assert parse_store_url("postgres://u@h/d").backend == "postgresql"
+    assert parse_store_url("postgresql+psycopg://u@h/d").backend == "postgresql"
 
 
 def test_sqlite_in_an_unwritable_place_is_a_user_error(tmp_path: Path) -> None:

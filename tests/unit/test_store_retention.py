@@ -16,8 +16,10 @@ import sqlalchemy as sa
 from profiler_app.cli import main
 from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
 from profiler_app.sinks.store import TableStore
-from profiler_app.sinks.store.engine import create_store_engine, parse_store_url
+from profiler_app.sinks.store.dbapi import Database
+from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.retention import Retention
+from profiler_app.sinks.store.urls import parse_store_url
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -49,6 +51,14 @@ def engine(store_url: str) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
+@pytest.fixture
+def database(engine: sa.Engine, store_url: str) -> Iterator[Database]:
+    """The daemon's DB-API connection to the same (migrated) store."""
+    database = Database(parse_store_url(store_url))
+    yield database
+    database.close()
+
+
 def counts(engine: sa.Engine) -> tuple[int, int]:
     with engine.connect() as connection:
         windows = connection.execute(sa.text("SELECT count(*) FROM gpu_window")).scalar_one()
@@ -66,30 +76,30 @@ def fill(store_url: str, days_ago: list[int]) -> None:
 
 
 def test_rows_older_than_the_retention_go_and_newer_ones_stay(
-    engine: sa.Engine, store_url: str
+    engine: sa.Engine, database: Database, store_url: str
 ) -> None:
     fill(store_url, [100, 95, 91, 89, 10, 0])
     assert counts(engine) == (12, 6)
-    assert Retention(90 * DAY).prune(engine, NOW) == 3 * 2 + 3
+    assert Retention(90 * DAY).prune(database, NOW) == 3 * 2 + 3
     assert counts(engine) == (6, 3)
     with engine.connect() as connection:
         oldest = connection.execute(sa.text("SELECT min(pod) FROM pod_usage")).scalar_one()
     assert oldest == "pod-0"  # pod-10 and pod-89 remain too; min() sorts text
-    assert Retention(90 * DAY).prune(engine, NOW) == 0
+    assert Retention(90 * DAY).prune(database, NOW) == 0
 
 
 def test_a_backlog_is_deleted_in_bounded_batches_over_several_calls(
-    engine: sa.Engine, store_url: str
+    engine: sa.Engine, database: Database, store_url: str
 ) -> None:
     fill(store_url, [200 + day for day in range(10)])  # 20 GPU rows, 10 pod rows, all old
     clock = [0.0]
     retention = Retention(90 * DAY, batch_rows=3, max_batches=4, every=3600, clock=lambda: clock[0])
     assert retention.due()
-    assert retention.prune(engine, NOW) == 12  # 4 batches of 3 rows, then it stops
+    assert retention.prune(database, NOW) == 12  # 4 batches of 3 rows, then it stops
     assert counts(engine) == (8, 10)
     assert retention.due()  # unfinished: due again at once
-    assert retention.prune(engine, NOW) == 11  # 8 GPU rows (3 batches), then 3 pod rows (1)
-    assert retention.prune(engine, NOW) == 7
+    assert retention.prune(database, NOW) == 11  # 8 GPU rows (3 batches), then 3 pod rows (1)
+    assert retention.prune(database, NOW) == 7
     assert counts(engine) == (0, 0)
     assert not retention.due()  # finished: next in an hour
     clock[0] = 3600.0

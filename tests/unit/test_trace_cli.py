@@ -25,11 +25,8 @@ from profiler_app.cli import main
 from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.reporting import view_columns
 from profiler_app.sinks.store import TableStore
-from profiler_app.sinks.store.engine import (
-    alembic_config,
-    create_store_engine,
-    parse_store_url,
-)
+from profiler_app.sinks.store.engine import alembic_config, create_store_engine
+from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.nsys import HTOD, PAGEABLE, ReportBuilder
 
 pytest_plugins = ["tests.support.postgres"]

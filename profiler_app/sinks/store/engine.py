@@ -1,25 +1,31 @@
-"""Store URLs, engines and schema migrations.
+"""SQLAlchemy engines and Alembic migrations: for the migration process, ``report`` and
+``trace``. The daemon writes through the DB-API drivers instead (``dbapi.py``).
 
-SQLite (a file, the default) or PostgreSQL through psycopg 3. SQLite runs in WAL mode with
-``synchronous=FULL``: each cycle commits once every few tens of seconds, so an fsync per commit
-costs nothing, and in exchange a committed cycle survives power loss as well as a killed process.
+SQLite (a file) or PostgreSQL through psycopg 3, from the parts ``urls.parse_store_url`` found.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import platformdirs
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from profiler_app.errors import UserError
-from profiler_app.paths import user_path
+from profiler_app.sinks.store.dbapi import (
+    HAS_VERSION_TABLE,
+    POSTGRESQL_DEFAULTS,
+    READ_REVISIONS,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    UnknownSchemaError,
+    describe_driver_error,
+    prepare_sqlite_writer,
+    sqlite_file,
+)
+from profiler_app.sinks.store.schema import SCHEMA_HEAD
+from profiler_app.sinks.store.urls import StoreUrl
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -30,91 +36,45 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-# The newest revision in migrations/versions (a test checks it against Alembic's own answer).
-SCHEMA_HEAD = "0003"
-VERSION_TABLE = "alembic_version"
 # Any fixed number: serialises concurrent upgrades by daemons sharing one PostgreSQL database.
 MIGRATION_LOCK_ID = 0x67707570726F66
-_SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
-_URL_HELP = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
 
 
-def default_store_url() -> str:
-    """The SQLite file under this user's data directory (created when the store opens)."""
-    path = Path(platformdirs.user_data_dir("gpu-profiler")) / "profiler.db"
-    return f"sqlite:///{path}"
-
-
-def redact(url: str) -> str:
-    """``url`` with any password masked, for messages about URLs that did not parse."""
-    return re.sub(r"(://[^/@:]*:)[^/]*@", r"\1***@", url)
-
-
-def parse_store_url(url: str) -> URL:
-    """The SQLAlchemy URL for a store URL, or ``UserError`` saying what is wrong (no password)."""
-    try:
-        parsed = make_url(url.strip())
-    except ArgumentError:
-        raise UserError(f"malformed store URL {redact(url)!r}: {_URL_HELP}") from None
-    backend, _, driver = parsed.drivername.partition("+")
-    if backend in {"postgresql", "postgres"}:
-        if driver not in {"", "psycopg"}:
-            raise UserError(f"unsupported PostgreSQL driver {driver!r}: use postgresql://")
-        if importlib.util.find_spec("psycopg") is None:
-            raise UserError(
-                "a PostgreSQL store needs psycopg: pip install 'gpu-cluster-profiler[postgres]'"
-            )
-        if not parsed.database:
-            raise UserError(f"store URL {display_url(parsed)!r} names no database")
-        return parsed.set(drivername="postgresql+psycopg")
-    if backend == "sqlite":
-        if driver not in {"", "pysqlite"}:
-            raise UserError(f"unsupported SQLite driver {driver!r}: use sqlite:///PATH")
-        if not parsed.database or parsed.database == ":memory:":
-            raise UserError("a SQLite store needs a file: sqlite:///PATH")
-        return parsed.set(drivername="sqlite+pysqlite")
-    raise UserError(f"unsupported store URL scheme {parsed.drivername!r}: {_URL_HELP}")
-
-
-def display_url(url: URL) -> str:
-    """``url`` safe for logs and messages: the password is masked."""
-    return url.render_as_string(hide_password=True)
-
-
-def sqlite_path(url: URL) -> Path | None:
-    """The database file of a SQLite URL; None for other backends."""
-    if url.get_backend_name() != "sqlite" or url.database is None:
-        return None
-    return user_path(url.database)
-
-
-def create_store_engine(url: URL, *, create_file: bool) -> Engine:
-    """An engine for ``url``. SQLite: the file must exist unless ``create_file``."""
-    path = sqlite_path(url)
+def sqlalchemy_url(url: StoreUrl) -> URL:
+    """SQLAlchemy's URL for the same parts (the SQLite path with ``~`` expanded)."""
+    path = url.sqlite_path()
     if path is not None:
-        if create_file:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise UserError(
-                    f"cannot create the store directory {path.parent}: {error}"
-                ) from None
-        elif not path.is_file():
-            raise UserError(
-                f"no store at {path} (run 'gpu-profiler run' first, or pass --store-url)"
-            )
-        url = url.set(database=str(path))
+        return URL.create("sqlite+pysqlite", database=str(path))
+    return URL.create(
+        "postgresql+psycopg",
+        username=url.username,
+        password=url.password,
+        host=url.host,
+        port=url.port,
+        database=url.database,
+        query=url.query,
+    )
+
+
+def create_store_engine(url: StoreUrl, *, create_file: bool) -> Engine:
+    """An engine for ``url``. SQLite: the file must exist unless ``create_file``."""
+    if sqlite_file(url, create=create_file) is not None:
         engine = create_engine(
-            url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_SECONDS}, pool_pre_ping=True
+            sqlalchemy_url(url),
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+            pool_pre_ping=True,
         )
         _configure_sqlite(engine, writer=create_file)
         return engine
     return create_engine(
-        url,
-        pool_pre_ping=True,  # a PostgreSQL restart between cycles costs no failed cycle
+        sqlalchemy_url(url),
+        pool_pre_ping=True,  # a PostgreSQL restart between uses costs no failed query
         pool_size=1,
         max_overflow=1,
-        connect_args={"connect_timeout": 10, "application_name": "gpu-profiler"},
+        # Defaults; libpq options in the URL win, as in the daemon's dbapi.Database.
+        connect_args={
+            key: value for key, value in POSTGRESQL_DEFAULTS.items() if key not in url.query
+        },
     )
 
 
@@ -124,22 +84,12 @@ def _configure_sqlite(engine: Engine, *, writer: bool) -> None:
         # sqlite3's legacy mode would not BEGIN before DDL or SELECT; SQLAlchemy's "begin"
         # event below emits BEGIN instead, so migrations and cycles are whole transactions.
         dbapi_connection.isolation_level = None
-        if not writer:
-            return  # readers take the file as the daemon left it
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=FULL")
-        finally:
-            cursor.close()
+        if writer:  # readers take the file as the daemon left it
+            prepare_sqlite_writer(dbapi_connection)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN")
-
-
-class UnknownSchemaError(Exception):
-    """The store has a schema revision this gpu-profiler does not know (a newer version's)."""
 
 
 def alembic_config() -> Config:
@@ -185,17 +135,16 @@ def head_revisions() -> tuple[str, ...]:
 
 
 def current_revisions(connection: Connection) -> tuple[str, ...]:
-    """The store's schema revision(s), sorted; empty when it has no gpu-profiler schema."""
-    if not inspect(connection).has_table(VERSION_TABLE):
+    """The store's schema revision(s), sorted; empty when it has no gpu-profiler schema.
+
+    The same statements as the daemon's ``Database.revisions``."""
+    if not connection.exec_driver_sql(HAS_VERSION_TABLE[connection.dialect.name]).scalar():
         return ()
-    rows = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))  # noqa: S608
-    return tuple(sorted(row[0] for row in rows))
+    return tuple(sorted(row[0] for row in connection.exec_driver_sql(READ_REVISIONS)))
 
 
 def describe_error(error: SQLAlchemyError) -> str:
     """The driver's first message line: no SQL, no parameters, no password."""
     if isinstance(error, DBAPIError) and error.orig is not None:
-        detail = str(error.orig).strip().splitlines()
-        kind = "database unavailable" if isinstance(error, OperationalError) else "database error"
-        return f"{kind}: {detail[0] if detail else type(error.orig).__name__}"
+        return describe_driver_error(error.orig)
     return type(error).__name__

@@ -25,11 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
-# PostgreSQL's unique keys treat NULLs as distinct, so an unknown pod start time would never
-# conflict and every cycle would add a row; the epoch stands in for "unknown" instead.
-UNKNOWN_START_TIME = datetime(1970, 1, 1, tzinfo=UTC)
-# Reasons are stored joined by "; " and cut to this length (a handful of short reasons fit).
-REASONS_LENGTH = 512
+from profiler_app.sinks.store.schema import REASONS_LENGTH
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -13,9 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from sqlalchemy import Delete, Engine, delete, select, tuple_
-
-from profiler_app.sinks.store.models import gpu_window, pod_usage
+from profiler_app.sinks.store.dbapi import Database
 
 log = logging.getLogger(__name__)
 
@@ -23,20 +21,15 @@ DEFAULT_SQLITE_RETENTION = "90d"
 BATCH_ROWS = 5_000
 MAX_BATCHES = 20  # per call: at most 100,000 rows, a few seconds of work
 PRUNE_EVERY_SECONDS = 3600.0
-
-
-def _gpu_window_batch(cutoff: datetime, rows: int) -> Delete:
-    oldest = select(gpu_window.c.id).where(gpu_window.c.at < cutoff).limit(rows)
-    return delete(gpu_window).where(gpu_window.c.id.in_(oldest))
-
-
-def _pod_usage_batch(cutoff: datetime, rows: int) -> Delete:
-    key = [pod_usage.c[name] for name in ("namespace", "pod", "node", "pod_start_time")]
-    oldest = select(*key).where(pod_usage.c.last_seen < cutoff).limit(rows)
-    return delete(pod_usage).where(tuple_(*key).in_(oldest))
-
-
-BATCHES: tuple[Callable[[datetime, int], Delete], ...] = (_gpu_window_batch, _pod_usage_batch)
+# One batch per statement: the keys of the oldest rows, at most LIMIT of them (both backends);
+# {cutoff} and {rows} become the driver's placeholders.
+BATCHES = (
+    "DELETE FROM gpu_window WHERE id IN"
+    " (SELECT id FROM gpu_window WHERE at < {cutoff} LIMIT {rows})",
+    "DELETE FROM pod_usage WHERE (namespace, pod, node, pod_start_time) IN"
+    " (SELECT namespace, pod, node, pod_start_time FROM pod_usage"
+    " WHERE last_seen < {cutoff} LIMIT {rows})",
+)
 
 
 class Retention:
@@ -61,23 +54,26 @@ class Retention:
     def due(self) -> bool:
         return self._next_at is None or self._clock() >= self._next_at
 
-    def prune(self, engine: Engine, now: datetime) -> int:
+    def prune(self, database: Database, now: datetime) -> int:
         """Deletes what is older than ``now`` minus the retention; the number of rows deleted.
 
         When ``max_batches`` did not finish the job, the next call is due at once.
         """
         cutoff = now - timedelta(seconds=self.seconds)
+        parameters = database.bind({"cutoff": cutoff, "rows": self.batch_rows})
         deleted = 0
         batches = 0
         finished = True
         for batch in BATCHES:
+            statement = batch.format(cutoff=database.param("cutoff"), rows=database.param("rows"))
             count = self.batch_rows
             while count == self.batch_rows:  # a full batch: there may be more
                 if batches == self.max_batches:
                     finished = False
                     break
-                with engine.begin() as connection:
-                    count = connection.execute(batch(cutoff, self.batch_rows)).rowcount
+                with database.transaction() as cursor:
+                    cursor.execute(statement, parameters)
+                    count = cursor.rowcount
                 batches += 1
                 deleted += count
         self._next_at = self._clock() + self.every if finished else None

@@ -4,39 +4,23 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import ColumnElement, Connection, case, func, insert, select
-from sqlalchemy.exc import SQLAlchemyError
+from typing import Any
 
 from profiler_app.errors import UserError
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile, PodUsage
 from profiler_app.sinks import field_stat
-from profiler_app.sinks.store.engine import (
-    UnknownSchemaError,
-    create_store_engine,
-    describe_error,
-    display_url,
-    parse_store_url,
-    sqlite_path,
-    upgrade_to_head,
-)
-from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_in_child
-from profiler_app.sinks.store.models import (
-    REASONS_LENGTH,
-    UNKNOWN_START_TIME,
-    gpu_window,
-    pod_usage,
-)
+from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
+from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
 from profiler_app.sinks.store.retention import Retention
-
-if TYPE_CHECKING:
-    from sqlalchemy.dialects.postgresql import Insert as PostgresqlInsert
-    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from profiler_app.sinks.store.schema import REASONS_LENGTH, UNKNOWN_START_TIME
+from profiler_app.sinks.store.urls import parse_store_url
 
 log = logging.getLogger(__name__)
 
+# Column names as in models.py (the one definition of the tables; the store tests run these
+# statements against the migrated schema on SQLite and PostgreSQL).
 _PEAK_COLUMNS = (
     "gpu_util_max",
     "gpu_mem_copy_util_max",
@@ -59,12 +43,13 @@ class TableStore:
     def __init__(
         self, url: str, *, retention_seconds: float | None = None, migrate_in_child: bool = False
     ) -> None:
-        """``migrate_in_child``: the daemon's choice, to keep Alembic out of its memory."""
+        """``migrate_in_child``: the daemon's choice, to keep Alembic and SQLAlchemy out of
+        its memory."""
         parsed = parse_store_url(url)
-        self.url = display_url(parsed)
+        self.url = parsed.display()
         self._url = url  # with its password: only for the migration process's environment
         self._migrate_in_child = migrate_in_child
-        self._engine = create_store_engine(parsed, create_file=True)
+        self._database = Database(parsed)
         self._retention = Retention(retention_seconds) if retention_seconds else None
         # Last row time per node and GPU (index and UUID), loaded from the store once per node.
         self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
@@ -72,7 +57,7 @@ class TableStore:
         try:
             self._migrate()
         except StoreError as error:
-            if sqlite_path(parsed) is not None:
+            if parsed.sqlite_path() is not None:
                 raise UserError(str(error)) from None
             # PostgreSQL may come up after the daemon; publish retries the migration.
             log.warning("%s; will retry on the next cycle", error)
@@ -80,13 +65,14 @@ class TableStore:
     def publish(self, result: CycleResult) -> None:
         if not self._migrated:
             self._migrate()
+        database = self._database
         try:
-            with self._engine.begin() as connection:
-                last_at = self._load_last_at(connection, result.node)
-                self._insert_gpu_windows(connection, result, last_at)
-                self._upsert_pods(connection, result.pods, result.at)
-        except SQLAlchemyError as error:
-            raise StoreError(f"store {self.url}: {describe_error(error)}") from error
+            with database.transaction() as cursor:
+                last_at = self._load_last_at(cursor, result.node)
+                self._insert_gpu_windows(cursor, result, last_at)
+                self._upsert_pods(cursor, result.pods, result.at)
+        except database.errors as error:
+            raise StoreError(f"store {self.url}: {describe_driver_error(error)}") from error
         # Only a committed cycle moves the covered-time bookkeeping forward.
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
@@ -95,94 +81,116 @@ class TableStore:
             self._prune(self._retention, result.at)
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._database.close()
 
     def _prune(self, retention: Retention, now: datetime) -> None:
         # The cycle's rows are committed: a failed clean-up is retried, not a failed cycle.
         try:
-            retention.prune(self._engine, now)
-        except SQLAlchemyError as error:
+            retention.prune(self._database, now)
+        except self._database.errors as error:
             log.warning(
                 "store %s: retention failed, retrying next cycle: %s",
                 self.url,
-                describe_error(error),
+                describe_driver_error(error),
             )
 
     def _migrate(self) -> None:
         try:
             if self._migrate_in_child:
-                migrate_in_child(self._engine, self._url)
+                migrate_in_child(self._database, self._url)
             else:
-                upgrade_to_head(self._engine)
+                migrate_here(self._database.url)
         except UnknownSchemaError as error:
             raise UserError(
                 f"store {self.url} has a schema this gpu-profiler does not know ({error}); "
                 "upgrade gpu-profiler"
             ) from None
-        except SQLAlchemyError as error:
-            raise StoreError(f"store {self.url}: {describe_error(error)}") from error
+        except self._database.errors as error:
+            raise StoreError(f"store {self.url}: {describe_driver_error(error)}") from error
         except MigrationFailedError as error:
             raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
-    def _load_last_at(self, connection: Connection, node: str) -> dict[tuple[str, str], datetime]:
+    def _load_last_at(self, cursor: Any, node: str) -> dict[tuple[str, str], datetime]:
         cached = self._last_at.get(node)
         if cached is not None:
             return dict(cached)
-        rows = connection.execute(
-            select(gpu_window.c.gpu, gpu_window.c.uuid, func.max(gpu_window.c.at))
-            .where(gpu_window.c.node == node)
-            .group_by(gpu_window.c.gpu, gpu_window.c.uuid)
+        node_is = f"node = {self._database.param('node')}"  # a placeholder, not the value
+        cursor.execute(
+            f"SELECT gpu, uuid, max(at) FROM gpu_window WHERE {node_is} GROUP BY gpu, uuid",  # noqa: S608
+            {"node": node},
         )
-        return {(gpu, uuid): at for gpu, uuid, at in rows if at is not None}
+        return {
+            (gpu, uuid): self._database.read_time(at)
+            for gpu, uuid, at in cursor.fetchall()
+            if at is not None
+        }
 
     def _insert_gpu_windows(
-        self,
-        connection: Connection,
-        result: CycleResult,
-        last_at: dict[tuple[str, str], datetime],
+        self, cursor: Any, result: CycleResult, last_at: dict[tuple[str, str], datetime]
     ) -> None:
         rows = [
             _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
             for profile in result.gpus
         ]
         if rows:
-            connection.execute(insert(gpu_window), rows)
+            cursor.executemany(
+                insert_statement(self._database, "gpu_window", rows[0]),
+                [self._database.bind(row) for row in rows],
+            )
 
-    def _upsert_pods(self, connection: Connection, pods: list[PodUsage], at: datetime) -> None:
+    def _upsert_pods(self, cursor: Any, pods: list[PodUsage], at: datetime) -> None:
         rows = _merge_duplicate_pods([_pod_row(pod, at) for pod in pods])
-        if not rows:
-            return
-        dialect = connection.dialect.name
-        statement = _upsert_statement(dialect)
-        table = pod_usage.c
-        excluded = statement.excluded
-        updates: dict[str, Any] = {
-            column: _larger(dialect, table[column], excluded[column]) for column in _PEAK_COLUMNS
-        }
-        updates["first_seen"] = _smaller(dialect, table.first_seen, excluded.first_seen)
-        updates["last_seen"] = _larger(dialect, table.last_seen, excluded.last_seen)
-        # A pod seen without GPUs this cycle (it holds them but they left the window) keeps the
-        # GPUs it was seen with: a finished pod stays in the report with its GPU-hours.
-        has_gpus = excluded.gpu_count > 0
-        updates["gpus"] = case((has_gpus, excluded.gpus), else_=table.gpus)
-        updates["gpu_count"] = case((has_gpus, excluded.gpu_count), else_=table.gpu_count)
-        for column in ("owner_kind", "owner_name"):
-            updates[column] = func.coalesce(excluded[column], table[column])
-        connection.execute(
-            statement.on_conflict_do_update(index_elements=list(_POD_KEY), set_=updates), rows
+        if rows:
+            cursor.executemany(
+                upsert_pod_statement(self._database, rows[0]),
+                [self._database.bind(row) for row in rows],
+            )
+
+
+def insert_statement(database: Database, table: str, columns: Iterable[str]) -> str:
+    """INSERT of one row with these columns, in the driver's placeholders."""
+    names = list(columns)
+    values = ", ".join(database.param(name) for name in names)
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({values})"  # noqa: S608
+
+
+def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
+    """The pod_usage upsert: peaks only grow, first/last seen widen, GPUs and owner persist."""
+    postgresql = database.backend == "postgresql"
+
+    def larger(column: str) -> str:  # NULL only when both are (GREATEST skips NULLs)
+        if postgresql:
+            return f"greatest(pod_usage.{column}, excluded.{column})"
+        return (
+            f"max(coalesce(pod_usage.{column}, excluded.{column}),"
+            f" coalesce(excluded.{column}, pod_usage.{column}))"
         )
 
+    def smaller(column: str) -> str:
+        if postgresql:
+            return f"least(pod_usage.{column}, excluded.{column})"
+        return (
+            f"min(coalesce(pod_usage.{column}, excluded.{column}),"
+            f" coalesce(excluded.{column}, pod_usage.{column}))"
+        )
 
-def _upsert_statement(dialect: str) -> PostgresqlInsert | SqliteInsert:
-    """The dialect's INSERT ... ON CONFLICT for pod_usage (only the one in use is imported)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as postgresql_insert  # noqa: PLC0415
-
-        return postgresql_insert(pod_usage)
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert  # noqa: PLC0415
-
-    return sqlite_insert(pod_usage)
+    updates = {column: larger(column) for column in _PEAK_COLUMNS}
+    updates["first_seen"] = smaller("first_seen")
+    updates["last_seen"] = larger("last_seen")
+    # A pod seen without GPUs this cycle (it holds them but they left the window) keeps the
+    # GPUs it was seen with: a finished pod stays in the report with its GPU-hours.
+    for column in ("gpus", "gpu_count"):
+        updates[column] = (
+            f"CASE WHEN excluded.gpu_count > 0 THEN excluded.{column} ELSE pod_usage.{column} END"
+        )
+    for column in ("owner_kind", "owner_name"):
+        updates[column] = f"coalesce(excluded.{column}, pod_usage.{column})"
+    assignments = ", ".join(f"{column} = {value}" for column, value in updates.items())
+    return (
+        f"{insert_statement(database, 'pod_usage', columns)}"
+        f" ON CONFLICT ({', '.join(_POD_KEY)}) DO UPDATE SET {assignments}"
+    )
 
 
 def _gpu_window_row(
@@ -257,16 +265,3 @@ def _merge_duplicate_pods(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             values = [value for value in (kept[column], row[column]) if value is not None]
             kept[column] = max(values, default=None)
     return list(merged.values())
-
-
-def _larger(dialect: str, current: Any, new: Any) -> ColumnElement[Any]:
-    """The larger of two values, NULL only when both are (PostgreSQL's GREATEST skips NULLs)."""
-    if dialect == "postgresql":
-        return func.greatest(current, new)
-    return func.max(func.coalesce(current, new), func.coalesce(new, current))
-
-
-def _smaller(dialect: str, current: Any, new: Any) -> ColumnElement[Any]:
-    if dialect == "postgresql":
-        return func.least(current, new)
-    return func.min(func.coalesce(current, new), func.coalesce(new, current))

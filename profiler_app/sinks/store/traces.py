@@ -15,15 +15,10 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from profiler_app.errors import UserError
-from profiler_app.sinks.store.engine import (
-    UnknownSchemaError,
-    create_store_engine,
-    describe_error,
-    display_url,
-    parse_store_url,
-    upgrade_to_head,
-)
+from profiler_app.sinks.store.dbapi import UnknownSchemaError
+from profiler_app.sinks.store.engine import create_store_engine, describe_error, upgrade_to_head
 from profiler_app.sinks.store.models import gpu_window, trace_gpu
+from profiler_app.sinks.store.urls import parse_store_url
 from profiler_app.trace.summary import GpuTrace, TraceSummary
 
 UNKNOWN = ""  # namespace, pod or node not given: a key column cannot be NULL
@@ -32,7 +27,7 @@ UNKNOWN = ""  # namespace, pod or node not given: a key column cannot be NULL
 class TraceStore:
     def __init__(self, url: str) -> None:
         parsed = parse_store_url(url)
-        self.url = display_url(parsed)
+        self.url = parsed.display()
         self._engine = create_store_engine(parsed, create_file=True)
         try:
             upgrade_to_head(self._engine)
