@@ -5,6 +5,7 @@ apt-cacher-ng's cache are warm):
 
     sudo .venv/bin/python benchmarks/bench_provision.py [--nodes 1 4]
 
+Wall and CPU seconds (the nodes' cgroups plus Ansible's processes) of each run.
 Set ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks for per-task times in the logs (--logs).
 Each size boots fresh nodes (systemd-nspawn, see tests/nodes/README.md), runs playbooks/site.yml
 (first node control plane, the others workers, all GPU nodes), then runs it again (must change
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -29,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.nodes.harness import rootfs
 from tests.nodes.harness.ansible_run import run_playbook
 from tests.nodes.harness.aptproxy import CACHE_DIR
-from tests.nodes.harness.cluster import missing_requirements, running_cluster
+from tests.nodes.harness.cluster import Cluster, missing_requirements, running_cluster
+from tests.nodes.harness.machine import CGROUP_HIERARCHIES
 from tests.nodes.harness.provision import inventory_for
 
 
@@ -43,6 +46,18 @@ def cache_state() -> str:
 NODE_MIX = ("debian12", "ubuntu2204", "ubuntu2404", "debian12")
 
 
+def cpu_seconds(cluster: Cluster) -> float:
+    """CPU time used so far by the nodes (their cgroups) and by this process's finished children
+    (ansible-playbook with its forks and SSH clients): on shared cores, less load-dependent than
+    wall time."""
+    nodes = 0
+    for node in cluster.nodes:
+        stat = (CGROUP_HIERARCHIES[-1] / node.cgroup / "cpu.stat").read_text().split()
+        nodes += int(stat[stat.index("usage_usec") + 1])
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return nodes / 1e6 + children.ru_utime + children.ru_stime
+
+
 def measure(size: int, workdir: Path, logs: Path) -> dict[str, float]:
     names = [f"bench-{index}" for index in range(1, size + 1)]
     systems = {name: NODE_MIX[index % len(NODE_MIX)] for index, name in enumerate(names)}
@@ -50,13 +65,22 @@ def measure(size: int, workdir: Path, logs: Path) -> dict[str, float]:
     with running_cluster(workdir / f"nodes-{size}", names, systems) as cluster:
         booted = time.monotonic() - started
         inventory = inventory_for(cluster, workdir / f"inventory-{size}.yml")
+        cpu_before = cpu_seconds(cluster)
         first = run_playbook("site.yml", inventory, log=logs / f"site-{size}.log")
         if first.returncode != 0:
             raise SystemExit(f"site.yml failed on {size} node(s): see {logs}/site-{size}.log")
+        cpu_first = cpu_seconds(cluster)
         second = run_playbook("site.yml", inventory, log=logs / f"rerun-{size}.log")
         if second.returncode != 0 or second.total("changed") != 0:
             raise SystemExit(f"rerun not clean on {size} node(s): {second.recap}")
-    return {"boot": booted, "site": first.seconds, "rerun": second.seconds}
+        cpu_second = cpu_seconds(cluster)
+    return {
+        "boot": booted,
+        "site": first.seconds,
+        "site_cpu": cpu_first - cpu_before,
+        "rerun": second.seconds,
+        "rerun_cpu": cpu_second - cpu_first,
+    }
 
 
 def main() -> None:
@@ -78,13 +102,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-provision-") as scratch:
         results = {size: measure(size, Path(scratch), args.logs) for size in args.nodes}
     print(f"load average after: {' '.join(f'{load:.1f}' for load in os.getloadavg())}")
-    print("| nodes | systems | boot (s) | site.yml (s) | rerun, changed=0 (s) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| nodes | systems | boot (s) | site.yml (s) | its CPU (s) "
+        "| rerun, changed=0 (s) | its CPU (s) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for size, times in results.items():
         systems = ", ".join(NODE_MIX[index % len(NODE_MIX)] for index in range(size))
         print(
             f"| {size} | {systems} | {times['boot']:.0f} | {times['site']:.0f} "
-            f"| {times['rerun']:.0f} |"
+            f"| {times['site_cpu']:.0f} | {times['rerun']:.0f} | {times['rerun_cpu']:.0f} |"
         )
 
 

@@ -106,6 +106,17 @@ def test_no_bootstrap_token_reaches_the_ansible_output(provisioned: Provisioned)
         assert token not in run.output
 
 
+def test_site_sets_up_a_gpu_nodes_runtime_once_per_run(provisioned: Provisioned) -> None:
+    # kubeadm_cluster.yml skips the roles gpu_nodes.yml ran on the same host in the same run.
+    for run in (provisioned.converge_run, provisioned.rerun):
+        for task in (
+            "TASK [container_runtime : Install containerd and Docker.]",
+            "TASK [apt_prerequisites : Install the Python libraries Ansible's apt modules need.]",
+        ):
+            assert run.output.count(task) == 1, (task, run.describe())
+        assert "TASK [kubernetes_node : Install kubelet, kubeadm and kubectl" in run.output
+
+
 @pytest.mark.parametrize(
     ("distribution", "version_id", "codename"),
     [("debian", "11", "bullseye"), ("ubuntu", "20.04", "focal")],

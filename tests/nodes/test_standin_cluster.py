@@ -134,6 +134,14 @@ def test_no_unit_failed_but_the_persistence_daemon_which_needs_a_gpu(
 
 
 @pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_apt_prerequisites_came_without_recommends(provisioned: Provisioned, name: str) -> None:
+    node = provisioned.cluster.node(name)
+    for package, wanted in (("python3-apt", True), ("python3-debian", True), ("iso-codes", False)):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {package} 2>/dev/null || true").stdout
+        assert ("ok installed" in status) is wanted, (package, status)
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
 def test_debian_packages_came_through_the_apt_proxy(provisioned: Provisioned, name: str) -> None:
     node = provisioned.cluster.node(name)
     proxy = provisioned.cluster.proxy
