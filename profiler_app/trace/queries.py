@@ -245,8 +245,10 @@ def _launch_join(export: Export, pid: str, callers: Callers | None) -> _LaunchJo
     call_slot, kernel_slot = (
         (_slot(caller, pids or []), _slot(pid, pids or [])) if same_process else ("0", "0")
     )
-    key = grouping.packed_key((call_slot, 32), ("r.correlationId", 32))
-    source = f"FROM {schema.RUNTIME} AS r WHERE r.correlationId IS NOT NULL AND {key} IS NOT NULL"
+    # Calls without an id or of no known process share key -1, which no kernel looks up (no
+    # WHERE on the key: SQLite would compute it twice per row).
+    key = f"coalesce({grouping.packed_key((call_slot, 32), ('r.correlationId', 32))}, -1)"
+    source = f"FROM {schema.RUNTIME} AS r WHERE true"
     if pids is not None and grouping.aggregate(
         export,
         table=LAUNCH_TABLE,
