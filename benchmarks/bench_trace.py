@@ -79,6 +79,7 @@ def stage_times(path: Path) -> dict[str, float]:
     spent: dict[str, float] = {}
     originals = {}
     for name in (
+        "api_callers",
         "kernel_groups",
         "memory_groups",
         "api_groups",

@@ -25,6 +25,7 @@ Times are nanoseconds on the report's timeline. Rows with ``start = end = 0`` ca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,7 @@ class MemoryGroup:
 class ApiGroup:
     pid: int | None
     name: str  # as stored, e.g. cudaLaunchKernel_v7000
-    durations: DurationStats
+    durations: DurationStats  # first_start and last_end 0: not collected, nothing reads them
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,11 @@ def _duration_columns(alias: str) -> str:
 
 
 _DURATIONS = "g.n, g.total, g.low, g.high, g.squares, g.first, g.last"
+_DURATIONS_WITHOUT_SPAN = "g.n, g.total, g.low, g.high, g.squares, NULL, NULL"
 
 
-def _duration_aggregates(alias: str) -> list[grouping.Column]:
-    """``_duration_columns`` as upsert columns (``grouping``)."""
+def _duration_aggregates(alias: str, *, span: bool = True) -> list[grouping.Column]:
+    """``_duration_columns`` as upsert columns (``grouping``); ``span``: first and last too."""
     length = f"({alias}.end - {alias}.start)"
     return [
         grouping.Column("n", "1", "sum"),
@@ -116,8 +118,14 @@ def _duration_aggregates(alias: str) -> list[grouping.Column]:
         grouping.Column("low", length, "min"),
         grouping.Column("high", length, "max"),
         grouping.Column("squares", f"{length} * 1.0 * {length}", "sum"),
-        grouping.Column("first", f"{alias}.start", "min"),
-        grouping.Column("last", f"{alias}.end", "max"),
+        *(
+            [
+                grouping.Column("first", f"{alias}.start", "min"),
+                grouping.Column("last", f"{alias}.end", "max"),
+            ]
+            if span
+            else []
+        ),
     ]
 
 
@@ -146,32 +154,38 @@ def _pid_column(export: Export, table: str, alias: str) -> str:
     return f"{alias}.globalPid" if export.has_column(table, "globalPid") else "NULL"
 
 
-def kernel_groups(export: Export, short_ns: int) -> list[KernelGroup]:
+def kernel_groups(export: Export, short_ns: int, callers: Callers | None) -> list[KernelGroup]:
+    """Kernels per (device, process, name), keyed exactly by the device (8 bits), the
+    process's slot (6 bits) and the 32-bit name id (``grouping``), by ``GROUP BY`` beyond."""
     if not export.has(schema.KERNEL):
         return []
     name = "demangledName" if export.has_column(schema.KERNEL, "demangledName") else "shortName"
     pid = _pid_column(export, schema.KERNEL, "k")
-    launch = _launch_join(export, pid)
+    launch = _launch_join(export, pid, callers)
     columns = [
-        grouping.Column("device", "k.deviceId", "same"),
-        grouping.Column("pid", pid, "same"),
-        grouping.Column("name_id", f"k.{name}", "same"),
         *_duration_aggregates("k"),
         grouping.Column("short", "k.end - k.start < :short", "sum"),
         grouping.Column("launches", launch.calls if launch else "0", "sum"),
         grouping.Column("launch_ns", launch.ns if launch else "0", "sum"),
     ]
-    key = grouping.packed_key(("k.deviceId", 8), (f"({_process_bits(pid)})", 24), (f"k.{name}", 31))
+    pids = _kernel_processes(export, pid, callers)
+    slot = "0" if pid == "NULL" else _slot(pid, pids or [])
+    device = f"CASE WHEN k.deviceId BETWEEN 0 AND {_DEVICE_MAX} THEN k.deviceId END"
+    name_id = f"CASE WHEN k.{name} BETWEEN 0 AND {_ID_MAX} THEN k.{name} END"
+    key = f"coalesce({grouping.packed_key((device, 8), (slot, 6), (name_id, 32))}, 0.5)"
     source = f"FROM {schema.KERNEL} AS k {launch.join if launch else ''} WHERE {_timed('k')}"
     parameters = {"short": short_ns}
-    if not grouping.aggregate(
+    if pids is not None and grouping.aggregate(
         export, table=KERNEL_GROUPS, key=key, columns=columns, source=source, parameters=parameters
     ):
+        group = ("g.key >> 38", _process_of_slot("(g.key >> 32) & 63", pids), f"g.key & {_ID_MAX}")
+    else:
         _group_kernels_by_sorting(export, name, pid, launch, parameters)
+        group = ("g.device", "g.pid", "g.name_id")
     sql = f"""
-        SELECT g.device, g.pid, coalesce(s.value, 'kernel #' || g.name_id), {_DURATIONS},
+        SELECT {group[0]}, {group[1]}, coalesce(s.value, 'kernel #' || {group[2]}), {_DURATIONS},
                g.short, g.launches, g.launch_ns
-        FROM {KERNEL_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+        FROM {KERNEL_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = {group[2]}
     """
     return [
         KernelGroup(
@@ -187,6 +201,19 @@ def kernel_groups(export: Export, short_ns: int) -> list[KernelGroup]:
     ]
 
 
+def _kernel_processes(export: Export, pid: str, callers: Callers | None) -> list[int] | None:
+    """The processes whose kernels the report holds, for their slots: those calling the CUDA
+    API (a kernel's process launched it), else read from the kernel table."""
+    if pid == "NULL":
+        return []
+    if callers is not None and callers.processes is not None:
+        return callers.processes
+    (found,) = export.connection.execute(
+        f"SELECT json_group_array(DISTINCT {pid}) FROM {schema.KERNEL} AS k"
+    ).fetchone()
+    return _processes(found)
+
+
 @dataclass(frozen=True)
 class _LaunchJoin:
     join: str  # joins each kernel ``k`` to ``r``: its launch calls, counted and timed
@@ -194,7 +221,7 @@ class _LaunchJoin:
     ns: str
 
 
-def _launch_join(export: Export, pid: str) -> _LaunchJoin | None:
+def _launch_join(export: Export, pid: str, callers: Callers | None) -> _LaunchJoin | None:
     """Each kernel's launch calls, through ``LAUNCH_TABLE``: the API calls' count and time keyed
     by process and ``correlationId``, built once, so each kernel finds them by one key lookup.
 
@@ -203,22 +230,25 @@ def _launch_join(export: Export, pid: str) -> _LaunchJoin | None:
     bounds is joined straight to the runtime table (SQLite then builds a temporary index, much
     slower on unsorted rows).
     """
-    if not export.has(schema.RUNTIME):
+    if callers is None:
         return None
-    caller = f"r.globalTid & {schema.PROCESS_MASK}"
+    caller = _CALLER
     # Graph kernels share their graph launch's call: that time is counted once, by name.
     single = (
         " AND coalesce(k.graphNodeId, 0) = 0"
         if export.has_column(schema.KERNEL, "graphNodeId")
         else ""
     )
-    pids = _launch_processes(export, caller, same_process=pid != "NULL")
     same_process = pid != "NULL"
+    # none needed when calls match kernels of any process
+    pids = (callers.processes if same_process else []) if callers.correlation_ids_fit else None
     call_slot, kernel_slot = (
         (_slot(caller, pids or []), _slot(pid, pids or [])) if same_process else ("0", "0")
     )
-    key = grouping.packed_key((call_slot, 32), ("r.correlationId", 32))
-    source = f"FROM {schema.RUNTIME} AS r WHERE r.correlationId IS NOT NULL AND {key} IS NOT NULL"
+    # Calls without an id or of no known process share key -1, which no kernel looks up (no
+    # WHERE on the key: SQLite would compute it twice per row).
+    key = f"coalesce({grouping.packed_key((call_slot, 32), ('r.correlationId', 32))}, -1)"
+    source = f"FROM {schema.RUNTIME} AS r WHERE true"
     if pids is not None and grouping.aggregate(
         export,
         table=LAUNCH_TABLE,
@@ -244,36 +274,45 @@ def _launch_join(export: Export, pid: str) -> _LaunchJoin | None:
     )
 
 
-def _process_bits(pid: str) -> str:
-    """The process id's 24 bits of a ``globalPid`` (``(pid << 24)``, hardware and VM above)."""
-    return f"(coalesce({pid}, 0) >> 24) & {(1 << 24) - 1}"
-
-
 _CORRELATION_MAX = (1 << 32) - 1
+_ID_MAX = (1 << 32) - 1  # of a string id in a packed key
+_DEVICE_MAX = (1 << 8) - 1
 _MAX_PROCESSES = 64
+_CALLER = f"r.globalTid & {schema.PROCESS_MASK}"  # the calling process of API call ``r``
 
 
-def _launch_processes(export: Export, caller: str, *, same_process: bool) -> list[int] | None:
-    """The processes calling the CUDA API (none needed when calls match kernels of any
-    process); None when the calls do not fit ``LAUNCH_TABLE``'s key."""
-    connection = export.connection
-    low, high = connection.execute(
-        f"SELECT min(correlationId), max(correlationId) FROM {schema.RUNTIME}"
+@dataclass(frozen=True)
+class Callers:
+    """What the packed keys of ``api_groups`` and ``LAUNCH_TABLE`` need of the CUDA API table,
+    read in one pass: the calling processes (``globalPid``s; None beyond ``_MAX_PROCESSES`` or
+    when not integers) and whether every ``correlationId`` fits 32 bits."""
+
+    processes: list[int] | None
+    correlation_ids_fit: bool
+
+
+def api_callers(export: Export) -> Callers | None:
+    """None without a CUDA API table."""
+    if not export.has(schema.RUNTIME):
+        return None
+    low, high, callers = export.connection.execute(
+        f"""SELECT min(r.correlationId), max(r.correlationId),
+                   json_group_array(DISTINCT {_CALLER})
+            FROM {schema.RUNTIME} AS r"""
     ).fetchone()
-    if low is not None and not (
+    fit = low is None or (
         isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= _CORRELATION_MAX
-    ):
-        return None
-    if not same_process:
-        return []
-    found = [
-        value
-        for (value,) in connection.execute(f"SELECT DISTINCT {caller} FROM {schema.RUNTIME} AS r")
-    ]
-    pids = [value for value in found if isinstance(value, int)]
-    if len(pids) > _MAX_PROCESSES or len(pids) + found.count(None) < len(found):
-        return None
-    return pids
+    )
+    return Callers(_processes(callers), fit)
+
+
+def _processes(found_json: str) -> list[int] | None:
+    """The distinct processes of a ``json_group_array``, in order (so are the groups); None
+    beyond ``_MAX_PROCESSES`` or when one is not an integer."""
+    found = json.loads(found_json)
+    pids = sorted(value for value in found if isinstance(value, int))
+    known = len(pids) <= _MAX_PROCESSES and len(pids) + found.count(None) == len(found)
+    return pids if known else None
 
 
 def _slot(pid: str, pids: list[int]) -> str:
@@ -282,6 +321,12 @@ def _slot(pid: str, pids: list[int]) -> str:
         return "NULL"
     cases = " ".join(f"WHEN {value} THEN {i}" for i, value in enumerate(pids))
     return f"CASE {pid} {cases} END"
+
+
+def _process_of_slot(slot: str, pids: list[int]) -> str:
+    """The process in ``pids`` at index ``slot``: ``_slot`` undone."""
+    cases = " ".join(f"WHEN {i} THEN {value}" for i, value in enumerate(pids))
+    return f"CASE {slot} {cases} END" if pids else "NULL"
 
 
 def _group_kernels_by_sorting(
@@ -342,27 +387,31 @@ def memory_groups(export: Export) -> list[MemoryGroup]:
     return groups
 
 
-def api_groups(export: Export) -> list[ApiGroup]:
-    if not export.has(schema.RUNTIME):
+def api_groups(export: Export, callers: Callers | None) -> list[ApiGroup]:
+    """CUDA API calls per (process, function), keyed exactly by the process's slot among
+    ``callers`` and the 32-bit name id (``grouping``), by ``GROUP BY`` beyond those bounds."""
+    if callers is None:
         return []
-    pid = f"r.globalTid & {schema.PROCESS_MASK}"
-    columns = [
-        grouping.Column("pid", pid, "same"),
-        grouping.Column("name_id", "r.nameId", "same"),
-        *_duration_aggregates("r"),
-    ]
-    key = grouping.packed_key((_process_bits(f"({pid})"), 24), ("r.nameId", 31))
+    pids = callers.processes
+    name_id = f"CASE WHEN r.nameId BETWEEN 0 AND {_ID_MAX} THEN r.nameId END"
+    key = f"coalesce({grouping.packed_key((_slot(_CALLER, pids or []), 32), (name_id, 32))}, 0.5)"
     source = f"FROM {schema.RUNTIME} AS r WHERE {_timed('r')}"
-    if not grouping.aggregate(export, table=API_GROUPS, key=key, columns=columns, source=source):
+    columns = _duration_aggregates("r", span=False)
+    if pids is not None and grouping.aggregate(
+        export, table=API_GROUPS, key=key, columns=columns, source=source
+    ):
+        pid, name = _process_of_slot("g.key >> 32", pids), f"g.key & {_ID_MAX}"
+    else:
+        pid, name = "g.pid", "g.name_id"
         export.connection.execute(f"DROP TABLE IF EXISTS {API_GROUPS}")
         export.connection.execute(
             f"""CREATE TABLE {API_GROUPS} AS
-                SELECT {pid} AS pid, r.nameId AS name_id, {_duration_columns("r")}
+                SELECT {_CALLER} AS pid, r.nameId AS name_id, {_duration_columns("r")}
                 {source} GROUP BY 1, 2"""
         )
     sql = f"""
-        SELECT g.pid, coalesce(s.value, 'function #' || g.name_id), {_DURATIONS}
-        FROM {API_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = g.name_id
+        SELECT {pid}, coalesce(s.value, 'function #' || {name}), {_DURATIONS_WITHOUT_SPAN}
+        FROM {API_GROUPS} AS g LEFT JOIN {schema.STRINGS} AS s ON s.id = {name}
     """
     return [
         ApiGroup(pid=_pid(row[0]), name=str(row[1]), durations=_durations(row[2:9]))
@@ -448,7 +497,7 @@ def build_sync_calls(export: Export, origin: int, names: Iterable[str]) -> None:
     )
     connection.execute(
         f"""INSERT INTO {SYNC_TABLE}
-            SELECT r.globalTid & {schema.PROCESS_MASK}, r.start - ?, r.end - ?
+            SELECT {_CALLER}, r.start - ?, r.end - ?
             FROM {schema.RUNTIME} AS r
             WHERE {_timed("r")} AND r.nameId IN (SELECT id FROM {schema.STRINGS} WHERE {match})""",
         [origin, origin, *names, *(f"{name}_v[0-9]*" for name in names)],

@@ -133,9 +133,10 @@ def _ranked(stats: list[Stat]) -> list[Stat]:
 
 
 def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSummary:
-    kernel_groups = queries.kernel_groups(export, verdict.SHORT_KERNEL_NS)
+    callers = queries.api_callers(export)
+    kernel_groups = queries.kernel_groups(export, verdict.SHORT_KERNEL_NS, callers)
     memory_groups = queries.memory_groups(export)
-    api_groups = queries.api_groups(export)
+    api_groups = queries.api_groups(export, callers)
     warnings = list(export.warnings)
     everything = [g.durations for g in kernel_groups] + [g.durations for g in memory_groups]
     started_ns = queries.session_start_utc_ns(export)

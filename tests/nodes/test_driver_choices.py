@@ -54,7 +54,9 @@ HOSTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
         {"kernel": "6.8.0-1015-aws", "distribution": "Ubuntu"},
         {
             "_nvidia_driver_madison": {
-                "stdout_lines": [" nvidia-open-580 | 580.95.05-0ubuntu1 | http://x/ Packages"]
+                "stdout_lines": [
+                    " nvidia-headless-580-open | 580.95.05-0ubuntu1 | http://x/ Packages"
+                ]
             },
             "_nvidia_driver_pci": {"stdout_lines": NVSWITCH_BUS},
             "_container_runtime_versions": {"stdout": DOCKER_CE_RUNTIMES},
@@ -90,6 +92,7 @@ DECISIONS = {
     "fabricmanager": "_nvidia_driver_fabricmanager_wanted | bool",
     "containerd_cdi": "_container_runtime_containerd_cdi | bool",
     "docker_options": "_container_runtime_docker_managed_options",
+    "sources": "_nvidia_driver_debian_sources | default([])",
 }
 PLAYBOOK = """
 - name: Evaluate the roles' decisions.
@@ -99,6 +102,7 @@ PLAYBOOK = """
     ansible_facts:
       kernel: "{{{{ test_facts.kernel }}}}"
       distribution: "{{{{ test_facts.distribution }}}}"
+      distribution_release: bookworm
     driver_vars: "{roles}/nvidia_driver/vars"
   tasks:
     - name: Load the distribution's driver variables.
@@ -108,6 +112,12 @@ PLAYBOOK = """
         content: "{{{{ {decisions} | to_json }}}}"
         dest: "{out}/{{{{ inventory_hostname }}}}.json"
         mode: "0600"
+    - name: Render the Debian driver's version pin.
+      ansible.builtin.template:
+        src: {roles}/nvidia_driver/templates/nvidia-driver-version.j2
+        dest: "{out}/{{{{ inventory_hostname }}}}-driver-pin"
+        mode: "0600"
+      when: test_facts.distribution == 'Debian'
     - name: Render containerd's configuration.
       ansible.builtin.template:
         src: {roles}/container_runtime/templates/containerd-config.toml.j2
@@ -163,17 +173,42 @@ def test_debian_defaults_to_535_open_modules_pinned_to_the_module_packages_newes
     assert (debian["branch"], debian["modules"]) == ("535", "open")
     assert debian["probe"] == "nvidia-open-kernel-dkms"
     assert debian["version"] == "535.309.01-0+deb12u1"
+    # Headless: no nvidia-driver metapackage (X server, GL, Vulkan); persistenced unpinned.
+    pinned = ["nvidia-smi", "libcuda1", "libnvidia-nvvm4", "libnvidia-cfg1", "nvidia-cuda-mps"]
     assert debian["packages"] == [
-        "nvidia-driver=535.309.01-0+deb12u1",
-        "nvidia-smi=535.309.01-0+deb12u1",
+        *(f"{package}=535.309.01-0+deb12u1" for package in pinned),
         "nvidia-open-kernel-dkms=535.309.01-0+deb12u1",
+        "nvidia-persistenced",
     ]
+    assert [source["name"] for source in debian["sources"]] == [
+        "debian-non-free",
+        "debian-security-non-free",
+    ]
+    assert debian["sources"][1]["suites"] == ["bookworm-security"]
+    assert debian["sources"][1]["uri"] == "http://deb.debian.org/debian-security"
     assert debian["headers"] == [
         "linux-headers-6.1.0-18-cloud-amd64",
         "linux-headers-cloud-amd64",
         "dkms",
     ]
     assert debian["fabricmanager"] is False
+
+
+def test_debian_keeps_every_package_of_the_drivers_sources_at_the_modules_version(
+    decided: Path,
+) -> None:
+    # The open module exists in 535.261.03-1 only while the security archive has 535.309.01
+    # userspace: without this pin apt resolves libcuda1's dependencies to the newer version.
+    stanza = dict(
+        line.split(": ", 1)
+        for line in (decided / "debian-cloud-driver-pin").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert stanza == {
+        "Package": "src:nvidia-graphics-drivers src:nvidia-open-gpu-kernel-modules",
+        "Pin": "version 535.309.01-0+deb12u1",
+        "Pin-Priority": "990",
+    }
 
 
 def test_a_branch_the_repositories_lack_finds_no_version(decided: Path) -> None:
@@ -187,7 +222,8 @@ def test_a_branch_the_repositories_lack_finds_no_version(decided: Path) -> None:
 def test_ubuntu_defaults_to_580_open_and_fabric_manager_on_an_nvswitch_bus(decided: Path) -> None:
     hgx = _decisions(decided, "ubuntu-aws-hgx")
     assert (hgx["branch"], hgx["modules"]) == ("580", "open")
-    assert hgx["packages"] == ["nvidia-open-580"]
+    assert hgx["probe"] == "nvidia-headless-580-open"
+    assert hgx["packages"] == ["nvidia-headless-580-open", "nvidia-utils-580"]
     assert hgx["version"] == "580.95.05-0ubuntu1"
     assert hgx["headers"] == ["linux-headers-6.8.0-1015-aws", "linux-headers-aws", "dkms"]
     assert hgx["fabricmanager"] is True
@@ -195,7 +231,7 @@ def test_ubuntu_defaults_to_580_open_and_fabric_manager_on_an_nvswitch_bus(decid
 
 def test_proprietary_modules_and_fabric_manager_forced_off(decided: Path) -> None:
     custom = _decisions(decided, "ubuntu-custom-kernel-proprietary")
-    assert custom["packages"] == ["cuda-drivers-580"]
+    assert custom["packages"] == ["nvidia-headless-580", "nvidia-utils-580"]
     assert custom["fabricmanager"] is False
     # A kernel the distribution did not build has no flavour meta-package.
     assert custom["headers"] == ["linux-headers-6.18.0", "dkms"]

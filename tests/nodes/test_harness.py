@@ -31,7 +31,9 @@ def ping_inventory(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
 def test_nodes_boot_with_systemd_as_pid1(cluster: Cluster) -> None:
     for node in cluster.nodes:
         assert node.run("cat /proc/1/comm").stdout.strip() == "systemd"
-        assert node.run("systemctl is-system-running").stdout.strip() in {"running", "degraded"}
+        # "degraded" (exit status 1) once provisioned: units that need a GPU fail without one.
+        state = node.run("systemctl is-system-running", check=False).stdout.strip()
+        assert state in {"running", "degraded"}, state
         assert node.run("hostname").stdout.strip() == node.name
         # Each node has its own network namespace: its veth end, loopback, nothing of the host's.
         links = set(node.run("ls /sys/class/net").stdout.split())

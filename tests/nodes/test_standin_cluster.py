@@ -29,7 +29,13 @@ from infra.gpu import (
 )
 from tests.nodes.harness.cluster import DEFAULT_NODE_NAMES, DEFAULT_NODES
 from tests.nodes.harness.machine import Node
-from tests.nodes.harness.provision import CONTROL_PLANE, WORKERS, Provisioned
+from tests.nodes.harness.provision import (
+    CONTROL_PLANE,
+    HALF_JOINED_KUBELET_CONF,
+    HALF_JOINED_WORKER,
+    WORKERS,
+    Provisioned,
+)
 from tests.nodes.harness.standin_repo import PAYLOADS
 
 pytestmark = [pytest.mark.nodes, pytest.mark.slow]
@@ -81,22 +87,50 @@ def test_kubernetes_is_pinned_below_the_newest_version_available(
 
 
 @pytest.mark.parametrize("name", DEBIAN_NODES)
-def test_the_real_debian_driver_is_installed_with_open_modules_and_finds_no_gpu(
+def test_the_real_debian_driver_is_installed_headless_with_open_modules_and_finds_no_gpu(
     provisioned: Provisioned, name: str
 ) -> None:
     node = provisioned.cluster.node(name)
-    version = node.run("dpkg-query -W -f '${Version}' nvidia-driver").stdout
+    version = node.run("dpkg-query -W -f '${Version}' libcuda1").stdout
     assert version.startswith("535."), version
-    # The default flavour for 535: the open modules (contrib), at exactly the driver's version.
+    # The default flavour for 535: the open modules (contrib), at exactly the driver's version, and
+    # so is all userspace of the driver's source, dependencies included.
     module = node.run("dpkg-query -W -f '${Version}' nvidia-open-kernel-dkms").stdout
     assert module == version
-    proprietary = node.run("dpkg-query -W -f '${Status}' nvidia-kernel-dkms 2>/dev/null || true")
-    assert "ok installed" not in proprietary.stdout
+    from_driver_source = node.run(
+        "dpkg-query -W -f '${source:Package} ${Version}\\n' | grep '^nvidia-graphics-drivers '"
+    ).stdout.splitlines()
+    assert len(from_driver_source) >= 8, from_driver_source
+    assert {line.split()[1] for line in from_driver_source} == {version}
+    for package in ("nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp", "nvidia-persistenced"):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {package}").stdout
+        assert status == "install ok installed", (package, status)
+    # Headless: neither Debian's nvidia-driver metapackage nor the X server and GL stack it pulls.
+    for package in ("nvidia-driver", "xserver-xorg-core", "libgl1-mesa-dri", "nvidia-kernel-dkms"):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {package} 2>/dev/null || true").stdout
+        assert "ok installed" not in status, package
     sources = node.run("cat /etc/apt/sources.list.d/debian-non-free.sources").stdout
     assert "non-free" in sources
+    security = node.run("cat /etc/apt/sources.list.d/debian-security-non-free.sources").stdout
+    assert "Suites: bookworm-security" in security
+    assert "non-free-firmware" in security
+    # apt reads the security suite's lists, and the pin holds the driver at the module's version.
+    policy = node.run("apt-cache policy libcuda1").stdout
+    assert "bookworm-security/non-free" in policy, policy
+    assert f"*** {version} 990" in policy, policy
     smi = node.run("nvidia-smi -L", check=False)
     assert smi.returncode != 0
     assert "NVIDIA" in smi.stdout + smi.stderr
+
+
+@pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
+def test_no_unit_failed_but_the_persistence_daemon_which_needs_a_gpu(
+    provisioned: Provisioned, name: str
+) -> None:
+    node = provisioned.cluster.node(name)
+    failed = node.run("systemctl list-units --failed --plain --no-legend").stdout.split("\n")
+    units = {line.split()[0] for line in failed if line.strip()}
+    assert units <= {"nvidia-persistenced.service"}, failed
 
 
 @pytest.mark.parametrize("name", DEFAULT_NODE_NAMES)
@@ -106,15 +140,15 @@ def test_debian_packages_came_through_the_apt_proxy(provisioned: Provisioned, na
     assert proxy is not None
     assert proxy.url(node.host_address) in node.read("/etc/apt/apt.conf.d/01gpu-cluster-apt-proxy")
     log = (proxy.workdir / "log" / "apt-cacher.log").read_text()
-    for package in ("nvidia-driver_", "docker.io_", "containerd_"):
+    for package in ("libcuda1_", "docker.io_", "containerd_"):
         assert package in log
 
 
 @pytest.mark.parametrize(
     ("name", "flavour", "packages"),
     [
-        ("gpu-worker-1", "open", ["nvidia-open-580", "nvidia-driver-580-open"]),
-        ("gpu-worker-2", "proprietary", ["cuda-drivers-580", "nvidia-driver-580"]),
+        ("gpu-worker-1", "open", ["nvidia-headless-580-open", "nvidia-utils-580"]),
+        ("gpu-worker-2", "proprietary", ["nvidia-headless-580", "nvidia-utils-580"]),
     ],
 )
 def test_ubuntu_gets_the_580_driver_of_its_flavour_from_the_pinned_cuda_repository(
@@ -124,13 +158,13 @@ def test_ubuntu_gets_the_580_driver_of_its_flavour_from_the_pinned_cuda_reposito
     for package in packages:
         status = node.run(f"dpkg-query -W -f '${{Status}} ${{Version}}' {package}").stdout
         assert status.startswith("install ok installed 580."), (flavour, package, status)
-    other = "nvidia-driver-580" if flavour == "open" else "nvidia-driver-580-open"
-    assert (
-        "ok installed"
-        not in node.run(f"dpkg-query -W -f '${{Status}}' {other} 2>/dev/null || true").stdout
-    )
+    other = "nvidia-headless-580" if flavour == "open" else "nvidia-headless-580-open"
+    # Headless: not the other flavour, nor a full (desktop and compute) driver.
+    for absent in (other, "nvidia-driver-580", "nvidia-driver-580-open"):
+        status = node.run(f"dpkg-query -W -f '${{Status}}' {absent} 2>/dev/null || true").stdout
+        assert "ok installed" not in status, absent
     # Branch 570 is there too and is not taken.
-    assert "570." in node.run("apt-cache madison nvidia-driver-570").stdout
+    assert "570." in node.run("apt-cache madison nvidia-headless-570-open").stdout
     # NVIDIA's cuda-repository-pin-600: apt ranks the CUDA repository above the distribution.
     policy = node.run(f"apt-cache policy {packages[0]}").stdout
     assert (
@@ -238,6 +272,31 @@ def test_worker_joined_once_with_a_token_from_the_control_plane(
     assert join["nodeRegistration"]["taints"] == [GPU_TAINT]
     # The join configuration holds the token: the role removes it after joining.
     assert not (worker.root / "etc/kubernetes/kubeadm-join.yaml").exists()
+
+
+def test_a_worker_whose_join_failed_half_way_was_reset_and_joined_again(
+    provisioned: Provisioned,
+) -> None:
+    # kubelet.conf was there before the converging run, the node unknown to the API server: the
+    # role asked with the node's credentials, got NotFound, reset and joined (not skipped the join).
+    node = provisioned.cluster.node(HALF_JOINED_WORKER)
+    verbs = [
+        call["argv"][0]
+        for call in _calls(node, "/var/lib/kubeadm-standin/calls.jsonl")
+        if call["argv"][:1] in (["reset"], ["join"])
+    ]
+    assert verbs == ["reset", "join"]
+    assert node.read("/etc/kubernetes/kubelet.conf") != HALF_JOINED_KUBELET_CONF
+    assert node.read("/var/lib/kubeadm-standin/registered-node").strip() == HALF_JOINED_WORKER
+    asked = [
+        call["argv"]
+        for call in _calls(node, "/var/lib/kubectl-standin/calls.jsonl")
+        if call["argv"][:2] == ["get", "node"]
+    ]
+    # Asked before the join (NotFound) and again in the rerun (found): never joined twice.
+    assert len(asked) == 2, asked
+    assert asked[0][2] == HALF_JOINED_WORKER
+    assert "--kubeconfig=/etc/kubernetes/kubelet.conf" in asked[0]
 
 
 def test_cni_manifest_was_applied_with_the_admin_kubeconfig(control_plane: Node) -> None:

@@ -154,6 +154,9 @@ def test_cuda_and_docker_repositories_have_the_real_layouts_and_names(www: Path)
         names = {package["Package"] for package in _packages(repo)}
         for branch in standin_repo.DRIVER_VERSIONS:
             assert {
+                f"nvidia-headless-{branch}-open",
+                f"nvidia-headless-{branch}",
+                f"nvidia-utils-{branch}",
                 f"cuda-drivers-{branch}",
                 f"nvidia-open-{branch}",
                 f"nvidia-fabricmanager-{branch}",

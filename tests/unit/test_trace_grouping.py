@@ -2,10 +2,12 @@
 
 Reports are built with ``tests.support.nsys.ReportBuilder`` (test doubles of Nsight Systems
 exports, documented schema 3.16.1; no GPU or nsys here). The fast path packs each group's
-columns into one integer key; exports where packed keys would clash (two processes with the
-same 24-bit pid on different virtual machines, correlation ids beyond 32 bits) must give the
-same figures through the slower general queries. ``grouping.aggregate`` is wrapped (a spy, not
-a stand-in: it runs unchanged) to prove which path ran.
+columns into one integer key, exactly (processes by their slot, so two processes with the same
+24-bit pid on different virtual machines stay apart); exports beyond the key's bounds (a device
+id over 255, a kernel's process that made no CUDA API call, more than 64 calling processes,
+correlation ids beyond 32 bits) must give the same figures through the slower general queries.
+``grouping.aggregate`` is wrapped (a spy, not a stand-in: it runs unchanged) to prove which
+path ran.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler_app.trace import grouping
+from profiler_app.trace import grouping, queries
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
 from tests.support.nsys import PID, ReportBuilder
@@ -66,7 +68,7 @@ def test_groups_are_the_same_in_any_row_order_on_the_fast_path(
     ] * 2
 
 
-def test_processes_whose_packed_keys_clash_are_grouped_apart(
+def test_processes_sharing_a_24_bit_pid_are_grouped_apart(
     tmp_path: Path, fast_paths: dict[str, bool]
 ) -> None:
     report = ReportBuilder()
@@ -76,8 +78,9 @@ def test_processes_whose_packed_keys_clash_are_grouped_apart(
     launch = "cudaLaunchKernel_v7000"
     report.add_api_calls(launch, [3 * MS], [3 * MS + 7 * US], [1], pid=OTHER_VM, thread=PID)
     result = summary_of(report.write(tmp_path / "r.sqlite"))
-    assert fast_paths["temp.trace_kernel_groups"] is False
-    assert fast_paths["temp.trace_api_groups"] is False
+    # both keyed by the process's slot among the callers: exact, so no clash
+    assert fast_paths["temp.trace_kernel_groups"] is True
+    assert fast_paths["temp.trace_api_groups"] is True
     gpu = result.gpus[0]
     (kernel,) = gpu.kernels
     assert (kernel.count, kernel.total_ns, kernel.min_ns, kernel.max_ns) == (3, 4 * MS, MS, 2 * MS)
@@ -85,6 +88,56 @@ def test_processes_whose_packed_keys_clash_are_grouped_apart(
     assert (gpu.launches, gpu.launch_ns) == (3, 2 * 3 * US + 7 * US)
     (api,) = result.api
     assert (api.name, api.count, api.total_ns) == ("cudaLaunchKernel", 3, 13 * US)
+    with open_report(str(tmp_path / "r.sqlite")) as export:
+        callers = queries.api_callers(export)
+        groups = queries.api_groups(export, callers)
+        kernels = queries.kernel_groups(export, 0, callers)
+    assert sorted((g.pid, g.durations.count) for g in groups) == [
+        (PID << 24, 2),
+        (OTHER_VM << 24, 1),
+    ]
+    assert sorted((g.pid, g.durations.count, g.launches) for g in kernels) == [
+        (PID << 24, 2, 2),
+        (OTHER_VM << 24, 1, 1),
+    ]
+
+
+@pytest.mark.parametrize("outside", ["device id over 255", "process without API calls"])
+def test_kernels_outside_the_key_bounds_are_grouped_the_general_way(
+    tmp_path: Path, fast_paths: dict[str, bool], outside: str
+) -> None:
+    report = ReportBuilder()
+    report.add_kernels("k", [0, 2 * MS], MS, launch_ns=3 * US)
+    if outside == "device id over 255":
+        report.add_kernels("k", [4 * MS], 2 * MS, device=300, launch_ns=5 * US)
+    else:
+        report.add_kernels("k", [4 * MS], 2 * MS, launch=None, pid=PID + 1)
+    result = summary_of(report.write(tmp_path / "r.sqlite"))
+    assert fast_paths["temp.trace_kernel_groups"] is False
+    figures = [
+        (gpu.device, [(k.count, k.total_ns) for k in gpu.kernels], gpu.launches, gpu.launch_ns)
+        for gpu in result.gpus
+    ]
+    if outside == "device id over 255":
+        assert figures == [(0, [(2, 2 * MS)], 2, 6 * US), (300, [(1, 2 * MS)], 1, 5 * US)]
+    else:
+        assert figures == [(0, [(3, 4 * MS)], 2, 6 * US)]
+
+
+def test_api_calls_of_more_processes_than_slots_are_grouped_the_general_way(
+    tmp_path: Path, fast_paths: dict[str, bool]
+) -> None:
+    report = ReportBuilder()
+    report.add_kernels("k", [0], MS, launch_ns=2 * US)
+    for pid in range(1000, 1065):  # 65 processes, one more than the slots
+        report.add_api_calls("cudaMemGetInfo_v3020", [2 * MS], [2 * MS + pid], pid=pid)
+    result = summary_of(report.write(tmp_path / "r.sqlite"))
+    assert "temp.trace_api_groups" not in fast_paths
+    calls = {s.name: (s.count, s.total_ns, s.min_ns, s.max_ns) for s in result.api}
+    assert calls == {
+        "cudaMemGetInfo": (65, sum(range(1000, 1065)), 1000, 1064),
+        "cudaLaunchKernel": (1, 2 * US, 2 * US, 2 * US),
+    }
 
 
 def test_correlation_ids_beyond_32_bits_are_joined_the_general_way(

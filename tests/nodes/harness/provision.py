@@ -3,8 +3,9 @@
 Order: a --check run on the fresh nodes; a run with the stand-in vendor repositories stopped,
 which fails half-way (on Debian after the driver is installed); a run whose first kubeadm init
 fails (the stand-in kubeadm told to, after writing admin.conf like a real failed init); the
-converging run; an idempotent rerun. Then a Docker image is imported on each node for the
-`docker run` checks.
+converging run, on a cluster where the last worker carries the remains of a join that failed
+half-way (kubelet.conf written, the node never registered); an idempotent rerun. Then a Docker
+image is imported on each node for the `docker run` checks.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ NODE_VARS: dict[str, dict[str, Any]] = {
     },
 }
 FAIL_NEXT_INIT = "/var/lib/kubeadm-standin/fail-next-init"
+# What a kubeadm join that failed after writing kubelet.conf leaves on a worker.
+HALF_JOINED_WORKER = WORKERS[-1]
+HALF_JOINED_KUBELET_CONF = "# remains of a kubeadm join that failed half-way\n"
 
 
 @dataclass
@@ -97,6 +101,9 @@ def provision(cluster: Cluster, workdir: Path) -> Provisioned:
     control_plane = cluster.node(CONTROL_PLANE[0])
     control_plane.run(f"mkdir -p {Path(FAIL_NEXT_INIT).parent} && touch {FAIL_NEXT_INIT}")
     failed_init_run = run_playbook("site.yml", inventory, log=workdir / "failed-init.log")
+    half_joined = cluster.node(HALF_JOINED_WORKER)
+    half_joined.run("mkdir -p /etc/kubernetes")
+    (half_joined.root / "etc/kubernetes/kubelet.conf").write_text(HALF_JOINED_KUBELET_CONF)
     converge_run = run_playbook("site.yml", inventory, log=workdir / "converge.log")
     rerun = run_playbook("site.yml", inventory, log=workdir / "rerun.log")
     image = import_image(cluster) if converge_run.returncode == 0 else ""

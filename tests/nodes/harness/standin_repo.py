@@ -154,17 +154,30 @@ def cuda_packages() -> list[Package]:
         version = f"{upstream}-0ubuntu1"
         smi = {"/usr/bin/nvidia-smi": ("nvidia-smi", 0o755)}
         packages += [
+            # Like the real ones: nvidia-smi comes with nvidia-utils, which the full drivers depend
+            # on and which the headless (compute-only) sets leave to be named next to them.
+            Package(f"nvidia-utils-{branch}", version, files=smi),
             Package(
                 f"nvidia-driver-{branch}-open",
                 version,
-                files=smi,
+                depends=f"nvidia-utils-{branch} (= {version})",
                 conflicts=f"nvidia-driver-{branch}",
             ),
             Package(
                 f"nvidia-driver-{branch}",
                 version,
-                files=smi,
+                depends=f"nvidia-utils-{branch} (= {version})",
                 conflicts=f"nvidia-driver-{branch}-open",
+            ),
+            Package(
+                f"nvidia-headless-{branch}-open",
+                version,
+                conflicts=f"nvidia-headless-{branch}, nvidia-driver-{branch}",
+            ),
+            Package(
+                f"nvidia-headless-{branch}",
+                version,
+                conflicts=f"nvidia-headless-{branch}-open, nvidia-driver-{branch}-open",
             ),
             Package(
                 f"nvidia-open-{branch}",
