@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -15,7 +16,10 @@ def has_valid_port(url: str) -> bool:
 
 def without_credentials(url: str) -> str:
     """The URL without user:password, which must never reach a message or a log."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket: refused later, but logged first
+        return re.sub(r"//[^/]*@", "//***@", url)
     if parts.username is None and parts.password is None:
         return url
     host = parts.netloc.rpartition("@")[2]

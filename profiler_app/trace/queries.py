@@ -6,7 +6,8 @@
   counts and launch API time; kernels of a CUDA graph (``graphNodeId`` set) share one graph
   launch call, counted by name instead.
 - ``kernel_groups`` and ``api_groups`` group by upsert into integer-keyed temp tables
-  (``grouping``: no sort of the million rows), by ``GROUP BY`` where packed keys would clash.
+  (``grouping``: no sort of the million rows; processes by their slot among ``api_callers``),
+  by ``GROUP BY`` where a row falls outside the packed key's bounds.
 - ``memory_groups``: copies per (device, process, copy kind, pageable host memory or not), and
   memsets.
 - ``api_groups``: CUDA API calls per (process, function).
@@ -245,8 +246,10 @@ def _launch_join(export: Export, pid: str, callers: Callers | None) -> _LaunchJo
     call_slot, kernel_slot = (
         (_slot(caller, pids or []), _slot(pid, pids or [])) if same_process else ("0", "0")
     )
-    key = grouping.packed_key((call_slot, 32), ("r.correlationId", 32))
-    source = f"FROM {schema.RUNTIME} AS r WHERE r.correlationId IS NOT NULL AND {key} IS NOT NULL"
+    # Calls without an id or of no known process share key -1, which no kernel looks up (no
+    # WHERE on the key: SQLite would compute it twice per row).
+    key = f"coalesce({grouping.packed_key((call_slot, 32), ('r.correlationId', 32))}, -1)"
+    source = f"FROM {schema.RUNTIME} AS r WHERE true"
     if pids is not None and grouping.aggregate(
         export,
         table=LAUNCH_TABLE,
@@ -330,7 +333,7 @@ def _process_of_slot(slot: str, pids: list[int]) -> str:
 def _group_kernels_by_sorting(
     export: Export, name: str, pid: str, launch: _LaunchJoin | None, parameters: dict[str, int]
 ) -> None:
-    """``KERNEL_GROUPS`` by ``GROUP BY``, where packed keys clash."""
+    """``KERNEL_GROUPS`` by ``GROUP BY``, where a row falls outside the packed key's bounds."""
     connection = export.connection
     connection.execute(f"DROP TABLE IF EXISTS {KERNEL_GROUPS}")
     calls, ns = (f"sum({launch.calls})", f"sum({launch.ns})") if launch else ("0", "0")

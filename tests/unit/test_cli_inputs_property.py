@@ -146,6 +146,9 @@ def run_stand_in(daemon: Daemon, *, once: bool, first_delay_seconds: float) -> i
 @example(
     window="100w", interval="1d", sample_interval="1s", prometheus_url="http://u:p@h:9", step="1h"
 )
+@example(  # urlsplit raises on the unclosed bracket: found by this test on 2026-11-23
+    window="30m", interval="30s", sample_interval="1s", prometheus_url="https://[::1:1/", step=None
+)
 @given(
     window=st.one_of(durations, st.just("30m")),
     interval=st.one_of(durations, st.just("30s")),

@@ -363,6 +363,18 @@ def test_credentials_in_the_url_never_reach_messages() -> None:
     assert "s3cret" not in source.display_url
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://u:pw@[::1:113/db", "https://***@[::1:113/db"),  # urlsplit: Invalid IPv6 URL
+        ("https://[::1:113/db", "https://[::1:113/db"),
+        ("https://u:pw@[::1]:9090/x", "https://***@[::1]:9090/x"),
+    ],
+)
+def test_unparseable_urls_are_masked_not_raised(url: str, shown: str) -> None:
+    assert without_credentials(url) == shown
+
+
 def test_credentials_are_sent_to_prometheus() -> None:
     """Basic authentication in the URL still works (requests sends it as a header)."""
     with StandInPrometheus(sample_series) as server:

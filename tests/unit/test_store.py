@@ -495,6 +495,18 @@ def test_plain_postgresql_urls_use_psycopg() -> None:
     assert parse_store_url("postgresql+psycopg://u@h/d").backend == "postgresql"
 
 
+def test_displayed_postgresql_urls_mask_every_password() -> None:
+    """libpq also takes a password (or an SSL key's) as an option in the query string."""
+    parsed = parse_store_url(
+        "postgresql://profiler:s3cret@db:5432/gpus?sslpassword=k3y&password=hunter2&sslmode=require"
+    )
+    shown = parsed.display()
+    assert shown == (
+        "postgresql://profiler:***@db:5432/gpus?sslpassword=***&password=***&sslmode=require"
+    )
+    assert parsed.query["password"] == "hunter2"  # masked only for display
+
+
 def test_sqlite_in_an_unwritable_place_is_a_user_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -1,8 +1,10 @@
-"""Table definitions of the store (SQLAlchemy Core tables).
+"""Table definitions of the store (SQLAlchemy Core tables): the one definition of the schema.
 
-Core, not the ORM: the daemon writes every cycle through these, and the ORM would add about
-6 MiB to its memory for nothing it uses. Every schema change goes with an Alembic revision in
-``migrations/versions``; a test checks that the migrated schema and these tables agree.
+Alembic's revisions, ``report`` and ``trace`` use them; the daemon's writer (``sink.py``,
+``retention.py``) names the same columns in plain SQL through the DB-API drivers, to keep
+SQLAlchemy out of its memory, and tests hold it to these tables. Every schema change goes with
+an Alembic revision in ``migrations/versions``; a test checks that the migrated schema and these
+tables agree.
 """
 
 from __future__ import annotations

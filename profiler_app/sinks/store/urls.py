@@ -20,6 +20,8 @@ from profiler_app.paths import user_path
 
 _URL_HELP = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
 _SCHEME = re.compile(r"([A-Za-z][\w+]*)://(.*)", re.DOTALL)
+# libpq options that carry a secret (password, sslpassword): masked like the URL's password.
+_SECRET_OPTION = re.compile(r"password", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,10 @@ class StoreUrl:
             user += ":***"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host or ""
         port = f":{self.port}" if self.port is not None else ""
-        options = "&".join(f"{key}={value}" for key, value in self.query.items())
+        options = "&".join(
+            f"{key}={'***' if _SECRET_OPTION.search(key) else value}"
+            for key, value in self.query.items()
+        )
         return f"postgresql://{user}{'@' if user else ''}{host}{port}/{quote(self.database)}" + (
             f"?{options}" if options else ""
         )
