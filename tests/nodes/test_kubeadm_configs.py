@@ -177,3 +177,71 @@ def test_kubelet_extra_args_follow_the_kubeadm_api_version(
         document = next(yaml.safe_load_all((rendered / f"{host}-{suffix}.yaml").read_text()))
         assert document["apiVersion"] == api_version
         assert isinstance(document["nodeRegistration"]["kubeletExtraArgs"], extra_args_type)
+
+
+# Host -> (kubelet.conf exists, kubectl get node's exit status, its stderr: real kubectl's words).
+WORKER_STATES: dict[str, tuple[bool, int, str]] = {
+    "new": (False, 1, ""),
+    "joined": (True, 0, ""),
+    "half-joined": (True, 1, 'Error from server (NotFound): nodes "gpu-worker-2" not found'),
+    "half-joined-credentials": (
+        True,
+        1,
+        "error: You must be logged in to the server (Unauthorized)",
+    ),
+    "unknown": (
+        True,
+        1,
+        "The connection to the server 192.0.2.10:6443 was refused"
+        " - did you specify the right host or port?",
+    ),
+}
+
+
+def test_a_worker_rejoins_only_when_the_api_server_says_it_does_not_know_the_node(
+    tmp_path: Path,
+) -> None:
+    # A control plane that does not answer must not get a healthy worker reset.
+    hosts = {
+        name: {
+            "_kubeadm_worker_kubelet_conf": {"stat": {"exists": exists}},
+            "_kubeadm_worker_registration": {"rc": rc, "stderr": stderr},
+        }
+        for name, (exists, rc, stderr) in WORKER_STATES.items()
+    }
+    inventory = {
+        "all": {
+            "vars": {
+                **role_variables("kubeadm_worker"),
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+            },
+            "hosts": hosts,
+        }
+    }
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "state.yml").write_text(
+        "- name: Decide.\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Write the state.\n      ansible.builtin.copy:\n"
+        '        content: "{{ _kubeadm_worker_state | trim }}"\n'
+        f'        dest: "{tmp_path}/{{{{ inventory_hostname }}}}.state"\n'
+        '        mode: "0600"\n'
+    )
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "state.yml"],
+        cwd=tmp_path,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    states = {name: (tmp_path / f"{name}.state").read_text() for name in WORKER_STATES}
+    assert states == {
+        "new": "new",
+        "joined": "joined",
+        "half-joined": "half-joined",
+        "half-joined-credentials": "half-joined",
+        "unknown": "unknown",
+    }
