@@ -10,16 +10,14 @@ ones: Debian 12, Ubuntu, containerd.io, Docker CE); the booted nodes check the r
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env, role_variables
+from tests.nodes.harness.ansible_run import PLAYBOOKS, role_variables, run_local_play
 
 ROLES = PLAYBOOKS / "roles"
 DEBIAN_MADISON = [
@@ -146,18 +144,7 @@ def decided(tmp_path_factory: pytest.TempPathFactory) -> Path:
         }
     }
     decisions = "{" + ", ".join(f"'{key}': {value}" for key, value in DECISIONS.items()) + "}"
-    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (workdir / "decide.yml").write_text(PLAYBOOK.format(roles=ROLES, out=out, decisions=decisions))
-    completed = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "decide.yml"],
-        cwd=workdir,
-        env=ansible_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    run_local_play(workdir, inventory, PLAYBOOK.format(roles=ROLES, out=out, decisions=decisions))
     return out
 
 

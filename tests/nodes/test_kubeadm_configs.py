@@ -8,7 +8,6 @@ Test double: a made-up `kubeadm token create --print-join-command` line for the 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from infra.gpu import (
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
 )
-from tests.nodes.harness.ansible_run import BIN, PLAYBOOKS, ansible_env, role_variables
+from tests.nodes.harness.ansible_run import PLAYBOOKS, role_variables, run_local_play
 
 ROLES = PLAYBOOKS / "roles"
 GPU_LABEL = f"{GPU_NODE_LABEL_KEY}={GPU_NODE_LABEL_VALUE}"
@@ -95,18 +94,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "children": groups,
         }
     }
-    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (workdir / "render.yml").write_text(PLAYBOOK.format(roles=ROLES, out=out))
-    completed = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "render.yml"],
-        cwd=workdir,
-        env=ansible_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    run_local_play(workdir, inventory, PLAYBOOK.format(roles=ROLES, out=out))
     return out
 
 
@@ -219,24 +207,15 @@ def test_a_worker_rejoins_only_when_the_api_server_says_it_does_not_know_the_nod
             "hosts": hosts,
         }
     }
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "state.yml").write_text(
+    run_local_play(
+        tmp_path,
+        inventory,
         "- name: Decide.\n  hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - name: Write the state.\n      ansible.builtin.copy:\n"
         '        content: "{{ _kubeadm_worker_state | trim }}"\n'
         f'        dest: "{tmp_path}/{{{{ inventory_hostname }}}}.state"\n'
-        '        mode: "0600"\n'
+        '        mode: "0600"\n',
     )
-    completed = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "state.yml"],
-        cwd=tmp_path,
-        env=ansible_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     states = {name: (tmp_path / f"{name}.state").read_text() for name in WORKER_STATES}
     assert states == {
         "new": "new",

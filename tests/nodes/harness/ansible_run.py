@@ -95,6 +95,23 @@ def run_playbook(
     return _run([*command, *extra], log, timeout)
 
 
+def run_local_play(workdir: Path, inventory: dict[str, Any], play: str) -> None:
+    """Runs the play text ``play`` in ``workdir`` against ``inventory`` (local hosts: role logic
+    without a node) and asserts that it succeeded."""
+    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (workdir / "play.yml").write_text(play)
+    completed = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "inventory.yml", "play.yml"],
+        cwd=workdir,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+
+
 def run_module(
     pattern: str, inventory: Path, module: str, args: str, timeout: float = 600
 ) -> RunResult:
