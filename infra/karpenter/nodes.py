@@ -11,7 +11,7 @@ render check ``scheduling`` proves it does).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from infra.eks import gpu_node_user_data
@@ -51,7 +51,6 @@ class GpuNodePoolArgs:
     # Pin a version (al2023@v20251117) for reproducible nodes; `latest` follows AWS' releases.
     ami_alias: str = "al2023@latest"
     disk_size_gib: int = 200  # CUDA images are large
-    extra_tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.capacity_types) - set(CAPACITY_TYPES))
@@ -117,7 +116,7 @@ def ec2_node_class_spec(
         },
         # GPUs only through the device plugin, as on the managed GPU node groups.
         "userData": gpu_node_user_data(),
-        "tags": {"gpu-cluster/node-pool": pool.name, **pool.extra_tags},
+        "tags": {"gpu-cluster/node-pool": pool.name},
     }
 
 
