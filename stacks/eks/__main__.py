@@ -64,7 +64,7 @@ def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
     )
 
 
-def karpenter_args(config: pulumi.Config) -> GpuKarpenterArgs | None:
+def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs | None:
     """``karpenter`` from stack config: on unless ``enabled: false``."""
     spec = stack_config.fields(
         "karpenter", stack_config.read_object(config, "karpenter") or {}, KARPENTER_FIELDS
@@ -93,12 +93,10 @@ def karpenter_args(config: pulumi.Config) -> GpuKarpenterArgs | None:
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config karpenter: {error}") from None
-    return GpuKarpenterArgs(
-        cluster_name=config.get("clusterName") or "gpu-cluster", region=region, node_pools=(pool,)
-    )
+    return GpuKarpenterArgs(cluster_name=cluster_name, region=region, node_pools=(pool,))
 
 
-def cluster_args(config: pulumi.Config, karpenter: bool) -> GpuEksClusterArgs:
+def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> GpuEksClusterArgs:
     existing_vpc_id = config.get("existingVpcId")
     system = stack_config.fields(
         "systemNodeGroup",
@@ -113,7 +111,7 @@ def cluster_args(config: pulumi.Config, karpenter: bool) -> GpuEksClusterArgs:
     cidrs = stack_config.read_object(config, "publicAccessCidrs")
     try:
         return GpuEksClusterArgs(
-            cluster_name=config.get("clusterName") or "gpu-cluster",
+            cluster_name=cluster_name,
             kubernetes_version=config.get("kubernetesVersion") or KUBERNETES_VERSION,
             gpu_node_groups=tuple(
                 gpu_node_group(f"gpuNodeGroups[{index}]", spec) for index, spec in enumerate(groups)
@@ -147,8 +145,10 @@ def cluster_args(config: pulumi.Config, karpenter: bool) -> GpuEksClusterArgs:
 
 
 config = pulumi.Config()
-karpenter = karpenter_args(config)
-cluster = GpuEksCluster("gpu-eks", cluster_args(config, karpenter is not None))
+# One name for both: Karpenter's IAM policy and node class select the cluster's resources by it.
+cluster_name = config.get("clusterName") or "gpu-cluster"
+karpenter = karpenter_args(config, cluster_name)
+cluster = GpuEksCluster("gpu-eks", cluster_args(config, cluster_name, karpenter is not None))
 layer = deploy_gpu_layer(
     config, cluster.kubeconfig, depends_on=cluster.ready, storage_class=cluster.storage_class
 )
