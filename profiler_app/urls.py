@@ -5,6 +5,14 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
+# Query options that carry a secret (libpq's password and sslpassword, say): masked too.
+_SECRET_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether a query option of this name carries a secret."""
+    return "password" in name.lower()
+
 
 def has_valid_port(url: str) -> bool:
     try:
@@ -15,7 +23,9 @@ def has_valid_port(url: str) -> bool:
 
 
 def without_credentials(url: str) -> str:
-    """The URL without user:password, which must never reach a message or a log."""
+    """The URL without user:password or password options, which must never reach a message
+    or a log."""
+    url = _SECRET_OPTION.sub(r"\1***", url)
     try:
         parts = urlsplit(url)
     except ValueError:  # e.g. an unclosed IPv6 bracket: refused later, but logged first

@@ -278,7 +278,7 @@ def waiting(
         eligible = rows if steady is None else rows & steady
         waiters, peer_flags, peer = _peer_waiting(util, eligible, context, coupling, groups)
         result.peer[waiters] = peer
-        merged = np.union1d(selected, waiters)
+        merged = distinct(np.concatenate((selected, waiters)))  # np.union1d loads numpy.ma
         both = np.zeros((merged.size, util.shape[1]), dtype=bool)
         both[np.searchsorted(merged, selected)] = flags
         both[np.searchsorted(merged, waiters)] |= peer_flags

@@ -29,7 +29,8 @@ from profiler_app.sinks.store.engine import (
     describe_error,
     head_revisions,
 )
-from profiler_app.sinks.store.urls import default_store_url, parse_store_url, redact
+from profiler_app.sinks.store.urls import default_store_url, parse_store_url
+from profiler_app.urls import without_credentials
 
 _VIEW_TITLES = {
     "node": "Nodes",
@@ -56,7 +57,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=store_url,
         # The environment's URL may hold a password: --help shows it masked.
         help="sqlite:///PATH or postgresql://USER@HOST/DB (env GPU_PROFILER_STORE_URL; "
-        f"default: {redact(store_url).replace('%', '%%')})",
+        f"default: {without_credentials(store_url).replace('%', '%%')})",
     )
     parser.add_argument(
         "--by",

@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     from profiler_app.sources.kube_pods import PodWatcher
 
 # Imported only when the configuration uses them, to keep the daemon small: the Kubernetes
-# client (about 30 MiB with what it imports), SQLAlchemy (14 MiB), and local mode's NVML, psutil
-# and rich terminal table (about 5 MiB; the DaemonSet reads Prometheus and has no terminal).
+# client (about 30 MiB with what it imports), the store (its DB-API driver; SQLAlchemy and Alembic
+# only in the migration's child process), and local mode's NVML, psutil and rich terminal table
+# (about 5 MiB; the DaemonSet reads Prometheus and has no terminal).
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.traces import TraceStore, trace_rows
-from profiler_app.sinks.store.urls import default_store_url, parse_store_url, redact
+from profiler_app.sinks.store.urls import default_store_url, parse_store_url
 from profiler_app.trace.export import open_report
 from profiler_app.trace.render import render
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
+from profiler_app.urls import without_credentials
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,12 +52,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="table (default) or json: one object, keys in docs/trace.md",
     )
     store_url = os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url()
+    shown = without_credentials(store_url).replace("%", "%%")
     parser.add_argument(
         "--store-url",
         metavar="URL",
         default=store_url,
         help="table store to record the result in, sqlite:///PATH or postgresql://USER@HOST/DB, "
-        f"or 'none' (env GPU_PROFILER_STORE_URL; default: {redact(store_url).replace('%', '%%')})",
+        f"or 'none' (env GPU_PROFILER_STORE_URL; default: {shown})",
     )
     parser.add_argument(
         "--iteration-range",

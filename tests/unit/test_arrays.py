@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -67,3 +68,30 @@ def test_it_leaves_numpy_ma_unloaded_where_np_unique_loads_it() -> None:
     if loaded_by_import == "True":  # numpy 1.x (the declared floor) imports numpy.ma itself
         pytest.skip("this numpy loads numpy.ma on import: nothing to save")
     assert after == ["False", "True"]
+
+
+CLASSIFY = """
+import sys
+from pathlib import Path
+from profiler_app.analysis import classify_matrix
+from tests.support import jobs
+print("numpy.ma" in sys.modules)
+for job in jobs.labelled_jobs():  # multi-GPU jobs whose ranks wait for each other
+    classify_matrix(job.util, 1.0, job.context())
+print("numpy.ma" in sys.modules)
+"""
+
+
+def test_classifying_coupled_jobs_leaves_numpy_ma_unloaded() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-c", CLASSIFY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    loaded_by_import, after = completed.stdout.split()
+    if loaded_by_import == "True":
+        pytest.skip("this numpy loads numpy.ma on import: nothing to save")
+    assert after == "False"  # no plain np.unique (np.union1d is one) on the daemon's path

@@ -394,3 +394,8 @@ def test_credentials_never_reach_messages() -> None:
     assert without_credentials("http://prom:9090") == "http://prom:9090"
     # A malformed port is masked too, not a traceback (the source reports it afterwards).
     assert without_credentials("http://admin:hunter2@prom:x/") == "http://***@prom:x/"
+    # Password options in the query string (libpq takes them) are masked, the others kept.
+    assert (
+        without_credentials("postgresql://db/gpus?sslmode=require&password=hunter2&sslpassword=k")
+        == "postgresql://db/gpus?sslmode=require&password=***&sslpassword=***"
+    )

@@ -505,6 +505,10 @@ def test_displayed_postgresql_urls_mask_every_password() -> None:
         "postgresql://profiler:***@db:5432/gpus?sslpassword=***&password=***&sslmode=require"
     )
     assert parsed.query["password"] == "hunter2"  # masked only for display
+    with pytest.raises(UserError, match="malformed store URL") as caught:
+        parse_store_url("postgresql://u:s3cret@h:99999/db?password=hunter2")
+    assert "s3cret" not in str(caught.value)
+    assert "hunter2" not in str(caught.value)
 
 
 def test_sqlite_in_an_unwritable_place_is_a_user_error(tmp_path: Path) -> None:

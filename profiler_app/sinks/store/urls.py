@@ -17,11 +17,10 @@ import platformdirs
 
 from profiler_app.errors import UserError
 from profiler_app.paths import user_path
+from profiler_app.urls import is_secret_option, without_credentials
 
 _URL_HELP = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
 _SCHEME = re.compile(r"([A-Za-z][\w+]*)://(.*)", re.DOTALL)
-# libpq options that carry a secret (password, sslpassword): masked like the URL's password.
-_SECRET_OPTION = re.compile(r"password", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class StoreUrl:
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host or ""
         port = f":{self.port}" if self.port is not None else ""
         options = "&".join(
-            f"{key}={'***' if _SECRET_OPTION.search(key) else value}"
+            f"{key}={'***' if is_secret_option(key) else value}"
             for key, value in self.query.items()
         )
         return f"postgresql://{user}{'@' if user else ''}{host}{port}/{quote(self.database)}" + (
@@ -64,17 +63,12 @@ def default_store_url() -> str:
     return f"sqlite:///{path}"
 
 
-def redact(url: str) -> str:
-    """``url`` with any password masked, for messages about URLs that did not parse."""
-    return re.sub(r"(://[^/@:]*:)[^/]*@", r"\1***@", url)
-
-
 def parse_store_url(url: str) -> StoreUrl:
     """The parts of a store URL, or ``UserError`` saying what is wrong (never the password)."""
     text = url.strip()
     match = _SCHEME.fullmatch(text)
     if match is None:
-        raise UserError(f"malformed store URL {redact(url)!r}: {_URL_HELP}")
+        raise UserError(f"malformed store URL {without_credentials(url)!r}: {_URL_HELP}")
     backend, _, driver = match[1].lower().partition("+")
     if backend in {"postgresql", "postgres"}:
         if driver not in {"", "psycopg"}:
@@ -102,7 +96,7 @@ def _postgresql(text: str) -> StoreUrl:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        raise UserError(f"malformed store URL {redact(text)!r}: {_URL_HELP}") from None
+        raise UserError(f"malformed store URL {without_credentials(text)!r}: {_URL_HELP}") from None
     parsed = StoreUrl(
         "postgresql",
         unquote(parts.path.removeprefix("/")),
