@@ -205,8 +205,9 @@ def coupled_pairs(
         block_index, pair = np.nonzero(strong)
         left, right = positions[block_index, i[pair]], positions[block_index, j[pair]]
         found = phi[block_index, i[pair], j[pair]].astype(np.float64)
-        same, opposite = _joint_stalls(block_flags[distinct(block_index)])
-        slot = np.searchsorted(distinct(block_index), block_index)
+        with_pairs = distinct(block_index)  # the blocks with a strong pair
+        same, opposite = _joint_stalls(block_flags[with_pairs])
+        slot = np.searchsorted(with_pairs, block_index)
         joint = np.where(found < 0, opposite[slot, i[pair], j[pair]], same[slot, i[pair], j[pair]])
         enough = joint >= MIN_JOINT_STALLS - 0.5  # float32 counts
         lefts.append(rows[left[enough]])
