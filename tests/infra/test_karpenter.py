@@ -13,6 +13,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from infra import versions
 from infra.eks import gpu_node_user_data
 from infra.render.program import FAKE_OIDC_PROVIDER, ProgramRun, mock_id, run_stack
 from tests.infra.conftest import EKS_STACK
@@ -172,7 +173,8 @@ def test_interruption_queue_gets_the_four_kinds_of_events(eks_run: ProgramRun) -
 def test_charts_are_pinned_and_the_crds_have_their_own(eks_run: ProgramRun) -> None:
     crds = eks_run.release("oci://public.ecr.aws/karpenter/karpenter-crd").inputs
     controller = eks_run.release("oci://public.ecr.aws/karpenter/karpenter").inputs
-    assert (crds["version"], controller["version"]) == ("1.14.1", "1.14.1")
+    # The CRDs must be those of the controller's release.
+    assert crds["version"] == controller["version"] == versions.KARPENTER.version
     assert (crds["namespace"], controller["namespace"]) == ("kube-system", "kube-system")
     assert "repositoryOpts" not in controller  # an OCI chart is named by its URL
     assert controller["skipCrds"] is True
