@@ -161,6 +161,7 @@ def _inspect(connection: sqlite3.Connection, shown: Path) -> Export:
     )
     nsys_tables = tables & {
         schema.METADATA,
+        schema.OLD_METADATA,
         schema.KERNEL,
         schema.MEMCPY,
         schema.MEMSET,
@@ -173,9 +174,10 @@ def _inspect(connection: sqlite3.Connection, shown: Path) -> Export:
             "(no StringIds, META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)"
         )
     metadata: dict[str, str] = {}
-    if schema.METADATA in tables:
-        for name, value in connection.execute(f"SELECT name, value FROM {schema.METADATA}"):
-            metadata.setdefault(str(name), str(value))
+    for table in (schema.METADATA, schema.OLD_METADATA):
+        if table in tables:
+            for name, value in connection.execute(f"SELECT name, value FROM {table}"):
+                metadata.setdefault(str(name), str(value))
     columns = {
         table: frozenset(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
         for table in tables
@@ -189,19 +191,20 @@ def _inspect(connection: sqlite3.Connection, shown: Path) -> Export:
 
 def _check_version(export: Export) -> None:
     text = export.schema_version
+    known = " and ".join(f"{major}.x" for major in schema.KNOWN_SCHEMA_MAJORS)
     if text is None:
         export.warnings.append(
             f"{export.path} does not say its export schema version (no EXPORT_SCHEMA_VERSION "
-            f"in {schema.METADATA}); reading it as schema {schema.KNOWN_SCHEMA_MAJOR}.x"
+            f"in {schema.METADATA}); reading it as schema {schema.KNOWN_SCHEMA_MAJORS[-1]}.x"
         )
         return
     version = schema.parse_schema_version(text)
-    if version is None or version[0] != schema.KNOWN_SCHEMA_MAJOR:
+    if version is None or version[0] not in schema.KNOWN_SCHEMA_MAJORS:
         product = f" (Nsight Systems {export.product_version})" if export.product_version else ""
         raise UserError(
             f"{export.path} has export schema version {text}{product}, which this gpu-profiler "
-            f"does not know: it reads schema {schema.KNOWN_SCHEMA_MAJOR}.x; export the report with "
-            "an Nsight Systems release that writes it, or upgrade gpu-profiler"
+            f"does not know: it reads schema {known}; export the report with an Nsight Systems "
+            "release that writes it, or upgrade gpu-profiler"
         )
 
 

@@ -1,10 +1,11 @@
 """The iteration period of a traced job: from NVTX ranges, else from the kernel sequence.
 
-NVTX: among range names seen at least ``MIN_ITERATIONS`` times, those covering at least half
-as much of the span (per thread) as the best-covering name are candidates, and the one with
-the most ranges per thread wins: it tells a ``train_step`` apart from the ``epoch`` around it
-(few ranges) and from the per-operator ranges inside it (little coverage). The period is the
-median start-to-start spacing of its ranges on each thread.
+NVTX: among range names seen at least ``MIN_ITERATIONS`` times (not those of communication
+libraries' domains, such as the MPI calls Nsight Systems traces as NVTX ranges), those
+covering at least half as much of the span (per thread) as the best-covering name are
+candidates, and the one with the most ranges per thread wins: it tells a ``train_step`` apart
+from the ``epoch`` around it (few ranges) and from the per-operator ranges inside it (little
+coverage). The period is the median start-to-start spacing of its ranges on each thread.
 
 Kernel sequence: the GPU's busy fraction per time bin (from the union of its kernels, copies
 and memsets: the utilisation the continuous profiler classifies) goes through that profiler's
@@ -42,7 +43,9 @@ class Iteration:
 
 def from_nvtx(export: Export, span_ns: int, range_name: str | None = None) -> Iteration | None:
     """The NVTX iteration; ``range_name`` picks the range instead of the rule above."""
-    names = queries.nvtx_names(export, MIN_ITERATIONS)
+    # a range asked for by name may be any; the automatic choice skips library calls' ranges
+    user_only = range_name is None
+    names = queries.nvtx_names(export, MIN_ITERATIONS, user_only=user_only)
     if range_name is not None:
         chosen = [entry for entry in names if entry[0] == range_name]
         if not chosen:
@@ -61,7 +64,7 @@ def from_nvtx(export: Export, span_ns: int, range_name: str | None = None) -> It
         name, count, _, threads = max(
             eligible, key=lambda entry: (entry[1] / entry[3], coverage[entry[0]], entry[0])
         )
-    spacings = queries.nvtx_spacings(export, name)
+    spacings = queries.nvtx_spacings(export, name, user_only=user_only)
     if not spacings:
         return None
     return Iteration(float(np.median(spacings)) / 1e9, "nvtx", name, count // threads)

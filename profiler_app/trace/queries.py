@@ -18,10 +18,12 @@
 - ``idle_by_bin``: idle time per time bin, from the gap table by key ranges: the GPU's busy
   fraction per bin (a utilisation signal) follows exactly.
 - ``nvtx_names`` and ``nvtx_spacings``: NVTX ranges by name, and the start-to-start spacing of
-  one name's ranges on each thread.
+  one name's ranges on each thread; by default not the ranges of communication libraries' NVTX
+  domains (``schema.LIBRARY_NVTX_DOMAINS``: each an MPI or NCCL call, not a step of the job).
 
 Times are nanoseconds on the report's timeline. Rows with ``start = end = 0`` carry no timestamp
-(CUPTI's convention) and rows that end before they start are skipped.
+(CUPTI's convention) and rows that end before they start are skipped. CUDA backtrace rows of
+the runtime table (``schema.CUDA_BACKTRACE_EVENT_CLASSES``) are not calls and are skipped.
 """
 
 from __future__ import annotations
@@ -151,6 +153,14 @@ def _pid(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _call(export: Export, alias: str) -> str:
+    """Runtime-table row ``alias`` is a CUDA API call, not a CUDA backtrace around one."""
+    if not export.has_column(schema.RUNTIME, "eventClass"):
+        return "true"
+    first, last = schema.CUDA_BACKTRACE_EVENT_CLASSES
+    return f"NOT ({alias}.eventClass BETWEEN {first} AND {last})"
+
+
 def _pid_column(export: Export, table: str, alias: str) -> str:
     return f"{alias}.globalPid" if export.has_column(table, "globalPid") else "NULL"
 
@@ -249,7 +259,7 @@ def _launch_join(export: Export, pid: str, callers: Callers | None) -> _LaunchJo
     # Calls without an id or of no known process share key -1, which no kernel looks up (no
     # WHERE on the key: SQLite would compute it twice per row).
     key = f"coalesce({grouping.packed_key((call_slot, 32), ('r.correlationId', 32))}, -1)"
-    source = f"FROM {schema.RUNTIME} AS r WHERE true"
+    source = f"FROM {schema.RUNTIME} AS r WHERE {_call(export, 'r')}"
     if pids is not None and grouping.aggregate(
         export,
         table=LAUNCH_TABLE,
@@ -269,7 +279,8 @@ def _launch_join(export: Export, pid: str, callers: Callers | None) -> _LaunchJo
         )
     process = f" AND ({caller}) = {pid}" if same_process else ""
     return _LaunchJoin(
-        f"LEFT JOIN {schema.RUNTIME} AS r ON r.correlationId = k.correlationId{process}{single}",
+        f"LEFT JOIN {schema.RUNTIME} AS r ON r.correlationId = k.correlationId{process}{single} "
+        f"AND {_call(export, 'r')}",
         "r.start IS NOT NULL",
         "coalesce(r.end - r.start, 0)",
     )
@@ -396,7 +407,7 @@ def api_groups(export: Export, callers: Callers | None) -> list[ApiGroup]:
     pids = callers.processes
     name_id = f"CASE WHEN r.nameId BETWEEN 0 AND {_ID_MAX} THEN r.nameId END"
     key = f"coalesce({grouping.packed_key((_slot(_CALLER, pids or []), 32), (name_id, 32))}, 0.5)"
-    source = f"FROM {schema.RUNTIME} AS r WHERE {_timed('r')}"
+    source = f"FROM {schema.RUNTIME} AS r WHERE {_timed('r')} AND {_call(export, 'r')}"
     columns = _duration_aggregates("r", span=False)
     if pids is not None and grouping.aggregate(
         export, table=API_GROUPS, key=key, columns=columns, source=source
@@ -500,7 +511,8 @@ def build_sync_calls(export: Export, origin: int, names: Iterable[str]) -> None:
         f"""INSERT INTO {SYNC_TABLE}
             SELECT {_CALLER}, r.start - ?, r.end - ?
             FROM {schema.RUNTIME} AS r
-            WHERE {_timed("r")} AND r.nameId IN (SELECT id FROM {schema.STRINGS} WHERE {match})""",
+            WHERE {_timed("r")} AND {_call(export, "r")}
+                  AND r.nameId IN (SELECT id FROM {schema.STRINGS} WHERE {match})""",
         [origin, origin, *names, *(f"{name}_v[0-9]*" for name in names)],
     )
 
@@ -553,32 +565,51 @@ def idle_by_bin(export: Export, device: int, first: int, width_ns: int, bins: in
     return [_int(idle) for (idle,) in rows]
 
 
-def _nvtx_ranges(export: Export) -> str:
+def _nvtx_text(export: Export, alias: str) -> tuple[str, str] | None:
+    """(name expression, join) of NVTX event ``alias``'s text, inline or registered."""
     has_text = export.has_column(schema.NVTX, "text")
     has_id = export.has_column(schema.NVTX, "textId") and export.has(schema.STRINGS)
+    strings = f"{alias}_text"
+    join = f"LEFT JOIN {schema.STRINGS} AS {strings} ON {strings}.id = {alias}.textId"
     if has_text and has_id:
-        name, join = (
-            "coalesce(e.text, s.value)",
-            f"LEFT JOIN {schema.STRINGS} AS s ON s.id = e.textId",
-        )
-    elif has_id:
-        name, join = "s.value", f"LEFT JOIN {schema.STRINGS} AS s ON s.id = e.textId"
-    elif has_text:
-        name, join = "e.text", ""
-    else:
+        return f"coalesce({alias}.text, {strings}.value)", join
+    if has_id:
+        return f"{strings}.value", join
+    if has_text:
+        return f"{alias}.text", ""
+    return None
+
+
+def _nvtx_ranges(export: Export, *, user_only: bool) -> str:
+    """NVTX ranges (name, start, length, thread); ``user_only``: not those of the domains of
+    ``schema.LIBRARY_NVTX_DOMAINS`` (each range a library call)."""
+    text = _nvtx_text(export, "e") if export.has(schema.NVTX) else None
+    if text is None:
         return ""
+    name, join = text
     thread = "e.globalTid" if export.has_column(schema.NVTX, "globalTid") else "NULL"
     types = ",".join(str(value) for value in schema.NVTX_RANGE_TYPES)
+    domains = ""
+    if user_only and export.has_column(schema.NVTX, "domainId"):
+        domain_name, domain_join = _nvtx_text(export, "d") or ("NULL", "")
+        libraries = ",".join(f"'{domain}'" for domain in schema.LIBRARY_NVTX_DOMAINS)
+        domains = (
+            f" AND coalesce(e.domainId, 0) NOT IN (SELECT d.domainId FROM {schema.NVTX} AS d "
+            f"{domain_join} WHERE d.eventType = {schema.NVTX_DOMAIN_CREATE} "
+            f"AND d.domainId IS NOT NULL AND {domain_name} IN ({libraries}))"
+        )
     return (
         f"SELECT {name} AS name, e.start AS start, e.end - e.start AS length, {thread} AS thread "
         f"FROM {schema.NVTX} AS e {join} "
-        f"WHERE e.eventType IN ({types}) AND e.end > e.start"
+        f"WHERE e.eventType IN ({types}) AND e.end > e.start{domains}"
     )
 
 
-def nvtx_names(export: Export, min_count: int) -> list[tuple[str, int, int, int]]:
+def nvtx_names(
+    export: Export, min_count: int, *, user_only: bool = True
+) -> list[tuple[str, int, int, int]]:
     """(name, ranges, total ns, threads) of range names seen at least ``min_count`` times."""
-    ranges = _nvtx_ranges(export) if export.has(schema.NVTX) else ""
+    ranges = _nvtx_ranges(export, user_only=user_only)
     if not ranges:
         return []
     rows = export.connection.execute(
@@ -592,9 +623,9 @@ def nvtx_names(export: Export, min_count: int) -> list[tuple[str, int, int, int]
     ]
 
 
-def nvtx_spacings(export: Export, name: str) -> list[int]:
+def nvtx_spacings(export: Export, name: str, *, user_only: bool = True) -> list[int]:
     """Start-to-start spacing of consecutive ``name`` ranges on each thread."""
-    ranges = _nvtx_ranges(export) if export.has(schema.NVTX) else ""
+    ranges = _nvtx_ranges(export, user_only=user_only)
     if not ranges:
         return []
     rows = export.connection.execute(

@@ -11,9 +11,15 @@ Sources, so a reader can check them:
   and ``ENUM_CUDA_MEM_KIND`` (0 = pageable), NVTX event types 59 (push/pop), 60 (start/end).
 - Column statistics: the report scripts shipped with Nsight Systems (``cuda_gpu_kern_sum``,
   ``cuda_api_sum``, ``cuda_gpu_mem_time_sum``), which the Analysis Guide documents.
-- Schema versions: ``META_DATA_EXPORT`` row ``EXPORT_SCHEMA_VERSION`` ("3.16.1"). Nsight
-  Systems' ``export_schema_version_notes.txt`` numbers them MAJOR.MINOR.MICRO: a major change
-  breaks most queries, a minor one is localised, a micro one only adds tables or columns.
+- Schema versions: ``META_DATA_EXPORT`` row ``EXPORT_SCHEMA_VERSION`` ("3.16.1"), in a table
+  named ``EXPORT_META_DATA`` before schema 3 (a real Nsight Systems 2022.2 export, schema 2.9.1,
+  has every column read here). Nsight Systems' ``export_schema_version_notes.txt`` numbers them
+  MAJOR.MINOR.MICRO: a major change breaks most queries, a minor one is localised, a micro one
+  only adds tables or columns.
+- CUDA backtraces: with ``nsys profile --cudabacktrace``, the runtime table also holds a row of
+  event class 67 (``ENUM_NSYS_EVENT_CLASS``: TRACE_PROCESS_EVENT_CUDABACKTRACE) around a call,
+  with the call's ``correlationId`` and its name without the version suffix (seen in a real
+  export): not a call of its own.
 - Joins: a CUDA API call and the kernel or copy it started share ``correlationId`` within a
   process; ``globalTid & 0xFFFFFFFFFF000000`` is the calling process's ``globalPid`` (the
   queries of ``nsys stats``' ``cuda_kern_exec_trace`` report join the same way). API names are
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-KNOWN_SCHEMA_MAJOR = 3
+KNOWN_SCHEMA_MAJORS = (2, 3)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -33,6 +39,7 @@ RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX = "NVTX_EVENTS"
 STRINGS = "StringIds"
 METADATA = "META_DATA_EXPORT"
+OLD_METADATA = "EXPORT_META_DATA"  # its name before export schema 3
 GPUS = "TARGET_INFO_GPU"
 SESSION_START = "TARGET_INFO_SESSION_START_TIME"
 
@@ -65,8 +72,16 @@ MEMCPY_KINDS = {
     13: "Unified DtoD",
 }
 MEMSET_KIND = "memset"
+# ENUM_NSYS_EVENT_CLASS of runtime-table rows that are CUDA backtraces (and their start and
+# finish), not calls: first and last.
+CUDA_BACKTRACE_EVENT_CLASSES = (67, 69)
 PAGEABLE_MEMORY = 0  # ENUM_CUDA_MEM_KIND: CUDA_MEMOPR_MEMORY_KIND_PAGEABLE
 NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+NVTX_DOMAIN_CREATE = 75  # its text names the domain its domainId stands for
+# NVTX domains that wrap communication library calls, made several times per iteration:
+# "MPI" is Nsight Systems' own MPI trace (seen in a real export); NCCL names its ranges' domain
+# "NCCL"; OpenSHMEM, NVSHMEM and UCX calls are traced the same way as MPI's.
+LIBRARY_NVTX_DOMAINS = ("MPI", "NCCL", "OpenSHMEM", "NVSHMEM", "UCX")
 # globalTid -> globalPid: clear the thread id (low 24 bits). 0xFFFFFFFFFF000000 as the signed
 # 64-bit integer SQLite computes with (a bigger literal would turn into a float).
 PROCESS_MASK = -(1 << 24)

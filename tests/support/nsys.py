@@ -12,7 +12,11 @@ A ``ReportBuilder`` writes a file with the tables, columns and enum values of a 
   NVTX event types 59 (push/pop range) and 60 (start/end range);
 - CUDA API names as the export stores them, with their ``_vNNNN`` suffix
   (``cudaLaunchKernel_v7000``); ``globalTid``/``globalPid`` serialised as
-  ``(pid << 24) | tid`` (hardware and VM ids 0), so ``globalTid & ~0xFFFFFF`` is the process.
+  ``(pid << 24) | tid`` (hardware and VM ids 0), so ``globalTid & ~0xFFFFFF`` is the process;
+- shapes seen in real exports (Nsight Systems 2022.2 and 2024.5, public test data of the pipit
+  project): the metadata table's older name ``EXPORT_META_DATA`` (schema 2.9.1), CUDA
+  backtrace rows (``add_cuda_backtraces``) and NVTX ranges in a named domain, such as the
+  ``MPI`` domain of Nsight Systems' MPI trace (``add_ranges(domain=...)``).
 
 Tables exist only when their data does, as in real exports: ``write`` creates a table only
 when rows were added to it (or ``omit`` removes one). Rows are written in a shuffled order
@@ -43,6 +47,8 @@ GLOBAL_PID = PID << 24
 HTOD, DTOH, DTOD, PTOP = 1, 2, 8, 10
 PAGEABLE, PINNED, DEVICE = 0, 1, 2
 NVTX_PUSH_POP, NVTX_START_END = 59, 60
+NVTX_DOMAIN_CREATE = 75
+CUDA_RUNTIME, CUDA_BACKTRACE = 0, 67  # ENUM_NSYS_EVENT_CLASS
 
 MEMCPY_KINDS = [
     (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
@@ -191,6 +197,7 @@ class ReportBuilder:
     batches: dict[str, list[dict[str, npt.NDArray[Any]]]] = field(default_factory=dict)
     strings: dict[str, int] = field(default_factory=dict)
     next_correlation: int = 1
+    nvtx_domains: dict[str, int] = field(default_factory=dict)
 
     def string(self, value: str) -> int:
         """The StringIds id of ``value``, added on first use."""
@@ -335,6 +342,26 @@ class ReportBuilder:
             nameId=self.string(name),
         )
 
+    def add_cuda_backtraces(self, before_ns: int = 340, after_ns: int = 70) -> None:
+        """A CUDA backtrace row around every CUDA API call added so far, as ``nsys profile
+        --cudabacktrace`` writes them: event class 67, the call's correlationId and thread, its
+        name without the version suffix, from ``before_ns`` before it to ``after_ns`` after."""
+        names = {i: value for value, i in self.strings.items()}
+        for batch in list(self.batches.get(RUNTIME, [])):
+            size = batch["start"].size
+            self._add(
+                RUNTIME,
+                size,
+                start=batch["start"] - before_ns,
+                end=batch["end"] + after_ns,
+                eventClass=CUDA_BACKTRACE,
+                globalTid=batch["globalTid"],
+                correlationId=batch["correlationId"],
+                nameId=np.array(
+                    [self.string(re.sub(r"_v\d+$", "", names[int(i)])) for i in batch["nameId"]]
+                ),
+            )
+
     def add_copies(
         self,
         kind: int,
@@ -399,8 +426,10 @@ class ReportBuilder:
         event_type: int = NVTX_PUSH_POP,
         registered: bool = False,
         pid: int = PID,
+        domain: str | None = None,
     ) -> None:
-        """NVTX ranges; ``registered`` stores the text through StringIds (``textId``)."""
+        """NVTX ranges; ``registered`` stores the text through StringIds (``textId``);
+        ``domain`` puts them in that NVTX domain (created on first use), else the default."""
         start = np.asarray(starts, dtype=np.int64)
         size = start.size
         self._add(
@@ -412,7 +441,24 @@ class ReportBuilder:
             text=None if registered else np.full(size, text, dtype=object),
             textId=self.string(text) if registered else None,
             globalTid=(pid << 24) | pid,
+            domainId=0 if domain is None else self._nvtx_domain(domain, start.min(), pid),
         )
+
+    def _nvtx_domain(self, name: str, before: int, pid: int) -> int:
+        """The domainId of NVTX domain ``name``, created (an event of type 75 naming it, as
+        the MPI trace writes it) before time ``before`` on first use."""
+        if name not in self.nvtx_domains:
+            self.nvtx_domains[name] = len(self.nvtx_domains) + 1
+            self._add(
+                NVTX,
+                1,
+                start=np.array([max(before - 1, 0)]),
+                eventType=NVTX_DOMAIN_CREATE,
+                text=np.array([name], dtype=object),
+                globalTid=(pid << 24) | pid,
+                domainId=self.nvtx_domains[name],
+            )
+        return self.nvtx_domains[name]
 
     def write(
         self,
@@ -422,9 +468,11 @@ class ReportBuilder:
         time_order: bool = False,
         omit: Iterable[str] = (),
         metadata: Sequence[tuple[str, str]] | None = None,
+        metadata_table: str = "META_DATA_EXPORT",
         seed: int = 12,
     ) -> Path:
-        """Write the export to ``path`` (replacing it) and return the path."""
+        """Write the export to ``path`` (replacing it) and return the path; ``metadata_table``
+        ``EXPORT_META_DATA`` is that table's name before export schema 3."""
         path.unlink(missing_ok=True)
         rows: dict[str, list[tuple[Any, ...]]] = {
             "StringIds": [(i, value) for value, i in self.strings.items()],
@@ -455,13 +503,14 @@ class ReportBuilder:
                 present = table in rows or table in self.batches
                 if table in omit or not (present or table in ALWAYS):
                     continue
-                connection.execute(f"CREATE TABLE {table} ({definition})")
+                name = metadata_table if table == "META_DATA_EXPORT" else table
+                connection.execute(f"CREATE TABLE {name} ({definition})")
                 if table in self.batches:
                     self._insert(connection, table, rng if shuffle else None, time_order)
                 elif rows.get(table):
                     values = rows[table]
                     marks = ",".join("?" * len(values[0]))
-                    target = f"{table} {columns.get(table, '')}"
+                    target = f"{name} {columns.get(table, '')}"
                     connection.executemany(f"INSERT INTO {target} VALUES ({marks})", values)
             connection.commit()
         finally:

@@ -101,7 +101,7 @@ def test_an_unknown_schema_version_is_refused_saying_which(
     path = small_report(tmp_path / "future.sqlite", schema_version="4.0.0")
     status, out, err = run(capsys, str(path))
     assert_one_error_line(status, out, err, "export schema version 4.0.0")
-    assert "reads schema 3.x" in err
+    assert "reads schema 2.x and 3.x" in err
 
 
 def test_a_missing_schema_version_is_a_warning_and_the_report_is_read(
