@@ -582,7 +582,8 @@ def _nvtx_text(export: Export, alias: str) -> tuple[str, str] | None:
 
 def _nvtx_ranges(export: Export, *, user_only: bool) -> str:
     """NVTX ranges (name, start, length, thread); ``user_only``: not those of the domains of
-    ``schema.LIBRARY_NVTX_DOMAINS`` (each range a library call)."""
+    ``schema.LIBRARY_NVTX_DOMAINS`` or named as ``schema.LIBRARY_NVTX_RANGES`` (each range a
+    library call)."""
     text = _nvtx_text(export, "e") if export.has(schema.NVTX) else None
     if text is None:
         return ""
@@ -590,10 +591,13 @@ def _nvtx_ranges(export: Export, *, user_only: bool) -> str:
     thread = "e.globalTid" if export.has_column(schema.NVTX, "globalTid") else "NULL"
     types = ",".join(str(value) for value in schema.NVTX_RANGE_TYPES)
     domains = ""
+    if user_only:
+        calls = " OR ".join(f"{name} GLOB '{pattern}'" for pattern in schema.LIBRARY_NVTX_RANGES)
+        domains = f" AND NOT ({calls})"
     if user_only and export.has_column(schema.NVTX, "domainId"):
         domain_name, domain_join = _nvtx_text(export, "d") or ("NULL", "")
         libraries = ",".join(f"'{domain}'" for domain in schema.LIBRARY_NVTX_DOMAINS)
-        domains = (
+        domains += (
             f" AND coalesce(e.domainId, 0) NOT IN (SELECT d.domainId FROM {schema.NVTX} AS d "
             f"{domain_join} WHERE d.eventType = {schema.NVTX_DOMAIN_CREATE} "
             f"AND d.domainId IS NOT NULL AND {domain_name} IN ({libraries}))"

@@ -82,6 +82,9 @@ NVTX_DOMAIN_CREATE = 75  # its text names the domain its domainId stands for
 # "MPI" is Nsight Systems' own MPI trace (seen in a real export); NCCL names its ranges' domain
 # "NCCL"; OpenSHMEM, NVSHMEM and UCX calls are traced the same way as MPI's.
 LIBRARY_NVTX_DOMAINS = ("MPI", "NCCL", "OpenSHMEM", "NVSHMEM", "UCX")
+# The same calls by name (GLOB), for a report whose capture began after the domain was created
+# (real exports: MPI_Send, ncclGroupEnd).
+LIBRARY_NVTX_RANGES = ("MPI_*", "nccl[A-Z]*")
 # globalTid -> globalPid: clear the thread id (low 24 bits). 0xFFFFFFFFFF000000 as the signed
 # 64-bit integer SQLite computes with (a bigger literal would turn into a float).
 PROCESS_MASK = -(1 << 24)

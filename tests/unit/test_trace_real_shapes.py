@@ -113,3 +113,17 @@ def test_a_range_of_a_library_domain_can_still_be_asked_for(tmp_path: Path) -> N
     assert summary.iteration is not None
     assert summary.iteration.range_name == "MPI_Send"
     assert summary.iteration.count == 10
+
+
+def test_nccl_calls_are_not_the_iteration_even_without_their_domain(tmp_path: Path) -> None:
+    """A capture that began after NCCL created its NVTX domain has NCCL's ranges in an unnamed
+    domain (as in a real export cut to a window): their names still say what they are."""
+    report = ReportBuilder()
+    training_steps(report, steps=5)
+    starts = [step * 250 * MS for step in range(5)]
+    report.add_ranges("saxpy", [start + 4 * MS for start in starts], 50 * US)
+    groups = [start + offset for start in starts for offset in (70 * MS, 90 * MS, 110 * MS)]
+    report.add_ranges("ncclGroupEnd", groups, 15 * MS, registered=True)
+    summary = summary_of(report.write(tmp_path / "nccl.sqlite"))
+    assert summary.iteration is not None
+    assert (summary.iteration.range_name, summary.iteration.count) == ("saxpy", 5)
