@@ -152,14 +152,15 @@ def plain_reading(path: Path) -> tuple[dict[int, Figures], dict[str, tuple[int, 
             if table != schema.KERNEL:
                 name = schema.MEMSET_KIND if op is None else schema.MEMCPY_KINDS[op]
                 tally(memory[device], name, 1, end - start, size)
-    first, last = schema.CUDA_BACKTRACE_EVENT_CLASSES
+    backtraces = schema.CUDA_BACKTRACE_EVENT_CLASSES
     api: dict[str, list[int]] = {}
     calls: dict[tuple[int | None, int], int] = defaultdict(int)  # (process, id) -> ns
     graph_ns: dict[int | None, int] = defaultdict(int)
     for name, process, correlation, length in db.execute(
         f"""SELECT s.value, r.globalTid & {MASK}, r.correlationId, r.end - r.start
             FROM {schema.RUNTIME} AS r JOIN {schema.STRINGS} AS s ON s.id = r.nameId
-            WHERE r.eventClass NOT BETWEEN {first} AND {last} AND r.end >= r.start"""
+            WHERE r.eventClass NOT BETWEEN {backtraces[0]} AND {backtraces[-1]}
+                  AND r.end >= r.start"""
     ):
         tally(api, schema.api_name(name), 1, length)
         calls[(process, correlation)] += length

@@ -18,8 +18,8 @@
 - ``idle_by_bin``: idle time per time bin, from the gap table by key ranges: the GPU's busy
   fraction per bin (a utilisation signal) follows exactly.
 - ``nvtx_names`` and ``nvtx_spacings``: NVTX ranges by name, and the start-to-start spacing of
-  one name's ranges on each thread; by default not the ranges of communication libraries' NVTX
-  domains (``schema.LIBRARY_NVTX_DOMAINS``: each an MPI or NCCL call, not a step of the job).
+  one name's ranges on each thread; by default not the ranges of communication libraries (their
+  NVTX domains or names, ``schema.LIBRARY_NVTX_*``: each an MPI or NCCL call, not a step).
 
 Times are nanoseconds on the report's timeline. Rows with ``start = end = 0`` carry no timestamp
 (CUPTI's convention) and rows that end before they start are skipped. CUDA backtrace rows of
@@ -157,8 +157,8 @@ def _call(export: Export, alias: str) -> str:
     """Runtime-table row ``alias`` is a CUDA API call, not a CUDA backtrace around one."""
     if not export.has_column(schema.RUNTIME, "eventClass"):
         return "true"
-    first, last = schema.CUDA_BACKTRACE_EVENT_CLASSES
-    return f"NOT ({alias}.eventClass BETWEEN {first} AND {last})"
+    classes = schema.CUDA_BACKTRACE_EVENT_CLASSES
+    return f"{alias}.eventClass NOT BETWEEN {classes[0]} AND {classes[-1]}"
 
 
 def _pid_column(export: Export, table: str, alias: str) -> str:
@@ -590,14 +590,14 @@ def _nvtx_ranges(export: Export, *, user_only: bool) -> str:
     name, join = text
     thread = "e.globalTid" if export.has_column(schema.NVTX, "globalTid") else "NULL"
     types = ",".join(str(value) for value in schema.NVTX_RANGE_TYPES)
-    domains = ""
+    not_library = ""
     if user_only:
         calls = " OR ".join(f"{name} GLOB '{pattern}'" for pattern in schema.LIBRARY_NVTX_RANGES)
-        domains = f" AND NOT ({calls})"
+        not_library = f" AND NOT ({calls})"
     if user_only and export.has_column(schema.NVTX, "domainId"):
         domain_name, domain_join = _nvtx_text(export, "d") or ("NULL", "")
         libraries = ",".join(f"'{domain}'" for domain in schema.LIBRARY_NVTX_DOMAINS)
-        domains += (
+        not_library += (
             f" AND coalesce(e.domainId, 0) NOT IN (SELECT d.domainId FROM {schema.NVTX} AS d "
             f"{domain_join} WHERE d.eventType = {schema.NVTX_DOMAIN_CREATE} "
             f"AND d.domainId IS NOT NULL AND {domain_name} IN ({libraries}))"
@@ -605,7 +605,7 @@ def _nvtx_ranges(export: Export, *, user_only: bool) -> str:
     return (
         f"SELECT {name} AS name, e.start AS start, e.end - e.start AS length, {thread} AS thread "
         f"FROM {schema.NVTX} AS e {join} "
-        f"WHERE e.eventType IN ({types}) AND e.end > e.start{domains}"
+        f"WHERE e.eventType IN ({types}) AND e.end > e.start{not_library}"
     )
 
 

@@ -73,8 +73,8 @@ MEMCPY_KINDS = {
 }
 MEMSET_KIND = "memset"
 # ENUM_NSYS_EVENT_CLASS of runtime-table rows that are CUDA backtraces (and their start and
-# finish), not calls: first and last.
-CUDA_BACKTRACE_EVENT_CLASSES = (67, 69)
+# finish), not calls.
+CUDA_BACKTRACE_EVENT_CLASSES = range(67, 70)
 PAGEABLE_MEMORY = 0  # ENUM_CUDA_MEM_KIND: CUDA_MEMOPR_MEMORY_KIND_PAGEABLE
 NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
 NVTX_DOMAIN_CREATE = 75  # its text names the domain its domainId stands for
