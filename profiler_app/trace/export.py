@@ -181,7 +181,8 @@ def _inspect(connection: sqlite3.Connection, shown: Path) -> Export:
     columns = {
         table: frozenset(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
         for table in tables
-        if table in schema.REQUIRED_COLUMNS or table in (schema.GPUS, schema.SESSION_START)
+        if table in schema.REQUIRED_COLUMNS
+        or table in (schema.GPUS, schema.CUDA_DEVICES, schema.SESSION_START)
     }
     export = Export(shown, connection, tables, metadata, columns)
     _check_version(export)

@@ -651,14 +651,47 @@ def session_start_utc_ns(export: Export) -> int | None:
     return _int(row[0]) if row and row[0] else None
 
 
-def gpu_names(export: Export) -> dict[int, tuple[str | None, str | None]]:
-    """Device id -> (name, UUID) from TARGET_INFO_GPU, where the report has it."""
+@dataclass(frozen=True)
+class GpuNames:
+    """Device id -> (name, UUID); ``shared``: device ids that stand for different GPUs in
+    different processes (each set its own ``CUDA_VISIBLE_DEVICES``), so their figures merge."""
+
+    by_device: dict[int, tuple[str | None, str | None]]
+    shared: list[int]
+
+
+def gpu_names(export: Export) -> GpuNames:
+    """The GPU behind each device id the activity tables carry (a CUDA device id).
+
+    TARGET_INFO_GPU's own ``id`` is not that id (on a real four-GPU node, CUDA device 0 was
+    id 3): TARGET_INFO_CUDA_DEVICE maps each process's CUDA device to a GPU id, as Nsight
+    Systems' own reports join; without it, TARGET_INFO_GPU's ``cuDevice`` is the CUDA device;
+    without that, ``id`` is taken for it.
+    """
     if not export.has_column(schema.GPUS, "id"):
-        return {}
-    name = "name" if export.has_column(schema.GPUS, "name") else "NULL"
-    uuid = "uuid" if export.has_column(schema.GPUS, "uuid") else "NULL"
-    rows = export.connection.execute(f"SELECT id, {name}, {uuid} FROM {schema.GPUS}")
-    return {
-        _int(device): (str(gpu) if gpu else None, str(ident) if ident else None)
-        for device, gpu, ident in rows
-    }
+        return GpuNames({}, [])
+    name = "g.name" if export.has_column(schema.GPUS, "name") else "NULL"
+    uuid = "g.uuid" if export.has_column(schema.GPUS, "uuid") else "NULL"
+    if (
+        export.has_column(schema.CUDA_DEVICES, "gpuId")
+        and export.connection.execute(f"SELECT 1 FROM {schema.CUDA_DEVICES} LIMIT 1").fetchone()
+    ):
+        sql = f"""SELECT d.cudaId, count(DISTINCT d.gpuId), min({name}), max({name}), min({uuid})
+                  FROM {schema.CUDA_DEVICES} AS d LEFT JOIN {schema.GPUS} AS g ON g.id = d.gpuId
+                  GROUP BY d.cudaId"""
+    else:
+        cuda = "g.cuDevice" if export.has_column(schema.GPUS, "cuDevice") else "NULL"
+        (any_cuda,) = export.connection.execute(
+            f"SELECT count({cuda}) FROM {schema.GPUS} AS g"
+        ).fetchone()
+        device = cuda if any_cuda else "g.id"
+        sql = f"""SELECT {device}, 1, {name}, {name}, {uuid} FROM {schema.GPUS} AS g
+                  WHERE {device} IS NOT NULL"""
+    by_device: dict[int, tuple[str | None, str | None]] = {}
+    shared = []
+    for device, gpus, low, high, ident in export.connection.execute(sql):
+        if gpus > 1:  # one id, several GPUs: a name only if they share it, no UUID
+            shared.append(_int(device))
+        named = str(low) if low and low == high else None
+        by_device[_int(device)] = (named, str(ident) if ident and gpus == 1 else None)
+    return GpuNames(by_device, sorted(shared))

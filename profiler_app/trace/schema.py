@@ -41,6 +41,7 @@ STRINGS = "StringIds"
 METADATA = "META_DATA_EXPORT"
 OLD_METADATA = "EXPORT_META_DATA"  # its name before export schema 3
 GPUS = "TARGET_INFO_GPU"
+CUDA_DEVICES = "TARGET_INFO_CUDA_DEVICE"  # per process: CUDA device id -> TARGET_INFO_GPU id
 SESSION_START = "TARGET_INFO_SESSION_START_TIME"
 
 # Columns read from each table (beyond these, exports differ between versions harmlessly).

@@ -164,10 +164,16 @@ def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSum
     base.iteration = iterations.from_nvtx(export, base.span_ns, iteration_range)
     names = queries.gpu_names(export)
     devices = sorted({g.device for g in kernel_groups} | {g.device for g in memory_groups})
+    for device in set(names.shared) & set(devices):
+        base.warnings.append(
+            f"CUDA device {device} is a different GPU in different processes (each set its own "
+            "CUDA_VISIBLE_DEVICES): their activity is summarised together as one GPU; profile "
+            "one process per report to tell them apart"
+        )
     for device in devices:
         kernels = [g for g in kernel_groups if g.device == device]
         memory = [g for g in memory_groups if g.device == device]
-        name, uuid = names.get(device, (None, None))
+        name, uuid = names.by_device.get(device, (None, None))
         base.gpus.append(
             _gpu(
                 export,

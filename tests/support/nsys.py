@@ -100,6 +100,10 @@ TABLES: dict[str, str] = {
         "maxGridDimY INTEGER, maxGridDimZ INTEGER, computeMajor INTEGER, computeMinor INTEGER, "
         "smMajor INTEGER, smMinor INTEGER"
     ),
+    "TARGET_INFO_CUDA_DEVICE": (
+        "gpuId INTEGER, cudaId INTEGER NOT NULL, pid INTEGER NOT NULL, uuid TEXT, "
+        "numMultiprocessors INTEGER"
+    ),
     "CUPTI_ACTIVITY_KIND_KERNEL": (
         "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
         "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, "
@@ -192,7 +196,12 @@ class ReportBuilder:
 
     schema_version: str | None = SCHEMA_VERSION
     session_start_utc_ns: int | None = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+    # TARGET_INFO_GPU: id -> name; ``cuda_devices``: id -> its cuDevice (unset: NULL, as in
+    # tests that need not tell them apart); ``process_devices``: TARGET_INFO_CUDA_DEVICE rows
+    # (pid, CUDA device id, GPU id)
     gpus: dict[int, str] = field(default_factory=lambda: {0: "NVIDIA A100-SXM4-80GB"})
+    cuda_devices: dict[int, int] = field(default_factory=dict)
+    process_devices: list[tuple[int, int, int]] = field(default_factory=list)
     # table -> batches of rows, each a column name -> array mapping
     batches: dict[str, list[dict[str, npt.NDArray[Any]]]] = field(default_factory=dict)
     strings: dict[str, int] = field(default_factory=dict)
@@ -479,8 +488,18 @@ class ReportBuilder:
             "ENUM_CUDA_MEMCPY_OPER": list(MEMCPY_KINDS),
             "ENUM_CUDA_MEM_KIND": list(MEMORY_KINDS),
             "TARGET_INFO_GPU": [
-                (0, device, name, f"0000:{device + 7:02x}:00.0", f"GPU-{device:08d}-test-double")
-                for device, name in self.gpus.items()
+                (
+                    0,
+                    gpu,
+                    name,
+                    f"0000:{gpu + 7:02x}:00.0",
+                    f"GPU-{gpu:08d}-test-double",
+                    self.cuda_devices.get(gpu),
+                )
+                for gpu, name in self.gpus.items()
+            ],
+            "TARGET_INFO_CUDA_DEVICE": [
+                (gpu, cuda, pid, None, 132) for pid, cuda, gpu in self.process_devices
             ],
         }
         if NVTX in self.batches:
@@ -493,14 +512,14 @@ class ReportBuilder:
         if self.session_start_utc_ns is not None:
             rows["TARGET_INFO_SESSION_START_TIME"] = [(self.session_start_utc_ns, None, None)]
         columns = {
-            "TARGET_INFO_GPU": "(vmId, id, name, busLocation, uuid)",
+            "TARGET_INFO_GPU": "(vmId, id, name, busLocation, uuid, cuDevice)",
             "TARGET_INFO_SESSION_START_TIME": "(utcEpochNs, utcTime, localTime)",
         }
         rng = np.random.default_rng(seed)
         connection = sqlite3.connect(path)
         try:
             for table, definition in TABLES.items():
-                present = table in rows or table in self.batches
+                present = bool(rows.get(table)) or table in self.batches
                 if table in omit or not (present or table in ALWAYS):
                     continue
                 name = metadata_table if table == "META_DATA_EXPORT" else table

@@ -9,7 +9,9 @@ by Nsight Systems 2022.2, export schema 2.9.1, and a CloverLeaf run traced by 20
   traced call, with the call's correlationId: counted as a call, every API figure doubled;
 - schema 2.x names its metadata table ``EXPORT_META_DATA``;
 - Nsight Systems' MPI trace writes each MPI call as an NVTX range in the ``MPI`` domain: the
-  repeated ``MPI_Send`` ranges were taken for the iteration.
+  repeated ``MPI_Send`` ranges were taken for the iteration (NCCL's ``ncclGroupEnd`` likewise);
+- ``TARGET_INFO_GPU.id`` is not the CUDA device id the activity rows carry (``cuDevice`` is):
+  the GPU's name and UUID were another GPU's.
 """
 
 from __future__ import annotations
@@ -127,3 +129,36 @@ def test_nccl_calls_are_not_the_iteration_even_without_their_domain(tmp_path: Pa
     summary = summary_of(report.write(tmp_path / "nccl.sqlite"))
     assert summary.iteration is not None
     assert (summary.iteration.range_name, summary.iteration.count) == ("saxpy", 5)
+
+
+def one_gpu_job(report: ReportBuilder, *, device: int = 0, pid: int = 4242) -> None:
+    report.add_kernels("gemm", [0, 2 * MS, 4 * MS], MS, device=device, pid=pid)
+
+
+def test_a_gpu_is_named_by_its_cuda_device_not_its_target_info_id(tmp_path: Path) -> None:
+    """As on the real four-GPU CloverLeaf node: TARGET_INFO_GPU id 3 is CUDA device 0."""
+    names = {gpu: f"GPU at id {gpu}" for gpu in range(4)}
+    report = ReportBuilder(gpus=names, cuda_devices={0: 3, 3: 0, 2: 1, 1: 2})
+    one_gpu_job(report)
+    gpu = summary_of(report.write(tmp_path / "node.sqlite")).gpus[0]
+    assert (gpu.device, gpu.name, gpu.uuid) == (0, "GPU at id 3", "GPU-00000003-test-double")
+
+
+def test_each_process_cuda_device_is_mapped_to_its_gpu(tmp_path: Path) -> None:
+    names = {0: "A100", 1: "H100"}
+    report = ReportBuilder(gpus=names, cuda_devices={0: 0, 1: 1}, process_devices=[(4242, 0, 1)])
+    one_gpu_job(report)
+    summary = summary_of(report.write(tmp_path / "visible.sqlite"))
+    assert (summary.gpus[0].name, summary.gpus[0].uuid) == ("H100", "GPU-00000001-test-double")
+    assert summary.warnings == []
+
+
+def test_processes_that_each_see_another_gpu_as_device_0_are_flagged(tmp_path: Path) -> None:
+    names = {0: "H100", 1: "H100"}
+    report = ReportBuilder(gpus=names, process_devices=[(4242, 0, 0), (4343, 0, 1)])
+    one_gpu_job(report, pid=4242)
+    one_gpu_job(report, pid=4343)
+    summary = summary_of(report.write(tmp_path / "ranks.sqlite"))
+    gpu = summary.gpus[0]
+    assert (gpu.device, gpu.name, gpu.uuid) == (0, "H100", None)
+    assert any("CUDA device 0 is a different GPU" in warning for warning in summary.warnings)
