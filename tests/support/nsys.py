@@ -15,8 +15,9 @@ A ``ReportBuilder`` writes a file with the tables, columns and enum values of a 
   ``(pid << 24) | tid`` (hardware and VM ids 0), so ``globalTid & ~0xFFFFFF`` is the process;
 - shapes seen in real exports (Nsight Systems 2022.2 and 2024.5, public test data of the pipit
   project): the metadata table's older name ``EXPORT_META_DATA`` (schema 2.9.1), CUDA
-  backtrace rows (``add_cuda_backtraces``) and NVTX ranges in a named domain, such as the
-  ``MPI`` domain of Nsight Systems' MPI trace (``add_ranges(domain=...)``).
+  backtrace rows (``add_cuda_backtraces``), NVTX ranges in a named domain, such as the
+  ``MPI`` domain of Nsight Systems' MPI trace (``add_ranges(domain=...)``), and GPUs whose
+  ``TARGET_INFO_GPU`` id is not their CUDA device id (``cuda_devices``, ``process_devices``).
 
 Tables exist only when their data does, as in real exports: ``write`` creates a table only
 when rows were added to it (or ``omit`` removes one). Rows are written in a shuffled order
@@ -173,7 +174,7 @@ CONSTANTS: dict[str, dict[str, Any]] = {
     },
     MEMCPY: {"contextId": 1},
     MEMSET: {"contextId": 1, "value": 0, "memKind": DEVICE},
-    RUNTIME: {"eventClass": 0, "returnValue": 0},
+    RUNTIME: {"eventClass": CUDA_RUNTIME, "returnValue": 0},
     NVTX: {},
 }
 
