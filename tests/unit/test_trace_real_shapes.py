@@ -1,9 +1,10 @@
 """Shapes of real Nsight Systems exports that a summary must read right.
 
-Each was seen in a real export (the pipit project's public test data: an MPI saxpy run traced
-by Nsight Systems 2022.2, export schema 2.9.1, and a CloverLeaf run traced by 2024.5, schema
-3.13.2; ``benchmarks/check_real_reports.py`` runs the tool on them) and is rebuilt here with
-``tests.support.nsys.ReportBuilder``, a test double of an export (no GPU or nsys here):
+Each was seen in a real export (public test data of two projects: pipit's MPI saxpy run,
+Nsight Systems 2022.2, export schema 2.9.1, and CloverLeaf run, 2024.5, schema 3.13.2;
+nsys-ai's PyTorch windows on two H100s, 2026.2; ``benchmarks/check_real_reports.py`` runs the
+tool on them) and is rebuilt here with ``tests.support.nsys.ReportBuilder``, a test double of
+an export (no GPU or nsys here):
 
 - ``nsys profile --cudabacktrace`` adds a CUDA backtrace row (event class 67) around each
   traced call, with the call's correlationId: counted as a call, every API figure doubled;
