@@ -6,7 +6,6 @@ SQLite (a file) or PostgreSQL through psycopg 3, from the parts ``urls.parse_sto
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
 
 # Alembic (about 12 MiB resident) is imported only when a migration is due: a store already at
 # SCHEMA_HEAD is recognised by one query on alembic_version.
-
-log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Any fixed number: serialises concurrent upgrades by daemons sharing one PostgreSQL database.

@@ -159,25 +159,18 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
     """The pod_usage upsert: peaks only grow, first/last seen widen, GPUs and owner persist."""
     postgresql = database.backend == "postgresql"
 
-    def larger(column: str) -> str:  # NULL only when both are (GREATEST skips NULLs)
-        if postgresql:
-            return f"greatest(pod_usage.{column}, excluded.{column})"
+    def extreme(larger: bool, column: str) -> str:
+        """The larger (or smaller) of the stored and new value; NULL only when both are."""
+        if postgresql:  # GREATEST and LEAST skip NULLs
+            return f"{'greatest' if larger else 'least'}(pod_usage.{column}, excluded.{column})"
         return (
-            f"max(coalesce(pod_usage.{column}, excluded.{column}),"
+            f"{'max' if larger else 'min'}(coalesce(pod_usage.{column}, excluded.{column}),"
             f" coalesce(excluded.{column}, pod_usage.{column}))"
         )
 
-    def smaller(column: str) -> str:
-        if postgresql:
-            return f"least(pod_usage.{column}, excluded.{column})"
-        return (
-            f"min(coalesce(pod_usage.{column}, excluded.{column}),"
-            f" coalesce(excluded.{column}, pod_usage.{column}))"
-        )
-
-    updates = {column: larger(column) for column in _PEAK_COLUMNS}
-    updates["first_seen"] = smaller("first_seen")
-    updates["last_seen"] = larger("last_seen")
+    updates = {column: extreme(True, column) for column in _PEAK_COLUMNS}
+    updates["first_seen"] = extreme(False, "first_seen")
+    updates["last_seen"] = extreme(True, "last_seen")
     # A pod seen without GPUs this cycle (it holds them but they left the window) keeps the
     # GPUs it was seen with: a finished pod stays in the report with its GPU-hours.
     for column in ("gpus", "gpu_count"):
