@@ -134,12 +134,15 @@ class Database:
         finally:
             cursor.close()
 
-    def query(self, statement: str) -> list[Any]:
+    def query(self, statement: str, parameters: Mapping[str, Any] | None = None) -> list[Any]:
         """The rows of one read outside a transaction."""
         try:
             cursor = self._connect().cursor()
             try:
-                cursor.execute(statement)
+                if parameters is None:
+                    cursor.execute(statement)
+                else:
+                    cursor.execute(statement, parameters)
                 return list(cursor.fetchall())
             finally:
                 cursor.close()
@@ -225,5 +228,9 @@ class Database:
         }
         options.update(self.url.query)  # libpq options in the URL win
         return psycopg.connect(
-            autocommit=True, **{key: value for key, value in options.items() if value is not None}
+            autocommit=True,
+            # No server-side prepared statements: through PgBouncer in transaction mode the next
+            # transaction may run on another server connection, which never prepared them.
+            prepare_threshold=None,
+            **{key: value for key, value in options.items() if value is not None},
         )

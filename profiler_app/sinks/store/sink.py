@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from profiler_app.errors import UserError
@@ -13,8 +13,17 @@ from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, Gp
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
+from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
 from profiler_app.sinks.store.retention import Retention
+from profiler_app.sinks.store.rollups import (
+    GPU_TIERS,
+    POD_HOUR,
+    gpu_rollup_rows,
+    pod_rollup_rows,
+    rollup_statement,
+)
 from profiler_app.sinks.store.schema import REASONS_LENGTH, UNKNOWN_START_TIME
+from profiler_app.sinks.store.statements import Merge, insert_statement, merged, upsert_statement
 from profiler_app.sinks.store.urls import parse_store_url
 
 log = logging.getLogger(__name__)
@@ -41,18 +50,35 @@ class TableStore:
     name = "store"
 
     def __init__(
-        self, url: str, *, retention_seconds: float | None = None, migrate_in_child: bool = False
+        self,
+        url: str,
+        *,
+        retention_seconds: float | None = None,
+        rollup_retention_seconds: float | None = None,
+        store_interval_seconds: float = 0.0,
+        migrate_in_child: bool = False,
     ) -> None:
-        """``migrate_in_child``: the daemon's choice, to keep Alembic and SQLAlchemy out of
-        its memory."""
+        """``retention_seconds``: how long raw rows stay, ``rollup_retention_seconds`` the
+        rollups and pods (None: for ever). ``store_interval_seconds``: write a cycle only when
+        it starts a new slot of this length (0: every cycle); the skipped cycles' time is
+        covered by the next row written. ``migrate_in_child``: the daemon's choice, to keep
+        Alembic and SQLAlchemy out of its memory."""
         parsed = parse_store_url(url)
         self.url = parsed.display()
         self._url = url  # with its password: only for the migration process's environment
         self._migrate_in_child = migrate_in_child
         self._database = Database(parsed)
-        self._retention = Retention(retention_seconds) if retention_seconds else None
+        self._retention = (
+            Retention(retention_seconds, rollup_retention_seconds)
+            if retention_seconds or rollup_retention_seconds
+            else None
+        )
+        self._store_interval = store_interval_seconds
+        self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
         # Last row time per node and GPU (index and UUID), loaded from the store once per node.
         self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
+        self._written_at: datetime | None = None  # this process's last committed cycle
+        self._pending: CycleResult | None = None  # the latest cycle not written (cadence)
         self._migrated = False
         try:
             self._migrate()
@@ -63,25 +89,59 @@ class TableStore:
             log.warning("%s; will retry on the next cycle", error)
 
     def publish(self, result: CycleResult) -> None:
+        if not self._due(result.at):
+            self._pending = result
+            return
+        self._write(result)
+
+    def close(self) -> None:
+        """Writes the latest cycle not yet written (``store_interval_seconds``), so that a
+        daemon replaced between two writes leaves no gap, then closes the connection."""
+        pending, self._pending = self._pending, None
+        try:
+            if pending is not None:
+                self._write(pending)
+        except (StoreError, UserError) as error:
+            log.warning("the last cycle was not written: %s", error)
+        finally:
+            self._database.close()
+
+    def _due(self, at: datetime) -> bool:
+        """Whether a cycle at ``at`` is written: every cycle, or the first of each slot of
+        ``store_interval_seconds`` (slots on a fixed grid, so rows land on round times)."""
+        if self._store_interval <= 0 or self._written_at is None:
+            return True
+        slot = self._store_interval
+        return math.floor(at.timestamp() / slot) != math.floor(self._written_at.timestamp() / slot)
+
+    def _write(self, result: CycleResult) -> None:
         if not self._migrated:
             self._migrate()
         database = self._database
         try:
+            if self._partitions is not None:
+                self._partitions.ensure(database, _partitions_needed(result))
             with database.transaction() as cursor:
-                last_at = self._load_last_at(cursor, result.node)
-                self._insert_gpu_windows(cursor, result, last_at)
+                last_at = self._load_last_at(cursor, result.node, result)
+                rows = [
+                    _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
+                    for profile in result.gpus
+                ]
+                self._insert_gpu_windows(cursor, rows)
+                self._upsert_rollups(cursor, rows, result.pods)
                 self._upsert_pods(cursor, result.pods, result.at)
         except database.errors as error:
+            if self._partitions is not None:
+                self._partitions.forget()
             raise StoreError(f"store {self.url}: {describe_driver_error(error)}") from error
         # Only a committed cycle moves the covered-time bookkeeping forward.
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
             node_last[profile.gpu, profile.uuid] = result.at
+        self._written_at = result.at
+        self._pending = None
         if self._retention is not None and self._retention.due():
             self._prune(self._retention, result.at)
-
-    def close(self) -> None:
-        self._database.close()
 
     def _prune(self, retention: Retention, now: datetime) -> None:
         # The cycle's rows are committed: a failed clean-up is retried, not a failed cycle.
@@ -111,14 +171,21 @@ class TableStore:
             raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
-    def _load_last_at(self, cursor: Any, node: str) -> dict[tuple[str, str], datetime]:
+    def _load_last_at(
+        self, cursor: Any, node: str, result: CycleResult
+    ) -> dict[tuple[str, str], datetime]:
         cached = self._last_at.get(node)
         if cached is not None:
             return dict(cached)
-        node_is = f"node = {self._database.param('node')}"  # a placeholder, not the value
+        # Only rows within the window matter: an older one caps the next row at the window,
+        # as no row does. The bound keeps this to the newest partition(s) and index entries.
+        param = self._database.param  # placeholders, not values
         cursor.execute(
-            f"SELECT gpu, uuid, max(at) FROM gpu_window WHERE {node_is} GROUP BY gpu, uuid",  # noqa: S608
-            {"node": node},
+            f"SELECT gpu, uuid, max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
+            f" AND at > {param('since')} GROUP BY gpu, uuid",
+            self._database.bind(
+                {"node": node, "since": result.at - timedelta(seconds=result.window_seconds)}
+            ),
         )
         return {
             (gpu, uuid): self._database.read_time(at)
@@ -126,18 +193,26 @@ class TableStore:
             if at is not None
         }
 
-    def _insert_gpu_windows(
-        self, cursor: Any, result: CycleResult, last_at: dict[tuple[str, str], datetime]
-    ) -> None:
-        rows = [
-            _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
-            for profile in result.gpus
-        ]
+    def _insert_gpu_windows(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         if rows:
             cursor.executemany(
                 insert_statement(self._database, "gpu_window", rows[0]),
                 [self._database.bind(row) for row in rows],
             )
+
+    def _upsert_rollups(
+        self, cursor: Any, rows: list[dict[str, Any]], pods: list[PodUsage]
+    ) -> None:
+        """The cycle's rows added into the hour and day they cover (rollups.py)."""
+        for tier, upserts in (
+            *((tier, gpu_rollup_rows(tier, rows)) for tier in GPU_TIERS),
+            (POD_HOUR, pod_rollup_rows(rows, pods)),
+        ):
+            if upserts:
+                cursor.executemany(
+                    rollup_statement(self._database, tier, upserts[0]),
+                    [self._database.bind(upsert) for upsert in upserts],
+                )
 
     def _upsert_pods(self, cursor: Any, pods: list[PodUsage], at: datetime) -> None:
         rows = _merge_duplicate_pods([_pod_row(pod, at) for pod in pods])
@@ -148,25 +223,11 @@ class TableStore:
             )
 
 
-def insert_statement(database: Database, table: str, columns: Iterable[str]) -> str:
-    """INSERT of one row with these columns, in the driver's placeholders."""
-    names = list(columns)
-    values = ", ".join(database.param(name) for name in names)
-    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({values})"  # noqa: S608
-
-
 def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
     """The pod_usage upsert: peaks only grow, first/last seen widen, GPUs and owner persist."""
-    postgresql = database.backend == "postgresql"
 
     def extreme(larger: bool, column: str) -> str:
-        """The larger (or smaller) of the stored and new value; NULL only when both are."""
-        if postgresql:  # GREATEST and LEAST skip NULLs
-            return f"{'greatest' if larger else 'least'}(pod_usage.{column}, excluded.{column})"
-        return (
-            f"{'max' if larger else 'min'}(coalesce(pod_usage.{column}, excluded.{column}),"
-            f" coalesce(excluded.{column}, pod_usage.{column}))"
-        )
+        return merged(database, "pod_usage", column, Merge.LARGER if larger else Merge.SMALLER)
 
     updates = {column: extreme(True, column) for column in _PEAK_COLUMNS}
     updates["first_seen"] = extreme(False, "first_seen")
@@ -178,12 +239,21 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
             f"CASE WHEN excluded.gpu_count > 0 THEN excluded.{column} ELSE pod_usage.{column} END"
         )
     for column in ("owner_kind", "owner_name"):
-        updates[column] = f"coalesce(excluded.{column}, pod_usage.{column})"
-    assignments = ", ".join(f"{column} = {value}" for column, value in updates.items())
-    return (
-        f"{insert_statement(database, 'pod_usage', columns)}"
-        f" ON CONFLICT ({', '.join(_POD_KEY)}) DO UPDATE SET {assignments}"
-    )
+        updates[column] = merged(database, "pod_usage", column, Merge.KNOWN)
+    return upsert_statement(database, "pod_usage", columns, _POD_KEY, updates)
+
+
+def _partitions_needed(result: CycleResult) -> list[tuple[str, datetime]]:
+    """(table, time) of every partition the cycle's rows may go to: the raw row's day, and
+    each rollup bucket back to the start of the window (the longest a row covers)."""
+    moments = [result.at]
+    moment = result.at - timedelta(seconds=result.window_seconds)
+    while moment < result.at:
+        moments.append(moment)
+        moment += timedelta(days=1)
+    return [("gpu_window", result.at)] + [
+        (table, moment) for table in SCHEMES if table != "gpu_window" for moment in moments
+    ]
 
 
 def _gpu_window_row(
