@@ -32,8 +32,6 @@ from profiler_app.sinks.store.statements import Merge, merged, upsert_statement
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RETENTION = "14d"
-DEFAULT_ROLLUP_RETENTION = "400d"
 BATCH_ROWS = 5_000
 MAX_BATCHES = 20  # per call: at most 100,000 rows, a few seconds of work
 PRUNE_EVERY_SECONDS = 3600.0
@@ -116,7 +114,8 @@ class Retention:
 
 
 class _Steps:
-    """Batched deletes, at most ``max_batches`` in all."""
+    """Batched deletes, at most ``max_batches`` full ones in all (a batch that finds fewer rows
+    than it may delete ends its table's turn, and is not counted)."""
 
     def __init__(self, database: Database, batch_rows: int, max_batches: int) -> None:
         self.database = database
@@ -143,7 +142,7 @@ class _Steps:
                     horizon = None
                 cursor.execute(statement, parameters)
                 count = cursor.rowcount
-            self.batches += 1
+            self.batches += count == self.batch_rows
             self.deleted += count
 
 
@@ -163,8 +162,8 @@ def _drop_partitions(database: Database, table: str, cutoff: datetime) -> None:
             if not cursor.fetchone()[0]:
                 return  # another daemon is at it
             cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
-            if table == RAW.table:
-                _record_horizon(database, cursor, table, partition.upper)
+            if table == RAW.table:  # no raw row before the cutoff once this one is gone
+                _record_horizon(database, cursor, table, cutoff)
             cursor.execute(f"DROP TABLE IF EXISTS {partition.name}")
         log.info("retention: dropped partition %s", partition.name)
 

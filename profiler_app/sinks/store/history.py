@@ -1,0 +1,246 @@
+"""The GPU time of a range as one relation, for the report: rollups for the whole days and hours
+inside the range, raw rows only for the partial hours at its edges.
+
+Every part has the rollups' shape (``GPU_COLUMNS``): a GPU, its job type, pod and workload,
+whether its memory was held, the covered and idle seconds inside the part, and peaks. A raw row
+counts for the part of its covered time ``(at - covers_seconds, at]`` inside the range, in whole
+microseconds, as ``rollups.py`` splits it into buckets, so the parts add up to what the raw rows
+alone give (``rollups=False``, the reference the tests hold the rollups to). A row that covers
+nothing counts where its ``at`` is, in ``[since, until)``.
+
+Where retention removed the raw rows of a partial edge hour (before ``store_horizon``), that
+part is estimated from its hourly rollup, in proportion to the time of the hour inside the
+range; ``History.notes`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Float,
+    Select,
+    Subquery,
+    Table,
+    cast,
+    false,
+    func,
+    literal,
+    select,
+    true,
+    union_all,
+)
+from sqlalchemy import case as sql_case
+
+from profiler_app.model import HELD_MEMORY_MIB
+from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, store_horizon
+from profiler_app.sinks.store.rollups import (
+    DAY_SECONDS,
+    HOUR_SECONDS,
+    MICROSECONDS,
+    bucket_start,
+    microseconds,
+)
+
+GPU_COLUMNS = (
+    "node",
+    "gpu",
+    "uuid",
+    "job_type",
+    "memory_held",
+    "namespace",
+    "pod",
+    "owner_kind",
+    "owner_name",
+    "covered_seconds",
+    "idle_gpu_seconds",
+    "util_max",
+    "mem_copy_util_max",
+    "fb_used_max_mib",
+)
+_TEXT_KEYS = ("namespace", "pod", "owner_kind", "owner_name")
+_PEAKS = ("util_max", "mem_copy_util_max", "fb_used_max_mib")
+_ONE_MICROSECOND = timedelta(microseconds=1)
+
+Source = Literal["raw", "hour", "day", "estimate"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A part ``[start, end)`` of the range and where it is read from."""
+
+    start: datetime
+    end: datetime
+    source: Source
+
+
+def spans(since: datetime, until: datetime, *, horizon: datetime | None = None) -> list[Span]:
+    """``[since, until)`` split into raw edges, whole hours and whole days, coarsest inside.
+
+    A raw edge before ``horizon`` (retention removed its rows) is an estimate from its hour.
+    """
+    first_hour = _ceil(since, HOUR_SECONDS)
+    last_hour = bucket_start(until, HOUR_SECONDS)
+    if first_hour > last_hour:  # inside one hour
+        parts = [Span(since, until, "raw")]
+    else:  # each raw edge inside one hour
+        parts = [Span(since, first_hour, "raw")]
+        first_day, last_day = _ceil(first_hour, DAY_SECONDS), bucket_start(last_hour, DAY_SECONDS)
+        if first_day < last_day:
+            parts += [
+                Span(first_hour, first_day, "hour"),
+                Span(first_day, last_day, "day"),
+                Span(last_day, last_hour, "hour"),
+            ]
+        else:
+            parts.append(Span(first_hour, last_hour, "hour"))
+        parts.append(Span(last_hour, until, "raw"))
+    return [
+        Span(part.start, part.end, "estimate")
+        if part.source == "raw" and horizon is not None and part.start < horizon
+        else part
+        for part in parts
+        if part.start < part.end
+    ]
+
+
+@dataclass
+class History:
+    """The relation of a range's GPU time (``relation``) and what the report should say."""
+
+    relation: Subquery
+    notes: list[str] = field(default_factory=list)
+
+
+def gpu_history(
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    rollups: bool = True,
+) -> History:
+    """The GPU time of ``[since, until)`` in the rollups' shape (``GPU_COLUMNS``); with
+    ``rollups`` False, from the raw rows alone."""
+    dialect = connection.dialect.name
+    if not rollups:
+        return History(_raw(dialect, since, until, node, bound=None).subquery("history"))
+    horizon = connection.execute(
+        select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
+    ).scalar()
+    parts: list[Select[Any]] = []
+    notes = []
+    for part in spans(since, until, horizon=horizon):
+        if part.source == "raw":
+            bound = _longest_covers(connection, part.end - _ONE_MICROSECOND, node)
+            parts.append(_raw(dialect, part.start, part.end, node, bound=bound))
+        elif part.source == "estimate":
+            parts.append(_estimate(part, node))
+            notes.append(
+                f"raw rows before {_iso(horizon)} were removed by retention: "
+                f"{_iso(part.start)} to {_iso(part.end)} is estimated from its hourly rollup"
+            )
+        else:
+            parts.append(_tier(gpu_hour if part.source == "hour" else gpu_day, part, node))
+    return History(union_all(*parts).subquery("history"), notes)
+
+
+def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElement[int]:
+    """A stored time as whole microseconds since the epoch, exactly (as ``rollups.py``)."""
+    value: ColumnElement[Any]
+    if dialect == "postgresql":
+        value = func.round(func.date_part("epoch", column) * MICROSECONDS)
+    else:  # SQLite's text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds, then the microseconds
+        value = cast(func.strftime("%s", column), BigInteger) * MICROSECONDS + cast(
+            func.substr(column, 21, 6), BigInteger
+        )
+    return cast(value, BigInteger)
+
+
+def larger(dialect: str, a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.greatest(a, b) if dialect == "postgresql" else func.max(a, b)
+
+
+def smaller(dialect: str, a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.least(a, b) if dialect == "postgresql" else func.min(a, b)
+
+
+def _raw(
+    dialect: str, start: datetime, end: datetime, node: str | None, *, bound: float | None
+) -> Select[Any]:
+    """The raw rows' time inside ``[start, end)``. ``bound``: the longest a row reaching into
+    the part from after ``end`` covers (None: no bound, every later row is looked at)."""
+    c = gpu_window.c
+    end_us = epoch_microseconds(dialect, c.at)
+    covers_us = cast(func.round(c.covers_seconds * MICROSECONDS), BigInteger)
+    start_value, end_value = literal(microseconds(start)), literal(microseconds(end))
+    overlap_us = smaller(dialect, end_us, end_value) - larger(
+        dialect, end_us - covers_us, start_value
+    )
+    covered = cast(overlap_us, Float) / float(MICROSECONDS)
+    conditions = [c.at >= start, (overlap_us > 0) | ((covers_us == 0) & (c.at < end))]
+    if bound is not None:
+        conditions.append(c.at < end + timedelta(seconds=bound) + _ONE_MICROSECOND)
+    if node is not None:
+        conditions.append(c.node == node)
+    return select(
+        c.node,
+        c.gpu,
+        c.uuid,
+        c.job_type,
+        sql_case((c.fb_used_max_mib >= HELD_MEMORY_MIB, true()), else_=false()).label(
+            "memory_held"
+        ),
+        *(func.coalesce(c[key], literal("")).label(key) for key in _TEXT_KEYS),
+        covered.label("covered_seconds"),
+        (covered * func.coalesce(c.util_idle_fraction, 0.0)).label("idle_gpu_seconds"),
+        *(c[peak] for peak in _PEAKS),
+    ).where(*conditions)
+
+
+def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
+    """Whole buckets of a rollup, as they are."""
+    bucket = table.c.hour if table is gpu_hour else table.c.day
+    query = select(*(table.c[column] for column in GPU_COLUMNS)).where(
+        bucket >= part.start, bucket < part.end
+    )
+    return query.where(table.c.node == node) if node is not None else query
+
+
+def _estimate(part: Span, node: str | None) -> Select[Any]:
+    """A partial hour whose raw rows are gone: its hourly rollup, in proportion."""
+    share = (part.end - part.start).total_seconds() / HOUR_SECONDS
+    c = gpu_hour.c
+    query = select(
+        *(c[column] for column in GPU_COLUMNS[:9]),
+        (c.covered_seconds * share).label("covered_seconds"),
+        (c.idle_gpu_seconds * share).label("idle_gpu_seconds"),
+        *(c[peak] for peak in _PEAKS),
+    ).where(c.hour == bucket_start(part.start, HOUR_SECONDS))
+    return query.where(c.node == node) if node is not None else query
+
+
+def _longest_covers(connection: Connection, moment: datetime, node: str | None) -> float:
+    """The longest ``covers_seconds`` of the rows covering time in the hour of ``moment``:
+    a row reaching back over ``moment`` is at most that much later."""
+    query = select(func.max(gpu_hour.c.covers_max_seconds)).where(
+        gpu_hour.c.hour == bucket_start(moment, HOUR_SECONDS)
+    )
+    if node is not None:
+        query = query.where(gpu_hour.c.node == node)
+    return float(connection.execute(query).scalar() or 0.0)
+
+
+def _ceil(moment: datetime, seconds: int) -> datetime:
+    start = bucket_start(moment, seconds)
+    return start if start == moment else start + timedelta(seconds=seconds)
+
+
+def _iso(moment: datetime | None) -> str:
+    assert moment is not None
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
