@@ -147,6 +147,8 @@ def gpu_history(
             )
         else:
             parts.append(_tier(gpu_hour if part.source == "hour" else gpu_day, part, node))
+    if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
+        parts.append(_raw(dialect, since, since, node, bound=0.0))
     return History(union_all(*parts).subquery("history"), notes)
 
 

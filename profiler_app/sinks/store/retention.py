@@ -127,7 +127,7 @@ class _Steps:
 
     def run(self, batch: str, cutoff: datetime, *, horizon: datetime | None = None) -> None:
         """Deletes in batches what ``batch`` selects before ``cutoff``; ``horizon``: recorded
-        in ``store_horizon`` in the first batch's transaction."""
+        in ``store_horizon`` in the transaction of the first batch that deletes rows."""
         database = self.database
         statement = batch.format(cutoff=database.param("cutoff"), rows=database.param("rows"))
         parameters = database.bind({"cutoff": cutoff, "rows": self.batch_rows})
@@ -137,11 +137,11 @@ class _Steps:
                 self.finished = False
                 return
             with database.transaction() as cursor:
-                if horizon is not None:
-                    _record_horizon(database, cursor, "gpu_window", horizon)
-                    horizon = None
                 cursor.execute(statement, parameters)
                 count = cursor.rowcount
+                if horizon is not None and count:
+                    _record_horizon(database, cursor, "gpu_window", horizon)
+                    horizon = None
             self.batches += count == self.batch_rows
             self.deleted += count
 
