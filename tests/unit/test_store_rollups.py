@@ -15,9 +15,15 @@ from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.history import Span, spans
-from profiler_app.sinks.store.models import gpu_day, gpu_hour, pod_hour
+from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_hour
 from profiler_app.sinks.store.retention import Retention
-from profiler_app.sinks.store.rollups import pieces
+from profiler_app.sinks.store.rollups import (
+    GPU_DAY,
+    GPU_HOUR,
+    gpu_rollup_rows,
+    pieces,
+    pod_rollup_rows,
+)
 from profiler_app.sinks.store.urls import parse_store_url
 
 pytest_plugins = ["tests.support.postgres"]
@@ -218,3 +224,23 @@ def test_a_store_interval_writes_once_a_slot_and_covers_every_cycle(store_url: s
     assert [covers for (covers,) in written] == [WINDOW, 300.0, 300.0, 300.0, 90.0]
     whole = report(store_url, at(0), at(990), views=("gpu",))
     assert whole.gpus[0].hours_by_job_type["training"] == pytest.approx(990 / 3600)
+
+
+def test_the_rollup_writers_columns_are_the_tables_columns() -> None:
+    """The DB-API writer names its columns by the rows it builds; the tables are models.py's."""
+    raw = {column.name: None for column in gpu_window.columns} | {
+        "at": H,
+        "node": "n",
+        "gpu": "0",
+        "uuid": "u",
+        "job_type": "idle",
+        "covers_seconds": 30.0,
+        "pod": "p",
+        "namespace": "ml",
+    }
+    for table, upserts in (
+        (gpu_hour, gpu_rollup_rows(GPU_HOUR, [raw])),
+        (gpu_day, gpu_rollup_rows(GPU_DAY, [raw])),
+        (pod_hour, pod_rollup_rows([raw], [])),
+    ):
+        assert set(upserts[0]) == set(table.columns.keys()), table.name
