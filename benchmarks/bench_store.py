@@ -1,0 +1,208 @@
+"""The table store at cluster scale on a real PostgreSQL (and PgBouncer): reports over 8,000
+GPUs x 30 days, dropping a day's partition, and (``bench_store_writers.py``) many writers.
+
+Run by hand from the repository root; the servers live in a folder between commands::
+
+    .venv/bin/python benchmarks/bench_store.py start /tmp/store-bench
+    .venv/bin/python benchmarks/bench_store.py fill-history /tmp/store-bench --gpus 8000 --days 30
+    .venv/bin/gpu-profiler report --store-url URL --by node --since 30d --until 2026-11-26T07:42:37Z
+    .venv/bin/python benchmarks/bench_store.py drop-day /tmp/store-bench 2026-11-23
+    .venv/bin/python benchmarks/bench_store.py stop /tmp/store-bench
+
+``fill-history`` writes the rollups and the raw rows the reports read directly with SQL (the
+write path itself is measured by ``bench_store_writers.py``): ``gpu_hour`` (one row per GPU and
+hour), ``gpu_day`` and ``pod_hour`` summed from it, ``pod_usage`` (one pod per node and 6
+hours), and raw ``gpu_window`` rows every 30 s (the daemon's default cadence) for the hours a
+report's edges read: around the range starts of ``--since 30d`` and ``--since 24h`` and the last
+hour, plus, with ``--full-day``, one whole day for ``drop-day``. Each node's GPUs run one job
+per 6 hours, the job types in turn; idle GPUs are held by a pod on half the nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import store_server  # noqa: E402
+from profiler_app.sinks.store import TableStore  # noqa: E402
+from profiler_app.sinks.store.dbapi import Database  # noqa: E402
+from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper  # noqa: E402
+from profiler_app.sinks.store.retention import Retention  # noqa: E402
+from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
+
+END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)  # as the shared generator's stores end
+DAY = timedelta(days=1)
+
+# Per GPU g and hour index h since the start: n its node, p its 6-hour block, j the job type.
+KEYS = """
+  n AS n, h AS h, (n + h / 6) % 4 AS j, (n + h / 6) % 4 <> 2 OR n % 2 = 0 AS has_pod,
+  'node-' || lpad(n::text, 4, '0') AS node, (g % 8)::text AS gpu,
+  'GPU-' || lpad(g::text, 5, '0') AS uuid
+"""
+COLUMNS = """
+  (ARRAY['training', 'inference', 'idle', 'bursty'])[j + 1] AS job_type,
+  j <> 2 OR n % 4 = 0 AS memory_held,
+  CASE WHEN has_pod THEN 'team-' || n % 20 ELSE '' END AS namespace,
+  CASE WHEN has_pod THEN 'job-' || n || '-' || h / 6 ELSE '' END AS pod,
+  CASE WHEN has_pod THEN 'PyTorchJob' ELSE '' END AS owner_kind,
+  CASE WHEN has_pod THEN 'job-' || n % 250 ELSE '' END AS owner_name,
+  (ARRAY[0.05, 0.3, 1.0, 0.6])[j + 1] AS idle_fraction,
+  (ARRAY[99.0, 70.0, 2.0, 95.0])[j + 1] AS util_max,
+  (ARRAY[60.0, 30.0, 0.0, 40.0])[j + 1] AS mem_copy_util_max,
+  CASE WHEN j <> 2 OR n % 4 = 0 THEN 30000.0 ELSE 500.0 END AS fb_used_max_mib,
+  CASE WHEN j = 0 THEN 120.0 END AS period_seconds
+"""
+
+
+def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: bool) -> None:
+    start = END - timedelta(days=days + 1)
+    hours = (days + 1) * 24
+    url = servers.url()
+    TableStore(url).close()  # migrates
+    database = Database(parse_store_url(url))
+    needs = [(table, start + timedelta(days=d)) for table in SCHEMES for d in range(days + 2)]
+    PartitionKeeper().ensure(database, needs)
+    database.close()
+    began = time.monotonic()
+    sql = servers.psql
+
+    def step(what: str, statement: str) -> None:
+        t = time.monotonic()
+        sql(statement if statement.startswith("VACUUM") else f"SET TIME ZONE 'UTC'; {statement}")
+        print(f"  {what}: {time.monotonic() - t:.0f} s", flush=True)
+
+    keyed = (
+        f"SELECT *, {COLUMNS} FROM (SELECT g, {KEYS} FROM generate_series(0, {gpus - 1}) AS g,"
+        f" generate_series(0, {hours - 1}) AS h, LATERAL (SELECT g / 8 AS n) AS node) AS k"
+    )
+    step(
+        "gpu_hour",
+        "INSERT INTO gpu_hour SELECT timestamptz '"
+        + start.isoformat()
+        + "' + h * interval '1 hour',"
+        " node, gpu, uuid, job_type, memory_held, namespace, pod, owner_kind, owner_name, 3600,"
+        " 3600 * idle_fraction, util_max, mem_copy_util_max, fb_used_max_mib, 30, period_seconds,"
+        " period_seconds, CASE WHEN j = 0 THEN 3600 ELSE 0 END,"
+        f" coalesce(3600 * period_seconds, 0) FROM ({keyed}) AS rows",
+    )
+    step(
+        "gpu_day",
+        "INSERT INTO gpu_day SELECT date_trunc('day', hour), node, gpu, uuid, job_type,"
+        " memory_held, namespace, pod, owner_kind, owner_name, sum(covered_seconds),"
+        " sum(idle_gpu_seconds), max(util_max), max(mem_copy_util_max), max(fb_used_max_mib),"
+        " max(covers_max_seconds), min(period_seconds_min), max(period_seconds_max),"
+        " sum(period_covered_seconds), sum(period_weighted_sum) FROM gpu_hour"
+        " GROUP BY 1, node, gpu, uuid, job_type, memory_held, namespace, pod, owner_kind,"
+        " owner_name",
+    )
+    step(
+        "pod_hour",
+        "INSERT INTO pod_hour SELECT hour, node, namespace, pod, max(owner_kind), max(owner_name),"
+        " count(*), sum(covered_seconds), sum(idle_gpu_seconds), max(util_max),"
+        " max(mem_copy_util_max), max(fb_used_max_mib), 400, 2e10 FROM gpu_hour"
+        " WHERE pod <> '' GROUP BY hour, node, namespace, pod",
+    )
+    step(
+        "pod_usage",
+        "INSERT INTO pod_usage SELECT namespace, pod, node, min(hour), '0,1,2,3,4,5,6,7',"
+        " max(gpus), max(util_max), max(mem_copy_util_max), max(fb_used_max_mib), 400, 2e10,"
+        " min(hour), max(hour) + interval '1 hour', 'PyTorchJob', max(owner_name)"
+        " FROM pod_hour GROUP BY namespace, pod, node",
+    )
+    windows = [
+        (END - timedelta(days=days, hours=1), END - timedelta(days=days) + timedelta(hours=1)),
+        (END - timedelta(days=1, hours=1), END - timedelta(days=1) + timedelta(hours=1)),
+        (END - timedelta(hours=1), END),
+    ]
+    if full_day:
+        day = datetime(END.year, END.month, END.day, tzinfo=UTC) - timedelta(days=2)
+        windows = [(low, high) for low, high in windows if high <= day or low >= day + DAY]
+        windows.append((day, day + DAY - timedelta(seconds=30)))
+    for low, high in windows:
+        first_hour = int((low - start).total_seconds() // 3600)
+        steps = int((high - low).total_seconds() // 30)
+        raw = (
+            f"SELECT *, {COLUMNS} FROM (SELECT g, t, {KEYS} FROM generate_series(0, {gpus - 1})"
+            f" AS g, generate_series(1, {steps}) AS s,"
+            f" LATERAL (SELECT timestamptz '{low.isoformat()}' + s * interval '30 s' AS t,"
+            f" {first_hour} + (s - 1) / 120 AS h, g / 8 AS n) AS k) AS rows"
+        )
+        step(
+            f"gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M}",
+            "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, period_seconds,"
+            " window_seconds, covers_seconds, util_max, util_p95, util_mean, util_idle_fraction,"
+            " mem_copy_util_max, fb_used_max_mib, namespace, pod, confidence, basis, reasons,"
+            " owner_kind, owner_name) SELECT t, node, gpu, uuid, job_type, period_seconds, 1800,"
+            " 30, util_max, util_max, util_max / 2, idle_fraction, mem_copy_util_max,"
+            " fb_used_max_mib, nullif(namespace, ''), nullif(pod, ''), 0.9, 'util-loop',"
+            " 'period 120s in util', nullif(owner_kind, ''), nullif(owner_name, '')"
+            f" FROM ({raw}) AS raw",
+        )
+    step("VACUUM ANALYZE", "VACUUM ANALYZE")
+    print(f"filled in {time.monotonic() - began:.0f} s")
+    for table in ("gpu_window", "gpu_hour", "gpu_day", "pod_hour", "pod_usage"):
+        count = sql(f"SELECT count(*) FROM {table}")
+        size = sql(
+            f"SELECT pg_size_pretty(coalesce(sum(pg_total_relation_size(relid)),"
+            f" pg_total_relation_size('{table}'))) FROM"
+            f" pg_partition_tree('{table}')"
+        )
+        print(f"  {table}: {int(count):,} rows, {size} with indexes")
+    print(f"store URL: {url}")
+
+
+def drop_day(servers: store_server.Servers, day: datetime) -> None:
+    """Drops one day's raw partition through the retention code and times it."""
+    partition = f"gpu_window_p{day:%Y%m%d}"
+    rows = servers.psql(f"SELECT count(*) FROM {partition}")
+    size = servers.psql(f"SELECT pg_size_pretty(pg_total_relation_size('{partition}'))")
+    database = Database(parse_store_url(servers.url()))
+    started = time.monotonic()
+    # Cutoff: the end of that day, at a retention reaching just past it.
+    Retention(3600.0).prune(database, day + timedelta(days=1, hours=1))
+    elapsed = time.monotonic() - started
+    database.close()
+    gone = servers.psql(f"SELECT to_regclass('{partition}') IS NULL") == "t"
+    print(f"dropped {partition} ({int(rows):,} rows, {size}): {gone}; {elapsed:.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start PostgreSQL and PgBouncer in a new folder")
+    start.add_argument("root", type=Path)
+    start.add_argument("--pool-size", type=int, default=40)
+    for name in ("stop", "url"):
+        commands.add_parser(name).add_argument("root", type=Path)
+    fill = commands.add_parser("fill-history", help="rollups and raw edges, directly")
+    fill.add_argument("root", type=Path)
+    fill.add_argument("--gpus", type=int, default=8000)
+    fill.add_argument("--days", type=int, default=30)
+    fill.add_argument("--full-day", action="store_true", help="also one whole day of raw rows")
+    drop = commands.add_parser("drop-day", help="drop one day's raw partition, timed")
+    drop.add_argument("root", type=Path)
+    drop.add_argument("day", type=lambda text: datetime.fromisoformat(text).replace(tzinfo=UTC))
+    args = parser.parse_args()
+    if args.command == "start":
+        servers = store_server.start(args.root, pool_size=args.pool_size)
+        print(f"PostgreSQL {servers.url()}\nPgBouncer {servers.url(pooled=True)}")
+        return
+    servers = store_server.attach(args.root)
+    if args.command == "stop":
+        store_server.stop(servers)
+    elif args.command == "url":
+        print(servers.url())
+    elif args.command == "fill-history":
+        fill_history(servers, args.gpus, args.days, args.full_day)
+    elif args.command == "drop-day":
+        drop_day(servers, args.day)
+
+
+if __name__ == "__main__":
+    main()
