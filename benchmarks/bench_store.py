@@ -21,6 +21,7 @@ per 6 hours, the job types in turn; idle GPUs are held by a pod on half the node
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import store_server  # noqa: E402
+from profiler_app.model import (  # noqa: E402
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    CycleResult,
+    FieldStats,
+    GpuProfile,
+    PodUsage,
+)
 from profiler_app.sinks.store import TableStore  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
 from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper  # noqa: E402
@@ -157,6 +167,102 @@ def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: 
     print(f"store URL: {url}")
 
 
+def write_node_cycles(url: str, nodes: list[int], days: int, interval: float) -> int:
+    """One process of ``end-to-end``: these nodes' cycles, in time order, through
+    ``TableStore.publish`` (one transaction each, with its rollups); the cycles written."""
+    store = TableStore(url, store_interval_seconds=interval)
+    start = END - timedelta(days=days)
+    steps = int(days * 86400 / interval)
+    written = 0
+    for step in range(1, steps + 1):
+        at = start + timedelta(seconds=step * interval)
+        hour = int((at - start).total_seconds() // 3600)
+        for node in nodes:
+            store.publish(cycle_of(node, hour, at))
+            written += 1
+    store.close()
+    return written
+
+
+def cycle_of(node: int, hour: int, at: datetime) -> CycleResult:
+    """Node ``node``'s cycle at ``at``: its 8 GPUs run one job per 6 hours, job types in turn,
+    as ``fill-history`` writes them."""
+    kind = (node + hour // 6) % 4
+    job = ("training", "inference", "idle", "bursty")[kind]
+    has_pod = kind != 2 or node % 2 == 0
+    fb = 30000.0 if kind != 2 or node % 4 == 0 else 500.0
+    util = (99.0, 70.0, 2.0, 95.0)[kind]
+    stats = {
+        GPU_UTIL: FieldStats(util, util, util / 2, (0.05, 0.3, 1.0, 0.6)[kind]),
+        MEM_COPY_UTIL: FieldStats(util / 2, util / 2, util / 4, 0.0),
+        FB_USED: FieldStats(fb, fb, fb, 0.0),
+    }
+    pod = f"job-{node}-{hour // 6}" if has_pod else None
+    name = f"node-{node:04d}"
+    gpus = [
+        GpuProfile(
+            str(gpu),
+            f"GPU-{node * 8 + gpu:05d}",
+            name,
+            job,
+            120.0 if kind == 0 else None,
+            stats,
+            namespace=f"team-{node % 20}" if pod else None,
+            pod=pod,
+            owner_kind="PyTorchJob" if pod else None,
+            owner_name=f"job-{node % 250}" if pod else None,
+            confidence=0.9,
+            basis="util-loop",
+            reasons=("period 120s in util",),
+        )
+        for gpu in range(8)
+    ]
+    pods = []
+    if pod:
+        start = END - timedelta(hours=1)  # any fixed time: the key of the pod's life
+        pods.append(
+            PodUsage(f"team-{node % 20}", pod, name, start, tuple(map(str, range(8))), util)
+        )
+    return CycleResult(name, at, 1800.0, gpus, pods)
+
+
+def end_to_end(
+    servers: store_server.Servers, gpus: int, days: int, interval: float, processes: int
+) -> None:
+    """``gpus`` GPUs x ``days`` days through the daemon's write path, then retention as the
+    daemons run it (raw rows 14 days, rollups 400)."""
+    url = servers.url(pooled=True)
+    TableStore(url).close()  # migrates once
+    nodes = list(range(gpus // 8))
+    # A month of a cluster's commits in minutes: this fill does not wait for each commit's
+    # fsync (the writers benchmark measures durable commits); the report is what is timed.
+    servers.psql("ALTER SYSTEM SET synchronous_commit = off")
+    servers.psql("SELECT pg_reload_conf()")
+    began = time.monotonic()
+    with multiprocessing.Pool(processes) as pool:
+        written = sum(
+            pool.starmap(
+                write_node_cycles,
+                [(url, nodes[n::processes], days, interval) for n in range(processes)],
+            )
+        )
+    elapsed = time.monotonic() - began
+    servers.psql("ALTER SYSTEM RESET synchronous_commit")
+    servers.psql("SELECT pg_reload_conf()")
+    print(
+        f"{written:,} cycles ({written * 8:,} GPU rows) written in {elapsed:.0f} s,"
+        f" {written / elapsed:.0f} transactions/s"
+    )
+    database = Database(parse_store_url(servers.url()))
+    Retention(14 * 86400.0, 400 * 86400.0).prune(database, END)
+    database.close()
+    servers.psql("VACUUM ANALYZE")
+    for table in ("gpu_window", "gpu_hour", "gpu_day", "pod_hour", "pod_usage"):
+        count = servers.psql(f"SELECT count(*) FROM {table}")
+        print(f"  {table}: {int(count):,} rows")
+    print(f"store URL: {url}")
+
+
 def drop_day(servers: store_server.Servers, day: datetime) -> None:
     """Drops one day's raw partition through the retention code and times it."""
     partition = f"gpu_window_p{day:%Y%m%d}"
@@ -185,6 +291,12 @@ def main() -> None:
     fill.add_argument("--gpus", type=int, default=8000)
     fill.add_argument("--days", type=int, default=30)
     fill.add_argument("--full-day", action="store_true", help="also one whole day of raw rows")
+    e2e = commands.add_parser("end-to-end", help="GPUs x days through the real write path")
+    e2e.add_argument("root", type=Path)
+    e2e.add_argument("--gpus", type=int, default=1000)
+    e2e.add_argument("--days", type=int, default=30)
+    e2e.add_argument("--store-interval", type=float, default=300.0, help="seconds")
+    e2e.add_argument("--processes", type=int, default=4)
     drop = commands.add_parser("drop-day", help="drop one day's raw partition, timed")
     drop.add_argument("root", type=Path)
     drop.add_argument("day", type=lambda text: datetime.fromisoformat(text).replace(tzinfo=UTC))
@@ -200,6 +312,8 @@ def main() -> None:
         print(servers.url())
     elif args.command == "fill-history":
         fill_history(servers, args.gpus, args.days, args.full_day)
+    elif args.command == "end-to-end":
+        end_to_end(servers, args.gpus, args.days, args.store_interval, args.processes)
     elif args.command == "drop-day":
         drop_day(servers, args.day)
 

@@ -3,8 +3,8 @@
 The writer creates the partitions its rows need, and the next ones ahead, before its cycle's
 transaction (``PartitionKeeper``), so that at midnight the new day's partition is already there.
 A partition is created as a plain table and attached (``ATTACH PARTITION`` takes a lock that
-does not wait for, or stop, other writers and readers), under a transaction-scoped advisory
-lock, so daemons starting together create each one once. Retention drops whole partitions
+does not wait for, or stop, other writers and readers, but does one other creator: daemons
+starting together create each partition once). Retention drops whole partitions
 (``retention.py``). ``report`` and Grafana only read: they never create one.
 
 Partitions are named ``<table>_pYYYYMMDD`` (days) and ``<table>_pYYYYMM`` (months); the name
@@ -21,7 +21,7 @@ from typing import Any
 
 from profiler_app.sinks.store.dbapi import Database
 
-# Any fixed numbers: serialise partition creation, and retention, across daemons.
+# Any fixed number: one daemon at a time drops partitions (retention.py).
 PARTITION_LOCK_ID = 0x67707570617274
 # How long DDL waits for a lock before giving up until the next cycle, so that writers queued
 # behind it (a DROP waits for running reports) are never held longer.
@@ -137,16 +137,21 @@ class PartitionKeeper:
         missing = [partition for name, partition in wanted.items() if name not in present]
         if missing:
             with database.transaction() as cursor:
-                cursor.execute(f"SELECT pg_advisory_xact_lock({PARTITION_LOCK_ID})")
                 cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
-                for partition in missing:
-                    # Another daemon may have created it while this one waited for the lock.
-                    cursor.execute(
-                        "SELECT to_regclass(%(name)s) IS NOT NULL", {"name": partition.name}
-                    )
-                    if not cursor.fetchone()[0]:
-                        for statement in partition.create_statements():
-                            cursor.execute(statement)
+                for table in sorted({partition.scheme.table for partition in missing}):
+                    # The lock ATTACH takes anyway: it serialises daemons creating partitions
+                    # of this table (not its writers or readers), and once held, the lookups
+                    # below see what another daemon created meanwhile.
+                    cursor.execute(f"LOCK TABLE {table} IN SHARE UPDATE EXCLUSIVE MODE")
+                    for partition in missing:
+                        if partition.scheme.table != table:
+                            continue
+                        cursor.execute(
+                            "SELECT to_regclass(%(name)s) IS NOT NULL", {"name": partition.name}
+                        )
+                        if not cursor.fetchone()[0]:
+                            for statement in partition.create_statements():
+                                cursor.execute(statement)
         self._known.update(wanted)
 
     def forget(self) -> None:
