@@ -3,8 +3,9 @@ SQLite and a real PostgreSQL (``integration``, tests/support/postgres.py)."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
@@ -16,6 +17,7 @@ from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.history import Span, spans
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_hour
+from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
 from profiler_app.sinks.store.retention import Retention
 from profiler_app.sinks.store.rollups import (
     GPU_DAY,
@@ -25,6 +27,9 @@ from profiler_app.sinks.store.rollups import (
     pod_rollup_rows,
 )
 from profiler_app.sinks.store.urls import parse_store_url
+
+if TYPE_CHECKING:
+    from tests.support.postgres import PostgresServer
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -244,3 +249,40 @@ def test_the_rollup_writers_columns_are_the_tables_columns() -> None:
         (pod_hour, pod_rollup_rows([raw], [])),
     ):
         assert set(upserts[0]) == set(table.columns.keys()), table.name
+
+
+@pytest.mark.integration
+def test_daemons_creating_the_same_partition_together_create_it_once(
+    postgres_server: PostgresServer,
+) -> None:
+    """One daemon is attaching tomorrow's partition when another finds it missing and waits:
+    the second must find it once the first commits, not attach it again."""
+    url = postgres_server.create_database()
+    TableStore(url).close()
+    first, second = Database(parse_store_url(url)), Database(parse_store_url(url))
+    tomorrow = SCHEMES["gpu_window"].partition(H + timedelta(days=1))
+    outcome: list[BaseException | None] = []
+
+    def ensure() -> None:
+        try:
+            PartitionKeeper().ensure(second, [("gpu_window", H + timedelta(days=1))])
+            outcome.append(None)
+        except BaseException as error:  # reported below
+            outcome.append(error)
+
+    try:
+        with first.transaction() as cursor:
+            cursor.execute("LOCK TABLE gpu_window IN SHARE UPDATE EXCLUSIVE MODE")
+            for statement in tomorrow.create_statements():
+                cursor.execute(statement)
+            waiter = threading.Thread(target=ensure)
+            waiter.start()
+            waiter.join(timeout=0.5)
+            assert waiter.is_alive(), "the second daemon did not wait for the first"
+        waiter.join(timeout=30)
+        assert outcome == [None]
+        names = {name for (name,) in first.query("SELECT relname FROM pg_class")}
+        assert {tomorrow.name, tomorrow.following().name} <= names
+    finally:
+        first.close()
+        second.close()
