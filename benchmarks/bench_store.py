@@ -125,35 +125,13 @@ def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: 
         " min(hour), max(hour) + interval '1 hour', 'PyTorchJob', max(owner_name)"
         " FROM pod_hour GROUP BY namespace, pod, node",
     )
-    windows = [
-        (END - timedelta(days=days, hours=1), END - timedelta(days=days) + timedelta(hours=1)),
-        (END - timedelta(days=1, hours=1), END - timedelta(days=1) + timedelta(hours=1)),
-        (END - timedelta(hours=1), END),
-    ]
+    windows = edge_windows(days)
     if full_day:
         day = datetime(END.year, END.month, END.day, tzinfo=UTC) - timedelta(days=2)
         windows = [(low, high) for low, high in windows if high <= day or low >= day + DAY]
         windows.append((day, day + DAY - timedelta(seconds=30)))
     for low, high in windows:
-        first_hour = int((low - start).total_seconds() // 3600)
-        steps = int((high - low).total_seconds() // 30)
-        raw = (
-            f"SELECT *, {COLUMNS} FROM (SELECT g, t, {KEYS} FROM generate_series(0, {gpus - 1})"
-            f" AS g, generate_series(1, {steps}) AS s,"
-            f" LATERAL (SELECT timestamptz '{low.isoformat()}' + s * interval '30 s' AS t,"
-            f" {first_hour} + (s - 1) / 120 AS h, g / 8 AS n) AS k) AS rows"
-        )
-        step(
-            f"gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M}",
-            "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, period_seconds,"
-            " window_seconds, covers_seconds, util_max, util_p95, util_mean, util_idle_fraction,"
-            " mem_copy_util_max, fb_used_max_mib, namespace, pod, confidence, basis, reasons,"
-            " owner_kind, owner_name) SELECT t, node, gpu, uuid, job_type, period_seconds, 1800,"
-            " 30, util_max, util_max, util_max / 2, idle_fraction, mem_copy_util_max,"
-            " fb_used_max_mib, nullif(namespace, ''), nullif(pod, ''), 0.9, 'util-loop',"
-            " 'period 120s in util', nullif(owner_kind, ''), nullif(owner_name, '')"
-            f" FROM ({raw}) AS raw",
-        )
+        step(f"gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M}", raw_rows(start, gpus, low, high))
     step("VACUUM ANALYZE", "VACUUM ANALYZE")
     print(f"filled in {time.monotonic() - began:.0f} s")
     for table in ("gpu_window", "gpu_hour", "gpu_day", "pod_hour", "pod_usage"):
@@ -263,6 +241,59 @@ def end_to_end(
     print(f"store URL: {url}")
 
 
+def edge_windows(days: int) -> list[tuple[datetime, datetime]]:
+    """The hours the reports over ``days`` and over 24 h (to ``END``) read raw rows for."""
+    return [
+        (END - timedelta(days=days, hours=1), END - timedelta(days=days) + timedelta(hours=1)),
+        (END - timedelta(days=1, hours=1), END - timedelta(days=1) + timedelta(hours=1)),
+        (END - timedelta(hours=1), END),
+    ]
+
+
+def raw_rows(start: datetime, gpus: int, low: datetime, high: datetime, interval: int = 30) -> str:
+    """INSERT of raw rows every ``interval`` seconds after ``low`` up to ``high``, each covering
+    the time since the one before, with the keys of the hour it falls in."""
+    first_hour = int((low - start).total_seconds() // 3600)
+    steps = int((high - low).total_seconds() // interval)
+    per_hour = 3600 // interval
+    keyed = (
+        f"SELECT *, {COLUMNS} FROM (SELECT g, t, {KEYS} FROM generate_series(0, {gpus - 1})"
+        f" AS g, generate_series(1, {steps}) AS s,"
+        f" LATERAL (SELECT timestamptz '{low.isoformat()}' + s * interval '{interval} s' AS t,"
+        f" {first_hour} + (s - 1) / {per_hour} AS h, g / 8 AS n) AS k) AS rows"
+    )
+    return (
+        "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, period_seconds,"
+        " window_seconds, covers_seconds, util_max, util_p95, util_mean, util_idle_fraction,"
+        " mem_copy_util_max, fb_used_max_mib, namespace, pod, confidence, basis, reasons,"
+        " owner_kind, owner_name) SELECT t, node, gpu, uuid, job_type, period_seconds, 1800,"
+        f" {interval}, util_max, util_max, util_max / 2, idle_fraction, mem_copy_util_max,"
+        " fb_used_max_mib, nullif(namespace, ''), nullif(pod, ''), 0.9, 'util-loop',"
+        " 'period 120s in util', nullif(owner_kind, ''), nullif(owner_name, '')"
+        f" FROM ({keyed}) AS raw"
+    )
+
+
+def refill_edges(servers: store_server.Servers, gpus: int, days: int, interval: int) -> None:
+    """The raw rows the reports read, again at another cadence (``--store-interval``), and the
+    rollups' longest row to match."""
+    start = END - timedelta(days=days + 1)
+    for low, high in edge_windows(days):
+        began = time.monotonic()
+        servers.psql(
+            f"SET TIME ZONE 'UTC'; DELETE FROM gpu_window WHERE at > '{low.isoformat()}'"
+            f" AND at <= '{high.isoformat()}'; {raw_rows(start, gpus, low, high, interval)}"
+        )
+        print(
+            f"  gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M} every {interval} s:"
+            f" {time.monotonic() - began:.0f} s",
+            flush=True,
+        )
+    for table in ("gpu_hour", "gpu_day"):
+        servers.psql(f"UPDATE {table} SET covers_max_seconds = {interval}")
+    servers.psql("VACUUM ANALYZE")
+
+
 def drop_day(servers: store_server.Servers, day: datetime) -> None:
     """Drops one day's raw partition through the retention code and times it."""
     partition = f"gpu_window_p{day:%Y%m%d}"
@@ -291,6 +322,11 @@ def main() -> None:
     fill.add_argument("--gpus", type=int, default=8000)
     fill.add_argument("--days", type=int, default=30)
     fill.add_argument("--full-day", action="store_true", help="also one whole day of raw rows")
+    edges = commands.add_parser("refill-edges", help="the reports' raw rows at another cadence")
+    edges.add_argument("root", type=Path)
+    edges.add_argument("--gpus", type=int, default=8000)
+    edges.add_argument("--days", type=int, default=30)
+    edges.add_argument("--interval", type=int, default=300, help="seconds between raw rows")
     e2e = commands.add_parser("end-to-end", help="GPUs x days through the real write path")
     e2e.add_argument("root", type=Path)
     e2e.add_argument("--gpus", type=int, default=1000)
@@ -312,6 +348,8 @@ def main() -> None:
         print(servers.url())
     elif args.command == "fill-history":
         fill_history(servers, args.gpus, args.days, args.full_day)
+    elif args.command == "refill-edges":
+        refill_edges(servers, args.gpus, args.days, args.interval)
     elif args.command == "end-to-end":
         end_to_end(servers, args.gpus, args.days, args.store_interval, args.processes)
     elif args.command == "drop-day":

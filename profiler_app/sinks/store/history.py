@@ -27,10 +27,13 @@ from sqlalchemy import (
     Select,
     Subquery,
     Table,
+    and_,
     cast,
     false,
     func,
     literal,
+    not_,
+    or_,
     select,
     true,
     union_all,
@@ -129,7 +132,7 @@ def gpu_history(
     ``rollups`` False, from the raw rows alone."""
     dialect = connection.dialect.name
     if not rollups:
-        return History(_raw(dialect, since, until, node, bound=None).subquery("history"))
+        return History(_raw(dialect, since, until, node).subquery("history"))
     horizon = connection.execute(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
@@ -137,8 +140,18 @@ def gpu_history(
     notes = []
     for part in spans(since, until, horizon=horizon):
         if part.source == "raw":
-            bound = _longest_covers(connection, part.end - _ONE_MICROSECOND, node)
-            parts.append(_raw(dialect, part.start, part.end, node, bound=bound))
+            before = _longest_covers(connection, part.start - _ONE_MICROSECOND, node)
+            after = _longest_covers(connection, part.end - _ONE_MICROSECOND, node)
+            parts.append(
+                _raw(
+                    dialect,
+                    part.start,
+                    part.end,
+                    node,
+                    reach_before=before,
+                    reach_after=after,
+                )
+            )
         elif part.source == "estimate":
             parts.append(_estimate(part, node))
             notes.append(
@@ -148,7 +161,7 @@ def gpu_history(
         else:
             parts.append(_tier(gpu_hour if part.source == "hour" else gpu_day, part, node))
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
-        parts.append(_raw(dialect, since, since, node, bound=0.0))
+        parts.append(_raw(dialect, since, since, node, reach_after=0.0))
     return History(union_all(*parts).subquery("history"), notes)
 
 
@@ -173,10 +186,19 @@ def smaller(dialect: str, a: ColumnElement[Any], b: ColumnElement[Any]) -> Colum
 
 
 def _raw(
-    dialect: str, start: datetime, end: datetime, node: str | None, *, bound: float | None
+    dialect: str,
+    start: datetime,
+    end: datetime,
+    node: str | None,
+    *,
+    reach_before: float | None = None,
+    reach_after: float | None = None,
 ) -> Select[Any]:
-    """The raw rows' time inside ``[start, end)``. ``bound``: the longest a row reaching into
-    the part from after ``end`` covers (None: no bound, every later row is looked at)."""
+    """The raw rows' time inside ``[start, end)``. ``reach_before`` and ``reach_after``: the
+    longest any row covers of those reaching back over ``start`` and over ``end`` (None: not
+    known; every row is computed exactly and every later row looked at). A row wholly inside
+    counts its ``covers_seconds`` as it is; only the few that straddle an edge are computed
+    in microseconds."""
     c = gpu_window.c
     end_us = epoch_microseconds(dialect, c.at)
     covers_us = cast(func.round(c.covers_seconds * MICROSECONDS), BigInteger)
@@ -184,12 +206,24 @@ def _raw(
     overlap_us = smaller(dialect, end_us, end_value) - larger(
         dialect, end_us - covers_us, start_value
     )
-    covered = cast(overlap_us, Float) / float(MICROSECONDS)
-    conditions = [c.at >= start, (overlap_us > 0) | ((covers_us == 0) & (c.at < end))]
-    if bound is not None:
-        conditions.append(c.at < end + timedelta(seconds=bound) + _ONE_MICROSECOND)
+    exact = cast(overlap_us, Float) / float(MICROSECONDS)
+    # Covers at least one microsecond, as rounded (a row covering nothing sits at its time).
+    positive = c.covers_seconds >= 0.5 / MICROSECONDS
+    conditions = [
+        c.at >= start,
+        or_(
+            and_(positive, c.at > start, or_(c.at <= end, overlap_us > 0)),
+            and_(not_(positive), c.at < end),
+        ),
+    ]
+    if reach_after is not None:
+        conditions.append(c.at < end + timedelta(seconds=reach_after) + _ONE_MICROSECOND)
     if node is not None:
         conditions.append(c.node == node)
+    covered: ColumnElement[Any] = exact
+    if reach_before is not None:
+        inside = start + timedelta(seconds=reach_before) + _ONE_MICROSECOND
+        covered = sql_case((and_(c.at >= inside, c.at <= end), c.covers_seconds), else_=exact)
     return select(
         c.node,
         c.gpu,
@@ -229,7 +263,7 @@ def _estimate(part: Span, node: str | None) -> Select[Any]:
 
 def _longest_covers(connection: Connection, moment: datetime, node: str | None) -> float:
     """The longest ``covers_seconds`` of the rows covering time in the hour of ``moment``:
-    a row reaching back over ``moment`` is at most that much later."""
+    a row reaching back over ``moment`` is at most that much later than it."""
     query = select(func.max(gpu_hour.c.covers_max_seconds)).where(
         gpu_hour.c.hour == bucket_start(moment, HOUR_SECONDS)
     )
