@@ -188,14 +188,18 @@ def test_retention_defaults(
 @pytest.mark.parametrize(
     ("argv", "seconds"),
     [
-        ([], 0.0),  # every cycle
-        (["--store-interval", "30s"], 0.0),  # the cycle's own interval: every cycle too
-        (["--store-interval", "5m"], 300.0),
-        (["--store-interval", "30m"], 1800.0),  # up to the window
+        (["--store-url", "sqlite:////tmp/x.db"], 0.0),  # every cycle
+        (["--store-url", "postgresql://u@db/gpus"], 300.0),  # a cluster's store: 5 minutes
+        (["--store-url", "postgresql://u@db/gpus", "--window", "2m"], 120.0),  # within it
+        (["--store-url", "postgresql://u@db/gpus", "--store-interval", "30s"], 0.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--store-interval", "30s"], 0.0),  # the cycle's
+        (["--store-url", "sqlite:////tmp/x.db", "--store-interval", "5m"], 300.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--store-interval", "30m"], 1800.0),
+        (["--store-url", "none"], 0.0),
     ],
 )
 def test_store_interval(argv: list[str], seconds: float) -> None:
-    config = RunConfig.from_args(parse("--store-url", "sqlite:////tmp/x.db", *argv))
+    config = RunConfig.from_args(parse(*argv))
     assert config.store_interval_seconds == seconds
     assert ("store-interval=" in config.describe()) == bool(seconds)
 
