@@ -12,10 +12,12 @@ Run by hand from the repository root; the servers live in a folder between comma
 ``fill-history`` writes the rollups and the raw rows the reports read directly with SQL (the
 write path itself is measured by ``bench_store_writers.py``): ``gpu_hour`` (one row per GPU and
 hour), ``gpu_day`` and ``pod_hour`` summed from it, ``pod_usage`` (one pod per node and 6
-hours), and raw ``gpu_window`` rows every 30 s (the daemon's default cadence) for the hours a
-report's edges read: around the range starts of ``--since 30d`` and ``--since 24h`` and the last
-hour, plus, with ``--full-day``, one whole day for ``drop-day``. Each node's GPUs run one job
-per 6 hours, the job types in turn; idle GPUs are held by a pod on half the nodes.
+hours), and raw ``gpu_window`` rows every 30 s (a cycle's default interval; ``refill-edges``
+writes them again at another cadence) for the hours a report's edges read: around the range
+starts of ``--since 30d`` and ``--since 24h`` and the last hour, plus, with ``--full-day``, one
+whole day for ``drop-day``. The synthetic cluster is described at ``KEYS``; rows are inserted in
+time order, as daemons write them. ``end-to-end`` writes the same cluster through the daemon's
+write path instead (``TableStore.publish``), and ``before-store`` a store of revision 0003.
 """
 
 from __future__ import annotations
@@ -49,9 +51,15 @@ from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)  # as the shared generator's stores end
 DAY = timedelta(days=1)
 
-# Per GPU g and hour index h since the start: n its node, p its 6-hour block, j the job type.
+# The synthetic cluster, per GPU g and hour index h since the start: node n has a role (its
+# job type: training, inference, bursty, training); each 6-hour block runs a new pod of the
+# node's workload of the day, except one block in four, when the GPUs sit idle (the pod still
+# holding them on even nodes, with its memory on every fourth). j: 0 training, 1 inference,
+# 2 idle, 3 bursty. ``cycle_of`` writes the same through the daemon's path.
 KEYS = """
-  n AS n, h AS h, (n + h / 6) % 4 AS j, (n + h / 6) % 4 <> 2 OR n % 2 = 0 AS has_pod,
+  n AS n, h AS h,
+  CASE WHEN (n + h / 6) % 4 = 3 THEN 2 ELSE (ARRAY[0, 1, 3, 0])[n % 4 + 1] END AS j,
+  (n + h / 6) % 4 <> 3 OR n % 2 = 0 AS has_pod,
   'node-' || lpad(n::text, 4, '0') AS node, (g % 8)::text AS gpu,
   'GPU-' || lpad(g::text, 5, '0') AS uuid
 """
@@ -60,8 +68,9 @@ COLUMNS = """
   j <> 2 OR n % 4 = 0 AS memory_held,
   CASE WHEN has_pod THEN 'team-' || n % 20 ELSE '' END AS namespace,
   CASE WHEN has_pod THEN 'job-' || n || '-' || h / 6 ELSE '' END AS pod,
-  CASE WHEN has_pod THEN 'PyTorchJob' ELSE '' END AS owner_kind,
-  CASE WHEN has_pod THEN 'job-' || n % 250 ELSE '' END AS owner_name,
+  CASE WHEN has_pod THEN (ARRAY['PyTorchJob', 'Deployment', 'Job', 'PyTorchJob'])[n % 4 + 1]
+    ELSE '' END AS owner_kind,
+  CASE WHEN has_pod THEN 'w-' || (n * 7 + h / 24) % 500 ELSE '' END AS owner_name,
   (ARRAY[0.05, 0.3, 1.0, 0.6])[j + 1] AS idle_fraction,
   (ARRAY[99.0, 70.0, 2.0, 95.0])[j + 1] AS util_max,
   (ARRAY[60.0, 30.0, 0.0, 40.0])[j + 1] AS mem_copy_util_max,
@@ -99,24 +108,24 @@ def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: 
         " node, gpu, uuid, job_type, memory_held, namespace, pod, owner_kind, owner_name, 3600,"
         " 3600 * idle_fraction, util_max, mem_copy_util_max, fb_used_max_mib, 30, period_seconds,"
         " period_seconds, CASE WHEN j = 0 THEN 3600 ELSE 0 END,"
-        f" coalesce(3600 * period_seconds, 0) FROM ({keyed}) AS rows",
+        f" coalesce(3600 * period_seconds, 0) FROM ({keyed}) AS rows ORDER BY h, g",
     )
     step(
         "gpu_day",
         "INSERT INTO gpu_day SELECT date_trunc('day', hour), node, gpu, uuid, job_type,"
-        " memory_held, namespace, pod, owner_kind, owner_name, sum(covered_seconds),"
+        " memory_held, namespace, pod <> '', owner_kind, owner_name, sum(covered_seconds),"
         " sum(idle_gpu_seconds), max(util_max), max(mem_copy_util_max), max(fb_used_max_mib),"
         " max(covers_max_seconds), min(period_seconds_min), max(period_seconds_max),"
         " sum(period_covered_seconds), sum(period_weighted_sum) FROM gpu_hour"
-        " GROUP BY 1, node, gpu, uuid, job_type, memory_held, namespace, pod, owner_kind,"
-        " owner_name",
+        " GROUP BY 1, node, gpu, uuid, job_type, memory_held, namespace, pod <> '', owner_kind,"
+        " owner_name ORDER BY 1",
     )
     step(
         "pod_hour",
         "INSERT INTO pod_hour SELECT hour, node, namespace, pod, max(owner_kind), max(owner_name),"
         " count(*), sum(covered_seconds), sum(idle_gpu_seconds), max(util_max),"
         " max(mem_copy_util_max), max(fb_used_max_mib), 400, 2e10 FROM gpu_hour"
-        " WHERE pod <> '' GROUP BY hour, node, namespace, pod",
+        " WHERE pod <> '' GROUP BY hour, node, namespace, pod ORDER BY hour",
     )
     step(
         "pod_usage",
@@ -163,32 +172,34 @@ def write_node_cycles(url: str, nodes: list[int], days: int, interval: float) ->
 
 
 def cycle_of(node: int, hour: int, at: datetime) -> CycleResult:
-    """Node ``node``'s cycle at ``at``: its 8 GPUs run one job per 6 hours, job types in turn,
-    as ``fill-history`` writes them."""
-    kind = (node + hour // 6) % 4
-    job = ("training", "inference", "idle", "bursty")[kind]
-    has_pod = kind != 2 or node % 2 == 0
-    fb = 30000.0 if kind != 2 or node % 4 == 0 else 500.0
-    util = (99.0, 70.0, 2.0, 95.0)[kind]
+    """Node ``node``'s cycle at ``at``: the synthetic cluster of ``KEYS``, through the
+    daemon's path."""
+    job = 2 if (node + hour // 6) % 4 == 3 else (0, 1, 3, 0)[node % 4]
+    has_pod = job != 2 or node % 2 == 0
+    fb = 30000.0 if job != 2 or node % 4 == 0 else 500.0
+    util = (99.0, 70.0, 2.0, 95.0)[job]
     stats = {
-        GPU_UTIL: FieldStats(util, util, util / 2, (0.05, 0.3, 1.0, 0.6)[kind]),
+        GPU_UTIL: FieldStats(util, util, util / 2, (0.05, 0.3, 1.0, 0.6)[job]),
         MEM_COPY_UTIL: FieldStats(util / 2, util / 2, util / 4, 0.0),
         FB_USED: FieldStats(fb, fb, fb, 0.0),
     }
-    pod = f"job-{node}-{hour // 6}" if has_pod else None
     name = f"node-{node:04d}"
+    namespace = f"team-{node % 20}" if has_pod else None
+    pod = f"job-{node}-{hour // 6}" if has_pod else None
+    owner_kind = ("PyTorchJob", "Deployment", "Job", "PyTorchJob")[node % 4] if has_pod else None
+    owner_name = f"w-{(node * 7 + hour // 24) % 500}" if has_pod else None
     gpus = [
         GpuProfile(
             str(gpu),
             f"GPU-{node * 8 + gpu:05d}",
             name,
-            job,
-            120.0 if kind == 0 else None,
+            ("training", "inference", "idle", "bursty")[job],
+            120.0 if job == 0 else None,
             stats,
-            namespace=f"team-{node % 20}" if pod else None,
+            namespace=namespace,
             pod=pod,
-            owner_kind="PyTorchJob" if pod else None,
-            owner_name=f"job-{node % 250}" if pod else None,
+            owner_kind=owner_kind,
+            owner_name=owner_name,
             confidence=0.9,
             basis="util-loop",
             reasons=("period 120s in util",),
@@ -196,10 +207,20 @@ def cycle_of(node: int, hour: int, at: datetime) -> CycleResult:
         for gpu in range(8)
     ]
     pods = []
-    if pod:
-        start = END - timedelta(hours=1)  # any fixed time: the key of the pod's life
+    if namespace and pod:
+        started = END - timedelta(days=60) + timedelta(hours=hour // 6 * 6)
+        gpu_ids = tuple(map(str, range(8)))
         pods.append(
-            PodUsage(f"team-{node % 20}", pod, name, start, tuple(map(str, range(8))), util)
+            PodUsage(
+                namespace,
+                pod,
+                name,
+                started,
+                gpu_ids,
+                util,
+                owner_kind=owner_kind,
+                owner_name=owner_name,
+            )
         )
     return CycleResult(name, at, 1800.0, gpus, pods)
 
@@ -270,7 +291,7 @@ def raw_rows(start: datetime, gpus: int, low: datetime, high: datetime, interval
         f" {interval}, util_max, util_max, util_max / 2, idle_fraction, mem_copy_util_max,"
         " fb_used_max_mib, nullif(namespace, ''), nullif(pod, ''), 0.9, 'util-loop',"
         " 'period 120s in util', nullif(owner_kind, ''), nullif(owner_name, '')"
-        f" FROM ({keyed}) AS raw"
+        f" FROM ({keyed}) AS raw ORDER BY t, g"
     )
 
 
@@ -292,6 +313,43 @@ def refill_edges(servers: store_server.Servers, gpus: int, days: int, interval: 
     for table in ("gpu_hour", "gpu_day"):
         servers.psql(f"UPDATE {table} SET covers_max_seconds = {interval}")
     servers.psql("VACUUM ANALYZE")
+
+
+def before_store(servers: store_server.Servers, database: str, gpus: int, days: int) -> None:
+    """A store at revision 0003 (before the rollups) holding what the shared generator
+    (``../shared/tools/gen_gpu_window_rows.py``) writes: a row per GPU every 30 s for ``days``
+    days up to ``END``, four job types in turn; for the "before" figures, read by the
+    report of that revision."""
+    from alembic import command  # noqa: PLC0415
+
+    from profiler_app.sinks.store.engine import alembic_config, create_store_engine  # noqa: PLC0415
+
+    servers.psql(f"CREATE DATABASE {database}", database="postgres")
+    url = servers.url().rsplit("/", 1)[0] + f"/{database}"
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0003")
+    engine.dispose()
+    steps = days * 2880
+    began = time.monotonic()
+    servers.psql(
+        "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, period_seconds, window_seconds,"
+        " covers_seconds, util_max, util_p95, util_mean, util_idle_fraction, mem_copy_util_max,"
+        " fb_used_max_mib, namespace, pod, confidence, basis, reasons, owner_kind, owner_name)"
+        f" SELECT timestamptz '{END.isoformat()}' - ({steps} - s) * interval '30 s',"
+        " 'node-' || lpad(n::text, 4, '0'), g::text, 'GPU-' || lpad(n::text, 4, '0') || '-' || g,"
+        " (ARRAY['training', 'inference', 'idle', 'bursty'])[(n + g) % 4 + 1],"
+        " CASE WHEN (n + g) % 4 = 0 THEN 120.0 END, 1800, 30, 99, 95, 60, 0.1, 40, 30000, 'ml',"
+        " 'pod-' || n || '-' || g % 2, 0.9, 'util-loop', 'period 120s in util', 'PyTorchJob',"
+        f" 'job-' || n FROM generate_series(0, {gpus // 8 - 1}) AS n, generate_series(0, 7) AS g,"
+        f" generate_series(0, {steps - 1}) AS s",
+        database=database,
+    )
+    servers.psql("VACUUM ANALYZE", database=database)
+    rows = int(servers.psql("SELECT count(*) FROM gpu_window", database=database))
+    print(f"{rows:,} rows in {time.monotonic() - began:.0f} s; store URL: {url}")
 
 
 def drop_day(servers: store_server.Servers, day: datetime) -> None:
@@ -333,6 +391,11 @@ def main() -> None:
     e2e.add_argument("--days", type=int, default=30)
     e2e.add_argument("--store-interval", type=float, default=300.0, help="seconds")
     e2e.add_argument("--processes", type=int, default=4)
+    before = commands.add_parser("before-store", help="a revision 0003 store of raw rows")
+    before.add_argument("root", type=Path)
+    before.add_argument("database")
+    before.add_argument("--gpus", type=int, default=128)
+    before.add_argument("--days", type=int, default=7)
     drop = commands.add_parser("drop-day", help="drop one day's raw partition, timed")
     drop.add_argument("root", type=Path)
     drop.add_argument("day", type=lambda text: datetime.fromisoformat(text).replace(tzinfo=UTC))
@@ -352,6 +415,8 @@ def main() -> None:
         refill_edges(servers, args.gpus, args.days, args.interval)
     elif args.command == "end-to-end":
         end_to_end(servers, args.gpus, args.days, args.store_interval, args.processes)
+    elif args.command == "before-store":
+        before_store(servers, args.database, args.gpus, args.days)
     elif args.command == "drop-day":
         drop_day(servers, args.day)
 

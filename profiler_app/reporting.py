@@ -277,7 +277,7 @@ def waste_summaries(connection: Connection, history: Any) -> list[WasteSummary]:
     h = history.c
     kind = case(
         (h.memory_held, literal(WASTE_KINDS[1])),
-        (h.pod != "", literal(WASTE_KINDS[2])),
+        (h.has_pod, literal(WASTE_KINDS[2])),
         else_=literal(WASTE_KINDS[0]),
     ).label("kind")
     keys = (kind, h.namespace, h.owner_kind, h.owner_name)

@@ -18,7 +18,6 @@ from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_h
 from profiler_app.sinks.store.rollups import (
     GPU_DAY,
     GPU_HOUR,
-    GPU_KEY,
     GPU_VALUES,
     POD_KEY,
     POD_VALUES,
@@ -89,7 +88,7 @@ def combine(rows: list[dict[str, Any]], key: tuple[str, ...], values: dict[str, 
 
 
 def expected_gpu_rollup(tier: Tier, rows: list[dict[str, Any]]) -> dict:
-    return combine(gpu_rollup_rows(tier, rows), (tier.column, *GPU_KEY), GPU_VALUES)
+    return combine(gpu_rollup_rows(tier, rows), (tier.column, *tier.key), GPU_VALUES)
 
 
 def expected_pod_hour(rows: list[dict[str, Any]]) -> dict:

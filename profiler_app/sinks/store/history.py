@@ -1,12 +1,12 @@
 """The GPU time of a range as one relation, for the report: rollups for the whole days and hours
 inside the range, raw rows only for the partial hours at its edges.
 
-Every part has the rollups' shape (``GPU_COLUMNS``): a GPU, its job type, pod and workload,
-whether its memory was held, the covered and idle seconds inside the part, and peaks. A raw row
-counts for the part of its covered time ``(at - covers_seconds, at]`` inside the range, in whole
-microseconds, as ``rollups.py`` splits it into buckets, so the parts add up to what the raw rows
-alone give (``rollups=False``, the reference the tests hold the rollups to). A row that covers
-nothing counts where its ``at`` is, in ``[since, until)``.
+Every part has the rollups' shape (``GPU_COLUMNS``): a GPU, its job type, whether a pod held
+it and the pod's workload, whether its memory was held, the covered and idle seconds inside the
+part, and peaks. A raw row counts for the part of its covered time ``(at - covers_seconds, at]``
+inside the range, in whole microseconds, as ``rollups.py`` splits it into buckets, so the parts
+add up to what the raw rows alone give (``rollups=False``, the reference the tests hold the
+rollups to). A row that covers nothing counts where its ``at`` is, in ``[since, until)``.
 
 Where retention removed the raw rows of a partial edge hour (before ``store_horizon``), that
 part is estimated from its hourly rollup, in proportion to the time of the hour inside the
@@ -57,7 +57,7 @@ GPU_COLUMNS = (
     "job_type",
     "memory_held",
     "namespace",
-    "pod",
+    "has_pod",
     "owner_kind",
     "owner_name",
     "covered_seconds",
@@ -66,7 +66,7 @@ GPU_COLUMNS = (
     "mem_copy_util_max",
     "fb_used_max_mib",
 )
-_TEXT_KEYS = ("namespace", "pod", "owner_kind", "owner_name")
+_OWNER_KEYS = ("owner_kind", "owner_name")
 _PEAKS = ("util_max", "mem_copy_util_max", "fb_used_max_mib")
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -232,17 +232,28 @@ def _raw(
         sql_case((c.fb_used_max_mib >= HELD_MEMORY_MIB, true()), else_=false()).label(
             "memory_held"
         ),
-        *(func.coalesce(c[key], literal("")).label(key) for key in _TEXT_KEYS),
+        func.coalesce(c.namespace, literal("")).label("namespace"),
+        sql_case((c.pod.is_not(None), true()), else_=false()).label("has_pod"),
+        *(func.coalesce(c[key], literal("")).label(key) for key in _OWNER_KEYS),
         covered.label("covered_seconds"),
         (covered * func.coalesce(c.util_idle_fraction, 0.0)).label("idle_gpu_seconds"),
         *(c[peak] for peak in _PEAKS),
     ).where(*conditions)
 
 
+def _keys(table: Table) -> list[ColumnElement[Any]]:
+    """A rollup's key columns in the relation's shape (gpu_hour names the pod)."""
+    return [
+        (table.c.pod != "").label("has_pod") if column == "has_pod" and table is gpu_hour
+        else table.c[column]
+        for column in GPU_COLUMNS[:9]
+    ]  # fmt: skip
+
+
 def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
     """Whole buckets of a rollup, as they are."""
     bucket = table.c.hour if table is gpu_hour else table.c.day
-    query = select(*(table.c[column] for column in GPU_COLUMNS)).where(
+    query = select(*_keys(table), *(table.c[column] for column in GPU_COLUMNS[9:])).where(
         bucket >= part.start, bucket < part.end
     )
     return query.where(table.c.node == node) if node is not None else query
@@ -253,7 +264,7 @@ def _estimate(part: Span, node: str | None) -> Select[Any]:
     share = (part.end - part.start).total_seconds() / HOUR_SECONDS
     c = gpu_hour.c
     query = select(
-        *(c[column] for column in GPU_COLUMNS[:9]),
+        *_keys(gpu_hour),
         (c.covered_seconds * share).label("covered_seconds"),
         (c.idle_gpu_seconds * share).label("idle_gpu_seconds"),
         *(c[peak] for peak in _PEAKS),

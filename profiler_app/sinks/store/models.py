@@ -185,9 +185,10 @@ def _rollup(name: str, bucket: str, *columns: Column[Any]) -> Table:
     )
 
 
-def _gpu_rollup(name: str, bucket: str) -> Table:
+def _gpu_rollup(name: str, bucket: str, pod: Column[Any]) -> Table:
     """``gpu_hour`` or ``gpu_day``: the raw rows' covered time per bucket, keyed by everything
-    the report groups by. Text keys are '' when unknown (a key column cannot be NULL)."""
+    the report groups by (``pod``: the pod's name, or whether there was one). Text keys are ''
+    when unknown (a key column cannot be NULL)."""
     return _rollup(
         name,
         bucket,
@@ -197,7 +198,7 @@ def _gpu_rollup(name: str, bucket: str) -> Table:
         _required("job_type", String(16), key=True),
         _required("memory_held", Boolean(create_constraint=False), key=True),
         _required("namespace", String(253), key=True),
-        _required("pod", String(253), key=True),
+        pod,
         _required("owner_kind", String(63), key=True),
         _required("owner_name", String(253), key=True),
         _required("covered_seconds", Float),
@@ -215,8 +216,11 @@ def _gpu_rollup(name: str, bucket: str) -> Table:
 
 # The raw rows' covered time split into UTC hours and days (rollups.py): the report reads whole
 # buckets here and only the partial ones at its range's edges from gpu_window.
-gpu_hour = _gpu_rollup("gpu_hour", "hour")
-gpu_day = _gpu_rollup("gpu_day", "day")
+gpu_hour = _gpu_rollup("gpu_hour", "hour", _required("pod", String(253), key=True))
+# Whole days serve the report only: whether a pod held the GPU, not which (rollups.GPU_DAY_KEY).
+gpu_day = _gpu_rollup(
+    "gpu_day", "day", _required("has_pod", Boolean(create_constraint=False), key=True)
+)
 
 # Per pod and hour: the covered time of the GPUs whose current pod it was, and its peaks.
 pod_hour = _rollup(

@@ -10,7 +10,8 @@ edges from raw rows adds up to the report from raw rows alone. A row that covers
 
 Each cycle upserts into the current buckets: covered and idle seconds add up, peaks keep the
 larger. The key holds everything the report groups by (GPU, job type, pod, workload, whether
-the window's memory was held), text keys as '' when unknown (a key column cannot be NULL).
+the window's memory was held; the daily tier whether a pod held the GPU, not which), text keys
+as '' when unknown (a key column cannot be NULL).
 """
 
 from __future__ import annotations
@@ -32,21 +33,19 @@ DAY_SECONDS = 86400
 
 @dataclass(frozen=True)
 class Tier:
-    """One rollup table: its name, the column holding each bucket's start, the bucket length."""
+    """One rollup table: its name, the column holding each bucket's start, the bucket length,
+    and the columns after it that make a row's key."""
 
     table: str
     column: str
     seconds: int
+    key: tuple[str, ...]
 
 
-GPU_HOUR = Tier("gpu_hour", "hour", HOUR_SECONDS)
-GPU_DAY = Tier("gpu_day", "day", DAY_SECONDS)
-POD_HOUR = Tier("pod_hour", "hour", HOUR_SECONDS)
-GPU_TIERS = (GPU_HOUR, GPU_DAY)
-ROLLUP_TIERS = (GPU_HOUR, GPU_DAY, POD_HOUR)
-
-# gpu_hour and gpu_day: one row per bucket and key; how each value column merges.
-GPU_KEY = (
+# gpu_hour: per GPU, job type, memory held, pod and workload. gpu_day serves only the report's
+# whole days, whose views need to know whether a pod held the GPU, not which: one row per
+# workload and day however many pods it ran (short jobs would make as many rows as hours).
+GPU_HOUR_KEY = (
     "node",
     "gpu",
     "uuid",
@@ -57,6 +56,15 @@ GPU_KEY = (
     "owner_kind",
     "owner_name",
 )
+GPU_DAY_KEY = tuple("has_pod" if column == "pod" else column for column in GPU_HOUR_KEY)
+POD_KEY = ("node", "namespace", "pod")
+GPU_HOUR = Tier("gpu_hour", "hour", HOUR_SECONDS, GPU_HOUR_KEY)
+GPU_DAY = Tier("gpu_day", "day", DAY_SECONDS, GPU_DAY_KEY)
+POD_HOUR = Tier("pod_hour", "hour", HOUR_SECONDS, POD_KEY)
+GPU_TIERS = (GPU_HOUR, GPU_DAY)
+ROLLUP_TIERS = (GPU_HOUR, GPU_DAY, POD_HOUR)
+
+# gpu_hour and gpu_day: how each value column merges.
 GPU_VALUES = {
     "covered_seconds": Merge.ADD,
     "idle_gpu_seconds": Merge.ADD,
@@ -69,7 +77,6 @@ GPU_VALUES = {
     "period_covered_seconds": Merge.ADD,
     "period_weighted_sum": Merge.ADD,
 }
-POD_KEY = ("node", "namespace", "pod")
 POD_VALUES = {
     "owner_kind": Merge.KNOWN,
     "owner_name": Merge.KNOWN,
@@ -132,10 +139,13 @@ def gpu_rollup_rows(tier: Tier, rows: Iterable[Mapping[str, Any]]) -> list[dict[
             "job_type": row["job_type"],
             "memory_held": memory_held(row["fb_used_max_mib"]),
             "namespace": row["namespace"] or "",
-            "pod": row["pod"] or "",
             "owner_kind": row["owner_kind"] or "",
             "owner_name": row["owner_name"] or "",
         }
+        if "pod" in tier.key:
+            key["pod"] = row["pod"] or ""
+        else:
+            key["has_pod"] = row["pod"] is not None
         for start, seconds in pieces(row["at"], row["covers_seconds"], tier.seconds):
             upserts.append(
                 {
@@ -200,11 +210,11 @@ def pod_rollup_rows(
 
 def rollup_statement(database: Database, tier: Tier, columns: Iterable[str]) -> str:
     """The upsert of one row into ``tier``: sums add up, peaks keep the larger."""
-    key, values = (POD_KEY, POD_VALUES) if tier is POD_HOUR else (GPU_KEY, GPU_VALUES)
+    values = POD_VALUES if tier is POD_HOUR else GPU_VALUES
     return upsert_statement(
         database,
         tier.table,
         columns,
-        (tier.column, *key),
+        (tier.column, *tier.key),
         {column: merged(database, tier.table, column, how) for column, how in values.items()},
     )

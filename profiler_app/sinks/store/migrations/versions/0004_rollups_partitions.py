@@ -9,7 +9,8 @@ The rollups are filled from the existing rows, by the rules the writer follows
 (``sinks/store/rollups.py``, restated here in SQL: revisions do not import the package): each
 row's covered time ``(at - covers_seconds, at]``, in whole microseconds, is split over the
 buckets it spans; a row covering nothing belongs to the bucket of its ``at``; text keys are ''
-when unknown; memory counts as held from 1024 MiB. Rows written before have no pod CPU or
+when unknown; memory counts as held from 1024 MiB; gpu_day records whether a pod held the GPU,
+not which. Rows written before have no pod CPU or
 memory peaks per hour: pod_hour's ``cpu_util_max`` and ``mem_used_max_bytes`` stay NULL there.
 
 On PostgreSQL ``gpu_window`` becomes a table partitioned by UTC day (``gpu_window_pYYYYMMDD``,
@@ -33,7 +34,7 @@ depends_on: str | Sequence[str] | None = None
 
 HELD_MEMORY_MIB = 1024  # profiler_app.model.HELD_MEMORY_MIB when this revision was written
 ROLLUP_FILLFACTOR = 70
-GPU_KEY = (
+GPU_HOUR_KEY = (
     "node",
     "gpu",
     "uuid",
@@ -44,15 +45,16 @@ GPU_KEY = (
     "owner_kind",
     "owner_name",
 )
-GPU_ROLLUPS = {"gpu_hour": ("hour", 3600), "gpu_day": ("day", 86400)}
+# gpu_day: whether a pod held the GPU, not which.
+GPU_DAY_KEY = tuple("has_pod" if column == "pod" else column for column in GPU_HOUR_KEY)
+GPU_ROLLUPS = {"gpu_hour": ("hour", 3600, GPU_HOUR_KEY), "gpu_day": ("day", 86400, GPU_DAY_KEY)}
 
 
-def _gpu_rollup(name: str, bucket: str) -> None:
-    text = (
-        "namespace",
-        "pod",
-        "owner_kind",
-        "owner_name",
+def _gpu_rollup(name: str, bucket: str, key: tuple[str, ...]) -> None:
+    pod = (
+        sa.Column("pod", sa.String(length=253), nullable=False)
+        if "pod" in key
+        else sa.Column("has_pod", sa.Boolean(create_constraint=False), nullable=False)
     )
     op.create_table(
         name,
@@ -62,12 +64,10 @@ def _gpu_rollup(name: str, bucket: str) -> None:
         sa.Column("uuid", sa.String(length=64), nullable=False),
         sa.Column("job_type", sa.String(length=16), nullable=False),
         sa.Column("memory_held", sa.Boolean(create_constraint=False), nullable=False),
-        *(
-            sa.Column(
-                column, sa.String(length=63 if column == "owner_kind" else 253), nullable=False
-            )
-            for column in text
-        ),
+        sa.Column("namespace", sa.String(length=253), nullable=False),
+        pod,
+        sa.Column("owner_kind", sa.String(length=63), nullable=False),
+        sa.Column("owner_name", sa.String(length=253), nullable=False),
         sa.Column("covered_seconds", sa.Float(), nullable=False),
         sa.Column("idle_gpu_seconds", sa.Float(), nullable=False),
         sa.Column("util_max", sa.Float(), nullable=True),
@@ -78,14 +78,14 @@ def _gpu_rollup(name: str, bucket: str) -> None:
         sa.Column("period_seconds_max", sa.Float(), nullable=True),
         sa.Column("period_covered_seconds", sa.Float(), nullable=False),
         sa.Column("period_weighted_sum", sa.Float(), nullable=False),
-        sa.PrimaryKeyConstraint(bucket, *GPU_KEY, name=op.f(f"pk_{name}")),
+        sa.PrimaryKeyConstraint(bucket, *key, name=op.f(f"pk_{name}")),
         postgresql_partition_by=f"RANGE ({bucket})",
     )
 
 
 def _create_tables() -> None:
-    for name, (bucket, _) in GPU_ROLLUPS.items():
-        _gpu_rollup(name, bucket)
+    for name, (bucket, _, key) in GPU_ROLLUPS.items():
+        _gpu_rollup(name, bucket, key)
     op.create_table(
         "pod_hour",
         sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
@@ -176,17 +176,20 @@ def _steps(postgresql: bool, seconds: int) -> str:
     )
 
 
-def _fill_gpu_rollup(postgresql: bool, name: str, bucket: str, seconds: int) -> None:
+def _fill_gpu_rollup(
+    postgresql: bool, name: str, bucket: str, seconds: int, key: tuple[str, ...]
+) -> None:
     false = "false" if postgresql else "0"
+    pod = "coalesce(pod, '')" if "pod" in key else "pod IS NOT NULL"
     keys = (
         "node, gpu, uuid, job_type,"
         f" coalesce(fb_used_max_mib >= {HELD_MEMORY_MIB}, {false}),"
-        " coalesce(namespace, ''), coalesce(pod, ''),"
+        f" coalesce(namespace, ''), {pod},"
         " coalesce(owner_kind, ''), coalesce(owner_name, '')"
     )
     op.execute(
         f"{_steps(postgresql, seconds)}"
-        f"INSERT INTO {name} ({bucket}, {', '.join(GPU_KEY)}, covered_seconds,"
+        f"INSERT INTO {name} ({bucket}, {', '.join(key)}, covered_seconds,"
         " idle_gpu_seconds, util_max, mem_copy_util_max, fb_used_max_mib, covers_max_seconds,"
         " period_seconds_min, period_seconds_max, period_covered_seconds, period_weighted_sum)"
         f" SELECT {_bucket_time(postgresql, seconds)}, {keys}, sum(piece),"
@@ -306,8 +309,8 @@ def upgrade() -> None:
     if postgresql:
         _partition_gpu_window()
         _partition_rollups()
-    for name, (bucket, seconds) in GPU_ROLLUPS.items():
-        _fill_gpu_rollup(postgresql, name, bucket, seconds)
+    for name, (bucket, seconds, key) in GPU_ROLLUPS.items():
+        _fill_gpu_rollup(postgresql, name, bucket, seconds, key)
     _fill_pod_hour(postgresql)
 
 
