@@ -191,6 +191,8 @@ def build_plan(
             for layout in dims.layouts:
                 for per_pod in pod_shapes(template, dims, layout, gpus):
                     placement = Placement(gpus, per_pod, layout, model, label if model else None)
+                    if placement.pods == 1 and layout != PACKED:
+                        continue  # one pod is on one node: the packed trial already
                     if placement in seen:
                         continue
                     seen.add(placement)

@@ -46,6 +46,7 @@ from profiler_app.trial.manifests import (
 )
 from profiler_app.trial.metrics import MetricsUnavailableError, TrialMetrics
 from profiler_app.trial.model import Point, confident_prediction
+from profiler_app.trial.placement import PACKED
 from profiler_app.trial.plan import Plan, PlannedTrial
 from profiler_app.trial.results import (
     CANCELLED,
@@ -131,6 +132,7 @@ class ActiveTrial:
     name: str
     kind: str
     created_at: float
+    hostnames: tuple[str, ...] = ()
     running_since: float | None = None  # cluster time the last pod's container started
     pods: list[str] = field(default_factory=list)
     lines: list[tuple[float, str]] = field(default_factory=list)
@@ -339,7 +341,12 @@ class TrialRun:
                     f"needs {gpus} GPUs, over the namespace's quota of {self.quota_gpus}",
                 )
                 continue
-            if len(self.active) >= self.options.parallel or busy + gpus > self.quota_gpus:
+            hostnames = self._reserve(trial)
+            if (
+                len(self.active) >= self.options.parallel
+                or busy + gpus > self.quota_gpus
+                or hostnames is None
+            ):
                 waiting.append(trial)
                 continue
             prediction = self._prediction(trial)
@@ -356,7 +363,7 @@ class TrialRun:
                 self.progress.event(f"{trial.placement.describe()}: skipped, {prediction.note}")
                 continue
             try:
-                self._create(trial)
+                self._create(trial, hostnames)
             except UnavailableError:
                 waiting.append(trial)  # tried again next round
             except ApiError as error:
@@ -418,7 +425,17 @@ class TrialRun:
         ]
         return min(used, key=estimators.ESTIMATORS.index) if used else estimators.STEP_REGEX
 
-    def _create(self, trial: PlannedTrial) -> None:
+    def _reserve(self, trial: PlannedTrial) -> tuple[str, ...] | None:
+        """Nodes of the trial's own while it runs, so that parallel trials neither wait for nor
+        disturb each other: one free node that holds it (packed), or all of its nodes (spread);
+        None while they are taken."""
+        taken = {name for active in self.active.values() for name in active.hostnames}
+        if trial.placement.layout == PACKED:
+            free = [name for name in trial.hostnames if name not in taken]
+            return (free[0],) if free else None
+        return None if taken & set(trial.hostnames) else trial.hostnames
+
+    def _create(self, trial: PlannedTrial, hostnames: tuple[str, ...]) -> None:
         assert self.anchor is not None
         settings = TrialSettings(
             namespace=self.options.namespace,
@@ -442,7 +459,7 @@ class TrialRun:
         name = manifest["metadata"]["name"]
         self.created.append((kind, name))
         self.cluster.create(kind, self.options.namespace, manifest)
-        self.active[trial.index] = ActiveTrial(trial, name, kind, self.clock())
+        self.active[trial.index] = ActiveTrial(trial, name, kind, self.clock(), hostnames)
         self.progress.event(f"{trial.placement.describe()}: started as {kind} {name}")
 
     # -- one trial -------------------------------------------------------------------------
