@@ -273,10 +273,8 @@ class BatchControllers:
             self._end(
                 obj,
                 pods,
-                "Failed",
-                "DeadlineExceeded",
-                "Job was active longer than specified deadline",
-                now,
+                ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"),
+                now=now,
                 delete="all" if plural == "pytorchjobs" else "active",
             )
             return
@@ -286,10 +284,8 @@ class BatchControllers:
             self._end(
                 obj,
                 pods,
-                "Failed",
-                reason,
-                "Job has reached the specified backoff limit",
-                now,
+                ("Failed", reason, "Job has reached the specified backoff limit"),
+                now=now,
                 delete="all" if plural == "pytorchjobs" else "none",
             )
             return
@@ -297,10 +293,8 @@ class BatchControllers:
             self._end(
                 obj,
                 pods,
-                "Complete" if plural == "jobs" else "Succeeded",
-                "Completed",
-                "the job completed",
-                now,
+                ("Complete" if plural == "jobs" else "Succeeded", "Completed", "the job completed"),
+                now=now,
                 delete="all" if plural == "pytorchjobs" else "none",
             )
             return
@@ -374,15 +368,14 @@ class BatchControllers:
         self,
         obj: Json,
         pods: dict[tuple[str, str], Json],
-        kind: str,
-        reason: str,
-        message: str,
-        now: float,
+        condition: tuple[str, str, str],  # type, reason, message
         *,
+        now: float,
         delete: str,
     ) -> None:
         """End the job; ``delete`` its pods: "all" (cleanPodPolicy All), "active" (the Job
         controller past a deadline) or "none"."""
+        kind, reason, message = condition
         obj["status"]["conditions"].append(
             {"type": kind, "status": "True", "reason": reason, "message": message}
         )
