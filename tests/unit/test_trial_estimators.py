@@ -57,11 +57,13 @@ def test_step_regex_gives_steps_per_second_after_the_warm_up() -> None:
     measured = from_step_marks(
         step_marks(estimators.after(lines, START + 21.0), re.compile(r"^step="))
     )
-    assert measured.ok and measured.estimator == "step-regex"
+    assert measured.ok
+    assert measured.estimator == "step-regex"
     assert measured.step_seconds == pytest.approx(0.5)
     assert measured.rate == pytest.approx(2.0)
     everything = from_step_marks(step_marks(lines, re.compile(r"^step=")))
-    assert everything.rate is not None and everything.rate < 1.6  # the warm-up would skew it
+    assert everything.rate is not None
+    assert everything.rate < 1.6
     assert not from_step_marks(np.array([START])).ok
 
 
@@ -73,9 +75,11 @@ def test_katib_lines_give_the_reported_rate() -> None:
         )
     )
     times, values = katib_samples(lines, "samples_per_sec")
-    assert times.size == 10 and values.mean() == pytest.approx(100.5)
+    assert times.size == 10
+    assert values.mean() == pytest.approx(100.5)
     measured = from_rate_samples(values, "samples_per_sec")
-    assert measured.estimator == "metric" and measured.rate == pytest.approx(100.5)
+    assert measured.estimator == "metric"
+    assert measured.rate == pytest.approx(100.5)
     assert measured.stable  # CV 0.5 % over 10 samples
     assert katib_samples(lines, "accuracy")[1].size == 0
     assert not from_rate_samples(np.array([np.nan]), "x").ok
@@ -85,7 +89,9 @@ def test_stability_needs_five_samples_under_five_percent() -> None:
     assert not estimators.is_stable(np.array([1.0, 1.0, 1.0, 1.0]))[0]
     assert estimators.is_stable(np.array([1.0, 1.01, 0.99, 1.0, 1.02]))[0]
     stable, cv = estimators.is_stable(np.array([1.0, 1.3, 0.8, 1.1, 0.9, 1.2]))
-    assert not stable and cv is not None and cv > 0.05
+    assert not stable
+    assert cv is not None
+    assert cv > 0.05
     assert from_step_marks(steps(0.5, 30, jitter=0.02)).stable
     assert not from_step_marks(steps(0.5, 30, jitter=0.4)).stable
 
@@ -99,7 +105,8 @@ def square_wave(period_samples: float, samples: int, gpus: int = 2, seed: int = 
 
 def test_the_period_estimator_reads_the_iteration_period() -> None:
     measured = from_waveform(square_wave(6, 60), step_seconds=10.0)
-    assert measured.ok and measured.estimator == "period"
+    assert measured.ok
+    assert measured.estimator == "period"
     assert measured.step_seconds == pytest.approx(60.0, rel=0.02)
     assert measured.relative_error == pytest.approx(0.5 * 10 / 600)
 
@@ -109,7 +116,8 @@ def test_the_period_estimator_says_when_it_cannot_measure() -> None:
     assert not short.ok
     assert short.note.startswith("cannot measure: no iteration period of at least two sampling")
     flat = from_waveform(np.full((2, 60), 90.0), step_seconds=10.0)
-    assert not flat.ok and "cannot measure" in flat.note
+    assert not flat.ok
+    assert "cannot measure" in flat.note
 
 
 def test_the_validity_rule_is_the_detectors_own() -> None:
@@ -118,13 +126,15 @@ def test_the_validity_rule_is_the_detectors_own() -> None:
     assert periodicity.MIN_PERIOD_SAMPLES >= estimators.MIN_PERIOD_STEPS
     assert periodicity.MAX_PERIOD_FRACTION <= 1 / estimators.MIN_ITERATIONS
     found = from_waveform(square_wave(4, 60), step_seconds=10.0)
-    assert found.ok and found.step_seconds == pytest.approx(40.0, rel=0.02)
+    assert found.ok
+    assert found.step_seconds == pytest.approx(40.0, rel=0.02)
 
 
 def test_sm_activity_is_a_labelled_proxy() -> None:
     measured = from_sm_activity(np.array([0.8, 0.7, np.nan]), gpus=4)
     assert measured.rate == pytest.approx(3.0)
-    assert "proxy" in measured.unit and "not throughput" in measured.note
+    assert "proxy" in measured.unit
+    assert "not throughput" in measured.note
 
 
 # -- the fitted model ------------------------------------------------------------------------

@@ -186,7 +186,9 @@ def test_budget_arithmetic() -> None:
     # 7 GPUs for 10 minutes: 7/6 GPU-hours.
     assert budget_refusal(placements, 600, 7 / 6) is None
     too_much = budget_refusal(placements, 600, 1.0)
-    assert too_much is not None and "1.17 GPU-hours" in too_much
+    assert too_much is not None
+    assert "1.17 GPU-hours" in too_much
     too_small = budget_refusal(placements, 600, 0.1)
-    assert too_small is not None and "too small for a single trial" in too_small
+    assert too_small is not None
+    assert "too small for a single trial" in too_small
     assert "0.17 GPU-hours" in too_small
