@@ -465,7 +465,8 @@ def handle_run(args: argparse.Namespace) -> int:
 
     with progress_for() as progress:
         run = TrialRun(plan, options, cluster, measuring, progress=progress)
-        previous = _stop_on_signals(run)
+        received: list[int] = []
+        previous = _stop_on_signals(run, received)
         try:
             outcome = run.run()
         except _api_errors() as error:
@@ -501,7 +502,9 @@ def handle_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return 130 if outcome.stopped else 0
+    if outcome.stopped:
+        return 128 + (received[0] if received else signal.SIGINT)  # the shell's convention
+    return 0
 
 
 def _regex(text: str | None) -> re.Pattern[str] | None:
@@ -548,12 +551,15 @@ def _dry_run(plan: Plan, options: Any, run_id: str) -> None:
     print(f"gpu-profiler: dry run: {len(manifests)} trials, nothing created", file=sys.stderr)
 
 
-def _stop_on_signals(run: Any) -> dict[int, Any]:
+def _stop_on_signals(run: Any, received: list[int]) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM stop the run; its cleanup then deletes every trial."""
+
     def request_stop(signum: int, frame: FrameType | None) -> None:
         print(
             f"gpu-profiler: {signal.Signals(signum).name}: stopping, deleting every trial",
             file=sys.stderr,
         )
+        received.append(signum)
         run.stop()
 
     previous: dict[int, Any] = {}

@@ -427,12 +427,12 @@ class TrialRun:
 
     def _reserve(self, trial: PlannedTrial) -> tuple[str, ...] | None:
         """Nodes of the trial's own while it runs, so that parallel trials neither wait for nor
-        disturb each other: one free node that holds it (packed), or all of its nodes (spread);
-        None while they are taken."""
+        disturb each other: the free nodes that can hold it (packed; once its pods are bound,
+        only the node they are on), or all of its nodes (spread); None while taken."""
         taken = {name for active in self.active.values() for name in active.hostnames}
         if trial.placement.layout == PACKED:
-            free = [name for name in trial.hostnames if name not in taken]
-            return (free[0],) if free else None
+            free = tuple(name for name in trial.hostnames if name not in taken)
+            return free or None
         return None if taken & set(trial.hostnames) else trial.hostnames
 
     def _create(self, trial: PlannedTrial, hostnames: tuple[str, ...]) -> None:
@@ -452,7 +452,7 @@ class TrialRun:
             trial.placement,
             settings,
             index=trial.index,
-            hostnames=trial.hostnames,
+            hostnames=hostnames,
             scaling=self.plan.scaling,
         )
         kind = manifest["kind"]
@@ -469,6 +469,9 @@ class TrialRun:
         obj = self.cluster.get(active.kind, ns, active.name)
         pods = self.cluster.list_of("Pod", ns, {TRIAL_LABEL: active.name})
         active.pods = sorted(p["metadata"]["name"] for p in pods)
+        bound = {str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")}
+        if bound and len(pods) >= self._expected_pods(active):
+            active.hostnames = tuple(sorted(bound))  # the other nodes are free for other trials
         if obj is None:
             self._end(active, FAILED, "the trial object was deleted by someone else")
             return

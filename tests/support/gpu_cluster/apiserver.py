@@ -70,6 +70,10 @@ class _ClusterHandler(_Handler):
     cluster: StandInGpuCluster  # set on a per-server subclass by StandInGpuCluster
 
     def _route(self, request: RecordedRequest) -> None:
+        if self.cluster.clock() < self.cluster.down_until:
+            message = "the API server is unavailable (injected outage)"
+            self._send_status(503, "ServiceUnavailable", message)
+            return
         self.cluster.reconcile()  # controllers catch up with the clock before every answer
         for method, pattern, name in _ROUTES:
             if method in (request.method, "*") and (match := pattern.match(request.path)):
@@ -117,6 +121,7 @@ class StandInGpuCluster(StandInApiServer):
     ) -> None:
         super().__init__(token)
         self.clock = clock  # controllers, kubelets and deadlines run on it (a test may fake it)
+        self.down_until = 0.0  # on the clock: every request answers 503 before then (an outage)
         handler = type("BoundClusterHandler", (_ClusterHandler,), {"cluster": self})
         self._server.RequestHandlerClass = handler  # socketserver's documented attribute
         self.scenario = scenario
