@@ -459,6 +459,8 @@ def handle_run(args: argparse.Namespace) -> int:
         from profiler_app.trial.metrics import TrialMetrics  # noqa: PLC0415
 
         metrics = TrialMetrics(args.prometheus_url, _duration(args.metrics_step, "--metrics-step"))
+        if args.metric_query:
+            metrics.check(args.metric_query)
     measuring = Measuring(args.metric, args.metric_query, step_regex, metrics)
     cluster = _connect(args.kubeconfig)
     from profiler_app.trial.progress import progress_for  # noqa: PLC0415

@@ -9,7 +9,6 @@ up, sample by sample.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,7 +29,9 @@ class MetricsUnavailableError(Exception):
 
 
 def pod_regex(pods: Sequence[str]) -> str:
-    return "|".join(re.escape(pod) for pod in sorted(pods))
+    """Pod names (lowercase letters, digits, '-' and '.') as a regex inside a PromQL string:
+    only the dot needs escaping, with its backslash doubled for the string literal."""
+    return "|".join(pod.replace(".", "\\\\.") for pod in sorted(pods))
 
 
 def _escaped(text: str) -> str:
@@ -81,6 +82,21 @@ class TrialMetrics:
             raise MetricsUnavailableError(str(error)) from None
         return align(result, grid)
 
+    def check(self, expression: str) -> None:
+        """Refuse, before anything is created, a PromQL expression Prometheus cannot parse."""
+        query = expression.replace(POD_PLACEHOLDER, "no-pod")
+        try:
+            answer = self._session.get(
+                f"{self.url}/api/v1/query", params={"query": query}, timeout=TIMEOUT_SECONDS
+            )
+            document = answer.json()
+        except (requests.RequestException, ValueError) as error:
+            raise UserError(
+                f"cannot reach Prometheus {without_credentials(self.url)}: {type(error).__name__}"
+            ) from None
+        if document.get("status") != "success":
+            raise UserError(f"--metric-query {expression!r}: {document.get('error')}")
+
     def user_rate(
         self, expression: str, pods: Sequence[str], start: float, end: float
     ) -> FloatArray:
@@ -109,9 +125,11 @@ class TrialMetrics:
         self, namespace: str, pods: Sequence[str], start: float, end: float
     ) -> FloatArray:
         matrix = self._gpu_field(SM_ACTIVE, namespace, pods, start, end)
-        if matrix.shape[0] == 0:
+        sampled = ~np.all(np.isnan(matrix), axis=0) if matrix.size else np.zeros(0, dtype=bool)
+        if not sampled.any():
             return np.empty(0)
-        return np.nanmean(matrix, axis=0) if not np.all(np.isnan(matrix)) else np.empty(0)
+        mean: FloatArray = np.nanmean(matrix[:, sampled], axis=0)
+        return mean
 
     def fb_peak_mib(
         self, namespace: str, pods: Sequence[str], start: float, end: float
