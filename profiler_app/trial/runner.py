@@ -477,16 +477,7 @@ class TrialRun:
             return
         finished = _finished(obj)
         if finished is not None and finished[0] != "deadline":
-            self._measure(active)
-            kind, message = finished
-            if kind == "failed" and not (active.measurement and active.measurement.ok):
-                self._end(active, FAILED, message or "failed", measured=False)
-            else:
-                self._end(
-                    active,
-                    OK if active.measurement and active.measurement.ok else UNMEASURED,
-                    f"the job {kind} before the trial's end",
-                )
+            self._ended_early(active, *finished)
             return
         problem = _stuck(pods)
         if problem is not None:
@@ -525,6 +516,17 @@ class TrialRun:
                 if active.measurement and active.measurement.stable:
                     self._measure(active)
                     self._end(active, OK, "throughput stable (CV under 5 %): ended early")
+
+    def _ended_early(self, active: ActiveTrial, kind: str, message: str) -> None:
+        """The job completed or failed on its own: what it measured until then counts."""
+        self._measure(active)
+        measured = active.measurement is not None and active.measurement.ok
+        if kind == "failed" and not measured:
+            self._end(active, FAILED, message or "failed", measured=False)
+        else:
+            self._end(
+                active, OK if measured else UNMEASURED, f"the job {kind} before the trial's end"
+            )
 
     def _expected_pods(self, active: ActiveTrial) -> int:
         return active.planned.placement.pods if active.kind == PYTORCH_JOB else 1
