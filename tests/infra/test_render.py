@@ -47,6 +47,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
         {},
     ),
     "eks-without-karpenter": (EKS_STACK, {"karpenter": {"enabled": False}}, {}),
+    "kubeadm-with-trial-runner": (KUBEADM_STACK, {"trialRunner": {"maxGpus": 4}}, {}),
     "kubeadm-example-without-autoscaler": (
         KUBEADM_STACK,
         {
