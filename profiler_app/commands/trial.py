@@ -42,7 +42,11 @@ from profiler_app.trial.results import COLUMNS, summarise
 from profiler_app.urls import without_credentials
 
 DEFAULT_NAMESPACE = "gpu-profiler-trials"
-RUN_COLUMNS = [c for c in COLUMNS if c not in ("gpus_per_pod", "pods", "layout", "gpu_model")]
+# The terminal table; JSON and CSV carry every column.
+TABLE_COLUMNS = [
+    "trial", "placement", "nodes", "status", "throughput", "unit", "throughput_per_gpu",
+    "scaling_efficiency", "gpu_seconds", "pareto", "recommended", "note",
+]  # fmt: skip
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -620,10 +624,10 @@ def _write(document: dict[str, Any], output: str, out: TextIO) -> None:
         return
     console = Console(file=out, width=200 if not out.isatty() else None)
     table = Table(title=f"Trials of run {document['run_id']} ({document['workload']})")
-    for column in RUN_COLUMNS:
+    for column in TABLE_COLUMNS:
         table.add_column(column.replace("_", " "))
     for row in rows:
-        table.add_row(*(_cell(row.get(column)) for column in RUN_COLUMNS))
+        table.add_row(*(_cell(row.get(column)) for column in TABLE_COLUMNS))
     console.print(table)
     front = ", ".join(document["pareto"]) or "none"
     console.print(f"Pareto front (throughput against GPUs): {front}", highlight=False)
