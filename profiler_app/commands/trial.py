@@ -133,7 +133,7 @@ def _plan_parser(parser: argparse.ArgumentParser) -> None:
     )
     _scaling_options(parser)
     _common(parser)
-    parser.set_defaults(handler=handle_plan)
+    parser.set_defaults(handler=_quiet_on_broken_pipe(handle_plan))
 
 
 def _scaling_options(parser: argparse.ArgumentParser) -> None:
@@ -249,7 +249,7 @@ def _run_parser(parser: argparse.ArgumentParser) -> None:
     )
     _store_option(parser)
     _common(parser)
-    parser.set_defaults(handler=handle_run)
+    parser.set_defaults(handler=_quiet_on_broken_pipe(handle_run))
 
 
 def _report_parser(parser: argparse.ArgumentParser) -> None:
@@ -265,7 +265,7 @@ def _report_parser(parser: argparse.ArgumentParser) -> None:
         help="output format (default: %(default)s)",
     )
     _store_option(parser)
-    parser.set_defaults(handler=handle_report)
+    parser.set_defaults(handler=_quiet_on_broken_pipe(handle_report))
 
 
 def _clean_parser(parser: argparse.ArgumentParser) -> None:
@@ -275,7 +275,23 @@ def _clean_parser(parser: argparse.ArgumentParser) -> None:
         "--older-than", metavar="DURATION", help="remove every run started at least this long ago"
     )
     _common(parser)
-    parser.set_defaults(handler=handle_clean)
+    parser.set_defaults(handler=_quiet_on_broken_pipe(handle_clean))
+
+
+def _quiet_on_broken_pipe(handler: Any) -> Any:
+    """Stop quietly when the reader of a pipe (e.g. ``head``) has gone."""
+
+    def handle(args: argparse.Namespace) -> int:
+        try:
+            status: int = handler(args)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
+        return status
+
+    return handle
 
 
 def _duration(text: str, flag: str) -> float:
