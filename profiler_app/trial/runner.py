@@ -133,6 +133,7 @@ class ActiveTrial:
     kind: str
     created_at: float
     hostnames: tuple[str, ...] = ()
+    bound_since: float | None = None  # on the runner's clock
     running_since: float | None = None  # cluster time the last pod's container started
     pods: list[str] = field(default_factory=list)
     lines: list[tuple[float, str]] = field(default_factory=list)
@@ -470,6 +471,8 @@ class TrialRun:
         pods = self.cluster.list_of("Pod", ns, {TRIAL_LABEL: active.name})
         active.pods = sorted(p["metadata"]["name"] for p in pods)
         bound = {str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")}
+        if bound and active.bound_since is None:
+            active.bound_since = now  # GPUs are held from the first pod's binding
         if bound and len(pods) >= self._expected_pods(active):
             active.hostnames = tuple(sorted(bound))  # the other nodes are free for other trials
         if obj is None:
@@ -606,7 +609,7 @@ class TrialRun:
         except (UnavailableError, ApiError) as error:
             log.warning("could not delete %s now (%s); cleanup retries", active.name, error)
         placement = active.planned.placement
-        held = ended - active.running_since if active.running_since is not None else 0.0
+        held = ended - active.bound_since if active.bound_since is not None else 0.0
         peak = sm = None
         metrics = self.measuring.metrics
         if metrics is not None and active.running_since is not None and active.pods:
