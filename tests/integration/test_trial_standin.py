@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from profiler_app.cli import main
 from profiler_app.kube import connect
 from profiler_app.trial.cluster import TrialCluster
 from profiler_app.trial.manifests import load_template
@@ -37,6 +38,7 @@ from profiler_app.trial.runner import Measuring, RunOptions, RunOutcome, TrialRu
 from tests.support.clock import FakeClock
 from tests.support.gpu_cluster import (
     GpuNode,
+    Karpenter,
     Scenario,
     StandInGpuCluster,
     TrainingModel,
@@ -480,3 +482,68 @@ def test_the_iteration_period_through_a_real_prometheus(tmp_path: Path) -> None:
         assert result.peak_fb_mib == 17_000.0
         assert result.sm_active is not None
         assert 0.3 < result.sm_active < 0.7
+
+
+@pytest.mark.parametrize("allow_scale_up", [False, True])
+def test_a_pending_trial_makes_karpenter_launch_a_node_only_when_allowed(
+    tmp_path: Path, allow_scale_up: bool
+) -> None:
+    """A production pod holds a GPU of the only node, so the 2-GPU trial cannot start there.
+    Held to the nodes that exist, it never gets a NodeClaim and ends unschedulable; with
+    --allow-scale-up the stand-in Karpenter launches a node and the trial runs on it."""
+    scenario = Scenario(
+        gpu_nodes=(GpuNode("gpu-node-1", gpus=2, busy_gpus=1),),
+        karpenter=Karpenter(gpus_per_node=2, consolidate_after_seconds=60.0),
+    )
+    with running_gpu_cluster(scenario) as cluster:
+        client = trial_cluster(cluster, tmp_path)
+        plan = make_plan(client, training(job()), "gpus=2", "model=any", per_trial=60)
+        assert [t.hostnames for t in plan.trials] == [("gpu-node-1",)]
+        run = TrialRun(
+            plan,
+            options(
+                per_trial_seconds=60.0,
+                warmup_seconds=1.0,
+                pending_timeout_seconds=4.0,
+                poll_seconds=0.3,
+                allow_scale_up=allow_scale_up,
+            ),
+            client,
+            Measuring(step_regex=STEP),
+        )
+        outcome = run.run()
+        assert cluster.karpenter is not None
+        with cluster.lock:
+            claims = list(cluster.karpenter.node_claims)
+        assert_everything_deleted(cluster, outcome)
+    (result,) = outcome.results
+    if allow_scale_up:
+        assert len(claims) == 1
+        assert result.status == "ok", result.note
+    else:
+        assert claims == []
+        assert result.status == "unschedulable"
+
+
+def test_plan_reads_a_running_workload_and_strips_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trial plan --workload``: the PyTorchJob as the API server holds it (status, UID,
+    versions), and the nodes with their GFD labels, read through the kubeconfig."""
+    with running_gpu_cluster(Scenario(gpu_nodes=TWO_NODES)) as cluster:
+        kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        cluster.namespaces.add("ml")
+        with cluster.lock:
+            code, _ = cluster.batch.create("pytorchjobs", "ml", training(pytorch_job()))
+        assert code == 201
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        out = tmp_path / "plan.json"
+        args = ["trial", "plan", "--workload", "ml/pytorchjobs/resnet", "--output", str(out)]
+        assert main(args) == 0
+        assert main(["trial", "plan", "--workload", "ml/Job/missing"]) == 2
+    plan = json.loads(out.read_text())
+    metadata = plan["template"]["manifest"]["metadata"]
+    assert metadata == {"name": "resnet", "namespace": "ml"}
+    assert "status" not in plan["template"]["manifest"]
+    assert {t["placement"]["model"] for t in plan["trials"]} == {"NVIDIA-A10G"}
+    assert "cannot read ml/Job/missing" in capsys.readouterr().err

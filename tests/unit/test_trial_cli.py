@@ -17,6 +17,7 @@ from profiler_app.cli import main
 from profiler_app.sinks.store.trials import TrialStore
 from profiler_app.trial.estimators import Measurement
 from profiler_app.trial.placement import Placement
+from profiler_app.trial.progress import LineProgress, LiveProgress, progress_for
 from profiler_app.trial.results import OK, TrialResult, summarise
 from tests.unit.test_trial_manifests import job, pytorch_job
 
@@ -254,3 +255,36 @@ def test_report_reads_a_results_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert main(["trial", "report", str(results), "--output", "csv"]) == 0
     assert "trial-abcd1234-0" in capsys.readouterr().out
+
+
+def test_progress_is_a_live_table_on_a_terminal_and_lines_elsewhere() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    board = [
+        {
+            "trial": "2 GPUs packed",
+            "status": "measuring",
+            "elapsed": 95.0,
+            "throughput": "9.5 per-GPU batches/s",
+            "note": "",
+        }
+    ]
+    screen = Terminal()
+    live = progress_for(screen)
+    assert isinstance(live, LiveProgress)
+    with live:
+        live.update(board)
+        live.event("2 GPUs packed: started")
+    drawn = screen.getvalue()
+    assert "2 GPUs packed" in drawn
+    assert "1m35s" in drawn
+    assert "9.5 per-GPU batches/s" in drawn
+    log = io.StringIO()
+    lines = progress_for(log)
+    assert isinstance(lines, LineProgress)
+    with lines:
+        lines.update(board)
+        lines.event("2 GPUs packed: started")
+    assert log.getvalue() == "gpu-profiler trial: 2 GPUs packed: started\n"
