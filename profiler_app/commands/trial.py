@@ -23,7 +23,6 @@ from rich.table import Table
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.urls import default_store_url
-from profiler_app.trial.estimators import ESTIMATORS
 from profiler_app.trial.manifests import (
     API_VERSIONS,
     GLOBAL,
@@ -719,6 +718,3 @@ def handle_clean(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-__all__ = ["ESTIMATORS", "register"]

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from profiler_app.kube import TRANSPORT_ERRORS, KubeConnection, describe, error_status
-from profiler_app.trial.manifests import JOB, PYTORCH_JOB
+from profiler_app.trial.manifests import API_VERSIONS, JOB, PYTORCH_JOB
 
 Json = dict[str, Any]
 RESOURCES = {
@@ -151,9 +151,7 @@ class TrialCluster:
         found = self.get(kind, namespace, name)
         if found is None:
             raise ApiError(404, f"{kind} {namespace}/{name} not found")
-        found.setdefault(
-            "apiVersion", {"Job": "batch/v1", "PyTorchJob": "kubeflow.org/v1", "Pod": "v1"}[kind]
-        )
+        found.setdefault("apiVersion", API_VERSIONS[kind])
         found.setdefault("kind", kind)
         return found
 
