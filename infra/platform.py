@@ -138,6 +138,10 @@ def device_plugin_values() -> dict[str, Any]:
         "priorityClassName": "system-node-critical",
         "deviceListStrategy": "volume-mounts",
         "deviceIDStrategy": "uuid",
+        # GPU feature discovery labels each GPU node with its product, count and memory
+        # (nvidia.com/gpu.product, ...), which `gpu-profiler trial` places trials by; it runs on
+        # the chart's node-feature-discovery subchart (its worker tolerates the GPU taint).
+        "gfd": {"enabled": True},
     }
 
 

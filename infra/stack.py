@@ -29,6 +29,7 @@ from infra.platform import (
     GpuPlatformArgs,
 )
 from infra.profiler import GpuProfiler, GpuProfilerArgs
+from infra.trials import GpuTrialRunner, GpuTrialRunnerArgs
 from profiler_app.annotations import DEFAULT_DOMAIN
 
 EXAMPLE_WORKLOAD_FIELDS = {
@@ -136,6 +137,25 @@ def platform_args(
         raise stack_config.ConfigError(f"stack config: {error}") from None
 
 
+def trial_runner_args(config: pulumi.Config) -> GpuTrialRunnerArgs | None:
+    """The optional trial runner's arguments from stack config ``trialRunner``, None when off."""
+    value = stack_config.read_object(config, "trialRunner")
+    if value is None:
+        return None
+    given = stack_config.fields(
+        "trialRunner",
+        value,
+        {"enabled": "bool", "namespace": "str", "maxGpus": "int", "maxTrials": "int"},
+    )
+    if not given.pop("enabled", True):
+        return None
+    names = {"namespace": "namespace", "maxGpus": "max_gpus", "maxTrials": "max_trials"}
+    try:
+        return GpuTrialRunnerArgs(**{names[key]: item for key, item in given.items()})
+    except ValueError as error:
+        raise stack_config.ConfigError(f"stack config {error}") from None
+
+
 def profiler_args(
     config: pulumi.Config, prometheus_url: pulumi.Input[str], monitoring_namespace: str
 ) -> GpuProfilerArgs:
@@ -161,6 +181,7 @@ class GpuLayer:
     platform: GpuPlatform
     profiler: GpuProfiler
     autoscaling: WorkloadAutoscaling
+    trial_runner: GpuTrialRunner | None = None
 
 
 @dataclass(frozen=True)
@@ -221,8 +242,18 @@ def deploy_gpu_layer(
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform]),
     )
+    trial_args = trial_runner_args(config)
+    trial_runner = None
+    if trial_args is not None:
+        trial_runner = GpuTrialRunner(
+            "gpu-trial-runner", trial_args, opts=pulumi.ResourceOptions(providers=[provider])
+        )
     return GpuLayer(
-        provider=provider, platform=platform, profiler=profiler, autoscaling=autoscaling
+        provider=provider,
+        platform=platform,
+        profiler=profiler,
+        autoscaling=autoscaling,
+        trial_runner=trial_runner,
     )
 
 
@@ -250,3 +281,5 @@ def export_access(
     )
     pulumi.export("prometheusUrlInCluster", layer.platform.prometheus_url)
     pulumi.export("profilerNamespace", layer.profiler.namespace)
+    if layer.trial_runner is not None:
+        pulumi.export("trialNamespace", layer.trial_runner.namespace)

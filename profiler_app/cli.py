@@ -17,6 +17,7 @@ COMMAND_MODULES = {
     "analyze": "profiler_app.commands.analyze",
     "report": "profiler_app.commands.report",
     "trace": "profiler_app.commands.trace",
+    "trial": "profiler_app.commands.trial",
 }
 
 
@@ -26,7 +27,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="gpu-profiler",
         description="Classify what each GPU is doing (idle, training, inference, bursty) "
         "and publish it to Kubernetes annotations, Prometheus metrics and a table store; "
-        "explain one job from an Nsight Systems report (trace).",
+        "explain one job from an Nsight Systems report (trace); try a training job on other "
+        "placements (trial).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -1,6 +1,6 @@
 """Summaries of the table store over a time range: per node, per GPU, per pod, idle pods, and
-the idle GPU-hours people can act on (waste), and the Nsight Systems traces recorded by
-``gpu-profiler trace``.
+the idle GPU-hours people can act on (waste), the Nsight Systems traces recorded by
+``gpu-profiler trace``, and the trials of ``gpu-profiler trial run``.
 
 Hours per job type weight each ``gpu_window`` row by its ``covers_seconds`` (the wall time since
 the previous row of that GPU, capped at the window), clipped to the start of the range. Idle
@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, liter
 
 from profiler_app.analysis.basis import JobType
 from profiler_app.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.models import gpu_window, pod_usage, trace_gpu
+from profiler_app.sinks.store.models import gpu_window, pod_usage, trace_gpu, trial_result
 from profiler_app.sinks.store.schema import UNKNOWN_START_TIME
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
@@ -93,6 +93,7 @@ class Report:
     idle_pods: list[PodSummary]
     waste: list[WasteSummary] = field(default_factory=list)
     traces: list[dict[str, Any]] = field(default_factory=list)  # trace_gpu rows, newest first
+    trials: list[dict[str, Any]] = field(default_factory=list)  # trial_result rows, newest first
 
 
 def build_report(
@@ -125,6 +126,7 @@ def build_report(
         idle_pods=idle_pods[:top] if top else idle_pods,
         waste=waste_summaries(connection, since=since, until=until, node=node),
         traces=trace_rows(connection, since=since, until=until, node=node),
+        trials=trial_rows(connection, since=since, until=until),
     )
 
 
@@ -286,6 +288,22 @@ def trace_rows(
     return [dict(row) for row in connection.execute(query).mappings()]
 
 
+def trial_rows(connection: Connection, *, since: datetime, until: datetime) -> list[dict[str, Any]]:
+    """Trials of ``gpu-profiler trial run`` recorded within the range, newest run first."""
+    columns = [trial_result.c[name] for name in _VIEW_COLUMNS["trial"]]
+    query = (
+        select(*columns)
+        .where(trial_result.c.recorded_at >= since, trial_result.c.recorded_at <= until)
+        .order_by(
+            trial_result.c.recorded_at.desc(),
+            trial_result.c.run_id,
+            trial_result.c.gpus,
+            trial_result.c.trial,
+        )
+    )
+    return [dict(row) for row in connection.execute(query).mappings()]
+
+
 def _covered_seconds(dialect: str, since: datetime) -> ColumnElement[Any]:
     """A row's covered seconds that fall after ``since``."""
     since_value = literal(since, gpu_window.c.at.type)
@@ -304,7 +322,7 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace")
+REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial")
 _HOURS_COLUMNS = ["covered_hours", *(f"{job_type}_hours" for job_type in JOB_TYPES), "other_hours"]
 _VIEW_COLUMNS = {
     "node": ["node", "gpus", *_HOURS_COLUMNS, "idle_gpu_hours", "util_max_percent"],
@@ -355,6 +373,24 @@ _VIEW_COLUMNS["trace"] = [
 ]
 
 
+_VIEW_COLUMNS["trial"] = [
+    "run_id",
+    "recorded_at",
+    "workload",
+    "trial",
+    "placement",
+    "status",
+    "estimator",
+    "throughput",
+    "unit",
+    "throughput_per_gpu",
+    "scaling_efficiency",
+    "gpu_seconds",
+    "pareto",
+    "recommended",
+]
+
+
 def view_columns(by: str) -> list[str]:
     """Column names of a view, also when it has no rows (CSV header, empty table)."""
     return list(_VIEW_COLUMNS[by])
@@ -364,6 +400,8 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
     """One view of the report as flat rows (the same columns in every output format)."""
     if by == "trace":
         return [dict(row) for row in report.traces]
+    if by == "trial":
+        return [dict(row) for row in report.trials]
     if by == "node":
         return [
             {

@@ -39,13 +39,15 @@ _VIEW_TITLES = {
     "idle-pods": "Pods holding GPUs they do not use",
     "waste": "Idle GPU-hours by who can act on them",
     "trace": "Nsight Systems traces (gpu-profiler trace)",
+    "trial": "Trials of placements (gpu-profiler trial run)",
 }
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "report",
-        help="summarise the table store: hours per job type, idle GPU-hours, idle pods, traces",
+        help="summarise the table store: hours per job type, idle GPU-hours, idle pods, traces, "
+        "trials",
         description="Summaries from the table store for a time range: per node, per GPU, per "
         "pod, the pods that hold GPUs without using them, or the Nsight Systems traces "
         "recorded by gpu-profiler trace (by capture start).",

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -166,4 +167,37 @@ trace_gpu = Table(
     _required("evidence", Text),
     _optional("top_kernel", Text),
     Index(None, "started_at"),
+)
+
+# One trial of a `gpu-profiler trial run`: its placement, outcome and throughput. Keyed by the
+# run and the trial's name; recording a run again replaces its rows.
+trial_result = Table(
+    "trial_result",
+    metadata,
+    _required("run_id", String(64), key=True),
+    _required("trial", String(253), key=True),
+    _required("recorded_at", UtcDateTime()),
+    _required("workload", String(512)),  # KIND/NAMESPACE/NAME of the template
+    _required("placement", String(256)),
+    _optional("gpu_model", String(256)),
+    _required("gpus", Integer),
+    _required("gpus_per_pod", Integer),
+    _required("pods", Integer),
+    _required("nodes", Integer),
+    _required("layout", String(16)),
+    _required("status", String(16)),
+    _optional("estimator", String(16)),
+    _optional("throughput", Float),
+    _optional("unit", String(64)),
+    _optional("throughput_per_gpu", Float),
+    _optional("scaling_efficiency", Float),
+    _optional("step_seconds", Float),
+    _optional("peak_fb_mib", Float),
+    _optional("sm_active", Float),
+    _required("gpu_seconds", Float),
+    _required("pareto", Boolean),
+    _required("recommended", Boolean),
+    _optional("note", Text),
+    _optional("recommendation", Text),  # the run's, on every row of it
+    Index(None, "recorded_at"),
 )
