@@ -156,6 +156,20 @@ def _graph(args: argparse.Namespace) -> ObjectGraph | None:
     return build_graph(run_stack(args.stack, config_file=args.config))
 
 
+# The pyproject extra that installs each optional top-level module a stack may import.
+EXTRA_OF_MODULE = {"ansible": "ansible", "pulumi": "infra", "pulumi_aws": "infra"}
+
+
+def _missing(error: ImportError) -> int:
+    """One line naming the missing module and the extra that installs it; exit status 2."""
+    module = (error.name or "a module").partition(".")[0]
+    extra = next(
+        (extra for name, extra in EXTRA_OF_MODULE.items() if module.startswith(name)), "render"
+    )
+    print(f"render: error: {module} is missing: pip install -e '.[{extra}]'", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     warnings.simplefilter("ignore", DeprecationWarning)  # pulumi-eks' import-time notices
@@ -167,10 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from infra.render.charts import ChartError  # noqa: PLC0415
         from infra.render.program import StackFileError  # noqa: PLC0415
     except ImportError as error:
-        print(
-            f"render: error: {error.name} is missing: pip install -e '.[render]'", file=sys.stderr
-        )
-        return 2
+        return _missing(error)
     bad_input = (
         UsageError,
         ChartError,
@@ -193,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout piped into `head`
         sys.stderr.close()
         return 0
+    except ModuleNotFoundError as error:  # an optional dependency the stack's program imports
+        return _missing(error)
     except (*bad_input, OSError) as error:
         print(f"render: error: {error}", file=sys.stderr)
         return 2
