@@ -35,7 +35,7 @@ def analyze_json(
     status = main(["analyze", "--prometheus-url", prometheus.url, "--output", "json", *arguments])
     captured = capsys.readouterr()
     assert (status, captured.err) == (0, "")
-    records: list[dict[str, object]] = json.loads(captured.out)
+    records: list[dict[str, object]] = json.loads(captured.out)["gpus"]
     return records
 
 
@@ -175,7 +175,7 @@ def test_an_exporter_without_memory_copy_utilisation_is_one_warning_not_a_failur
     assert len(warnings) == 2
     assert f"no {MEM_COPY_UTIL} series for Hostname=gpu-node-1" in warnings[0]
     assert f"no {POWER_USAGE} series" in warnings[1]
-    records = json.loads(captured.out)
+    records = json.loads(captured.out)["gpus"]
     assert [set(record["stats"]) for record in records] == [{GPU_UTIL, FB_USED}] * 4
 
 
