@@ -2,7 +2,7 @@
 
     python -m infra.render stacks/eks                          # YAML stream on stdout
     python -m infra.render stacks/eks --out rendered/eks       # one file per object
-    python -m infra.render stacks/kubeadm --config Pulumi.lab.yaml --check
+    python -m infra.render stacks/kubeadm --config stacks/kubeadm/Pulumi.dev.yaml --check
     python -m infra.render --pull-charts                       # fill the chart cache (network)
 
 The stack program runs under Pulumi's mock engine with the stack file's config; Helm releases are
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from infra.render import CHECK_NAMES
+
 if TYPE_CHECKING:
     from infra.render.graph import ObjectGraph
 
@@ -37,7 +39,7 @@ class UsageError(Exception):
     """Bad input, reported in one line."""
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra.render",
         description="Write every Kubernetes object a stack would create (Helm releases rendered "
@@ -57,8 +59,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="check the object graph (schemas, namespaces, monitoring, references, Grafana, "
-        "scheduling); exit 1 when anything is found",
+        help=f"check the object graph ({', '.join(CHECK_NAMES)}); exit 1 when anything is found",
     )
     parser.add_argument(
         "--assume-namespace",
@@ -72,6 +73,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         action="store_true",
         help="first download the pinned charts the chart cache lacks (needs network)",
     )
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.stack is None and not args.pull_charts:
         parser.error("give a stack folder, or --pull-charts")

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from profiler_app.cli import build_parser, main
@@ -22,6 +23,7 @@ from profiler_app.commands import progress
 from profiler_app.commands.report import NARROW_COLUMNS
 from profiler_app.commands.run import RunConfig
 from profiler_app.reporting import REPORT_VIEWS, view_columns
+from tests.support.nsys import ReportBuilder
 from tests.unit.test_report import RANGE_ARGS, build_history
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +144,18 @@ def test_report_json_is_an_envelope_with_a_format_version(
         "node-b",
     )
     assert [list(row) for row in document["rows"]] == [view_columns("gpu")]
+
+
+def test_trace_json_names_its_kind_and_format_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = ReportBuilder(gpus={0: "NVIDIA H100 80GB HBM3"})
+    report.add_kernels("gemm", np.arange(20) * 1_000_000, 900_000)
+    path = report.write(tmp_path / "report.sqlite")
+    assert main(["trace", str(path), "--store-url", "none", "-o", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert list(document)[:2] == ["kind", "format_version"]
+    assert (document["kind"], document["format_version"]) == ("trace", 1)
 
 
 class Terminal(io.StringIO):
