@@ -86,6 +86,13 @@ def _run(arguments: list[str]) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:  # an installation without what this command imports
+        print(
+            f"gpu-profiler: error: the Python module {error.name} is missing: reinstall "
+            "gpu-cluster-profiler with pip (README, 'Setup')",
+            file=sys.stderr,
+        )
+        return 2
     except SystemExit as stop:
         # Commands return their status and never exit; a rich Console that met a closed pipe
         # does, with status 1 (Console.on_broken_pipe, stdout already sent to /dev/null).

@@ -158,6 +158,20 @@ def test_trace_json_names_its_kind_and_format_version(
     assert (document["kind"], document["format_version"]) == ("trace", 1)
 
 
+def test_a_missing_module_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(_args: object) -> int:
+        raise ModuleNotFoundError("No module named 'shtab'", name="shtab")
+
+    monkeypatch.setattr("profiler_app.commands.completion.handle", broken)
+    assert main(["completion", "bash"]) == 2
+    assert capsys.readouterr().err == (
+        "gpu-profiler: error: the Python module shtab is missing: reinstall gpu-cluster-profiler "
+        "with pip (README, 'Setup')\n"
+    )
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
