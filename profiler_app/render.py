@@ -22,7 +22,7 @@ from profiler_app.model import (
     GpuProfile,
 )
 
-# ``--output json`` of analyze: its keys and their meaning are a contract (docs/json.md). Keys may
+# ``--output json`` of analyze: its keys and their meaning are a contract (docs/cli.md). Keys may
 # be added within a version; removing, renaming or retyping one raises it.
 ANALYZE_FORMAT_VERSION = 1
 _FIELD_PREFIXES = ("DCGM_FI_DEV_", "DCGM_FI_PROF_", "DCGM_FI_")

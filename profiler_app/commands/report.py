@@ -31,7 +31,7 @@ from profiler_app.sinks.store.engine import (
 from profiler_app.sinks.store.urls import parse_store_url
 
 # ``--output json`` of report: the envelope's keys and each view's row keys are a contract
-# (docs/json.md). Keys may be added within a version; removing, renaming or retyping one raises it.
+# (docs/cli.md). Keys may be added within a version; removing, renaming or retyping one raises it.
 REPORT_FORMAT_VERSION = 1
 # What a narrow table shows of each view (``-o wide`` shows every column); a view not named here
 # shows all of its columns.

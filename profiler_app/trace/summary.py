@@ -22,7 +22,7 @@ from profiler_app.trace.queries import DurationStats
 
 LONGEST_GAPS = 5
 
-# ``--output json`` of trace is a contract (docs/json.md): keys may be added within a version;
+# ``--output json`` of trace is a contract (docs/cli.md): keys may be added within a version;
 # removing, renaming or retyping one raises it. (``schema_version`` is the export's, not this.)
 TRACE_FORMAT_VERSION = 1
 
