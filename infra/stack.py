@@ -6,6 +6,7 @@ Config keys are camelCase, in the stack project's namespace; stacks/README.md li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import pulumi
@@ -32,6 +33,11 @@ from infra.profiler import GpuProfiler, GpuProfilerArgs
 from infra.trials import GpuTrialRunner, GpuTrialRunnerArgs
 from profiler_app.annotations import DEFAULT_DOMAIN
 
+# Settings that existed once, and what replaces them (a stack that still sets one is told).
+REMOVED_SETTINGS = {
+    "exampleHpa": "set workloadAutoscaler: hpa and exampleWorkload (namespace, name, "
+    "targetGpuUtilization, minReplicas, maxReplicas) instead",
+}
 EXAMPLE_WORKLOAD_FIELDS = {
     "namespace": "str",
     "name": "str",
@@ -65,8 +71,9 @@ def _serving_metric(spec: dict[str, Any]) -> ServingMetric | None:
 
 
 def example_workload_args(value: Any, scaler: WorkloadAutoscaler) -> ExampleWorkloadArgs | None:
-    """``exampleWorkload`` from stack config; ConfigError names what is wrong with it."""
-    if value is None:
+    """``exampleWorkload`` from stack config (None or false: none); ConfigError names what is
+    wrong with it."""
+    if value is None or value is False:
         return None
     spec = stack_config.fields("exampleWorkload", value, EXAMPLE_WORKLOAD_FIELDS)
     defaults = ExampleWorkloadArgs()
@@ -95,13 +102,13 @@ def example_workload_args(value: Any, scaler: WorkloadAutoscaler) -> ExampleWork
     return example
 
 
+def check_settings(stack_dir: Path) -> None:
+    """Refuses, in one line, a stack config key the stack's Pulumi.yaml does not declare."""
+    stack_config.refuse_undeclared_keys(stack_dir / "Pulumi.yaml", REMOVED_SETTINGS)
+
+
 def workload_autoscaler(config: pulumi.Config) -> WorkloadAutoscaler:
     """``workloadAutoscaler``: keda (default), hpa or none."""
-    if stack_config.read_object(config, "exampleHpa") is not None:
-        raise stack_config.ConfigError(
-            "stack config exampleHpa is gone: set workloadAutoscaler: hpa and exampleWorkload "
-            "(namespace, name, targetGpuUtilization, minReplicas, maxReplicas) instead"
-        )
     value = config.get("workloadAutoscaler") or "keda"
     if value in WORKLOAD_AUTOSCALERS:
         return cast(WorkloadAutoscaler, value)
@@ -122,8 +129,8 @@ def platform_args(
     try:
         return GpuPlatformArgs(
             monitoring_namespace=config.get("monitoringNamespace") or "monitoring",
-            grafana_admin_password=config.get_secret("grafanaAdminPassword"),
-            grafana_ingress_host=config.get("grafanaIngressHost"),
+            grafana_admin_password=stack_config.optional_secret(config, "grafanaAdminPassword"),
+            grafana_ingress_host=stack_config.optional_text(config, "grafanaIngressHost"),
             grafana_ingress_class=config.get("grafanaIngressClass") or "nginx",
             prometheus_retention=config.get("prometheusRetention") or "15d",
             prometheus_storage_class=(
@@ -164,7 +171,7 @@ def profiler_args(
         prometheus_url=prometheus_url,
         image=config.get("profilerImage") or versions.PROFILER_IMAGE,
         namespace=config.get("profilerNamespace") or "gpu-profiler",
-        store_url=config.get_secret("profilerStoreUrl"),
+        store_url=stack_config.optional_secret(config, "profilerStoreUrl"),
         annotation_domain=config.get("annotationDomain") or DEFAULT_DOMAIN,
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",

@@ -2,7 +2,7 @@
 
     python -m infra.render stacks/eks                          # YAML stream on stdout
     python -m infra.render stacks/eks --out rendered/eks       # one file per object
-    python -m infra.render stacks/kubeadm --config Pulumi.lab.yaml --check
+    python -m infra.render stacks/kubeadm --config stacks/kubeadm/Pulumi.dev.yaml --check
     python -m infra.render --pull-charts                       # fill the chart cache (network)
 
 The stack program runs under Pulumi's mock engine with the stack file's config; Helm releases are
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from infra.render import CHECK_NAMES
+
 if TYPE_CHECKING:
     from infra.render.graph import ObjectGraph
 
@@ -37,7 +39,7 @@ class UsageError(Exception):
     """Bad input, reported in one line."""
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra.render",
         description="Write every Kubernetes object a stack would create (Helm releases rendered "
@@ -57,8 +59,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="check the object graph (schemas, namespaces, monitoring, references, Grafana, "
-        "scheduling); exit 1 when anything is found",
+        help=f"check the object graph ({', '.join(CHECK_NAMES)}); exit 1 when anything is found",
     )
     parser.add_argument(
         "--assume-namespace",
@@ -72,6 +73,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         action="store_true",
         help="first download the pinned charts the chart cache lacks (needs network)",
     )
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.stack is None and not args.pull_charts:
         parser.error("give a stack folder, or --pull-charts")
@@ -156,6 +162,20 @@ def _graph(args: argparse.Namespace) -> ObjectGraph | None:
     return build_graph(run_stack(args.stack, config_file=args.config))
 
 
+# The pyproject extra that installs each optional top-level module a stack may import.
+EXTRA_OF_MODULE = {"ansible": "ansible", "pulumi": "infra", "pulumi_aws": "infra"}
+
+
+def _missing(error: ImportError) -> int:
+    """One line naming the missing module and the extra that installs it; exit status 2."""
+    module = (error.name or "a module").partition(".")[0]
+    extra = next(
+        (extra for name, extra in EXTRA_OF_MODULE.items() if module.startswith(name)), "render"
+    )
+    print(f"render: error: {module} is missing: pip install -e '.[{extra}]'", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     warnings.simplefilter("ignore", DeprecationWarning)  # pulumi-eks' import-time notices
@@ -167,10 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from infra.render.charts import ChartError  # noqa: PLC0415
         from infra.render.program import StackFileError  # noqa: PLC0415
     except ImportError as error:
-        print(
-            f"render: error: {error.name} is missing: pip install -e '.[render]'", file=sys.stderr
-        )
-        return 2
+        return _missing(error)
     bad_input = (
         UsageError,
         ChartError,
@@ -193,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout piped into `head`
         sys.stderr.close()
         return 0
+    except ModuleNotFoundError as error:  # an optional dependency the stack's program imports
+        return _missing(error)
     except (*bad_input, OSError) as error:
         print(f"render: error: {error}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ Config: stacks/README.md.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -19,7 +20,7 @@ from infra.eks import (
     NodeGroupArgs,
 )
 from infra.karpenter import GpuKarpenter, GpuKarpenterArgs, GpuNodePoolArgs
-from infra.stack import deploy_gpu_layer, export_access
+from infra.stack import check_settings, deploy_gpu_layer, export_access
 from infra.versions import KUBERNETES_VERSION
 from infra.vpc import VpcArgs
 
@@ -96,8 +97,18 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
     return GpuKarpenterArgs(cluster_name=cluster_name, region=region, node_pools=(pool,))
 
 
+def existing_private_subnets(config: pulumi.Config) -> tuple[str, ...]:
+    """``existingPrivateSubnetIds``, which ``existingVpcId`` needs (its nodes go there)."""
+    subnets = stack_config.read_object(config, "existingPrivateSubnetIds")
+    if not subnets:
+        raise stack_config.ConfigError(
+            "stack config existingPrivateSubnetIds is needed with existingVpcId: the nodes' subnets"
+        )
+    return stack_config.strings("existingPrivateSubnetIds", subnets)
+
+
 def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> GpuEksClusterArgs:
-    existing_vpc_id = config.get("existingVpcId")
+    existing_vpc_id = stack_config.optional_text(config, "existingVpcId")
     system = stack_config.fields(
         "systemNodeGroup",
         stack_config.read_object(config, "systemNodeGroup") or {},
@@ -123,7 +134,7 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
             existing_vpc=(
                 ExistingVpcArgs(
                     vpc_id=existing_vpc_id,
-                    private_subnet_ids=tuple(config.require_object("existingPrivateSubnetIds")),
+                    private_subnet_ids=existing_private_subnets(config),
                     public_subnet_ids=tuple(config.get_object("existingPublicSubnetIds") or ()),
                 )
                 if existing_vpc_id
@@ -144,6 +155,7 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
         raise stack_config.ConfigError(f"stack config: {error}") from None
 
 
+check_settings(Path(__file__).resolve().parent)
 config = pulumi.Config()
 # One name for both: Karpenter's IAM policy and node class select the cluster's resources by it.
 cluster_name = config.get("clusterName") or "gpu-cluster"
