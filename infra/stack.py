@@ -145,9 +145,10 @@ def platform_args(
 
 
 def trial_runner_args(config: pulumi.Config) -> GpuTrialRunnerArgs | None:
-    """The optional trial runner's arguments from stack config ``trialRunner``, None when off."""
+    """The optional trial runner's arguments from stack config ``trialRunner`` (None or false:
+    off)."""
     value = stack_config.read_object(config, "trialRunner")
-    if value is None:
+    if value is None or value is False:
         return None
     given = stack_config.fields(
         "trialRunner",

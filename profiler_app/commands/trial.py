@@ -589,6 +589,9 @@ def _stop_on_signals(run: Any, received: list[int]) -> dict[int, Any]:
     return previous
 
 
+RESULTS_FORMAT_VERSION = 1  # docs/cli.md: keys are only added within a version
+
+
 def _results_document(
     run_id: str,
     *,
@@ -600,6 +603,8 @@ def _results_document(
 ) -> dict[str, Any]:
     workload = f"{plan.template.kind}/{plan.template.namespace or ''}/{plan.template.name}"
     return {
+        "kind": "trial-results",
+        "format_version": RESULTS_FORMAT_VERSION,
         "run_id": run_id,
         "workload": workload,
         "recommendation": recommendation,
@@ -680,6 +685,8 @@ def handle_report(args: argparse.Namespace) -> int:
         if not rows:
             raise UserError(f"no trial run {args.run!r} in the store {store.url}")
         document = {
+            "kind": "trial-results",
+            "format_version": RESULTS_FORMAT_VERSION,
             "run_id": args.run,
             "workload": rows[0]["workload"],
             "recommendation": rows[0]["recommendation"] or "",

@@ -103,7 +103,8 @@ class Plan:
 
     def to_json(self) -> Json:
         return {
-            "version": PLAN_VERSION,
+            "kind": "trial-plan",
+            "format_version": PLAN_VERSION,
             "created_at": self.created_at,
             "source": self.source,
             "template": self.template.to_json(),
@@ -119,7 +120,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, document: Any, origin: str) -> Plan:
-        if not isinstance(document, dict) or document.get("version") != PLAN_VERSION:
+        if not isinstance(document, dict) or document.get("format_version") != PLAN_VERSION:
             raise UserError(
                 f"{origin} is not a trial plan of version {PLAN_VERSION} (write one "
                 "with gpu-profiler trial plan)"

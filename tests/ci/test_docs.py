@@ -71,8 +71,28 @@ def gpu_profiler_commands() -> dict[str, argparse.ArgumentParser]:
     return dict(commands.choices)  # type: ignore[arg-type]
 
 
+def with_subcommands(
+    name: str, parser: argparse.ArgumentParser
+) -> dict[str, argparse.ArgumentParser]:
+    """A command's parser, or, for a command with actions of its own (``trial plan``), each
+    action's parser under its full name."""
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not nested:
+        return {name: parser}
+    return {
+        full: sub
+        for action in nested
+        for child, child_parser in action.choices.items()
+        for full, sub in with_subcommands(f"{name} {child}", child_parser).items()
+    }
+
+
 def all_parsers() -> dict[str, argparse.ArgumentParser]:
-    parsers = {f"gpu-profiler {name}": p for name, p in gpu_profiler_commands().items()}
+    parsers = {
+        full: sub
+        for name, p in gpu_profiler_commands().items()
+        for full, sub in with_subcommands(f"gpu-profiler {name}", p).items()
+    }
     parsers["python -m infra.render"] = build_render_parser()
     return parsers
 
@@ -201,11 +221,16 @@ def test_command_lines_use_existing_commands_and_flags(path: Path, line: str) ->
         arguments = words[1:]
     else:
         commands = gpu_profiler_commands()
-        if words[1].startswith("-"):
-            return  # gpu-profiler --version / --help
+        if words[1].startswith("-") or words[1].endswith(":"):
+            return  # --version / --help, or a line it printed ("gpu-profiler trial: ...")
         assert words[1] in commands, f"{relative(path)}: no command {words[1]!r} in: {line}"
         parser = commands[words[1]]
         arguments = words[2:]
+        while actions := [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]:
+            choices = {name: sub for action in actions for name, sub in action.choices.items()}
+            if not arguments or arguments[0] not in choices:
+                break  # a synopsis such as `trial plan|run|report|clean`
+            parser, arguments = choices[arguments[0]], arguments[1:]
     known = {option for action in parser._actions for option in action.option_strings}
     for word in arguments:
         word = word.lstrip("[")  # noqa: PLW2901  a usage synopsis: [--flag VALUE]

@@ -232,8 +232,8 @@ def test_results_round_trip_through_the_store(
 
     assert main(["report", "--by", "trial", "--store-url", url, "--output", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert {row["run_id"] for row in listed} == {"abcd1234"}
-    assert sum(row["recommended"] for row in listed) == 1
+    assert {row["run_id"] for row in listed["rows"]} == {"abcd1234"}
+    assert sum(row["recommended"] for row in listed["rows"]) == 1
 
     assert main(["trial", "report", "nope", "--store-url", url]) == 2
     assert "no trial run 'nope'" in one_error_line(capsys)

@@ -170,14 +170,14 @@ def test_the_plan_file_round_trips() -> None:
         source="ptj.yaml",
     )
     document: dict[str, Any] = json.loads(json.dumps(plan.to_json()))
-    assert document["version"] == 1
+    assert (document["kind"], document["format_version"]) == ("trial-plan", 1)
     assert document["trials"][0]["placement"]["sharing"] is None  # room for MIG, time-slicing
     again = Plan.from_json(document, "plan.json")
     assert again.trials == plan.trials
     assert again.template.manifest == plan.template.manifest
     assert again.scaling == plan.scaling
     with pytest.raises(UserError, match="not a trial plan of version 1"):
-        Plan.from_json({"version": 9}, "plan.json")
+        Plan.from_json({"kind": "trial-plan", "format_version": 9}, "plan.json")
 
 
 def test_budget_arithmetic() -> None:
