@@ -68,6 +68,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="a namespace that exists in the cluster already (repeatable)",
     )
     parser.add_argument(
+        "--assume-storage-class",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a StorageClass that exists in the cluster already (repeatable)",
+    )
+    parser.add_argument(
         "--pull-charts",
         action="store_true",
         help="first download the pinned charts the chart cache lacks (needs network)",
@@ -123,9 +130,12 @@ def write_folder(folder: Path, files: list[tuple[str, dict[str, Any]]]) -> None:
         path.write_text(yaml.dump(manifest, Dumper=DUMPER, sort_keys=False))
 
 
-def _checked(graph: ObjectGraph, assumed_namespaces: frozenset[str]) -> int:
+def _checked(
+    graph: ObjectGraph, assumed_namespaces: frozenset[str], assumed_classes: frozenset[str]
+) -> int:
     from infra.render.checks import run_checks  # noqa: PLC0415
 
+    graph.platform.storage_classes |= assumed_classes
     findings = run_checks(graph, assumed_namespaces)
     count = 0
     for check, lines in findings.items():
@@ -196,7 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (*bad_input, OSError) as error:
         print(f"render: error: {error}", file=sys.stderr)
         return 2
-    return _checked(graph, frozenset(args.assume_namespace)) if args.check else 0
+    if not args.check:
+        return 0
+    return _checked(graph, frozenset(args.assume_namespace), frozenset(args.assume_storage_class))
 
 
 if __name__ == "__main__":

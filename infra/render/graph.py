@@ -119,6 +119,8 @@ class Platform:
     namespaces: frozenset[str] = BUILTIN_NAMESPACES
     services: list[dict[str, Any]] = field(default_factory=list)
     pods: list[PlatformPods] = field(default_factory=list)
+    # StorageClasses the cluster has without the stack (render --assume-storage-class).
+    storage_classes: frozenset[str] = frozenset()
 
     @property
     def kube_version(self) -> str:

@@ -67,6 +67,7 @@ class Recorded:
     parent: str = ""
     urn: str = ""
     dependencies: list[str] = field(default_factory=list)
+    protect: bool = False  # Pulumi refuses to delete or replace it
 
     def get(self, path: str) -> Any:
         """The input at a dotted path (``spec.template.spec``); list items by index."""
@@ -195,6 +196,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent,
                     urn=response.urn,
                     dependencies=list(request.dependencies),
+                    protect=bool(request.protect),
                 )
             )
         return response

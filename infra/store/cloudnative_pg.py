@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -273,7 +274,7 @@ class CloudNativePgStore(pulumi.ComponentResource):
     """The operator, the database cluster, its pooler, Secrets, monitors and network policies.
 
     Pass the Kubernetes provider in ``opts``; the PodMonitors need the Prometheus operator's CRDs
-    (create this after ``GpuPlatform``).
+    (create this after ``GpuPlatform``). ``storage``: what provides the volumes' StorageClass.
     """
 
     def __init__(
@@ -282,6 +283,8 @@ class CloudNativePgStore(pulumi.ComponentResource):
         args: CloudNativePgArgs,
         endpoint: StoreEndpoint,
         ca_private_key: pulumi.Input[str],
+        *,
+        storage: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-cluster:index:CloudNativePgStore", name, None, opts)
@@ -359,7 +362,7 @@ class CloudNativePgStore(pulumi.ComponentResource):
             spec=cluster_spec(args),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[self.operator, server_ca, *user_secrets],
+                depends_on=[self.operator, server_ca, *user_secrets, *storage],
                 protect=args.deletion_protection,
             ),
         )

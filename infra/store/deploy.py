@@ -155,7 +155,8 @@ def deploy_store(plan: StorePlan, opts: pulumi.ResourceOptions) -> list[pulumi.R
             plan.database,
             plan.endpoint,
             plan.ca.private_key,
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=storage)),
+            storage=storage,
+            opts=opts,
         )
         return [store]
     if plan.rds is not None and plan.rds_args is not None and plan.rds_network is not None:
