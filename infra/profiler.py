@@ -195,7 +195,9 @@ class GpuProfiler(pulumi.ComponentResource):
                     rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="25%"),
                 ),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=labels, annotations=store.pod_annotations or None
+                    ),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=PROFILER_NAME,
                         termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,

@@ -54,6 +54,7 @@ SCRIPT_FILE = "rds_roles.py"
 SCRIPT_DIR = "/opt/rds-roles"
 MASTER_DIR = "/run/rds-master"
 CA_DIR = "/etc/rds-ca"
+SECRETS_DIR = "/etc/rds-roles"
 
 
 @dataclass(frozen=True)
@@ -350,13 +351,11 @@ class RdsRoles(pulumi.ComponentResource):
         script: k8s.core.v1.ConfigMap,
         ca: k8s.core.v1.ConfigMap,
     ) -> k8s.batch.v1.JobSpecArgs:
-        def secret_env(variable: str, user: str, key: str) -> k8s.core.v1.EnvVarArgs:
-            return k8s.core.v1.EnvVarArgs(
-                name=variable,
-                value_from=k8s.core.v1.EnvVarSourceArgs(
-                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
-                        name=secrets[user].metadata.apply(lambda m: m.name), key=key
-                    )
+        def secret_volume(user: str) -> k8s.core.v1.VolumeArgs:
+            return k8s.core.v1.VolumeArgs(
+                name=user,
+                secret=k8s.core.v1.SecretVolumeSourceArgs(
+                    secret_name=secrets[user].metadata.apply(lambda m: m.name), default_mode=0o400
                 ),
             )
 
@@ -400,10 +399,12 @@ class RdsRoles(pulumi.ComponentResource):
                     name="MASTER_SECRET_FILE", value=f"{MASTER_DIR}/secret.json"
                 ),
                 k8s.core.v1.EnvVarArgs(name="STORE_DATABASE", value=endpoint.database),
-                secret_env("WRITER_USER", "writer", USERNAME_KEY),
-                secret_env("WRITER_PASSWORD", "writer", PASSWORD_KEY),
-                secret_env("READER_USER", "reader", USERNAME_KEY),
-                secret_env("READER_PASSWORD", "reader", PASSWORD_KEY),
+                *(
+                    k8s.core.v1.EnvVarArgs(
+                        name=f"{user.upper()}_SECRET_DIR", value=f"{SECRETS_DIR}/{user}"
+                    )
+                    for user in secrets
+                ),
                 k8s.core.v1.EnvVarArgs(
                     name="READER_CONNECTION_LIMIT", value=str(READER_CONNECTION_LIMIT)
                 ),
@@ -412,6 +413,12 @@ class RdsRoles(pulumi.ComponentResource):
                 master,
                 k8s.core.v1.VolumeMountArgs(name="script", mount_path=SCRIPT_DIR, read_only=True),
                 k8s.core.v1.VolumeMountArgs(name="ca", mount_path=CA_DIR, read_only=True),
+                *(
+                    k8s.core.v1.VolumeMountArgs(
+                        name=user, mount_path=f"{SECRETS_DIR}/{user}", read_only=True
+                    )
+                    for user in secrets
+                ),
             ],
             resources=resources_,
             security_context=restricted,
@@ -454,6 +461,7 @@ class RdsRoles(pulumi.ComponentResource):
                                 name=ca.metadata.apply(lambda m: m.name)
                             ),
                         ),
+                        *(secret_volume(user) for user in secrets),
                     ],
                 ),
             ),

@@ -12,8 +12,8 @@ the plain text is in no statement the server could log. The master user's creden
 Secrets Manager, as a JSON file the Job's first container writes to a memory-backed volume.
 
 Environment: ``PGHOST``, ``PGPORT``, ``PGSSLROOTCERT`` (the CA bundle), ``MASTER_SECRET_FILE``,
-``STORE_DATABASE``, ``WRITER_USER``, ``WRITER_PASSWORD``, ``READER_USER``, ``READER_PASSWORD``,
-``READER_CONNECTION_LIMIT``.
+``STORE_DATABASE``, ``READER_CONNECTION_LIMIT``, and ``WRITER_SECRET_DIR``, ``READER_SECRET_DIR``:
+the users' mounted basic-auth Secrets (files ``username`` and ``password``).
 """
 
 from __future__ import annotations
@@ -78,10 +78,20 @@ def ensure_roles(
     )
 
 
+def _credentials(folder: str) -> tuple[str, str]:
+    """``(username, password)`` of a mounted basic-auth Secret."""
+    return (
+        (Path(folder) / "username").read_text().strip(),
+        (Path(folder) / "password").read_text().strip(),
+    )
+
+
 def main() -> int:
     env = os.environ
     try:
         master = json.loads(Path(env["MASTER_SECRET_FILE"]).read_text())
+        writer = _credentials(env["WRITER_SECRET_DIR"])
+        reader = _credentials(env["READER_SECRET_DIR"])
         with psycopg.connect(
             dbname="postgres",
             user=master["username"],
@@ -93,8 +103,8 @@ def main() -> int:
             ensure_roles(
                 connection,
                 env["STORE_DATABASE"],
-                (env["WRITER_USER"], env["WRITER_PASSWORD"]),
-                (env["READER_USER"], env["READER_PASSWORD"]),
+                writer,
+                reader,
                 int(env["READER_CONNECTION_LIMIT"]),
             )
     except (KeyError, ValueError, OSError, psycopg.Error) as error:

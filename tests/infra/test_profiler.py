@@ -115,22 +115,36 @@ def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
     assert env["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
     assert env["GPU_PROFILER_PROTECT_TRAINING"] == "true"  # Karpenter spares training pods
     # The stack's database (CloudNativePG, by default): through the pooler, TLS verified against
-    # the mounted CA, the password from a Secret (libpq reads PGPASSWORD), never in the URL.
+    # the mounted CA, the password in libpq's password file (from a Secret), never in the URL.
     assert env["GPU_PROFILER_STORE_URL"] == (
         "postgresql://gpu_profiler@gpu-profiler-store-pooler.gpu-profiler-store.svc:5432/"
         "gpu_profiler?sslmode=verify-full&sslrootcert=/etc/gpu-profiler/store-ca/ca.crt"
     )
-    assert env["PGPASSWORD"] == {"secretKeyRef": {"name": "gpu-profiler-store", "key": "password"}}
+    assert env["PGPASSFILE"] == "/run/gpu-profiler/pgpass"
     (container,) = pod_spec(eks_run)["containers"]
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert mounts["/etc/gpu-profiler/store-ca"] == {
-        "name": "store-ca",
-        "mountPath": "/etc/gpu-profiler/store-ca",
-        "readOnly": True,
-    }
+    mounts = {m["mountPath"]: (m["name"], m.get("readOnly")) for m in container["volumeMounts"]}
+    assert mounts["/etc/gpu-profiler/store-ca"] == ("store-ca", True)
+    assert mounts["/run/gpu-profiler"] == ("store-passfile", True)
     volumes = {v["name"]: v for v in pod_spec(eks_run)["volumes"]}
     assert volumes["store-ca"]["configMap"] == {"name": "gpu-profiler-store-ca"}
-    assert set(volumes) == {"store-ca", "tmp"}  # nothing on the node's disk
+    assert volumes["store-credentials"]["secret"] == {
+        "secretName": "gpu-profiler-store",
+        "items": [{"key": "pgpass", "path": "pgpass"}],
+        "defaultMode": 0o400,
+    }
+    # libpq ignores a password file its group may read: a copy with mode 0600, in memory.
+    assert volumes["store-passfile"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    (copy,) = pod_spec(eks_run)["initContainers"]
+    assert copy["command"] == [
+        "install",
+        "-m",
+        "0600",
+        "/etc/gpu-profiler/store-credentials/pgpass",
+        "/run/gpu-profiler/pgpass",
+    ]
+    assert "runAsUser" not in copy["securityContext"]  # the pod's: the daemon's user owns it
+    assert set(volumes) == {"store-ca", "store-credentials", "store-passfile", "tmp"}
+    assert not [v for v in volumes.values() if "hostPath" in v]
 
 
 def test_postgres_store_url_comes_from_a_secret() -> None:

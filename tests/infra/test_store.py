@@ -10,6 +10,7 @@ tests/integration/test_store_wiring.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -30,6 +31,7 @@ from infra.render.program import (
     run_stack,
 )
 from infra.store.cloudnative_pg import POOLER_PARAMETERS
+from infra.store.daemon import passfile_line
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 
 CLUSTER = "kubernetes:postgresql.cnpg.io/v1:Cluster"
@@ -142,6 +144,28 @@ def test_users_come_from_generated_secrets(eks_run: ProgramRun) -> None:
         assert "stringData" in secret.secret_paths
         # The operator applies a changed password without a restart.
         assert secret.inputs["metadata"]["labels"] == {"cnpg.io/reload": "true"}
+
+
+def test_the_daemon_gets_a_libpq_password_file(eks_run: ProgramRun) -> None:
+    secret = named(eks_run, SECRET, "gpu-profiler-store", "gpu-profiler")
+    assert secret.inputs["stringData"]["pgpass"] == f"*:*:*:gpu_profiler:{FAKE_PASSWORD}\n"
+    assert "stringData" in secret.secret_paths
+    annotations = eks_run.one(DAEMON_SET).get("spec.template.metadata.annotations")
+    digest = annotations["gpu-cluster.io/store-credentials-sha256"]  # a new password rolls them
+    assert digest == hashlib.sha256(FAKE_PASSWORD.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("user", "password", "line"),
+    [
+        ("gpu_profiler", "abc123", "*:*:*:gpu_profiler:abc123\n"),
+        ("u", "a:b\\c", "*:*:*:u:a\\:b\\\\c\n"),  # libpq's escapes for ':' and '\'
+    ],
+)
+def test_password_file_lines_escape_what_libpq_splits_on(
+    user: str, password: str, line: str
+) -> None:
+    assert passfile_line(user, password) == line
 
 
 def test_passwords_and_the_ca_key_are_secrets_and_nowhere_else(eks_run: ProgramRun) -> None:
@@ -419,7 +443,7 @@ def test_rds_clients_verify_the_instance_and_use_their_own_users(rds_run: Progra
         f"postgresql://gpu_profiler@{RDS_HOST}:5432/gpu_profiler"
         f"?sslmode=verify-full&sslrootcert={CA_FILE}"
     )
-    assert env["PGPASSWORD"] == {"secretKeyRef": {"name": "gpu-profiler-store", "key": "password"}}
+    assert env["PGPASSFILE"] == "/run/gpu-profiler/pgpass"
     command = rds_run.one("command:local:Command", "profiler-store-rds-ca-bundle").inputs
     assert command["create"].endswith("-m infra.store.rds_ca us-west-2")
     ca = named(rds_run, CONFIG_MAP, "gpu-profiler-store-ca", "gpu-profiler")
@@ -444,10 +468,10 @@ def test_rds_users_are_made_by_a_job_that_alone_reads_the_master_secret(
     assert roles["command"] == ["python", "/opt/rds-roles/rds_roles.py"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in roles["env"]}
     assert env["PGHOST"] == RDS_HOST
-    assert env["WRITER_PASSWORD"] == {
-        "secretKeyRef": {"name": "gpu-profiler-store-writer", "key": "password"}
-    }
+    assert env["WRITER_SECRET_DIR"] == "/etc/rds-roles/writer"
+    assert not [e for e in roles["env"] if "valueFrom" in e]  # passwords as files, not variables
     volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["writer"]["secret"]["secretName"] == "gpu-profiler-store-writer"
     assert volumes["master"]["emptyDir"]["medium"] == "Memory"
     for container in (fetch, roles):
         assert container["securityContext"]["runAsNonRoot"] is True
