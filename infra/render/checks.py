@@ -43,6 +43,7 @@ from infra.render.cnpg import (
     cnpg_secret_refs,
     cnpg_services,
     pooler_cluster_findings,
+    verified_names,
 )
 from infra.render.graph import K8sObject, ObjectGraph
 from infra.render.validity import invalid_objects
@@ -67,6 +68,11 @@ POSTGRESQL_URL = re.compile(
 POSTGRESQL_PORT = 5432
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 GRAFANA_ENV = re.compile(r"\$__env\{(\w+)\}")
+# The host of a PostgreSQL URL that verifies the server's name.
+VERIFY_FULL_HOST = re.compile(
+    r"\bpostgres(?:ql)?(?:\+\w+)?://(?:[^@/\s]*@)?([A-Za-z0-9][A-Za-z0-9.-]*)[^\s]*"
+    r"[?&]sslmode=verify-full\b"
+)
 JOB_MATCHER = re.compile(r'\bjob\s*=\s*"([^"]+)"')
 DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -393,6 +399,17 @@ def _handed_strings(obj: K8sObject) -> Iterator[tuple[str, str]]:
             yield f"container {name} args", str(text)
 
 
+def _certificate_name_findings(graph: ObjectGraph, host: str) -> Iterator[str]:
+    """``sslmode=verify-full`` to a database of the stack: ``host`` must be one of the names of
+    the certificate the operator issues, or every connection fails verification."""
+    names = verified_names(graph, host)
+    if names is not None and host not in names:
+        yield (
+            f"sslmode=verify-full to {host}, which is not among the server certificate's names "
+            f"({', '.join(names) or 'no Cluster'}); add it to certificates.serverAltDNSNames"
+        )
+
+
 def _urls(text: str) -> Iterator[tuple[str, str, int]]:
     """``(host, port or "", default port)`` of every HTTP(S) and PostgreSQL URL in ``text``."""
     for match in URL.finditer(text):
@@ -538,6 +555,10 @@ def reference_findings(graph: ObjectGraph, assumed: frozenset[str] = frozenset()
                 problem = _resolve(host, int(port or default), namespaces, all_services)
                 if problem:
                     findings.append(f"{obj}: {where}: {host}:{port or default}: {problem}")
+            for host in VERIFY_FULL_HOST.findall(text):
+                findings.extend(
+                    f"{obj}: {where}: {line}" for line in _certificate_name_findings(graph, host)
+                )
         for where, ref in _service_refs(obj):
             service = next(
                 (
@@ -658,6 +679,10 @@ def _datasource_findings(
             continue
         for source in datasources:
             where = f"{config_map}: data source {source.get('uid') or source.get('name')}"
+            if (source.get("jsonData") or {}).get("sslmode") == "verify-full":
+                host = str(source.get("url", "")).rpartition(":")[0] or str(source.get("url"))
+                for line in _certificate_name_findings(graph, host):
+                    yield f"{where}: {line}"
             for variable in sorted(set(GRAFANA_ENV.findall(json.dumps(source))) - variables):
                 yield f"{where}: Grafana has no environment variable {variable}"
             for field in ("sslRootCertFile", "sslCertFile", "sslKeyFile"):

@@ -19,6 +19,7 @@ POSTGRESQL_PORT = 5432
 INSTANCE_PORTS = (("postgresql", POSTGRESQL_PORT), ("metrics", 9187), ("status", 8000))
 POOLER_PORTS = (("pgbouncer", POSTGRESQL_PORT), ("metrics", 9127))
 CLUSTER_SERVICES = ("rw", "ro", "r")
+CLUSTER_DOMAIN = "cluster.local"  # the operator's default KUBERNETES_CLUSTER_DOMAIN
 
 
 def _cnpg(graph: ObjectGraph, kind: str) -> list[K8sObject]:
@@ -145,3 +146,45 @@ def pooler_cluster_findings(graph: ObjectGraph) -> Iterator[str]:
         name = ((pooler.manifest.get("spec") or {}).get("cluster") or {}).get("name")
         if (pooler.namespace, name) not in clusters:
             yield f"{pooler}: spec.cluster {pooler.namespace}/{name} is no Cluster of the stack"
+
+
+def _service_names(service: str, namespace: str | None) -> list[str]:
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.{CLUSTER_DOMAIN}",
+    ]
+
+
+def server_certificate_names(cluster: K8sObject) -> list[str]:
+    """The DNS names of the server certificate the operator issues for a Cluster (unless it is
+    given one): its -rw, -r and -ro Services' and ``certificates.serverAltDNSNames``, as operator
+    1.30's ``GetClusterAltDNSNames`` lists them."""
+    spec = cluster.manifest.get("spec") or {}
+    names = [
+        name
+        for suffix in ("rw", "r", "ro")
+        for name in _service_names(f"{cluster.name}-{suffix}", cluster.namespace)
+    ]
+    return names + list((spec.get("certificates") or {}).get("serverAltDNSNames") or ())
+
+
+def verified_names(graph: ObjectGraph, host: str) -> list[str] | None:
+    """The names a client reaching ``host`` may verify (``sslmode=verify-full``) when ``host`` is
+    a Service of a Cluster or Pooler of the stack (the pooler serves its Cluster's certificate);
+    None for any other host."""
+    bare = host.rstrip(".").removesuffix(f".svc.{CLUSTER_DOMAIN}").removesuffix(".svc")
+    service, _, namespace = bare.partition(".")
+    clusters = {(c.namespace, c.name): c for c in _cnpg(graph, "Cluster")}
+    for cluster in clusters.values():
+        if cluster.namespace == namespace and service in {
+            f"{cluster.name}-{suffix}" for suffix in CLUSTER_SERVICES
+        }:
+            return server_certificate_names(cluster)
+    for pooler in _cnpg(graph, "Pooler"):
+        if pooler.namespace == namespace and pooler.name == service:
+            name = ((pooler.manifest.get("spec") or {}).get("cluster") or {}).get("name")
+            named = clusters.get((namespace, str(name)))
+            return server_certificate_names(named) if named else []
+    return None
