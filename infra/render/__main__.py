@@ -3,6 +3,7 @@
     python -m infra.render stacks/eks                          # YAML stream on stdout
     python -m infra.render stacks/eks --out rendered/eks       # one file per object
     python -m infra.render stacks/kubeadm --config Pulumi.lab.yaml --check
+    python -m infra.render stacks/kubeadm --check --assume-storage-class ceph-rbd
     python -m infra.render --pull-charts                       # fill the chart cache (network)
 
 The stack program runs under Pulumi's mock engine with the stack file's config; Helm releases are
