@@ -95,10 +95,12 @@ def dashboards() -> dict[str, str]:
 
 
 def dashboard_targets() -> list[tuple[str, str, str]]:
-    """``(dashboard file, panel title, PromQL)`` for every panel target of every dashboard."""
+    """``(dashboard file, panel title, PromQL)`` for every Prometheus target of every dashboard
+    (panels on the profiler's store carry SQL, ``rawSql``, instead)."""
     targets = []
     for name, text in dashboards().items():
         for panel in json.loads(text)["panels"]:
             for target in panel.get("targets", []):
-                targets.append((name, panel["title"], target["expr"]))
+                if "expr" in target:
+                    targets.append((name, panel["title"], target["expr"]))
     return targets

@@ -3,6 +3,7 @@
     python -m infra.render stacks/eks                          # YAML stream on stdout
     python -m infra.render stacks/eks --out rendered/eks       # one file per object
     python -m infra.render stacks/kubeadm --config stacks/kubeadm/Pulumi.dev.yaml --check
+    python -m infra.render stacks/kubeadm --check --assume-storage-class ceph-rbd
     python -m infra.render --pull-charts                       # fill the chart cache (network)
 
 The stack program runs under Pulumi's mock engine with the stack file's config; Helm releases are
@@ -69,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a namespace that exists in the cluster already (repeatable)",
     )
     parser.add_argument(
+        "--assume-storage-class",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a StorageClass that exists in the cluster already (repeatable)",
+    )
+    parser.add_argument(
         "--pull-charts",
         action="store_true",
         help="first download the pinned charts the chart cache lacks (needs network)",
@@ -129,9 +137,12 @@ def write_folder(folder: Path, files: list[tuple[str, dict[str, Any]]]) -> None:
         path.write_text(yaml.dump(manifest, Dumper=DUMPER, sort_keys=False))
 
 
-def _checked(graph: ObjectGraph, assumed_namespaces: frozenset[str]) -> int:
+def _checked(
+    graph: ObjectGraph, assumed_namespaces: frozenset[str], assumed_classes: frozenset[str]
+) -> int:
     from infra.render.checks import run_checks  # noqa: PLC0415
 
+    graph.platform.storage_classes |= assumed_classes
     findings = run_checks(graph, assumed_namespaces)
     count = 0
     for check, lines in findings.items():
@@ -176,6 +187,17 @@ def _missing(error: ImportError) -> int:
     return 2
 
 
+def _emit(args: argparse.Namespace, graph: ObjectGraph) -> None:
+    """The rendered objects into --out, or onto stdout unless only --check was asked for."""
+    files = _publishable(graph)
+    if args.out is not None:
+        write_folder(args.out, files)
+        print(f"wrote {len(files)} objects to {args.out}", file=sys.stderr)
+    elif not args.check:
+        stream = (manifest for _, manifest in files)
+        yaml.dump_all(stream, sys.stdout, Dumper=DUMPER, sort_keys=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     warnings.simplefilter("ignore", DeprecationWarning)  # pulumi-eks' import-time notices
@@ -198,15 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         graph = _graph(args)
-        if graph is None:
-            return 0
-        files = _publishable(graph)
-        if args.out is not None:
-            write_folder(args.out, files)
-            print(f"wrote {len(files)} objects to {args.out}", file=sys.stderr)
-        elif not args.check:
-            stream = (manifest for _, manifest in files)
-            yaml.dump_all(stream, sys.stdout, Dumper=DUMPER, sort_keys=False)
+        if graph is not None:
+            _emit(args, graph)
     except BrokenPipeError:  # stdout piped into `head`
         sys.stderr.close()
         return 0
@@ -215,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (*bad_input, OSError) as error:
         print(f"render: error: {error}", file=sys.stderr)
         return 2
-    return _checked(graph, frozenset(args.assume_namespace)) if args.check else 0
+    if graph is None or not args.check:
+        return 0
+    return _checked(graph, frozenset(args.assume_namespace), frozenset(args.assume_storage_class))
 
 
 if __name__ == "__main__":

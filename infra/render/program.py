@@ -37,6 +37,17 @@ FAKE_KUBECONFIG = (
     "users:\n- name: u\n  user:\n    token: fake-token-not-a-secret\n"
 )
 FAKE_PASSWORD = "generated-password-0123456789abcd"  # noqa: S105  a mock's placeholder
+# What pulumi_tls and the RDS CA bundle's command would produce: PEM-shaped placeholders.
+FAKE_CERTIFICATE = (
+    "-----BEGIN CERTIFICATE-----\nplaceholder: pulumi up sets the certificate\n"
+    "-----END CERTIFICATE-----\n"
+)
+FAKE_PRIVATE_KEY = (
+    "-----BEGIN EC PRIVATE KEY-----\nplaceholder: pulumi up generates the key\n"
+    "-----END EC PRIVATE KEY-----\n"
+)
+RDS_CA_COMMAND = "-m infra.store.rds_ca"
+FAKE_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
 FAKE_OIDC_PROVIDER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE0123456789"
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
 # What `pulumi config set --secret` values become when the stack file holds them encrypted.
@@ -58,6 +69,7 @@ class Recorded:
     parent: str = ""
     urn: str = ""
     dependencies: list[str] = field(default_factory=list)
+    protect: bool = False  # Pulumi refuses to delete or replace it
 
     def get(self, path: str) -> Any:
         """The input at a dotted path (``spec.template.spec``); list items by index."""
@@ -127,10 +139,23 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["oidcProviderUrl"] = FAKE_OIDC_PROVIDER
             outputs["oidcIssuer"] = FAKE_OIDC_PROVIDER
         elif args.typ == "command:local:Command":
-            outputs["stdout"] = FAKE_KUBECONFIG
+            fetches_ca = RDS_CA_COMMAND in str(args.inputs.get("create"))
+            outputs["stdout"] = FAKE_CERTIFICATE if fetches_ca else FAKE_KUBECONFIG
             outputs["stderr"] = ""
         elif args.typ == "random:index/randomPassword:RandomPassword":
             outputs["result"] = FAKE_PASSWORD
+        elif args.typ == "tls:index/privateKey:PrivateKey":
+            outputs["privateKeyPem"] = FAKE_PRIVATE_KEY
+        elif args.typ == "tls:index/selfSignedCert:SelfSignedCert":
+            outputs["certPem"] = FAKE_CERTIFICATE
+        elif args.typ == "aws:rds/instance:Instance":
+            outputs["address"] = (
+                f"{args.inputs.get('identifier')}.abcdefghijkl.us-west-2.rds.amazonaws.com"
+            )
+            outputs["masterUserSecrets"] = [
+                {"secretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:rds!db-0"}
+            ]
+            outputs.setdefault("arn", f"arn:aws:mock:::{args.name}")
         elif args.typ.startswith("aws:"):
             outputs.setdefault("arn", f"arn:aws:mock:::{args.name}")
         return mock_id(args.typ, args.name), outputs
@@ -142,6 +167,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":  # noqa: S105
             zones = {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
             return zones, []
+        if args.token == "aws:eks/getCluster:getCluster":  # noqa: S105
+            vpc = {"clusterSecurityGroupId": FAKE_CLUSTER_SECURITY_GROUP}
+            return {"name": args.args.get("name"), "vpcConfig": vpc}, []
         return {}, []
 
 
@@ -170,6 +198,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent,
                     urn=response.urn,
                     dependencies=list(request.dependencies),
+                    protect=bool(request.protect),
                 )
             )
         return response

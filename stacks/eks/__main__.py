@@ -21,6 +21,7 @@ from infra.eks import (
 )
 from infra.karpenter import GpuKarpenter, GpuKarpenterArgs, GpuNodePoolArgs
 from infra.stack import check_settings, deploy_gpu_layer, export_access
+from infra.store.rds import eks_rds_network
 from infra.versions import KUBERNETES_VERSION
 from infra.vpc import VpcArgs
 
@@ -65,6 +66,18 @@ def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
     )
 
 
+def aws_region(why: str) -> str:
+    """The region, where the AWS provider finds it too; ConfigError saying ``why`` without one."""
+    region = (
+        pulumi.Config("aws").get("region")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+    )
+    if not region:
+        raise stack_config.ConfigError(f"stack config aws:region (or AWS_REGION) is needed: {why}")
+    return region
+
+
 def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs | None:
     """``karpenter`` from stack config: on unless ``enabled: false``."""
     spec = stack_config.fields(
@@ -72,16 +85,7 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
     )
     if not spec.get("enabled", True):
         return None
-    # Where the AWS provider finds it too.
-    region = (
-        pulumi.Config("aws").get("region")
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-    )
-    if not region:
-        raise stack_config.ConfigError(
-            "stack config aws:region (or AWS_REGION) is needed: Karpenter's IAM policy names it"
-        )
+    region = aws_region("Karpenter's IAM policy names it")
     defaults = GpuNodePoolArgs()
     try:
         pool = GpuNodePoolArgs(
@@ -162,7 +166,14 @@ cluster_name = config.get("clusterName") or "gpu-cluster"
 karpenter = karpenter_args(config, cluster_name)
 cluster = GpuEksCluster("gpu-eks", cluster_args(config, cluster_name, karpenter is not None))
 layer = deploy_gpu_layer(
-    config, cluster.kubeconfig, depends_on=cluster.ready, storage_class=cluster.storage_class
+    config,
+    cluster.kubeconfig,
+    depends_on=cluster.ready,
+    storage_class=cluster.storage_class,
+    platform_name="eks",
+    rds_network=lambda: eks_rds_network(
+        cluster, aws_region("the RDS store's CA bundle is per region")
+    ),
 )
 if karpenter is not None:
     # After the platform: the chart's ServiceMonitor needs the Prometheus operator's CRDs.

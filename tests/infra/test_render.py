@@ -37,9 +37,12 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
             "grafanaIngressHost": "grafana.example.org",
             "gpuMetricsIntervalSeconds": "5",
             "exampleWorkload": None,
+            "profilerStore": "external",
         },
         {"profilerStoreUrl": "postgresql+psycopg://p:x@db/p", "grafanaAdminPassword": "pw"},
     ),
+    "eks-rds": (EKS_STACK, {"profilerStore": "rds"}, {}),
+    "kubeadm-sqlite": (KUBEADM_STACK, {"profilerStore": "sqlite"}, {}),
     "eks-hpa": (EKS_STACK, {"workloadAutoscaler": "hpa"}, {}),
     "eks-karpenter-only": (
         EKS_STACK,
@@ -131,6 +134,8 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
         "karpenter",
         "helm/karpenter",
         "helm/karpenter-crd",
+        "profiler-store",  # the CloudNativePG database, its pooler, Secrets and policies
+        "helm/cloudnative-pg",
     }
     crds = {o.name for o in eks_graph.of_kind("CustomResourceDefinition")}
     assert {"prometheuses.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com"} <= crds
@@ -201,6 +206,11 @@ def test_scheduling_catches_the_shipped_kubeadm_inventory(
         "Deployment keda/keda-operator-metrics-apiserver",
         "Deployment keda/keda-admission-webhooks",
         "Deployment nvidia-device-plugin/nvidia-device-plugin-node-feature-discovery-gc",
+        # The profiler's database: the operator, its instances and pooler, their volumes' provider.
+        "Deployment cnpg-system/cloudnative-pg",
+        "Cluster gpu-profiler-store/gpu-profiler-store",
+        "Pooler gpu-profiler-store/gpu-profiler-store-pooler",
+        "Deployment local-path-storage/local-path-provisioner",
     }
     assert all(
         "gpu-1: taint nvidia.com/gpu=present:NoSchedule not tolerated" in line
