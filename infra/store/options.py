@@ -41,6 +41,7 @@ RDS_FIELDS = {
     "deletionProtection": "bool",
 }
 # Which keys each store reads: setting one of them for another store is a mistake worth a stop.
+EKS_ONLY_KEYS = frozenset({"profilerRds"})  # read only by the EKS stack (rds is EKS's)
 KEYS_OF = {
     "cloudnative-pg": "profilerDatabase",
     "rds": "profilerRds",
@@ -70,10 +71,13 @@ def store_options(config: pulumi.Config, platform: str) -> StoreOptions:
             "stack config profilerStore: rds is Amazon RDS, which only the EKS stack creates; "
             "use cloudnative-pg, or external with the URL of your database"
         )
+    # Empty values are the declared defaults (Pulumi.yaml): unset.
     given = {
-        "profilerDatabase": stack_config.read_object(config, "profilerDatabase"),
-        "profilerRds": stack_config.read_object(config, "profilerRds"),
-        "profilerStoreUrl": config.get_secret("profilerStoreUrl"),
+        "profilerDatabase": stack_config.read_object(config, "profilerDatabase") or None,
+        "profilerRds": (
+            stack_config.read_object(config, "profilerRds") or None if platform == "eks" else None
+        ),
+        "profilerStoreUrl": stack_config.optional_secret(config, "profilerStoreUrl"),
     }
     for other, key in KEYS_OF.items():
         if other != kind and given[key] is not None:

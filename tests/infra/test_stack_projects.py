@@ -21,6 +21,7 @@ import yaml
 from infra.render.program import Recorded, run_stack
 from infra.stack import REMOVED_SETTINGS
 from infra.stack_config import declared_config
+from infra.store.options import EKS_ONLY_KEYS
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,8 @@ TYPES = {"string": str, "integer": int, "boolean": bool, "array": list}
 PER_STACK = {"prometheusStorageClass"}
 # The stacks' required settings: Pulumi stops `pulumi up` without them.
 REQUIRED = {"inventory"}
-SHARED_PROGRAM = ROOT / "infra" / "stack.py"
+# The GPU layer's programs, both stacks': their keys are declared alike (but EKS_ONLY_KEYS).
+SHARED_PROGRAMS = [ROOT / "infra" / "stack.py", ROOT / "infra" / "store" / "options.py"]
 
 
 def declarations(stack: Path) -> dict[str, dict[str, Any]]:
@@ -65,14 +67,15 @@ def test_every_declaration_is_one_the_pulumi_cli_accepts(stack: Path) -> None:
 def test_the_gpu_layer_is_declared_alike_in_both_stacks() -> None:
     eks, kubeadm = (declarations(stack) for stack in STACKS)
     shared = set(eks) & set(kubeadm)
-    layer = keys_named_in([SHARED_PROGRAM])
+    layer = keys_named_in(SHARED_PROGRAMS) - EKS_ONLY_KEYS
     assert layer - set(REMOVED_SETTINGS) <= shared
     for key in shared - PER_STACK:
         assert eks[key] == kubeadm[key], key
 
 
 def keys_read(stack_dir: Path) -> set[str]:
-    return keys_named_in([stack_dir / "__main__.py", SHARED_PROGRAM])
+    read = keys_named_in([stack_dir / "__main__.py", *SHARED_PROGRAMS])
+    return read if stack_dir == EKS_STACK else read - EKS_ONLY_KEYS
 
 
 def keys_named_in(paths: list[Path]) -> set[str]:
