@@ -136,14 +136,21 @@ def analyse(path: Path, command: list[str] | None) -> list[dict[str, object]]:
         done = subprocess.run(
             [*command, *arguments], capture_output=True, text=True, check=True, timeout=300
         )
-        records: list[dict[str, object]] = json.loads(done.stdout)
-        return records
+        return gpu_records(done.stdout)
     output = io.StringIO()
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(io.StringIO()):
         status = cli_main(arguments)
     if status != 0:
         raise RuntimeError(f"analyze --input {path} exited with {status}")
-    return json.loads(output.getvalue())
+    return gpu_records(output.getvalue())
+
+
+def gpu_records(text: str) -> list[dict[str, object]]:
+    """The per-GPU records of ``analyze --output json``: the envelope's ``gpus``, or the bare
+    array that versions before the envelope printed (``--command`` may run one)."""
+    document = json.loads(text)
+    records: list[dict[str, object]] = document["gpus"] if isinstance(document, dict) else document
+    return records
 
 
 def label_of(job_type: str) -> str:

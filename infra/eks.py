@@ -19,7 +19,7 @@ import pulumi_eks as eks
 
 from infra import versions
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_TAINT_KEY, GPU_TAINT_VALUE
-from infra.stack import StorageClassSpec
+from infra.storage import StorageClassSpec
 from infra.vpc import Vpc, VpcArgs
 
 # EKS-optimized Amazon Linux 2023 AMIs that ship the NVIDIA driver and container toolkit.
@@ -214,6 +214,7 @@ class GpuEksCluster(pulumi.ComponentResource):
             public_subnets = list(vpc.public_subnet_ids)
 
         role = node_role(name, self)
+        self.vpc_id = pulumi.Output.from_input(vpc_id)
         self.private_subnet_ids = private_subnets
         self.cluster = eks.Cluster(
             f"{name}-eks",

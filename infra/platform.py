@@ -17,7 +17,10 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from infra import monitoring, versions
+from infra.chart_cache import cached_archive, missing_archive_message
 from infra.gpu import GPU_NODE_LABEL_KEY, gpu_node_selector, gpu_tolerations
+from infra.store.endpoint import StoreEndpoint
+from infra.store.grafana import grafana_store_objects, grafana_values
 from infra.versions import HelmChart
 
 # Release names are fixed so that service names (and the URLs below) are predictable.
@@ -69,6 +72,8 @@ class GpuPlatformArgs:
     # prometheus-adapter's external metrics API; off where KEDA serves external.metrics.k8s.io
     # (both would register the same APIService).
     adapter_external_metrics: bool = True
+    # The profiler's PostgreSQL store, provisioned in Grafana as a data source (read-only user).
+    store_datasource: StoreEndpoint | None = None
     charts: dict[str, HelmChart] = field(
         default_factory=lambda: {
             "device-plugin": versions.NVIDIA_DEVICE_PLUGIN,
@@ -95,15 +100,26 @@ def helm_release(
     *,
     skip_crds: bool = False,
 ) -> k8s.helm.v3.Release:
-    """A release of a pinned chart, rolled back if it does not become ready."""
+    """A release of a pinned chart, rolled back if it does not become ready.
+
+    A chart that no Helm repository publishes is installed from its archive in the chart cache.
+    """
+    if chart.from_source:
+        archive = cached_archive(chart)
+        if not archive.is_file():
+            raise pulumi.RunError(
+                missing_archive_message(chart.name, chart.version, archive.parent)
+            )
     return k8s.helm.v3.Release(
         name,
         k8s.helm.v3.ReleaseArgs(
             name=name,
-            chart=chart.reference,
+            chart=str(cached_archive(chart)) if chart.from_source else chart.reference,
             version=chart.version,
             repository_opts=(
-                None if chart.is_oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
+                None
+                if chart.is_oci or chart.from_source
+                else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
             ),
             namespace=namespace,
             values=values,
@@ -138,6 +154,10 @@ def device_plugin_values() -> dict[str, Any]:
         "priorityClassName": "system-node-critical",
         "deviceListStrategy": "volume-mounts",
         "deviceIDStrategy": "uuid",
+        # GPU feature discovery labels each GPU node with its product, count and memory
+        # (nvidia.com/gpu.product, ...), which `gpu-profiler trial` places trials by; it runs on
+        # the chart's node-feature-discovery subchart (its worker tolerates the GPU taint).
+        "gfd": {"enabled": True},
     }
 
 
@@ -161,6 +181,7 @@ def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
         },
         "rbac": {"useExistingClusterRole": GRAFANA_SIDECAR_ROLE},
         "ingress": {"enabled": False},
+        **(grafana_values() if args.store_datasource is not None else {}),
     }
     if args.grafana_ingress_host:
         grafana["ingress"] = {
@@ -338,13 +359,20 @@ class GpuPlatform(pulumi.ComponentResource):
             ],
             opts=child,
         )
+        # Grafana's pod refers to the store's reader Secret and CA: they come first.
+        store_objects = (
+            grafana_store_objects(args.store_datasource, namespace, in_monitoring)
+            if args.store_datasource is not None
+            else []
+        )
         self.prometheus_stack = helm_release(
             PROMETHEUS_STACK_RELEASE,
             args.charts["kube-prometheus-stack"],
             namespace,
             prometheus_stack_values(args),
             pulumi.ResourceOptions(
-                parent=self, depends_on=[monitoring_ns, grafana_secret, sidecar_role]
+                parent=self,
+                depends_on=[monitoring_ns, grafana_secret, sidecar_role, *store_objects],
             ),
         )
         # Everything below uses the operator's CRDs or Prometheus itself.

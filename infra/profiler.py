@@ -1,12 +1,13 @@
 """GpuProfiler: the gpu-profiler DaemonSet on every GPU node, with least-privilege RBAC.
 
 The daemon reads its node's GPU series from Prometheus, annotates the node and its GPU pods, serves
-its own metrics on port 9401 and keeps a table store (SQLite in an emptyDir, or PostgreSQL).
+its own metrics on port 9401 and writes its table store: the stack's PostgreSQL (CloudNativePG or
+RDS), a database given by URL, or a SQLite file on each node (``infra/store/daemon.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -15,14 +16,14 @@ from infra import versions
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import namespace_name
 from infra.security import non_root_pod_security
+from infra.store.daemon import daemon_store, pod_security_level
+from infra.store.endpoint import ProfilerStore, SqliteStore
 from profiler_app.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401
 RUN_AS_USER = 65532  # the image's non-root user
-STORE_DIR = "/var/lib/gpu-profiler"
-SQLITE_STORE_URL = f"sqlite:///{STORE_DIR}/profiler.db"
-STORE_SECRET_KEY = "store-url"  # noqa: S105  a key name
+STORE_DIR = "/var/lib/gpu-profiler"  # the image's store folder; SQLite's, on the node too
 # SIGTERM to SIGKILL. The daemon needs a few seconds (profiler_app.daemon.STOP_GRACE_SECONDS
 # for a running cycle, then the store's flush); Kubernetes' default is the same 30 s, set here
 # so the code and its comments do not rest on an unstated default.
@@ -42,8 +43,7 @@ class GpuProfilerArgs:
     prometheus_url: pulumi.Input[str]
     image: str = versions.PROFILER_IMAGE
     namespace: str = PROFILER_NAME
-    # A PostgreSQL URL (a Pulumi secret); None keeps a SQLite file in an emptyDir on each node.
-    store_url: pulumi.Input[str] | None = None
+    store: ProfilerStore = field(default_factory=SqliteStore)
     annotation_domain: str = DEFAULT_DOMAIN
     interval: str = "30s"
     window: str = "30m"
@@ -58,9 +58,7 @@ class GpuProfilerArgs:
     memory_limit: str = "512Mi"
 
 
-def _env(
-    args: GpuProfilerArgs, store_secret: k8s.core.v1.Secret | None
-) -> list[k8s.core.v1.EnvVarArgs]:
+def _env(args: GpuProfilerArgs) -> list[k8s.core.v1.EnvVarArgs]:
     plain = {
         "GPU_PROFILER_PROMETHEUS_URL": args.prometheus_url,
         "GPU_PROFILER_NODE_LABEL": versions.DCGM_NODE_LABEL,  # the node name on DCGM series
@@ -72,7 +70,7 @@ def _env(
         "GPU_PROFILER_LOG_LEVEL": args.log_level,
         "GPU_PROFILER_PROTECT_TRAINING": str(args.protect_training).lower(),
     }
-    env = [
+    return [
         k8s.core.v1.EnvVarArgs(
             name="NODE_NAME",
             value_from=k8s.core.v1.EnvVarSourceArgs(
@@ -81,20 +79,6 @@ def _env(
         ),
         *(k8s.core.v1.EnvVarArgs(name=key, value=value) for key, value in plain.items()),
     ]
-    if store_secret is None:
-        env.append(k8s.core.v1.EnvVarArgs(name="GPU_PROFILER_STORE_URL", value=SQLITE_STORE_URL))
-    else:
-        env.append(
-            k8s.core.v1.EnvVarArgs(
-                name="GPU_PROFILER_STORE_URL",
-                value_from=k8s.core.v1.EnvVarSourceArgs(
-                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
-                        name=store_secret.metadata.apply(lambda m: m.name), key=STORE_SECRET_KEY
-                    )
-                ),
-            )
-        )
-    return env
 
 
 def _health_probe(initial_delay: int, period: int) -> k8s.core.v1.ProbeArgs:
@@ -125,7 +109,7 @@ class GpuProfiler(pulumi.ComponentResource):
             "profiler-namespace",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=args.namespace,
-                labels={"pod-security.kubernetes.io/enforce": "restricted"},
+                labels={"pod-security.kubernetes.io/enforce": pod_security_level(args.store)},
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -161,21 +145,21 @@ class GpuProfiler(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, account]),
         )
 
-        store_secret = None
-        if args.store_url is not None:
-            store_secret = k8s.core.v1.Secret(
-                "profiler-store-secret",
-                metadata=meta(f"{PROFILER_NAME}-store"),
-                type="Opaque",
-                string_data={STORE_SECRET_KEY: pulumi.Output.secret(args.store_url)},
-                opts=child,
-            )
+        store = daemon_store(
+            args.store,
+            namespace,
+            labels=labels,
+            sqlite_dir=STORE_DIR,
+            user=RUN_AS_USER,
+            image=args.image,
+            opts=child,
+        )
 
         container = k8s.core.v1.ContainerArgs(
             name=PROFILER_NAME,
             image=args.image,
             command=["gpu-profiler", "run"],
-            env=_env(args, store_secret),
+            env=[*_env(args), *store.env],
             ports=[
                 k8s.core.v1.ContainerPortArgs(
                     name="metrics", container_port=METRICS_PORT, protocol="TCP"
@@ -197,7 +181,7 @@ class GpuProfiler(pulumi.ComponentResource):
                 seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
             ),
             volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="store", mount_path=STORE_DIR),
+                *store.mounts,
                 k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),  # noqa: S108
             ],
         )
@@ -211,7 +195,9 @@ class GpuProfiler(pulumi.ComponentResource):
                     rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="25%"),
                 ),
                 template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=labels, annotations=store.pod_annotations or None
+                    ),
                     spec=k8s.core.v1.PodSpecArgs(
                         service_account_name=PROFILER_NAME,
                         termination_grace_period_seconds=TERMINATION_GRACE_SECONDS,
@@ -225,12 +211,10 @@ class GpuProfiler(pulumi.ComponentResource):
                             for toleration in gpu_tolerations()
                         ],
                         security_context=non_root_pod_security(RUN_AS_USER),
+                        init_containers=store.init_containers or None,
                         containers=[container],
                         volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="store",
-                                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="1Gi"),
-                            ),
+                            *store.volumes,
                             k8s.core.v1.VolumeArgs(
                                 name="tmp",
                                 empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi"),
@@ -239,7 +223,7 @@ class GpuProfiler(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, account]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, account, *store.objects]),
         )
 
         self.service = k8s.core.v1.Service(

@@ -5,7 +5,10 @@ Config keys are camelCase, in the stack project's namespace; stacks/README.md li
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import pulumi
@@ -29,8 +32,22 @@ from infra.platform import (
     GpuPlatformArgs,
 )
 from infra.profiler import GpuProfiler, GpuProfilerArgs
+from infra.storage import StorageClassSpec
+from infra.store.cloudnative_pg import POOLER_NAME, CloudNativePgArgs
+from infra.store.deploy import StorePlan, deploy_store, plan_store
+from infra.store.endpoint import POSTGRESQL_PORT, ProfilerStore
+from infra.store.options import store_options
+from infra.store.rds import RdsNetwork
+from infra.trials import GpuTrialRunner, GpuTrialRunnerArgs
 from profiler_app.annotations import DEFAULT_DOMAIN
 
+REPORT_LOCAL_PORT = 15432  # `report` from a laptop, through a port-forward to the pooler
+
+# Settings that existed once, and what replaces them (a stack that still sets one is told).
+REMOVED_SETTINGS = {
+    "exampleHpa": "set workloadAutoscaler: hpa and exampleWorkload (namespace, name, "
+    "targetGpuUtilization, minReplicas, maxReplicas) instead",
+}
 EXAMPLE_WORKLOAD_FIELDS = {
     "namespace": "str",
     "name": "str",
@@ -64,8 +81,9 @@ def _serving_metric(spec: dict[str, Any]) -> ServingMetric | None:
 
 
 def example_workload_args(value: Any, scaler: WorkloadAutoscaler) -> ExampleWorkloadArgs | None:
-    """``exampleWorkload`` from stack config; ConfigError names what is wrong with it."""
-    if value is None:
+    """``exampleWorkload`` from stack config (None or false: none); ConfigError names what is
+    wrong with it."""
+    if value is None or value is False:
         return None
     spec = stack_config.fields("exampleWorkload", value, EXAMPLE_WORKLOAD_FIELDS)
     defaults = ExampleWorkloadArgs()
@@ -94,13 +112,13 @@ def example_workload_args(value: Any, scaler: WorkloadAutoscaler) -> ExampleWork
     return example
 
 
+def check_settings(stack_dir: Path) -> None:
+    """Refuses, in one line, a stack config key the stack's Pulumi.yaml does not declare."""
+    stack_config.refuse_undeclared_keys(stack_dir / "Pulumi.yaml", REMOVED_SETTINGS)
+
+
 def workload_autoscaler(config: pulumi.Config) -> WorkloadAutoscaler:
     """``workloadAutoscaler``: keda (default), hpa or none."""
-    if stack_config.read_object(config, "exampleHpa") is not None:
-        raise stack_config.ConfigError(
-            "stack config exampleHpa is gone: set workloadAutoscaler: hpa and exampleWorkload "
-            "(namespace, name, targetGpuUtilization, minReplicas, maxReplicas) instead"
-        )
     value = config.get("workloadAutoscaler") or "keda"
     if value in WORKLOAD_AUTOSCALERS:
         return cast(WorkloadAutoscaler, value)
@@ -121,8 +139,8 @@ def platform_args(
     try:
         return GpuPlatformArgs(
             monitoring_namespace=config.get("monitoringNamespace") or "monitoring",
-            grafana_admin_password=config.get_secret("grafanaAdminPassword"),
-            grafana_ingress_host=config.get("grafanaIngressHost"),
+            grafana_admin_password=stack_config.optional_secret(config, "grafanaAdminPassword"),
+            grafana_ingress_host=stack_config.optional_text(config, "grafanaIngressHost"),
             grafana_ingress_class=config.get("grafanaIngressClass") or "nginx",
             prometheus_retention=config.get("prometheusRetention") or "15d",
             prometheus_storage_class=(
@@ -136,21 +154,75 @@ def platform_args(
         raise stack_config.ConfigError(f"stack config: {error}") from None
 
 
+def trial_runner_args(config: pulumi.Config) -> GpuTrialRunnerArgs | None:
+    """The optional trial runner's arguments from stack config ``trialRunner`` (None or false:
+    off)."""
+    value = stack_config.read_object(config, "trialRunner")
+    if value is None or value is False:
+        return None
+    given = stack_config.fields(
+        "trialRunner",
+        value,
+        {"enabled": "bool", "namespace": "str", "maxGpus": "int", "maxTrials": "int"},
+    )
+    if not given.pop("enabled", True):
+        return None
+    names = {"namespace": "namespace", "maxGpus": "max_gpus", "maxTrials": "max_trials"}
+    try:
+        return GpuTrialRunnerArgs(**{names[key]: item for key, item in given.items()})
+    except ValueError as error:
+        raise stack_config.ConfigError(f"stack config {error}") from None
+
+
 def profiler_args(
-    config: pulumi.Config, prometheus_url: pulumi.Input[str], monitoring_namespace: str
+    config: pulumi.Config,
+    prometheus_url: pulumi.Input[str],
+    monitoring_namespace: str,
+    store: ProfilerStore,
 ) -> GpuProfilerArgs:
     """GpuProfiler's arguments from stack config."""
     return GpuProfilerArgs(
         prometheus_url=prometheus_url,
-        image=config.get("profilerImage") or versions.PROFILER_IMAGE,
-        namespace=config.get("profilerNamespace") or "gpu-profiler",
-        store_url=config.get_secret("profilerStoreUrl"),
+        image=profiler_image(config),
+        namespace=profiler_namespace(config),
+        store=store,
         annotation_domain=config.get("annotationDomain") or DEFAULT_DOMAIN,
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",
         monitoring_namespace=monitoring_namespace,
     )
+
+
+def profiler_image(config: pulumi.Config) -> str:
+    return config.get("profilerImage") or versions.PROFILER_IMAGE
+
+
+def profiler_namespace(config: pulumi.Config) -> str:
+    return config.get("profilerNamespace") or "gpu-profiler"
+
+
+def store_plan(
+    config: pulumi.Config,
+    platform: str,
+    monitoring_namespace: str,
+    storage_class: StorageClassSpec | None,
+    rds_network: Callable[[], RdsNetwork] | None,
+) -> StorePlan:
+    """The profiler's store from stack config (step 1: nothing in the cluster yet)."""
+    options = store_options(config, platform)
+    try:
+        return plan_store(
+            options,
+            default_storage_class=storage_class.name if storage_class else None,
+            rds_network=rds_network() if options.kind == "rds" and rds_network else None,
+            monitoring_namespace=monitoring_namespace,
+            profiler_namespace=profiler_namespace(config),
+            profiler_image=profiler_image(config),
+        )
+    except ValueError as error:
+        key = "profilerRds" if options.kind == "rds" else "profilerDatabase"
+        raise stack_config.ConfigError(f"stack config {key}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -161,29 +233,31 @@ class GpuLayer:
     platform: GpuPlatform
     profiler: GpuProfiler
     autoscaling: WorkloadAutoscaling
-
-
-@dataclass(frozen=True)
-class StorageClassSpec:
-    """A StorageClass the stack creates for Prometheus' volume (the platform's block storage)."""
-
-    name: str
-    provisioner: str
-    parameters: dict[str, str]
+    store: StorePlan
+    trial_runner: GpuTrialRunner | None = None
 
 
 def deploy_gpu_layer(
     config: pulumi.Config,
     kubeconfig: pulumi.Input[str],
     depends_on: list[pulumi.Resource] | None = None,
+    *,
     storage_class: StorageClassSpec | None = None,
+    platform_name: str = "kubeadm",
+    rds_network: Callable[[], RdsNetwork] | None = None,
 ) -> GpuLayer:
-    """Monitoring and profiling on the cluster behind ``kubeconfig``.
+    """Monitoring, profiling and the profiler's store on the cluster behind ``kubeconfig``.
 
-    ``storage_class``: created first, and Prometheus' volume uses it unless the stack config names
-    another class (``prometheusStorageClass``).
+    ``storage_class``: created first; Prometheus' volume and the database's use it unless the stack
+    config names another class (``prometheusStorageClass``, ``profilerDatabase.storageClass``).
+    Without one, the database's volumes come from local-path-provisioner. ``rds_network``: where
+    ``profilerStore: rds`` puts the database (EKS), called only for that store.
     """
     p_args = platform_args(config, storage_class.name if storage_class else None)
+    store = store_plan(
+        config, platform_name, p_args.monitoring_namespace, storage_class, rds_network
+    )
+    p_args = dataclasses.replace(p_args, store_datasource=store.endpoint)
     scaler = workload_autoscaler(config)
     example = example_workload_args(stack_config.read_object(config, "exampleWorkload"), scaler)
     provider = k8s.Provider(
@@ -196,6 +270,7 @@ def deploy_gpu_layer(
         platform_depends.append(
             k8s.storage.v1.StorageClass(
                 "prometheus-storage-class",
+                # Prometheus' and the database's volumes (the resource keeps its first name).
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=storage_class.name),
                 provisioner=storage_class.provisioner,
                 parameters=storage_class.parameters,
@@ -207,10 +282,16 @@ def deploy_gpu_layer(
         )
     on_cluster = pulumi.ResourceOptions(providers=[provider], depends_on=platform_depends)
     platform = GpuPlatform("gpu-platform", p_args, opts=on_cluster)
+    store_ready = deploy_store(
+        store,
+        pulumi.ResourceOptions(providers=[provider], depends_on=[platform, *platform_depends]),
+    )
     profiler = GpuProfiler(
         "gpu-profiler",
-        profiler_args(config, platform.prometheus_url, p_args.monitoring_namespace),
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform]),
+        profiler_args(
+            config, platform.prometheus_url, p_args.monitoring_namespace, store.profiler_store
+        ),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform, *store_ready]),
     )
     autoscaling = WorkloadAutoscaling(
         "workload-autoscaling",
@@ -221,8 +302,19 @@ def deploy_gpu_layer(
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform]),
     )
+    trial_args = trial_runner_args(config)
+    trial_runner = None
+    if trial_args is not None:
+        trial_runner = GpuTrialRunner(
+            "gpu-trial-runner", trial_args, opts=pulumi.ResourceOptions(providers=[provider])
+        )
     return GpuLayer(
-        provider=provider, platform=platform, profiler=profiler, autoscaling=autoscaling
+        provider=provider,
+        platform=platform,
+        profiler=profiler,
+        autoscaling=autoscaling,
+        trial_runner=trial_runner,
+        store=store,
     )
 
 
@@ -250,3 +342,24 @@ def export_access(
     )
     pulumi.export("prometheusUrlInCluster", layer.platform.prometheus_url)
     pulumi.export("profilerNamespace", layer.profiler.namespace)
+    if layer.trial_runner is not None:
+        pulumi.export("trialNamespace", layer.trial_runner.namespace)
+    export_store(layer.store)
+
+
+def export_store(store: StorePlan) -> None:
+    """Which store holds the history, and for a database, how to query it from a laptop."""
+    pulumi.export("profilerStore", store.options.kind)
+    if store.endpoint is None:
+        return
+    pulumi.export("profilerStoreHost", store.endpoint.host)
+    if store.database is not None:
+        pulumi.export("profilerStorePortForward", report_port_forward(store.database))
+
+
+def report_port_forward(database: CloudNativePgArgs) -> str:
+    """The command that makes the pooler reachable on localhost:15432 (docs/store.md)."""
+    return (
+        f"kubectl -n {database.namespace} port-forward svc/{POOLER_NAME} "
+        f"{REPORT_LOCAL_PORT}:{POSTGRESQL_PORT}"
+    )

@@ -15,15 +15,28 @@ class HelmChart:
     name: str
     repo: str
     version: str
+    # A chart published in no Helm repository: its folder in ``repo``'s source archive at the tag
+    # ``v<version>``. `python -m infra.render --pull-charts` packages it into the chart cache, and
+    # the stack installs it from there.
+    source_path: str | None = None
 
     @property
     def is_oci(self) -> bool:
         return self.repo.startswith("oci://")
 
     @property
+    def from_source(self) -> bool:
+        return self.source_path is not None
+
+    @property
     def reference(self) -> str:
         """What `helm install` takes: the chart's name in a classic repository, its URL in OCI."""
         return f"{self.repo}/{self.name}" if self.is_oci else self.name
+
+    @property
+    def source_archive_url(self) -> str:
+        """The tarball of the source repository at the chart's tag (GitHub's archive URL)."""
+        return f"{self.repo}/archive/refs/tags/v{self.version}.tar.gz"
 
 
 NVIDIA_DEVICE_PLUGIN = HelmChart(
@@ -64,6 +77,21 @@ KARPENTER = HelmChart(
     version="1.14.1",
 )
 
+# The profiler's store: the CloudNativePG operator (its CRDs are templates of the chart, so they
+# are upgraded with it) and, on clusters without a storage provisioner, local-path-provisioner,
+# which Rancher publishes only as a folder of its repository.
+CLOUDNATIVE_PG = HelmChart(
+    name="cloudnative-pg",
+    repo="https://cloudnative-pg.github.io/charts",
+    version="0.29.0",  # operator 1.30.0
+)
+LOCAL_PATH_PROVISIONER = HelmChart(
+    name="local-path-provisioner",
+    repo="https://github.com/rancher/local-path-provisioner",
+    version="0.0.37",
+    source_path="deploy/chart/local-path-provisioner",
+)
+
 # Every chart the stacks install, for `python -m infra.render --pull-charts`.
 PINNED_CHARTS = (
     NVIDIA_DEVICE_PLUGIN,
@@ -73,6 +101,8 @@ PINNED_CHARTS = (
     KEDA,
     KARPENTER_CRD,
     KARPENTER,
+    CLOUDNATIVE_PG,
+    LOCAL_PATH_PROVISIONER,
 )
 
 # The example GPU inference server (vLLM's OpenAI-compatible server; it exports request metrics
@@ -92,6 +122,18 @@ DCGM_NODE_LABEL = "Hostname"
 PROFILER_IMAGE_REPOSITORY = "ghcr.io/centaurusinfra/gpu-profiler"
 PROFILER_VERSION = "0.1.0"
 PROFILER_IMAGE = f"{PROFILER_IMAGE_REPOSITORY}:{PROFILER_VERSION}"
+
+# PostgreSQL and PgBouncer images of the CloudNativePG cluster: operator 1.30.0's defaults, pinned
+# so that an operator upgrade does not roll the database by itself. The local-path helper (it
+# creates and removes volume folders on the node) is pinned instead of the chart's busybox:latest.
+POSTGRESQL_IMAGE = "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie"
+PGBOUNCER_IMAGE = "ghcr.io/cloudnative-pg/pgbouncer:1.25.1"
+LOCAL_PATH_HELPER_IMAGE = ("docker.io/library/busybox", "1.37.0")
+# Amazon RDS for PostgreSQL (profilerStore: rds): the major version; RDS applies minor upgrades.
+RDS_POSTGRESQL_VERSION = "18"
+RDS_PARAMETER_GROUP_FAMILY = "postgres18"
+# The AWS CLI that reads RDS's master secret in the store's bootstrap Job.
+AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
 
 # Kubernetes minor version of EKS clusters; also the schema version objects are validated against.
 KUBERNETES_VERSION = "1.31"

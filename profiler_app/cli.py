@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -17,6 +18,8 @@ COMMAND_MODULES = {
     "analyze": "profiler_app.commands.analyze",
     "report": "profiler_app.commands.report",
     "trace": "profiler_app.commands.trace",
+    "trial": "profiler_app.commands.trial",
+    "completion": "profiler_app.commands.completion",
 }
 
 
@@ -26,9 +29,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="gpu-profiler",
         description="Classify what each GPU is doing (idle, training, inference, bursty) "
         "and publish it to Kubernetes annotations, Prometheus metrics and a table store; "
-        "explain one job from an Nsight Systems report (trace).",
+        "explain one job from an Nsight Systems report (trace); try a training job on other "
+        "placements (trial).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.set_defaults(full_parser=build_parser)  # for `completion`, which completes them all
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMAND_MODULES.items():
         if only in (None, name):
@@ -37,7 +42,32 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    """Runs one command. A reader that closes the pipe early (``| head``) ends it quietly, exit 0,
+    as it ends ``git log`` or ``kubectl get``: the output was wanted only in part."""
+    try:
+        status = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+    except SystemExit:  # --help, --version and usage errors print, then exit through argparse
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _reader_gone()
+        raise
+    return status
+
+
+def _reader_gone() -> int:
+    """stdout's reader has gone: what is still buffered goes nowhere, and the interpreter's final
+    flush finds nothing to complain about."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
+def _run(arguments: list[str]) -> int:
     first = arguments[0] if arguments else None
     if first in COMMAND_MODULES or first == "--version":
         parser = build_parser(only=first)  # "--version" loads no command at all
@@ -58,4 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:  # an installation without what this command imports
+        print(
+            f"gpu-profiler: error: the Python module {error.name} is missing: reinstall "
+            "gpu-cluster-profiler with pip (README, 'Setup')",
+            file=sys.stderr,
+        )
+        return 2
+    except SystemExit as stop:
+        # Commands return their status and never exit; a rich Console that met a closed pipe
+        # does, with status 1 (Console.on_broken_pipe, stdout already sent to /dev/null).
+        if stop.code != 1:
+            raise
+        return _reader_gone()
     return status

@@ -198,6 +198,7 @@ def build_profiles(
             pod=current[1] if current else None,
             confidence=result.confidence,
             reasons=result.reasons + _memory_held(str(result.job_type), stats[row]),
+            basis=result.basis.label,
             pods=timelines.pods[row],
             owner_kind=workload.kind if workload else None,
             owner_name=(workload.name or None) if workload else None,

@@ -1,15 +1,43 @@
-"""GPU profiles as JSON records or as a plain aligned table (no wrapping, safe to pipe)."""
+"""GPU profiles as JSON records or as a plain aligned table (no wrapping, safe to pipe).
+
+``aligned`` is the one table layout of the command line (``analyze`` and ``report``): columns as
+wide as their widest cell, never cut, as kubectl prints them. A narrow default shows what most
+readers came for; ``wide`` adds the rest.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from profiler_app.durations import format_duration
-from profiler_app.model import FieldStats, GpuProfile
+from profiler_app.model import (
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    POWER_USAGE,
+    FieldStats,
+    GpuProfile,
+)
 
+# ``--output json`` of analyze: its keys and their meaning are a contract (docs/cli.md). Keys may
+# be added within a version; removing, renaming or retyping one raises it.
+ANALYZE_FORMAT_VERSION = 1
 _FIELD_PREFIXES = ("DCGM_FI_DEV_", "DCGM_FI_PROF_", "DCGM_FI_")
+# Units of the dcgm-exporter fields the table shows (dcgm-exporter's own, see its counter list).
+FIELD_UNITS = {
+    GPU_UTIL: "%",
+    MEM_COPY_UTIL: "%",
+    FB_USED: "MiB",
+    FB_FREE: "MiB",
+    POWER_USAGE: "W",
+    "DCGM_FI_DEV_GPU_TEMP": "C",
+    "DCGM_FI_DEV_MEMORY_TEMP": "C",
+    "DCGM_FI_DEV_SM_CLOCK": "MHz",
+    "DCGM_FI_DEV_MEM_CLOCK": "MHz",
+}
 
 
 def _number(value: float) -> float | None:
@@ -43,6 +71,7 @@ def profile_record(profile: GpuProfile) -> dict[str, object]:
         ],
         "owner": owner,
         "job_type": profile.job_type,
+        "basis": profile.basis,
         "period_seconds": profile.period_seconds,
         "confidence": profile.confidence,
         "reasons": list(profile.reasons),
@@ -51,7 +80,12 @@ def profile_record(profile: GpuProfile) -> dict[str, object]:
 
 
 def render_json(profiles: Sequence[GpuProfile]) -> str:
-    return json.dumps([profile_record(p) for p in profiles], indent=2, allow_nan=False)
+    document = {
+        "kind": "analyze",
+        "format_version": ANALYZE_FORMAT_VERSION,
+        "gpus": [profile_record(p) for p in profiles],
+    }
+    return json.dumps(document, indent=2, allow_nan=False)
 
 
 def short_field_name(field: str) -> str:
@@ -73,46 +107,80 @@ def _cell(value: float | None) -> str:
 
 
 def _percent(fraction: float) -> str:
-    return "-" if math.isnan(fraction) else f"{fraction * 100:.0f}%"
+    return "-" if math.isnan(fraction) else f"{fraction * 100:.0f}"
 
 
-def render_table(profiles: Sequence[GpuProfile], fields: Sequence[str]) -> str:
-    """One row per profile. ``fields[0]`` is the classified field: max, p95, mean and idle share
-    are shown for it; the maximum of every other field follows, then the reasons. Columns are
-    as wide as their widest cell, numbers right-aligned."""
+def _headed(name: str, unit: str | None) -> str:
+    return f"{name} {unit}" if unit else name
+
+
+def render_table(
+    profiles: Sequence[GpuProfile], fields: Sequence[str], *, wide: bool = False
+) -> str:
+    """One row per profile. ``fields[0]`` is the classified field: its maximum and idle share are
+    shown (with ``wide``, its p95 and mean, the maximum of every other field, the basis and the
+    UUID too), then the reasons. Columns empty for every GPU are left out."""
     primary, *others = fields
-    name = short_field_name(primary)
-    header = ["NODE", "GPU", "UUID", "POD", "JOB TYPE", "PERIOD", "CONF"]
-    header += [f"{name} MAX", "P95", "MEAN", "IDLE"]
-    header += [f"{short_field_name(field)} MAX" for field in others]
-    header.append("REASONS")
-    rows = [header]
+    name, unit = short_field_name(primary), FIELD_UNITS.get(primary)
+    columns: list[tuple[str, bool]] = [("NODE", False), ("GPU", False)]  # (header, right-aligned)
+    columns += [("UUID", False)] if wide else []
+    columns += [("POD", False), ("JOB TYPE", False)]
+    columns += [("BASIS", False)] if wide else []
+    columns += [("PERIOD", True), ("CONF", True), (_headed(f"{name} MAX", unit), True)]
+    columns += [(_headed("P95", unit), True), (_headed("MEAN", unit), True)] if wide else []
+    columns += [("IDLE %", True)]
+    if wide:
+        columns += [
+            (_headed(f"{short_field_name(field)} MAX", FIELD_UNITS.get(field)), True)
+            for field in others
+        ]
+    columns.append(("REASONS", False))
+    rows = []
     for profile in profiles:
         main = profile.stats.get(primary)
         pod = f"{profile.namespace}/{profile.pod}" if profile.pod else "-"
         period = format_duration(profile.period_seconds) if profile.period_seconds else "-"
         confidence = "-" if profile.confidence is None else f"{profile.confidence:.2f}"
-        row = [profile.hostname, profile.gpu, profile.uuid or "-", pod, profile.job_type, period]
-        row.append(confidence)
-        if main is None:
-            row += ["-"] * 4
-        else:
-            row += [
-                _cell(main.max),
-                _cell(main.p95),
-                _cell(main.mean),
-                _percent(main.idle_fraction),
-            ]
-        row += [_cell(s.max) if (s := profile.stats.get(field)) else "-" for field in others]
+        row = [profile.hostname, profile.gpu] + ([profile.uuid or "-"] if wide else [])
+        row += [pod, profile.job_type] + ([profile.basis or "-"] if wide else [])
+        row += [period, confidence, "-" if main is None else _cell(main.max)]
+        if wide:
+            row += ["-", "-"] if main is None else [_cell(main.p95), _cell(main.mean)]
+        row.append("-" if main is None else _percent(main.idle_fraction))
+        if wide:
+            row += [_cell(s.max) if (s := profile.stats.get(field)) else "-" for field in others]
         row.append("; ".join(profile.reasons) or "-")
         rows.append(row)
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    numeric = range(5, len(header) - 1)  # PERIOD to the statistics read better right-aligned
-    lines = [
-        "  ".join(
-            cell.rjust(width) if column in numeric else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
+    keys = {"NODE", "GPU", "JOB TYPE"}
+    return aligned(
+        [header for header, _ in columns],
+        rows,
+        right={index for index, (_, right) in enumerate(columns) if right},
+        keep={index for index, (header, _) in enumerate(columns) if header in keys},
+    )
+
+
+def aligned(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Collection[int] = (),
+    keep: Collection[int] = (),
+) -> str:
+    """Columns as wide as their widest cell, two spaces apart, nothing cut or wrapped. A column
+    whose every cell is "-" is left out unless it is in ``keep``; ``right`` columns (numbers) are
+    right-aligned."""
+    shown = [
+        index
+        for index in range(len(header))
+        if index in keep or not rows or any(row[index] != "-" for row in rows)
     ]
-    return "\n".join(lines)
+    table = [[line[index] for index in shown] for line in [list(header), *rows]]
+    widths = [max(len(line[column]) for line in table) for column in range(len(shown))]
+    return "\n".join(
+        "  ".join(
+            cell.rjust(width) if shown[column] in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ).rstrip()
+        for line in table
+    )

@@ -1,6 +1,6 @@
 """Summaries of the table store over a time range: per node, per GPU, per pod, idle pods, and
-the idle GPU-hours people can act on (waste), and the Nsight Systems traces recorded by
-``gpu-profiler trace``.
+the idle GPU-hours people can act on (waste), the Nsight Systems traces recorded by
+``gpu-profiler trace``, and the trials of ``gpu-profiler trial run``.
 
 Hours per job type are the GPUs' covered time inside the range: each ``gpu_window`` row stands
 for the time since the previous row of its GPU (``covers_seconds``, capped at the window), and
@@ -27,7 +27,7 @@ from profiler_app.sinks.store.history import (
     larger,
     smaller,
 )
-from profiler_app.sinks.store.models import pod_usage, trace_gpu
+from profiler_app.sinks.store.models import pod_usage, trace_gpu, trial_result
 from profiler_app.sinks.store.rollups import MICROSECONDS, microseconds
 from profiler_app.sinks.store.schema import UNKNOWN_START_TIME
 
@@ -104,6 +104,7 @@ class Report:
     idle_pods: list[PodSummary]
     waste: list[WasteSummary] = field(default_factory=list)
     traces: list[dict[str, Any]] = field(default_factory=list)  # trace_gpu rows, newest first
+    trials: list[dict[str, Any]] = field(default_factory=list)  # trial_result rows, newest first
     notes: list[str] = field(default_factory=list)  # e.g. an edge estimated from a rollup
 
 
@@ -151,6 +152,8 @@ def build_report(
         )
     if "trace" in wanted:
         report.traces = trace_rows(connection, since=since, until=until, node=node)
+    if "trial" in wanted:
+        report.trials = trial_rows(connection, since=since, until=until)
     return report
 
 
@@ -328,6 +331,22 @@ def trace_rows(
     return [dict(row) for row in connection.execute(query).mappings()]
 
 
+def trial_rows(connection: Connection, *, since: datetime, until: datetime) -> list[dict[str, Any]]:
+    """Trials of ``gpu-profiler trial run`` recorded within the range, newest run first."""
+    columns = [trial_result.c[name] for name in _VIEW_COLUMNS["trial"]]
+    query = (
+        select(*columns)
+        .where(trial_result.c.recorded_at >= since, trial_result.c.recorded_at <= until)
+        .order_by(
+            trial_result.c.recorded_at.desc(),
+            trial_result.c.run_id,
+            trial_result.c.gpus,
+            trial_result.c.trial,
+        )
+    )
+    return [dict(row) for row in connection.execute(query).mappings()]
+
+
 def _larger(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
@@ -336,7 +355,7 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace")
+REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial")
 _HOURS_COLUMNS = ["covered_hours", *(f"{job_type}_hours" for job_type in JOB_TYPES), "other_hours"]
 _VIEW_COLUMNS = {
     "node": ["node", "gpus", *_HOURS_COLUMNS, "idle_gpu_hours", "util_max_percent"],
@@ -387,6 +406,24 @@ _VIEW_COLUMNS["trace"] = [
 ]
 
 
+_VIEW_COLUMNS["trial"] = [
+    "run_id",
+    "recorded_at",
+    "workload",
+    "trial",
+    "placement",
+    "status",
+    "estimator",
+    "throughput",
+    "unit",
+    "throughput_per_gpu",
+    "scaling_efficiency",
+    "gpu_seconds",
+    "pareto",
+    "recommended",
+]
+
+
 def view_columns(by: str) -> list[str]:
     """Column names of a view, also when it has no rows (CSV header, empty table)."""
     return list(_VIEW_COLUMNS[by])
@@ -396,6 +433,8 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
     """One view of the report as flat rows (the same columns in every output format)."""
     if by == "trace":
         return [dict(row) for row in report.traces]
+    if by == "trial":
+        return [dict(row) for row in report.trials]
     if by == "node":
         return [
             {

@@ -46,10 +46,17 @@ def floors(pyproject: dict[str, object]) -> dict[str, str]:
     extras = project["optional-dependencies"]
     requirements = [*project["dependencies"], *extras["postgres"]]
     pinned = dict(floor(requirement) for requirement in requirements)
-    tools = dict(floor(item) for item in extras["dev"] if floor_name(item) in TEST_TOOLS)
+    # The test tools' floors, from the dev extra and the extras it includes (smoke has pytest).
+    tool_extras = ("dev", "smoke")
+    tools = dict(
+        floor(item)
+        for extra in tool_extras
+        for item in extras[extra]
+        if floor_name(item) in TEST_TOOLS
+    )
     missing = set(TEST_TOOLS) - set(tools)
     if missing:
-        raise ValueError(f"the dev extra declares no floor for {', '.join(sorted(missing))}")
+        raise ValueError(f"the dev extras declare no floor for {', '.join(sorted(missing))}")
     return pinned | tools
 
 

@@ -1,14 +1,14 @@
 # shellcheck shell=bash
 # Shared setup steps for scripts/run and scripts/test (sourced, not executed).
-# With SETUP_QUIET=1 (scripts/run) a setup that succeeds prints nothing, so the first lines on
-# the screen are the profiler's own; whatever fails is shown in full.
+# Each step says what it does on stderr, one line, before it starts (a fresh machine takes
+# minutes); the tools' own output is shown only when a step fails. stdout stays the program's.
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
 say() {
-    [ -n "${SETUP_QUIET:-}" ] || echo "$@"
+    echo "$@" >&2
 }
 
 # Runs a command with its output held back, and shown on stderr only when it fails.
@@ -41,10 +41,10 @@ install_system_packages() {
 ensure_venv() {
     local extras="$1"
     if [ ! -x .venv/bin/python ]; then
-        say "==> Creating .venv"
+        say "==> Creating .venv and upgrading pip in it"
         quietly python3 -m venv .venv
         quietly .venv/bin/pip install --upgrade pip
     fi
-    say "==> Installing gpu-cluster-profiler${extras} into .venv"
+    say "==> Installing gpu-cluster-profiler${extras} into .venv (minutes the first time)"
     quietly .venv/bin/pip install -e ".${extras}"
 }

@@ -6,3 +6,17 @@
 - ``validity``, ``checks``: what must hold for `pulumi up` to converge and the cluster to work;
 - ``__main__``: ``python -m infra.render``, the same for users (see stacks/README.md).
 """
+
+# The checks of `--check`, in the order they run (infra.render.checks.CHECKS; a test keeps the two
+# equal). Named here so that --help lists them without loading the checks.
+CHECK_NAMES = (
+    "values",
+    "schema",
+    "namespaces",
+    "monitoring",
+    "references",
+    "grafana",
+    "scheduling",
+    "conflicts",
+    "scalers",
+)

@@ -2,7 +2,8 @@
 
     python -m infra.render stacks/eks                          # YAML stream on stdout
     python -m infra.render stacks/eks --out rendered/eks       # one file per object
-    python -m infra.render stacks/kubeadm --config Pulumi.lab.yaml --check
+    python -m infra.render stacks/kubeadm --config stacks/kubeadm/Pulumi.dev.yaml --check
+    python -m infra.render stacks/kubeadm --check --assume-storage-class ceph-rbd
     python -m infra.render --pull-charts                       # fill the chart cache (network)
 
 The stack program runs under Pulumi's mock engine with the stack file's config; Helm releases are
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from infra.render import CHECK_NAMES
+
 if TYPE_CHECKING:
     from infra.render.graph import ObjectGraph
 
@@ -37,7 +40,7 @@ class UsageError(Exception):
     """Bad input, reported in one line."""
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra.render",
         description="Write every Kubernetes object a stack would create (Helm releases rendered "
@@ -57,8 +60,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="check the object graph (schemas, namespaces, monitoring, references, Grafana, "
-        "scheduling); exit 1 when anything is found",
+        help=f"check the object graph ({', '.join(CHECK_NAMES)}); exit 1 when anything is found",
     )
     parser.add_argument(
         "--assume-namespace",
@@ -68,10 +70,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="a namespace that exists in the cluster already (repeatable)",
     )
     parser.add_argument(
+        "--assume-storage-class",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a StorageClass that exists in the cluster already (repeatable)",
+    )
+    parser.add_argument(
         "--pull-charts",
         action="store_true",
         help="first download the pinned charts the chart cache lacks (needs network)",
     )
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.stack is None and not args.pull_charts:
         parser.error("give a stack folder, or --pull-charts")
@@ -123,9 +137,12 @@ def write_folder(folder: Path, files: list[tuple[str, dict[str, Any]]]) -> None:
         path.write_text(yaml.dump(manifest, Dumper=DUMPER, sort_keys=False))
 
 
-def _checked(graph: ObjectGraph, assumed_namespaces: frozenset[str]) -> int:
+def _checked(
+    graph: ObjectGraph, assumed_namespaces: frozenset[str], assumed_classes: frozenset[str]
+) -> int:
     from infra.render.checks import run_checks  # noqa: PLC0415
 
+    graph.platform.storage_classes |= assumed_classes
     findings = run_checks(graph, assumed_namespaces)
     count = 0
     for check, lines in findings.items():
@@ -156,6 +173,31 @@ def _graph(args: argparse.Namespace) -> ObjectGraph | None:
     return build_graph(run_stack(args.stack, config_file=args.config))
 
 
+# The pyproject extra that installs each optional top-level module a stack may import.
+EXTRA_OF_MODULE = {"ansible": "ansible", "pulumi": "infra", "pulumi_aws": "infra"}
+
+
+def _missing(error: ImportError) -> int:
+    """One line naming the missing module and the extra that installs it; exit status 2."""
+    module = (error.name or "a module").partition(".")[0]
+    extra = next(
+        (extra for name, extra in EXTRA_OF_MODULE.items() if module.startswith(name)), "render"
+    )
+    print(f"render: error: {module} is missing: pip install -e '.[{extra}]'", file=sys.stderr)
+    return 2
+
+
+def _emit(args: argparse.Namespace, graph: ObjectGraph) -> None:
+    """The rendered objects into --out, or onto stdout unless only --check was asked for."""
+    files = _publishable(graph)
+    if args.out is not None:
+        write_folder(args.out, files)
+        print(f"wrote {len(files)} objects to {args.out}", file=sys.stderr)
+    elif not args.check:
+        stream = (manifest for _, manifest in files)
+        yaml.dump_all(stream, sys.stdout, Dumper=DUMPER, sort_keys=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     warnings.simplefilter("ignore", DeprecationWarning)  # pulumi-eks' import-time notices
@@ -167,10 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from infra.render.charts import ChartError  # noqa: PLC0415
         from infra.render.program import StackFileError  # noqa: PLC0415
     except ImportError as error:
-        print(
-            f"render: error: {error.name} is missing: pip install -e '.[render]'", file=sys.stderr
-        )
-        return 2
+        return _missing(error)
     bad_input = (
         UsageError,
         ChartError,
@@ -181,22 +220,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         graph = _graph(args)
-        if graph is None:
-            return 0
-        files = _publishable(graph)
-        if args.out is not None:
-            write_folder(args.out, files)
-            print(f"wrote {len(files)} objects to {args.out}", file=sys.stderr)
-        elif not args.check:
-            stream = (manifest for _, manifest in files)
-            yaml.dump_all(stream, sys.stdout, Dumper=DUMPER, sort_keys=False)
+        if graph is not None:
+            _emit(args, graph)
     except BrokenPipeError:  # stdout piped into `head`
         sys.stderr.close()
         return 0
+    except ModuleNotFoundError as error:  # an optional dependency the stack's program imports
+        return _missing(error)
     except (*bad_input, OSError) as error:
         print(f"render: error: {error}", file=sys.stderr)
         return 2
-    return _checked(graph, frozenset(args.assume_namespace)) if args.check else 0
+    if graph is None or not args.check:
+        return 0
+    return _checked(graph, frozenset(args.assume_namespace), frozenset(args.assume_storage_class))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ CRDs installed before included. The chart's ``crds/`` come first, as Helm instal
 
 from __future__ import annotations
 
+import io
 import json
-import os
+import tarfile
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -21,9 +23,17 @@ from typing import Any
 
 import yaml
 
+from infra.chart_cache import (
+    CHART_CACHE_ENV,
+    archive_name,
+    cached_archive,
+    chart_cache,
+    missing_archive_message,
+)
 from infra.versions import HelmChart
 
-CHART_CACHE_ENV = "GPU_CLUSTER_CHART_CACHE"
+__all__ = ["CHART_CACHE_ENV", "archive_name", "chart_cache"]
+
 NOTES_SUFFIX = "NOTES.txt"
 # `helm install` never creates these: they run only under `helm test`.
 TEST_HOOKS = frozenset({"test", "test-success"})
@@ -50,29 +60,12 @@ class RenderedObject:
     hook: frozenset[str]  # Helm hook events, empty for ordinary objects
 
 
-def chart_cache() -> Path:
-    """The chart cache folder (it need not exist)."""
-    configured = os.environ.get(CHART_CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpu-cluster" / "charts"
-
-
-def archive_name(name: str, version: str) -> str:
-    return f"{name}-{version}.tgz"
-
-
 def chart_archive(name: str, version: str, cache_dir: Path | None = None) -> Path:
     """The cached archive of a chart at a version; ChartError when it is missing."""
     folder = cache_dir or chart_cache()
     path = folder / archive_name(name, version)
     if not path.is_file():
-        raise ChartError(
-            f"chart {name} {version} is not in the chart cache {folder}: run "
-            f"`python -m infra.render --pull-charts` where the chart repositories are reachable, "
-            f"or set {CHART_CACHE_ENV} to a folder holding {archive_name(name, version)}"
-        )
+        raise ChartError(missing_archive_message(name, version, folder))
     return path
 
 
@@ -84,16 +77,19 @@ def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> l
     folder.mkdir(parents=True, exist_ok=True)
     archives = []
     for chart in charts:
-        path = folder / archive_name(chart.name, chart.version)
+        path = cached_archive(chart, folder)
         if not path.is_file():
             try:
-                helm.pull(
-                    chart.reference,
-                    repo_url=None if chart.is_oci else chart.repo,
-                    version=chart.version,
-                    destination=folder,
-                )
-            except helm.HelmError as error:
+                if chart.from_source:
+                    _package_from_source(chart, path)
+                else:
+                    helm.pull(
+                        chart.reference,
+                        repo_url=None if chart.is_oci else chart.repo,
+                        version=chart.version,
+                        destination=folder,
+                    )
+            except (helm.HelmError, OSError, tarfile.TarError) as error:
                 raise ChartError(
                     f"cannot pull {chart.name} {chart.version} from {chart.repo}: {error}"
                 ) from None
@@ -101,6 +97,33 @@ def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> l
                 raise ChartError(f"pulling {chart.name} {chart.version} did not write {path}")
         archives.append(path)
     return archives
+
+
+def _package_from_source(chart: HelmChart, path: Path) -> None:
+    """The chart's folder of its repository's source tarball, packaged as ``helm package`` does
+    (one top folder named after the chart)."""
+    source = str(chart.source_path).strip("/")
+    with urllib.request.urlopen(chart.source_archive_url, timeout=120) as response:  # noqa: S310
+        tarball = response.read()
+    packed = io.BytesIO()
+    found = False
+    with (
+        tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as upstream,
+        tarfile.open(fileobj=packed, mode="w:gz") as archive,
+    ):
+        for member in upstream.getmembers():
+            _, _, inner = member.name.partition("/")
+            if not (inner == source or inner.startswith(f"{source}/")):
+                continue
+            if not (member.isfile() or member.isdir()):
+                continue  # links and devices have no place in a chart
+            found = True
+            member.name = chart.name + inner[len(source) :]
+            content = upstream.extractfile(member) if member.isfile() else None
+            archive.addfile(member, content)
+    if not found:
+        raise ChartError(f"{chart.source_archive_url} has no folder {source}")
+    path.write_bytes(packed.getvalue())
 
 
 @cache

@@ -8,13 +8,18 @@ Each check returns findings, one line each, naming the object and what to fix; n
 - ``monitoring``: every ServiceMonitor, PodMonitor and PrometheusRule selected by a Prometheus;
   every ServiceMonitor endpoint on a Service with that port, selecting pods whose metrics are
   reachable, with scrapeTimeout <= interval; every ``job="..."`` in a rule names a scraped job;
-- ``references``: every in-cluster URL and Service reference handed to a component resolves to a
-  Service and port, every role binding to a role;
-- ``grafana``: dashboards carry the label Grafana's sidecar watches, in a namespace it watches;
-  the Secret Grafana's credentials come from exists with its keys;
-- ``scheduling``: every workload (Helm hook Jobs and operator-made pods included) fits a node pool
-  of the stack, with nodes to run on (Karpenter NodePools launch theirs); DaemonSets aimed at GPU
-  nodes cover every GPU pool, and NVIDIA's device plugin runs in each;
+- ``references``: every in-cluster URL (HTTP or PostgreSQL) and Service reference handed to a
+  component resolves to a Service and port, every role binding to a role; every Secret and
+  ConfigMap the stack's own workloads and database objects name exists with the keys they read;
+- ``grafana``: dashboards and data sources carry the labels Grafana's sidecars watch, in a
+  namespace they watch; the Secret Grafana's credentials come from exists with its keys; every
+  environment variable a data source names and every certificate file it reads is Grafana's;
+- ``scheduling``: every workload (Helm hook Jobs and operator-made pods included: Prometheus',
+  the database's instances and pooler) fits a node pool of the stack, with nodes to run on
+  (Karpenter NodePools launch theirs); DaemonSets aimed at GPU nodes cover every GPU pool, and
+  NVIDIA's device plugin runs in each; every volume claim (the database's, Prometheus') names a
+  StorageClass the stack creates or the cluster has (``--assume-storage-class``), or there is a
+  default class;
 - ``conflicts``: no two objects share kind, namespace and name (two releases' APIServices);
 - ``scalers``: every ScaledObject and HPA scales a workload of the stack; Prometheus triggers name
   a server (resolved by ``references``) and a query.
@@ -28,8 +33,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_RESOURCE
 from infra.render.charts import ignored_values
+from infra.render.cnpg import (
+    cnpg_claims,
+    cnpg_pods,
+    cnpg_secret_refs,
+    cnpg_services,
+    pooler_cluster_findings,
+    verified_names,
+)
 from infra.render.graph import K8sObject, ObjectGraph
 from infra.render.validity import invalid_objects
 from infra.scheduling import (
@@ -47,6 +62,17 @@ DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"  # nvcr.io/nvidia/k8s-device-plugin
 DEFAULT_SCRAPE_INTERVAL = "30s"
 DEFAULT_SCRAPE_TIMEOUT = "10s"
 URL = re.compile(r"\bhttps?://([A-Za-z0-9][A-Za-z0-9.-]*)(?::(\d+))?")
+POSTGRESQL_URL = re.compile(
+    r"\bpostgres(?:ql)?(?:\+\w+)?://(?:[^@/\s]*@)?([A-Za-z0-9][A-Za-z0-9.-]*)(?::(\d+))?"
+)
+POSTGRESQL_PORT = 5432
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+GRAFANA_ENV = re.compile(r"\$__env\{(\w+)\}")
+# The host of a PostgreSQL URL that verifies the server's name.
+VERIFY_FULL_HOST = re.compile(
+    r"\bpostgres(?:ql)?(?:\+\w+)?://(?:[^@/\s]*@)?([A-Za-z0-9][A-Za-z0-9.-]*)[^\s]*"
+    r"[?&]sslmode=verify-full\b"
+)
 JOB_MATCHER = re.compile(r'\bjob\s*=\s*"([^"]+)"')
 DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
@@ -94,6 +120,8 @@ def workloads(graph: ObjectGraph) -> Iterator[Workload]:
             yield Workload(obj, template.get("spec") or {}, labels)
         elif obj.api_version == MONITORING_GROUP and obj.kind in ("Prometheus", "Alertmanager"):
             yield Workload(obj, obj.manifest.get("spec") or {}, _operator_pod_labels(obj))
+    for pods in cnpg_pods(graph):
+        yield Workload(pods.owner, pods.spec, pods.labels)
 
 
 def _pod_template(obj: K8sObject) -> Mapping[str, Any]:
@@ -158,6 +186,7 @@ def services(graph: ObjectGraph) -> list[dict[str, Any]]:
     """Services in the graph, the platform's, and those operators create."""
     found = [o.manifest for o in graph.of_kind("Service")]
     found += graph.platform.services
+    found += cnpg_services(graph)
     for obj in graph.objects:
         if obj.api_version == MONITORING_GROUP and obj.kind in ("Prometheus", "Alertmanager"):
             port = 9090 if obj.kind == "Prometheus" else 9093
@@ -298,6 +327,27 @@ def _service_monitor_findings(
             yield f"{monitor}: Service {where} selects no pods"
 
 
+def _pod_monitor_findings(graph: ObjectGraph, monitor: K8sObject) -> Iterator[str]:
+    """A PodMonitor selects pods of the stack, and each endpoint's port is one of theirs."""
+    spec = monitor.manifest.get("spec") or {}
+    scope = spec.get("namespaceSelector") or {}
+    names = scope.get("matchNames") or [monitor.namespace]
+    pods = [
+        w
+        for w in workloads(graph)
+        if (scope.get("any") or w.owner.namespace in names)
+        and label_selector_matches(spec.get("selector") or {}, w.labels)
+    ]
+    if not pods:
+        yield f"{monitor}: selects no pods"
+        return
+    ports = {p.get("name") for w in pods for c in _containers(w.spec) for p in c.get("ports") or ()}
+    for endpoint in spec.get("podMetricsEndpoints") or ():
+        port = endpoint.get("port")
+        if port and port not in ports:
+            yield f"{monitor}: no selected pod has a port named {port}"
+
+
 def _rule_job_findings(graph: ObjectGraph, jobs: set[str]) -> Iterator[str]:
     for rule in graph.of_kind("PrometheusRule"):
         for group in (rule.manifest.get("spec") or {}).get("groups") or ():
@@ -319,6 +369,7 @@ def monitoring_findings(graph: ObjectGraph) -> list[str]:
             findings.append(f"{obj}: no Prometheus selects it (labels {obj.labels})")
         if obj.kind == "PodMonitor":
             jobs.add(f"{obj.namespace}/{obj.name}")
+            findings.extend(_pod_monitor_findings(graph, obj))
         elif obj.kind == "ServiceMonitor":
             spec = (selecting[0].manifest.get("spec") or {}) if selecting else {}
             findings.extend(_service_monitor_findings(graph, obj, spec, all_services, jobs))
@@ -346,6 +397,25 @@ def _handed_strings(obj: K8sObject) -> Iterator[tuple[str, str]]:
                 yield f"container {name} env {env['name']}", str(env["value"])
         for text in [*(container.get("args") or ()), *(container.get("command") or ())]:
             yield f"container {name} args", str(text)
+
+
+def _certificate_name_findings(graph: ObjectGraph, host: str) -> Iterator[str]:
+    """``sslmode=verify-full`` to a database of the stack: ``host`` must be one of the names of
+    the certificate the operator issues, or every connection fails verification."""
+    names = verified_names(graph, host)
+    if names is not None and host not in names:
+        yield (
+            f"sslmode=verify-full to {host}, which is not among the server certificate's names "
+            f"({', '.join(names) or 'no Cluster'}); add it to certificates.serverAltDNSNames"
+        )
+
+
+def _urls(text: str) -> Iterator[tuple[str, str, int]]:
+    """``(host, port or "", default port)`` of every HTTP(S) and PostgreSQL URL in ``text``."""
+    for match in URL.finditer(text):
+        yield match[1], match[2] or "", 443 if match[0].startswith("https") else 80
+    for match in POSTGRESQL_URL.finditer(text):
+        yield match[1], match[2] or "", POSTGRESQL_PORT
 
 
 def _resolve(
@@ -420,17 +490,75 @@ def _role_ref_findings(graph: ObjectGraph) -> Iterator[str]:
             yield f"{binding}: roleRef {kind} {name} does not exist"
 
 
+def _keys(obj: K8sObject) -> set[str]:
+    manifest = obj.manifest
+    return {
+        *(manifest.get("data") or {}),
+        *(manifest.get("stringData") or {}),
+        *(manifest.get("binaryData") or {}),
+    }
+
+
+def _named_objects(spec: Mapping[str, Any]) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """``(where, kind, name, keys)`` of the Secrets and ConfigMaps a pod spec reads (not those
+    marked optional)."""
+    for container in _containers(spec):
+        for env in container.get("env") or ():
+            source = env.get("valueFrom") or {}
+            for field, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                ref = source.get(field)
+                if ref and not ref.get("optional"):
+                    where = f"container {container.get('name')} env {env.get('name')}"
+                    yield where, kind, str(ref.get("name")), (str(ref.get("key")),)
+    for volume in spec.get("volumes") or ():
+        for field, kind, name_key in (
+            ("secret", "Secret", "secretName"),
+            ("configMap", "ConfigMap", "name"),
+        ):
+            source = volume.get(field)
+            if source and not source.get("optional"):
+                keys = tuple(str(item["key"]) for item in source.get("items") or ())
+                yield f"volume {volume.get('name')}", kind, str(source.get(name_key)), keys
+
+
+def _object_ref_findings(graph: ObjectGraph) -> Iterator[str]:
+    """The stack's own workloads and database objects name Secrets and ConfigMaps that exist with
+    the keys they read (charts' own references are the charts' business)."""
+    wanted: list[tuple[K8sObject, str, str, str, tuple[str, ...]]] = [
+        (w.owner, where, kind, name, keys)
+        for w in workloads(graph)
+        if not w.owner.source.startswith("helm/")
+        for where, kind, name, keys in _named_objects(w.spec)
+    ]
+    wanted += [
+        (obj, where, "Secret", name, keys) for obj, where, name, keys in cnpg_secret_refs(graph)
+    ]
+    for owner, where, kind, name, keys in wanted:
+        found = graph.find(kind, name, owner.namespace)
+        if found is None:
+            yield f"{owner}: {where}: no {kind} {owner.namespace}/{name}"
+            continue
+        missing = sorted(set(keys) - _keys(found))
+        if missing:
+            yield f"{owner}: {where}: {kind} {name} has no key {', '.join(missing)}"
+    yield from pooler_cluster_findings(graph)
+
+
 def reference_findings(graph: ObjectGraph, assumed: frozenset[str] = frozenset()) -> list[str]:
     findings = list(_role_ref_findings(graph))
+    findings.extend(_object_ref_findings(graph))
     all_services = services(graph)
     namespaces = existing_namespaces(graph, assumed)
     for obj in graph.objects:
         for where, text in _handed_strings(obj):
-            for host, port in URL.findall(text):
-                default = 443 if text[: text.find(host)].endswith("https://") else 80
+            for host, port, default in _urls(text):
                 problem = _resolve(host, int(port or default), namespaces, all_services)
                 if problem:
                     findings.append(f"{obj}: {where}: {host}:{port or default}: {problem}")
+            for host in VERIFY_FULL_HOST.findall(text):
+                findings.extend(
+                    f"{obj}: {where}: {line}" for line in _certificate_name_findings(graph, host)
+                )
         for where, ref in _service_refs(obj):
             service = next(
                 (
@@ -487,7 +615,81 @@ def grafana_findings(graph: ObjectGraph) -> list[str]:
                 ref = (source or {}).get("secretKeyRef") if isinstance(source, dict) else None
                 if ref and not ref.get("optional"):
                     findings.extend(_secret_key_finding(graph, grafana, container, name, ref))
+        findings.extend(_datasource_findings(graph, grafana, containers))
     return findings
+
+
+def _datasources(config_map: K8sObject) -> list[Mapping[str, Any]]:
+    """The data sources a provisioning ConfigMap defines (none if it is no provisioning file)."""
+    found: list[Mapping[str, Any]] = []
+    for text in (config_map.manifest.get("data") or {}).values():
+        try:
+            document = yaml.safe_load(str(text))
+        except yaml.YAMLError:
+            continue
+        if isinstance(document, dict):
+            found += [d for d in document.get("datasources") or () if isinstance(d, dict)]
+    return found
+
+
+def _mounted_file(
+    graph: ObjectGraph, pod: K8sObject, container: Mapping[str, Any], path: str
+) -> str | None:
+    """Why ``path`` is no file of a ConfigMap or Secret mounted in ``container``, or None."""
+    volumes = {v.get("name"): v for v in _pod_spec(pod).get("volumes") or ()}
+    for mount in container.get("volumeMounts") or ():
+        folder = str(mount.get("mountPath", "")).rstrip("/")
+        if not path.startswith(f"{folder}/"):
+            continue
+        key = path[len(folder) + 1 :]
+        volume = volumes.get(mount.get("name")) or {}
+        for field, kind, name_key in (
+            ("configMap", "ConfigMap", "name"),
+            ("secret", "Secret", "secretName"),
+        ):
+            source = volume.get(field)
+            if source is None:
+                continue
+            found = graph.find(kind, str(source.get(name_key)), pod.namespace)
+            if found is None:
+                return f"no {kind} {pod.namespace}/{source.get(name_key)} (mounted at {folder})"
+            return None if key in _keys(found) else f"{kind} {found.name} has no key {key}"
+    return "no ConfigMap or Secret is mounted there"
+
+
+def _datasource_findings(
+    graph: ObjectGraph, grafana: K8sObject, containers: Mapping[Any, Mapping[str, Any]]
+) -> Iterator[str]:
+    """Data sources reach Grafana (the sidecar's label and namespace), and what they name from
+    Grafana's pod, its environment and its files, is there."""
+    sidecar = _env(containers.get("grafana-sc-datasources") or {})
+    main = containers["grafana"]
+    variables = set(_env(main))
+    label, value = sidecar.get("LABEL"), sidecar.get("LABEL_VALUE")
+    watched = str(sidecar.get("NAMESPACE") or grafana.namespace)
+    for config_map in graph.of_kind("ConfigMap"):
+        datasources = _datasources(config_map)
+        if not datasources or not sidecar:
+            continue
+        if label not in config_map.labels or (value and config_map.labels[label] != value):
+            yield f"{config_map}: data sources without the sidecar's label {label}={value}"
+            continue
+        if watched != "ALL" and config_map.namespace not in watched.split(","):
+            yield f"{config_map}: data sources outside the namespaces Grafana watches ({watched})"
+            continue
+        for source in datasources:
+            where = f"{config_map}: data source {source.get('uid') or source.get('name')}"
+            if (source.get("jsonData") or {}).get("sslmode") == "verify-full":
+                host = str(source.get("url", "")).rpartition(":")[0] or str(source.get("url"))
+                for line in _certificate_name_findings(graph, host):
+                    yield f"{where}: {line}"
+            for variable in sorted(set(GRAFANA_ENV.findall(json.dumps(source))) - variables):
+                yield f"{where}: Grafana has no environment variable {variable}"
+            for field in ("sslRootCertFile", "sslCertFile", "sslKeyFile"):
+                path = (source.get("jsonData") or {}).get(field)
+                problem = _mounted_file(graph, grafana, main, str(path)) if path else None
+                if problem:
+                    yield f"{where}: {field} {path}: {problem}"
 
 
 def _holds_dashboard(config_map: K8sObject) -> bool:
@@ -548,7 +750,51 @@ def scheduling_findings(graph: ObjectGraph) -> list[str]:
                 if reason:
                     findings.append(f"{workload.owner}: misses GPU pool {pool.name}: {reason}")
     findings.extend(_device_plugin_findings(graph, gpu_pools))
+    findings.extend(_claim_findings(graph))
     return findings
+
+
+def volume_claims(graph: ObjectGraph) -> Iterator[tuple[K8sObject, str, str | None]]:
+    """``(owner, what, storage class or None)`` of every volume claim the stack's objects make:
+    PersistentVolumeClaims, StatefulSets' claim templates, Prometheus' and Alertmanager's storage,
+    the database's instances."""
+    for obj in graph.objects:
+        spec = obj.manifest.get("spec") or {}
+        if obj.kind == "PersistentVolumeClaim":
+            yield obj, "claim", spec.get("storageClassName")
+        elif obj.kind == "StatefulSet":
+            for template in spec.get("volumeClaimTemplates") or ():
+                name = (template.get("metadata") or {}).get("name")
+                yield obj, f"claim {name}", (template.get("spec") or {}).get("storageClassName")
+        elif obj.api_version == MONITORING_GROUP and obj.kind in ("Prometheus", "Alertmanager"):
+            template = (spec.get("storage") or {}).get("volumeClaimTemplate")
+            if template is not None:
+                claim = template.get("spec") or {}
+                yield obj, "storage", claim.get("storageClassName")
+    yield from cnpg_claims(graph)
+
+
+def _claim_findings(graph: ObjectGraph) -> Iterator[str]:
+    """A claim's StorageClass exists: one the stack creates or the cluster has; a claim that names
+    none needs a default class."""
+    classes = {c.name: c for c in graph.of_kind("StorageClass")}
+    existing = set(classes) | set(graph.platform.storage_classes)
+    default = [
+        name
+        for name, c in classes.items()
+        if str(c.metadata.get("annotations", {}).get(DEFAULT_CLASS_ANNOTATION)) == "true"
+    ]
+    for owner, what, storage_class in volume_claims(graph):
+        if storage_class and storage_class not in existing:
+            yield (
+                f"{owner}: {what}: StorageClass {storage_class} is neither created by the stack "
+                f"nor said to exist (render --assume-storage-class); its volume would stay Pending"
+            )
+        elif not storage_class and not default:
+            yield (
+                f"{owner}: {what}: names no StorageClass and the cluster has no default one; "
+                f"its volume would stay Pending"
+            )
 
 
 def _device_plugin_findings(graph: ObjectGraph, gpu_pools: list[NodePool]) -> Iterator[str]:

@@ -119,6 +119,8 @@ class Platform:
     namespaces: frozenset[str] = BUILTIN_NAMESPACES
     services: list[dict[str, Any]] = field(default_factory=list)
     pods: list[PlatformPods] = field(default_factory=list)
+    # StorageClasses the cluster has without the stack (render --assume-storage-class).
+    storage_classes: frozenset[str] = frozenset()
 
     @property
     def kube_version(self) -> str:
@@ -351,11 +353,13 @@ def _component(run: ProgramRun, resource: Recorded) -> str:
 
 def _release(resource: Recorded, cache_dir: Path | None) -> Release:
     inputs = resource.inputs
+    # An OCI chart is named by its URL (oci://host/path/<name>), a chart installed from the cache
+    # by its archive (<cache>/<name>-<version>.tgz); the archive in the cache by the name.
+    chart = inputs["chart"].rpartition("/")[2].removesuffix(f"-{inputs['version']}.tgz")
     return Release(
         name=inputs.get("name") or resource.name,
         namespace=inputs["namespace"],
-        # An OCI chart is named by its URL (oci://host/path/<name>); its archive by the name.
-        chart=chart_archive(inputs["chart"].rpartition("/")[2], inputs["version"], cache_dir),
+        chart=chart_archive(chart, inputs["version"], cache_dir),
         values=integral_numbers(inputs.get("values") or {}),
         skip_crds=bool(inputs.get("skipCrds")),
     )

@@ -27,6 +27,8 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import resource_pb2
 
+from infra.stack_config import declared_config
+
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"  # noqa: S105  the engine's marker
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105
 
@@ -35,6 +37,17 @@ FAKE_KUBECONFIG = (
     "users:\n- name: u\n  user:\n    token: fake-token-not-a-secret\n"
 )
 FAKE_PASSWORD = "generated-password-0123456789abcd"  # noqa: S105  a mock's placeholder
+# What pulumi_tls and the RDS CA bundle's command would produce: PEM-shaped placeholders.
+FAKE_CERTIFICATE = (
+    "-----BEGIN CERTIFICATE-----\nplaceholder: pulumi up sets the certificate\n"
+    "-----END CERTIFICATE-----\n"
+)
+FAKE_PRIVATE_KEY = (
+    "-----BEGIN EC PRIVATE KEY-----\nplaceholder: pulumi up generates the key\n"
+    "-----END EC PRIVATE KEY-----\n"
+)
+RDS_CA_COMMAND = "-m infra.store.rds_ca"
+FAKE_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
 FAKE_OIDC_PROVIDER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE0123456789"
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
 # What `pulumi config set --secret` values become when the stack file holds them encrypted.
@@ -56,6 +69,7 @@ class Recorded:
     parent: str = ""
     urn: str = ""
     dependencies: list[str] = field(default_factory=list)
+    protect: bool = False  # Pulumi refuses to delete or replace it
 
     def get(self, path: str) -> Any:
         """The input at a dotted path (``spec.template.spec``); list items by index."""
@@ -125,10 +139,23 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["oidcProviderUrl"] = FAKE_OIDC_PROVIDER
             outputs["oidcIssuer"] = FAKE_OIDC_PROVIDER
         elif args.typ == "command:local:Command":
-            outputs["stdout"] = FAKE_KUBECONFIG
+            fetches_ca = RDS_CA_COMMAND in str(args.inputs.get("create"))
+            outputs["stdout"] = FAKE_CERTIFICATE if fetches_ca else FAKE_KUBECONFIG
             outputs["stderr"] = ""
         elif args.typ == "random:index/randomPassword:RandomPassword":
             outputs["result"] = FAKE_PASSWORD
+        elif args.typ == "tls:index/privateKey:PrivateKey":
+            outputs["privateKeyPem"] = FAKE_PRIVATE_KEY
+        elif args.typ == "tls:index/selfSignedCert:SelfSignedCert":
+            outputs["certPem"] = FAKE_CERTIFICATE
+        elif args.typ == "aws:rds/instance:Instance":
+            outputs["address"] = (
+                f"{args.inputs.get('identifier')}.abcdefghijkl.us-west-2.rds.amazonaws.com"
+            )
+            outputs["masterUserSecrets"] = [
+                {"secretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:rds!db-0"}
+            ]
+            outputs.setdefault("arn", f"arn:aws:mock:::{args.name}")
         elif args.typ.startswith("aws:"):
             outputs.setdefault("arn", f"arn:aws:mock:::{args.name}")
         return mock_id(args.typ, args.name), outputs
@@ -140,6 +167,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":  # noqa: S105
             zones = {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
             return zones, []
+        if args.token == "aws:eks/getCluster:getCluster":  # noqa: S105
+            vpc = {"clusterSecurityGroupId": FAKE_CLUSTER_SECURITY_GROUP}
+            return {"name": args.args.get("name"), "vpcConfig": vpc}, []
         return {}, []
 
 
@@ -168,6 +198,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent,
                     urn=response.urn,
                     dependencies=list(request.dependencies),
+                    protect=bool(request.protect),
                 )
             )
         return response
@@ -304,16 +335,78 @@ def stack_config(
     return project, config, secret_keys
 
 
+def _whole_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return True
+    return isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+
+
+def _is_of_type(declaration: dict[str, Any], value: Any) -> bool:
+    """Whether a value fits a ``Pulumi.yaml`` type, by the Pulumi CLI's rules: a whole number or
+    its text for integer, true/false or their text for boolean, a list of fitting items for
+    array. A setting without a type (a structured one) fits: the program checks it."""
+    kind = declaration.get("type")
+    checks = {
+        "string": lambda: isinstance(value, str),
+        "integer": lambda: _whole_number(value),
+        "boolean": lambda: isinstance(value, bool) or value in ("true", "false"),
+        "array": lambda: (
+            isinstance(value, list)
+            and all(_is_of_type(declaration.get("items") or {}, item) for item in value)
+        ),
+    }
+    return checks[kind]() if kind in checks else True
+
+
+def apply_project_config(
+    stack_dir: Path, config: dict[str, str], secret_keys: list[str], stack_file: str
+) -> None:
+    """What the Pulumi CLI does with ``Pulumi.yaml``'s ``config:`` before it runs the program:
+    the stack's values are checked against the declared types, and declared defaults fill the
+    keys the stack leaves unset; a declared key with no default is required."""
+    project = _yaml_file(stack_dir / "Pulumi.yaml").get("name")
+    missing = []
+    for key, declaration in declared_config(stack_dir / "Pulumi.yaml").items():
+        full_key = f"{project}:{key}"
+        if full_key in config:
+            if full_key in secret_keys:
+                continue  # encrypted: its value cannot be read here
+            value = config[full_key]
+            try:
+                parsed = json.loads(value) if declaration.get("type") == "array" else value
+            except json.JSONDecodeError:
+                parsed = value
+            if not _is_of_type(declaration, parsed):
+                raise StackFileError(
+                    f"{stack_file}: configuration key {key} must be of type "
+                    f"{declaration['type']}, got {value!r}"
+                )
+        elif "default" in declaration or "value" in declaration:
+            config[full_key] = _config_value(declaration.get("default", declaration.get("value")))
+        else:
+            missing.append(key)
+    if missing:
+        raise StackFileError(
+            f"{stack_file}: the stack is missing configuration value(s) {', '.join(missing)}"
+        )
+
+
 def run_stack(
     stack_dir: Path,
     overrides: dict[str, Any] | None = None,
     secrets: dict[str, str] | None = None,
     config_file: Path | None = None,
+    *,
+    project_defaults: bool = True,
 ) -> ProgramRun:
     """Run a stack's ``__main__.py`` with its config file (plus overrides) under mocks.
 
     An override of None removes the key; ``secrets`` are set as secret config values, as
-    ``pulumi config set --secret`` does.
+    ``pulumi config set --secret`` does. Then, as the Pulumi CLI does, the values are checked
+    against the types ``Pulumi.yaml`` declares and its defaults fill the unset keys (unless
+    ``project_defaults`` is false: the program's own defaults then show).
     """
     project, config, secret_keys = stack_config(stack_dir, config_file)
     for key, value in (overrides or {}).items():
@@ -325,6 +418,9 @@ def run_stack(
     for key, value in (secrets or {}).items():
         config[f"{project}:{key}"] = value
         secret_keys.append(f"{project}:{key}")
+    if project_defaults:
+        stack_file = (config_file or stack_dir / "Pulumi.dev.yaml").name
+        apply_project_config(stack_dir, config, secret_keys, stack_file)
     return run_program(
         lambda: runpy.run_path(str(stack_dir / "__main__.py"), run_name="__main__"),
         project=project,

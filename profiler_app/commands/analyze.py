@@ -7,7 +7,6 @@ or from a saved ``query_range`` JSON answer (``--input``), then prints a table o
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from profiler_app.commands import options
@@ -16,6 +15,15 @@ from profiler_app.model import SeriesMatrix
 from profiler_app.profiles import build_profiles
 from profiler_app.render import render_json, render_table
 from profiler_app.sources.prometheus import PrometheusSource, load_query_range
+
+# Options only a Prometheus query uses (flag: attribute): a saved answer has its own window, step
+# and nodes.
+INPUT_IGNORES = {
+    "--prometheus-url": "prometheus_url",
+    "--node": "node",
+    "--window": "window",
+    "--step": "step",
+}
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,10 +41,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(every series in it; fields from the __name__ label, else --field)",
     )
     parser.add_argument(
+        "-o",
         "--output",
-        choices=("table", "json"),
+        choices=("table", "wide", "json"),
         default="table",
-        help="table (default) or json: one array, one object per series",
+        help="table (default), wide (every column) or json: one object with one record per GPU, "
+        "keys in docs/analyze.md",
     )
     parser.set_defaults(handler=handle)
 
@@ -61,21 +71,20 @@ def _read_prometheus(
         source.close()
 
 
-def _write(text: str) -> None:
-    """Print, and stay quiet when the reader of a pipe (e.g. ``head``) has gone."""
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 def handle(args: argparse.Namespace) -> int:
     # Checked even where unused (--input) so a typo is never silently ignored.
     window = options.duration(args.window, "--window")
     step = options.duration(args.step, "--step")
     if args.input:
+        unused = [
+            flag for flag, dest in INPUT_IGNORES.items() if options.given(getattr(args, dest))
+        ]
+        if unused:
+            print(
+                f"gpu-profiler: warning: --input ignores {' and '.join(unused)}: the file's "
+                "samples are analysed as they are",
+                file=sys.stderr,
+            )
         named = options.explicit_fields(args)
         optional = options.classified_first(named)[1:] if named else ()
         matrices = load_query_range(args.input, named, optional_fields=optional)
@@ -90,7 +99,7 @@ def handle(args: argparse.Namespace) -> int:
     ordered = options.classified_first([matrix.field for matrix in matrices])
     profiles = build_profiles(matrices, ordered[0], node_label=args.node_label)
     if args.output == "json":
-        _write(render_json(profiles))
+        print(render_json(profiles))
     else:
-        _write(render_table(profiles, ordered))
+        print(render_table(profiles, ordered, wide=args.output == "wide"))
     return 0

@@ -3,7 +3,8 @@ variable, with the effective default shown in ``--help``.
 
 Durations stay strings while parsing and are converted by ``duration`` in the command, so a
 malformed value (from a flag or the environment) is one clear error line, not an argparse
-usage dump or a traceback.
+usage dump or a traceback. A value the command line did not give is a ``Preset``: its errors
+name the environment variable it came from, and a command can tell it from a typed one.
 """
 
 from __future__ import annotations
@@ -17,22 +18,54 @@ from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 from profiler_app.sources.prometheus import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
+from profiler_app.urls import without_credentials
 
 # Every field but the classified one is optional: one a node's exporter lacks is said once
 # and done without.
 DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE)
 DEFAULT_WINDOW = "30m"
 DEFAULT_NODE_LABEL = "Hostname"
+STORE_URL_ENV = "GPU_PROFILER_STORE_URL"
+# The one spelling of a store URL in every command's --help and in the docs.
+STORE_URL_FORMS = "sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DB"
+
+
+class Preset(str):
+    """An option's value the command line did not give: from the environment variable
+    ``variable``, or the built-in default when that is None."""
+
+    variable: str | None = None
+
+    @classmethod
+    def of(cls, value: str, variable: str | None = None) -> Preset:
+        preset = cls(value)
+        preset.variable = variable
+        return preset
 
 
 def env_default(name: str, fallback: str | None = None) -> str | None:
-    """The environment variable ``name`` when set and not blank, else ``fallback``."""
+    """The environment variable ``name`` when set and not blank, else ``fallback``; both as a
+    ``Preset``."""
     value = os.environ.get(name, "").strip()
-    return value or fallback
+    if value:
+        return Preset.of(value, name)
+    return None if fallback is None else Preset.of(fallback)
+
+
+def given(value: object) -> bool:
+    """Whether the command line itself gave this option's value."""
+    return value is not None and not isinstance(value, Preset)
+
+
+def named(value: object, flag: str) -> str:
+    """How an error names where ``value`` came from: its environment variable, else ``flag``."""
+    if isinstance(value, Preset) and value.variable:
+        return value.variable
+    return flag
 
 
 def add_env_option(
-    group: argparse._ArgumentGroup,
+    group: argparse._ActionsContainer,
     flag: str,
     *,
     env: str,
@@ -54,14 +87,37 @@ def add_env_option(
     )
 
 
+def add_store_url_option(
+    group: argparse._ActionsContainer, *, purpose: str, none: str | None
+) -> None:
+    """``--store-url``, spelled the same in every command; ``none`` says what 'none' does, for the
+    commands that can do without a store."""
+    from profiler_app.sinks.store.urls import default_store_url  # noqa: PLC0415  (no SQLAlchemy)
+
+    default = default_store_url()
+    effective = env_default(STORE_URL_ENV, default) or default
+    forms = f"{STORE_URL_FORMS}, or none {none}" if none else STORE_URL_FORMS
+    add_env_option(
+        group,
+        "--store-url",
+        env=STORE_URL_ENV,
+        default=default,
+        # The environment's URL may hold a password: --help shows it masked.
+        shown_default=without_credentials(effective).replace("%", "%%"),
+        metavar="URL",
+        help=f"{purpose}: {forms}",
+    )
+
+
 def duration(text: str | None, flag: str) -> float | None:
-    """Seconds in a duration option (None stays None); a malformed one names its flag."""
+    """Seconds in a duration option (None stays None); a malformed one names its flag, or the
+    environment variable it came from."""
     if text is None:
         return None
     try:
         return parse_duration(text)
     except UserError as error:
-        raise UserError(f"{flag}: {error}") from error
+        raise UserError(f"{named(text, flag)}: {error}") from error
 
 
 def split_fields(text: str) -> list[str]:
@@ -131,10 +187,10 @@ def add_prometheus_options(
 def explicit_fields(args: argparse.Namespace) -> list[str] | None:
     """Fields named by --field or GPU_PROFILER_FIELDS, or None when neither is given."""
     if args.field:
-        named = [name for text in args.field for name in split_fields(text)]
+        listed = [name for text in args.field for name in split_fields(text)]
     else:
-        named = split_fields(env_default("GPU_PROFILER_FIELDS") or "")
-    return list(dict.fromkeys(named)) or None
+        listed = split_fields(env_default("GPU_PROFILER_FIELDS") or "")
+    return list(dict.fromkeys(listed)) or None
 
 
 def fields(args: argparse.Namespace) -> list[str]:

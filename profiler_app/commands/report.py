@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from profiler_app.commands import options, progress
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
+from profiler_app.render import aligned
 from profiler_app.reporting import (
     DEFAULT_IDLE_BELOW_PERCENT,
     REPORT_VIEWS,
@@ -27,9 +28,69 @@ from profiler_app.sinks.store.engine import (
     describe_error,
     head_revisions,
 )
-from profiler_app.sinks.store.urls import default_store_url, parse_store_url
-from profiler_app.urls import without_credentials
+from profiler_app.sinks.store.urls import parse_store_url
 
+# ``--output json`` of report: the envelope's keys and each view's row keys are a contract
+# (docs/cli.md). Keys may be added within a version; removing, renaming or retyping one raises it.
+REPORT_FORMAT_VERSION = 1
+# What a narrow table shows of each view (``-o wide`` shows every column); a view not named here
+# shows all of its columns.
+NARROW_COLUMNS = {
+    "node": {
+        "node",
+        "gpus",
+        "covered_hours",
+        "training_hours",
+        "inference_hours",
+        "bursty_hours",
+        "idle_hours",
+        "idle_gpu_hours",
+        "util_max_percent",
+    },
+    "gpu": {
+        "node",
+        "gpu",
+        "training_hours",
+        "inference_hours",
+        "bursty_hours",
+        "idle_hours",
+        "idle_gpu_hours",
+        "util_max_percent",
+    },
+    "pod": {
+        "namespace",
+        "pod",
+        "node",
+        "gpus",
+        "gpu_hours",
+        "gpu_util_max_percent",
+        "fb_used_max_mib",
+        "owner_kind",
+        "owner_name",
+    },
+    "trace": {
+        "namespace",
+        "pod",
+        "started_at",
+        "device",
+        "verdict",
+        "busy_fraction",
+        "iteration_seconds",
+        "profiler_period_seconds",
+    },
+}
+NARROW_COLUMNS["idle-pods"] = NARROW_COLUMNS["pod"]
+# Columns a table always shows, even when empty: what each row is.
+_KEYS = {"node", "gpu", "namespace", "pod", "kind", "device", "started_at"}
+# Units named by a column's suffix: (suffix, unit in the header, factor from the stored value).
+_UNITS = (
+    ("_percent", "%", 1.0),
+    ("_fraction", "%", 100.0),
+    ("_hours", "h", 1.0),
+    ("_seconds", "s", 1.0),
+    ("_mib", "MiB", 1.0),
+    ("_bytes", "MiB", 1.0 / 2**20),
+)
 _VIEW_TITLES = {
     "node": "Nodes",
     "gpu": "GPUs",
@@ -37,26 +98,20 @@ _VIEW_TITLES = {
     "idle-pods": "Pods holding GPUs they do not use",
     "waste": "Idle GPU-hours by who can act on them",
     "trace": "Nsight Systems traces (gpu-profiler trace)",
+    "trial": "Trials of placements (gpu-profiler trial run)",
 }
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "report",
-        help="summarise the table store: hours per job type, idle GPU-hours, idle pods, traces",
+        help="summarise the table store: hours per job type, idle GPU-hours, idle pods, traces, "
+        "trials",
         description="Summaries from the table store for a time range: per node, per GPU, per "
         "pod, the pods that hold GPUs without using them, or the Nsight Systems traces "
         "recorded by gpu-profiler trace (by capture start).",
     )
-    store_url = os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url()
-    parser.add_argument(
-        "--store-url",
-        metavar="URL",
-        default=store_url,
-        # The environment's URL may hold a password: --help shows it masked.
-        help="sqlite:///PATH or postgresql://USER@HOST/DB (env GPU_PROFILER_STORE_URL; "
-        f"default: {without_credentials(store_url).replace('%', '%%')})",
-    )
+    options.add_store_url_option(parser, purpose="the table store to read", none=None)
     parser.add_argument(
         "--by",
         choices=REPORT_VIEWS,
@@ -87,10 +142,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "-o",
         "--output",
-        choices=("table", "json", "csv"),
+        choices=("table", "wide", "json", "csv"),
         default="table",
-        help="output format (default: %(default)s)",
+        help="table (the main columns), wide (every column), json (one object, keys in "
+        "docs/store.md) or csv (default: %(default)s)",
     )
     parser.set_defaults(handler=handle)
 
@@ -105,7 +162,7 @@ def handle(args: argparse.Namespace) -> int:
     url = parse_store_url(args.store_url)
     engine = create_store_engine(url, create_file=False)
     try:
-        with engine.connect() as connection:
+        with progress.spinner(f"reading {url.display()}"), engine.connect() as connection:
             _check_schema(current_revisions(connection), url.display())
             report = build_report(
                 connection,
@@ -130,31 +187,68 @@ def handle(args: argparse.Namespace) -> int:
             f"{_iso(until)}{where}",
             file=sys.stderr,
         )
-    write_rows(rows, args.by, args.output, sys.stdout, title=_title(args.by, since, until))
+    write_rows(rows, args.by, args.output, sys.stdout, since=since, until=until, node=args.node)
     return 0
 
 
-def write_rows(rows: list[dict[str, Any]], by: str, output: str, out: TextIO, title: str) -> None:
+def write_rows(
+    rows: list[dict[str, Any]],
+    by: str,
+    output: str,
+    out: TextIO,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+) -> None:
     if output == "json":
-        json.dump([{k: _plain(v) for k, v in row.items()} for row in rows], out, indent=2)
+        document = {
+            "kind": "report",
+            "format_version": REPORT_FORMAT_VERSION,
+            "view": by,
+            "since": _iso(since),
+            "until": _iso(until),
+            "node": node,
+            "rows": [{k: _plain(v) for k, v in row.items()} for row in rows],
+        }
+        json.dump(document, out, indent=2)
         out.write("\n")
     elif output == "csv":
         writer = csv.DictWriter(out, fieldnames=view_columns(by), lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: _plain(v) for k, v in row.items()} for row in rows)
     elif rows:
-        # Imported here: JSON and CSV output start faster without rich.
-        from rich.console import Console  # noqa: PLC0415
-        from rich.table import Table  # noqa: PLC0415
+        out.write(f"{_title(by, since, until)}\n{table(rows, by, wide=output == 'wide')}\n")
 
-        table = Table(title=title)
-        for column in view_columns(by):
-            table.add_column(
-                column.replace("_", " "), justify="left" if _is_text(rows, column) else "right"
-            )
-        for row in rows:
-            table.add_row(*(_cell(value) for value in row.values()))
-        Console(file=out, width=200 if not out.isatty() else None).print(table)
+
+def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
+    """A view's rows as aligned columns, units in the headers, nothing cut. The narrow default
+    shows the columns in ``NARROW_COLUMNS`` (all of a view it does not name); ``wide`` all."""
+    columns = view_columns(by)
+    if not wide and by in NARROW_COLUMNS:
+        columns = [column for column in columns if column in NARROW_COLUMNS[by]]
+    units = [_unit(column) for column in columns]
+    return aligned(
+        [_header(column, unit) for column, unit in zip(columns, units, strict=True)],
+        [
+            [_cell(row.get(column), unit) for column, unit in zip(columns, units, strict=True)]
+            for row in rows
+        ],
+        right={index for index, column in enumerate(columns) if not _is_text(rows, column)},
+        keep={index for index, column in enumerate(columns) if column in _KEYS},
+    )
+
+
+def _unit(column: str) -> tuple[str, str, float] | None:
+    """(suffix, unit shown, factor) of a column whose name ends in a unit."""
+    return next((unit for unit in _UNITS if column.endswith(unit[0])), None)
+
+
+def _header(column: str, unit: tuple[str, str, float] | None) -> str:
+    """``util_max_percent`` -> ``UTIL MAX %``, ``idle_gpu_hours`` -> ``IDLE GPU h``."""
+    stem = column.removesuffix(unit[0]) if unit else column
+    name = stem.replace("_", " ").upper()
+    return f"{name} {unit[1]}" if unit else name
 
 
 def _check_schema(current: tuple[str, ...], url: str) -> None:
@@ -203,14 +297,17 @@ def _plain(value: Any) -> Any:
 
 
 def _is_text(rows: list[dict[str, Any]], column: str) -> bool:
-    return any(isinstance(row[column], str | datetime) for row in rows)
+    return any(isinstance(row.get(column), str | datetime) for row in rows)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, unit: tuple[str, str, float] | None = None) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return _iso(value)
+    if isinstance(value, float | int) and not isinstance(value, bool) and unit is not None:
+        scaled = value * unit[2]
+        return f"{scaled:.0f}" if unit[1] == "MiB" else f"{scaled:.2f}"
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)

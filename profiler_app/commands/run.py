@@ -121,13 +121,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DOMAIN",
         help="prefix of the annotation keys",
     )
-    add(
-        "--store-url",
-        env="GPU_PROFILER_STORE_URL",
-        shown_default="profiler.db in this user's data directory",
-        metavar="URL",
-        help="table store, sqlite:///PATH or postgresql://USER@HOST/DB, or 'none'",
-    )
+    options.add_store_url_option(group, purpose="table store", none="to keep no rows")
     add(
         "--store-interval",
         env="GPU_PROFILER_STORE_INTERVAL",
@@ -236,7 +230,12 @@ class RunConfig:
         window = _required_duration(args.window, "--window")
         interval = _required_duration(args.interval, "--interval")
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
-        _check_bounds(window, interval, sample_interval, local=not args.prometheus_url)
+        names = _Names(
+            options.named(args.window, "--window"),
+            options.named(args.interval, "--interval"),
+            options.named(args.sample_interval, "--sample-interval"),
+        )
+        _check_bounds(window, interval, sample_interval, local=not args.prometheus_url, names=names)
         step = options.duration(args.step, "--step")
         if step is not None and args.prometheus_url:
             grid_ending_at(0.0, window, step)  # a step too fine for the window: said now, once
@@ -302,7 +301,7 @@ class RunConfig:
             f"node={self.node} {source} fields={','.join(self.fields)} "
             f"window={format_duration(self.window_seconds)} "
             f"interval={format_duration(self.interval_seconds)} "
-            f"kubeconfig={self.kubeconfig or 'in-cluster or off'} "
+            f"kubernetes={kubernetes_access(self.kubeconfig)} "
             f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
             + (" protect-training" if self.protect_training else "")
             + (" once" if self.once else "")
@@ -311,7 +310,15 @@ class RunConfig:
 
 def kubernetes_configured(kubeconfig: str | None) -> bool:
     """Whether ``kube.connect`` will find credentials (checked without importing the client)."""
-    return bool(kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"))
+    return kubernetes_access(kubeconfig) != "off"
+
+
+def kubernetes_access(kubeconfig: str | None) -> str:
+    """What ``kube.connect`` will use, as the start-up line says it: the kubeconfig's path, the
+    in-cluster service account, or off."""
+    if kubeconfig:
+        return kubeconfig
+    return "in-cluster" if os.environ.get("KUBERNETES_SERVICE_HOST") else "off"
 
 
 def _store_url(text: str | None) -> str | None:
@@ -335,20 +342,38 @@ def _switch(value: bool | str | None, env: str) -> bool:
     return switch
 
 
-def _check_bounds(window: float, interval: float, sample_interval: float, *, local: bool) -> None:
+@dataclass(frozen=True)
+class _Names:
+    """How errors name the durations: their flags, or the environment variables they came from."""
+
+    window: str
+    interval: str
+    sample_interval: str
+
+
+def _check_bounds(
+    window: float,
+    interval: float,
+    sample_interval: float,
+    *,
+    local: bool,
+    names: _Names = _Names("--window", "--interval", "--sample-interval"),
+) -> None:
     floor = MIN_SAMPLE_INTERVAL_SECONDS if local else MIN_PROMETHEUS_INTERVAL_SECONDS
     if interval < floor:
         reading = "sampling locally" if local else "reading Prometheus"
-        raise UserError(f"--interval must be at least {floor:g}s when {reading}")
+        raise UserError(f"{names.interval} must be at least {floor:g}s when {reading}")
     if interval > MAX_INTERVAL_SECONDS:
-        raise UserError("--interval must be at most 1d")
+        raise UserError(f"{names.interval} must be at most 1d")
     if sample_interval < MIN_SAMPLE_INTERVAL_SECONDS:
-        raise UserError(f"--sample-interval must be at least {MIN_SAMPLE_INTERVAL_SECONDS:g}s")
+        raise UserError(
+            f"{names.sample_interval} must be at least {MIN_SAMPLE_INTERVAL_SECONDS:g}s"
+        )
     if sample_interval > window:
-        raise UserError("--sample-interval must not be longer than --window")
+        raise UserError(f"{names.sample_interval} must not be longer than {names.window}")
     if local and window / sample_interval > MAX_LOCAL_SAMPLES:
         raise UserError(
-            f"--window {format_duration(window)} at --sample-interval "
+            f"{names.window} {format_duration(window)} at {names.sample_interval} "
             f"{format_duration(sample_interval)} is more than the {MAX_LOCAL_SAMPLES:,} samples "
             f"local sampling keeps: use --sample-interval "
             f"{math.ceil(window / MAX_LOCAL_SAMPLES)}s or a shorter --window"

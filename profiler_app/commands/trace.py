@@ -15,13 +15,13 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from profiler_app.commands import options
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.traces import TraceStore, trace_rows
-from profiler_app.sinks.store.urls import default_store_url, parse_store_url
+from profiler_app.sinks.store.urls import parse_store_url
 from profiler_app.trace.export import open_report
 from profiler_app.trace.render import render
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
-from profiler_app.urls import without_credentials
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,19 +46,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the node the pod ran on (env NODE_NAME; default: unset)",
     )
     parser.add_argument(
+        "-o",
         "--output",
         choices=("table", "json"),
         default="table",
         help="table (default) or json: one object, keys in docs/trace.md",
     )
-    store_url = os.environ.get("GPU_PROFILER_STORE_URL") or default_store_url()
-    shown = without_credentials(store_url).replace("%", "%%")
-    parser.add_argument(
-        "--store-url",
-        metavar="URL",
-        default=store_url,
-        help="table store to record the result in, sqlite:///PATH or postgresql://USER@HOST/DB, "
-        f"or 'none' (env GPU_PROFILER_STORE_URL; default: {shown})",
+    options.add_store_url_option(
+        parser, purpose="table store to record the result in", none="to record nothing"
     )
     parser.add_argument(
         "--iteration-range",
@@ -103,16 +98,12 @@ def handle(args: argparse.Namespace) -> int:
             "recorded with nsys profile --trace=cuda?",
             file=sys.stderr,
         )
-    try:
-        if args.output == "json":
-            json.dump(to_json(summary, top=args.top), sys.stdout, indent=2, allow_nan=False)
-            sys.stdout.write("\n")
-        else:
-            render(summary, sys.stdout, top=args.top)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader of a pipe (e.g. head) has gone
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    # A reader that leaves early (| head) ends the command quietly: cli.main sees to it.
+    if args.output == "json":
+        json.dump(to_json(summary, top=args.top), sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        render(summary, sys.stdout, top=args.top)
     return 0
 
 

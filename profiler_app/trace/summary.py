@@ -22,6 +22,10 @@ from profiler_app.trace.queries import DurationStats
 
 LONGEST_GAPS = 5
 
+# ``--output json`` of trace is a contract (docs/cli.md): keys may be added within a version;
+# removing, renaming or retyping one raises it. (``schema_version`` is the export's, not this.)
+TRACE_FORMAT_VERSION = 1
+
 
 @dataclass(frozen=True)
 class Stat:
@@ -398,6 +402,8 @@ def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
 def to_json(summary: TraceSummary, *, top: int = 10) -> dict[str, object]:
     """The ``--output json`` object (keys documented in docs/trace.md; existing keys stay)."""
     return {
+        "kind": "trace",
+        "format_version": TRACE_FORMAT_VERSION,
         "report": summary.report,
         "schema_version": summary.schema_version,
         "nsight_systems_version": summary.product_version,

@@ -6,6 +6,7 @@ Config: stacks/README.md.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -19,7 +20,8 @@ from infra.eks import (
     NodeGroupArgs,
 )
 from infra.karpenter import GpuKarpenter, GpuKarpenterArgs, GpuNodePoolArgs
-from infra.stack import deploy_gpu_layer, export_access
+from infra.stack import check_settings, deploy_gpu_layer, export_access
+from infra.store.rds import eks_rds_network
 from infra.versions import KUBERNETES_VERSION
 from infra.vpc import VpcArgs
 
@@ -64,6 +66,18 @@ def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
     )
 
 
+def aws_region(why: str) -> str:
+    """The region, where the AWS provider finds it too; ConfigError saying ``why`` without one."""
+    region = (
+        pulumi.Config("aws").get("region")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+    )
+    if not region:
+        raise stack_config.ConfigError(f"stack config aws:region (or AWS_REGION) is needed: {why}")
+    return region
+
+
 def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs | None:
     """``karpenter`` from stack config: on unless ``enabled: false``."""
     spec = stack_config.fields(
@@ -71,16 +85,7 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
     )
     if not spec.get("enabled", True):
         return None
-    # Where the AWS provider finds it too.
-    region = (
-        pulumi.Config("aws").get("region")
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-    )
-    if not region:
-        raise stack_config.ConfigError(
-            "stack config aws:region (or AWS_REGION) is needed: Karpenter's IAM policy names it"
-        )
+    region = aws_region("Karpenter's IAM policy names it")
     defaults = GpuNodePoolArgs()
     try:
         pool = GpuNodePoolArgs(
@@ -96,8 +101,18 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
     return GpuKarpenterArgs(cluster_name=cluster_name, region=region, node_pools=(pool,))
 
 
+def existing_private_subnets(config: pulumi.Config) -> tuple[str, ...]:
+    """``existingPrivateSubnetIds``, which ``existingVpcId`` needs (its nodes go there)."""
+    subnets = stack_config.read_object(config, "existingPrivateSubnetIds")
+    if not subnets:
+        raise stack_config.ConfigError(
+            "stack config existingPrivateSubnetIds is needed with existingVpcId: the nodes' subnets"
+        )
+    return stack_config.strings("existingPrivateSubnetIds", subnets)
+
+
 def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> GpuEksClusterArgs:
-    existing_vpc_id = config.get("existingVpcId")
+    existing_vpc_id = stack_config.optional_text(config, "existingVpcId")
     system = stack_config.fields(
         "systemNodeGroup",
         stack_config.read_object(config, "systemNodeGroup") or {},
@@ -123,7 +138,7 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
             existing_vpc=(
                 ExistingVpcArgs(
                     vpc_id=existing_vpc_id,
-                    private_subnet_ids=tuple(config.require_object("existingPrivateSubnetIds")),
+                    private_subnet_ids=existing_private_subnets(config),
                     public_subnet_ids=tuple(config.get_object("existingPublicSubnetIds") or ()),
                 )
                 if existing_vpc_id
@@ -144,13 +159,21 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
         raise stack_config.ConfigError(f"stack config: {error}") from None
 
 
+check_settings(Path(__file__).resolve().parent)
 config = pulumi.Config()
 # One name for both: Karpenter's IAM policy and node class select the cluster's resources by it.
 cluster_name = config.get("clusterName") or "gpu-cluster"
 karpenter = karpenter_args(config, cluster_name)
 cluster = GpuEksCluster("gpu-eks", cluster_args(config, cluster_name, karpenter is not None))
 layer = deploy_gpu_layer(
-    config, cluster.kubeconfig, depends_on=cluster.ready, storage_class=cluster.storage_class
+    config,
+    cluster.kubeconfig,
+    depends_on=cluster.ready,
+    storage_class=cluster.storage_class,
+    platform_name="eks",
+    rds_network=lambda: eks_rds_network(
+        cluster, aws_region("the RDS store's CA bundle is per region")
+    ),
 )
 if karpenter is not None:
     # After the platform: the chart's ServiceMonitor needs the Prometheus operator's CRDs.

@@ -6,27 +6,29 @@ from pathlib import Path
 
 import pulumi
 
+from infra import stack_config
 from infra.kubeadm import KubeadmCluster, KubeadmClusterArgs, gpu_node_names, label_gpu_nodes
-from infra.stack import deploy_gpu_layer, export_access
+from infra.stack import check_settings, deploy_gpu_layer, export_access
 
 STACK_DIR = Path(__file__).resolve().parent
 
 
 def cluster_args(config: pulumi.Config) -> KubeadmClusterArgs:
     inventory = Path(config.require("inventory"))
-    key_file = config.get("sshPrivateKeyFile")
+    key_file = stack_config.optional_text(config, "sshPrivateKeyFile")
     return KubeadmClusterArgs(
         cluster_name=config.get("clusterName") or "gpu-cluster",
         # Relative paths in stack config are relative to this folder.
         inventory=str(inventory if inventory.is_absolute() else STACK_DIR / inventory),
         extra_vars=config.get_object("ansibleExtraVars") or {},
         ssh_private_key_file=key_file and str(Path(key_file).expanduser()),
-        ssh_key_passphrase=config.get_secret("sshKeyPassphrase"),
-        become_password=config.get_secret("becomePassword"),
-        kubeconfig_dest=config.get("kubeconfigDest"),
+        ssh_key_passphrase=stack_config.optional_secret(config, "sshKeyPassphrase"),
+        become_password=stack_config.optional_secret(config, "becomePassword"),
+        kubeconfig_dest=stack_config.optional_text(config, "kubeconfigDest"),
     )
 
 
+check_settings(STACK_DIR)
 config = pulumi.Config()
 cluster = KubeadmCluster("gpu-kubeadm", cluster_args(config))
 layer = deploy_gpu_layer(config, cluster.kubeconfig)

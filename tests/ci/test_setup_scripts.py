@@ -1,8 +1,9 @@
-"""scripts/run and scripts/lib.sh: a newcomer's first screen is the profiler's own.
+"""scripts/run and scripts/lib.sh: each setup step says what it does, and stdout is the
+profiler's own.
 
 The slow test runs the real ``scripts/run --help`` in this checkout: its setup steps (the Debian
 package check, ``pip install -e .`` into .venv, which fetches setuptools from PyPI for the build)
-run for real and must print nothing when they succeed.
+run for real; each says one line on stderr, and the tools' output stays held back.
 """
 
 from __future__ import annotations
@@ -52,5 +53,13 @@ def test_scripts_run_starts_with_the_profilers_own_lines() -> None:
     if completed.returncode != 0 and "NewConnectionError" in completed.stderr:
         pytest.skip("PyPI unreachable: cannot fetch the build backend")
     assert completed.returncode == 0, completed.stderr[-2000:]
-    assert completed.stderr == ""
+    steps = completed.stderr.splitlines()
+    assert all(line.startswith("==> ") for line in steps), completed.stderr
+    assert "==> Installing gpu-cluster-profiler into .venv (minutes the first time)" in steps
+    assert steps[-1] == "==> Starting gpu-profiler run"
     assert completed.stdout.startswith("usage: gpu-profiler run")
+
+
+def test_a_step_says_what_it_does_before_it_runs() -> None:
+    done = bash("say '==> Doing a thing'; quietly sh -c 'echo tool output'; echo result")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "result\n", "==> Doing a thing\n")

@@ -145,13 +145,13 @@ def test_label_changes_give_one_profile_per_gpu_in_every_output(
     assert pods == [("serve-a", "1"), ("serve-b", "1"), ("serve-c", "2"), ("trainer-0", "0")]
     # The report: three GPUs, each covering the time once (the first row its window).
     assert main(["report", "--store-url", f"sqlite:///{database}", "--output", "json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["rows"]
     assert sorted(row["gpu"] for row in report) == ["0", "1", "2"]
     assert all(row["covered_hours"] < 0.6 for row in report)
     assert (
         main(["report", "--store-url", f"sqlite:///{database}", "--by", "pod", "--output", "json"])
         == 0
     )
-    by_pod = {row["pod"]: row for row in json.loads(capsys.readouterr().out)}
+    by_pod = {row["pod"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
     assert set(by_pod) >= {"serve-a", "serve-b"}
     assert by_pod["serve-a"]["last_seen"] <= by_pod["serve-b"]["last_seen"]

@@ -112,7 +112,7 @@ def test_a_replaced_daemon_leaves_no_hole_in_the_covered_hours(
         )
         == 0
     )
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["rows"]
     expected = (last_at - since).total_seconds() / 3600
     assert sorted(row["gpu"] for row in report) == sorted(gpu for gpu, _ in gpus)
     for row in report:

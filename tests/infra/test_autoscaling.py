@@ -82,7 +82,9 @@ def test_example_deployment_requests_a_gpu_on_gpu_nodes(eks_run: ProgramRun) -> 
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/cache", "/tmp"}
     env = {e["name"]: e["value"] for e in container["env"]}
     assert (env["HOME"], env["HF_HOME"]) == ("/cache", "/cache/huggingface")
-    monitor = eks_run.one("kubernetes:monitoring.coreos.com/v1:PodMonitor").inputs
+    monitor = eks_run.one(
+        "kubernetes:monitoring.coreos.com/v1:PodMonitor", "example-workload-pod-monitor"
+    ).inputs
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics"}]
     namespace = eks_run.one("kubernetes:core/v1:Namespace", "example-workload-namespace")
     assert namespace.inputs["metadata"]["name"] == "inference"

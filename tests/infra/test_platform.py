@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from infra import monitoring, versions
+from infra.chart_cache import cached_archive
 from infra.render.program import FAKE_PASSWORD, ProgramRun, run_stack
 from tests.infra.conftest import EKS_STACK
 
@@ -39,11 +40,19 @@ def test_official_charts_at_pinned_versions(
     assert release["atomic"] is True
 
 
-def test_versions_module_is_the_single_source(eks_run: ProgramRun) -> None:
-    pinned = {c.reference: c.version for c in versions.PINNED_CHARTS}
+def test_versions_module_is_the_single_source(eks_run: ProgramRun, kubeadm_run: ProgramRun) -> None:
+    """Every chart either stack installs is pinned there, and every pinned chart is installed.
+
+    A chart published in no repository (local-path-provisioner, kubeadm only) is installed from
+    its archive in the chart cache."""
+    pinned = {
+        (str(cached_archive(c)) if c.from_source else c.reference): c.version
+        for c in versions.PINNED_CHARTS
+    }
     installed = {
         r.inputs["chart"]: r.inputs["version"]
-        for r in eks_run.of_type("kubernetes:helm.sh/v3:Release")
+        for run in (eks_run, kubeadm_run)
+        for r in run.of_type("kubernetes:helm.sh/v3:Release")
     }
     assert installed == pinned
 
@@ -102,12 +111,14 @@ def test_grafana_password_is_generated_secret_never_the_chart_default(
     secret = eks_run.one("kubernetes:core/v1:Secret", "grafana-admin-secret")
     assert secret.inputs["stringData"]["admin-password"] == FAKE_PASSWORD
     assert "stringData" in secret.secret_paths
-    assert eks_run.one("random:index/randomPassword:RandomPassword").inputs["length"] == 32
+    password = eks_run.one("random:index/randomPassword:RandomPassword", "grafana-admin-password")
+    assert password.inputs["length"] == 32
 
 
 def test_configured_grafana_password_is_used_and_stays_secret() -> None:
     run = run_stack(EKS_STACK, secrets={"grafanaAdminPassword": "correct-horse-battery"})
-    assert run.of_type("random:index/randomPassword:RandomPassword") == []
+    generated = run.of_type("random:index/randomPassword:RandomPassword")
+    assert "grafana-admin-password" not in {r.name for r in generated}
     secret = run.one("kubernetes:core/v1:Secret", "grafana-admin-secret")
     assert secret.inputs["stringData"]["admin-password"] == "correct-horse-battery"
     assert "stringData" in secret.secret_paths
@@ -198,7 +209,11 @@ def test_unreachable_control_plane_components_are_not_scraped(eks_run: ProgramRu
 
 
 def test_dashboards_are_labelled_config_maps(eks_run: ProgramRun) -> None:
-    maps = eks_run.of_type("kubernetes:core/v1:ConfigMap")
+    maps = [
+        m
+        for m in eks_run.of_type("kubernetes:core/v1:ConfigMap")
+        if m.name.startswith("dashboard-")
+    ]
     shipped = monitoring.dashboards()
     assert {name for m in maps for name in m.inputs["data"]} == set(shipped)
     for config_map in maps:

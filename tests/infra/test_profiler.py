@@ -8,6 +8,8 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+from psycopg import pq
+
 from infra import versions
 from infra.render.program import ProgramRun, run_stack
 from profiler_app.daemon import STOP_GRACE_SECONDS
@@ -111,18 +113,45 @@ def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
     assert env["GPU_PROFILER_METRICS_PORT"] == "9401"
     assert env["GPU_PROFILER_NODE_LABEL"] == "Hostname"
     assert env["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
-    assert env["GPU_PROFILER_STORE_URL"] == "sqlite:////var/lib/gpu-profiler/profiler.db"
     assert env["GPU_PROFILER_PROTECT_TRAINING"] == "true"  # Karpenter spares training pods
+    # The stack's database (CloudNativePG, by default): through the pooler, TLS verified against
+    # the mounted CA, the password in libpq's password file (from a Secret), never in the URL.
+    assert env["GPU_PROFILER_STORE_URL"] == (
+        "postgresql://gpu_profiler@gpu-profiler-store-pooler.gpu-profiler-store.svc:5432/"
+        "gpu_profiler?sslmode=verify-full&sslrootcert=/etc/gpu-profiler/store-ca/ca.crt"
+    )
+    assert env["PGPASSFILE"] == "/run/gpu-profiler/pgpass"
     (container,) = pod_spec(eks_run)["containers"]
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert mounts["/var/lib/gpu-profiler"] == "store"
+    mounts = {m["mountPath"]: (m["name"], m.get("readOnly")) for m in container["volumeMounts"]}
+    assert mounts["/etc/gpu-profiler/store-ca"] == ("store-ca", True)
+    assert mounts["/run/gpu-profiler"] == ("store-passfile", True)
     volumes = {v["name"]: v for v in pod_spec(eks_run)["volumes"]}
-    assert "emptyDir" in volumes["store"]
+    assert volumes["store-ca"]["configMap"] == {"name": "gpu-profiler-store-ca"}
+    assert volumes["store-credentials"]["secret"] == {
+        "secretName": "gpu-profiler-store",
+        "items": [{"key": "pgpass", "path": "pgpass"}],
+        "defaultMode": 0o400,
+    }
+    # libpq ignores a password file its group may read: a copy with mode 0600, in memory.
+    assert volumes["store-passfile"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    (copy,) = pod_spec(eks_run)["initContainers"]
+    assert copy["command"] == [
+        "install",
+        "-m",
+        "0600",
+        "/etc/gpu-profiler/store-credentials/pgpass",
+        "/run/gpu-profiler/pgpass",
+    ]
+    assert "runAsUser" not in copy["securityContext"]  # the pod's: the daemon's user owns it
+    assert set(volumes) == {"store-ca", "store-credentials", "store-passfile", "tmp"}
+    assert not [v for v in volumes.values() if "hostPath" in v]
 
 
 def test_postgres_store_url_comes_from_a_secret() -> None:
     url = "postgresql+psycopg://profiler:s3cret@db.internal/profiler"
-    run = run_stack(EKS_STACK, secrets={"profilerStoreUrl": url})
+    run = run_stack(
+        EKS_STACK, overrides={"profilerStore": "external"}, secrets={"profilerStoreUrl": url}
+    )
     secret = run.one("kubernetes:core/v1:Secret", "profiler-store-secret")
     assert secret.inputs["stringData"] == {"store-url": url}
     assert "stringData" in secret.secret_paths
@@ -152,7 +181,9 @@ def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
 
 
 def test_metrics_port_reachable_from_monitoring_namespace_only(eks_run: ProgramRun) -> None:
-    policy = eks_run.one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs["spec"]
+    policy = eks_run.one(
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy", "profiler-network-policy"
+    ).inputs["spec"]
     assert policy["policyTypes"] == ["Ingress"]
     (rule,) = policy["ingress"]
     assert rule["from"] == [
@@ -162,10 +193,12 @@ def test_metrics_port_reachable_from_monitoring_namespace_only(eks_run: ProgramR
 
 
 def test_every_variable_set_is_one_the_daemon_reads(eks_run: ProgramRun) -> None:
-    """Cross-check with profiler_app: a misspelt variable would silently be ignored."""
+    """Cross-check with profiler_app and libpq: a misspelt variable would silently be ignored."""
     source = "\n".join(path.read_text() for path in (REPO_ROOT / "profiler_app").rglob("*.py"))
+    libpq = {option.envvar.decode() for option in pq.Conninfo.get_defaults() if option.envvar}
+    assert "PGPASSWORD" in libpq
     for name in env_of(eks_run):
-        assert f'"{name}"' in source, f"profiler_app never reads {name}"
+        assert f'"{name}"' in source or name in libpq, f"neither the daemon nor libpq reads {name}"
 
 
 def test_default_image_is_the_one_the_release_workflow_publishes(eks_run: ProgramRun) -> None:

@@ -24,7 +24,7 @@ from infra.kubeadm_inventory import read_nodes
 from infra.render.checks import CHECKS, run_checks
 from infra.render.graph import K8sObject, ObjectGraph, build_graph
 from infra.render.program import ProgramRun, run_stack
-from infra.scheduling import NodePool, Taint
+from infra.scheduling import NodePool, PodPlacement, Taint, misfit
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 
 NO_FINDINGS = {name: [] for name in CHECKS}
@@ -37,9 +37,12 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
             "grafanaIngressHost": "grafana.example.org",
             "gpuMetricsIntervalSeconds": "5",
             "exampleWorkload": None,
+            "profilerStore": "external",
         },
         {"profilerStoreUrl": "postgresql+psycopg://p:x@db/p", "grafanaAdminPassword": "pw"},
     ),
+    "eks-rds": (EKS_STACK, {"profilerStore": "rds"}, {}),
+    "kubeadm-sqlite": (KUBEADM_STACK, {"profilerStore": "sqlite"}, {}),
     "eks-hpa": (EKS_STACK, {"workloadAutoscaler": "hpa"}, {}),
     "eks-karpenter-only": (
         EKS_STACK,
@@ -47,6 +50,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
         {},
     ),
     "eks-without-karpenter": (EKS_STACK, {"karpenter": {"enabled": False}}, {}),
+    "kubeadm-with-trial-runner": (KUBEADM_STACK, {"trialRunner": {"maxGpus": 4}}, {}),
     "kubeadm-example-without-autoscaler": (
         KUBEADM_STACK,
         {
@@ -130,6 +134,8 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
         "karpenter",
         "helm/karpenter",
         "helm/karpenter-crd",
+        "profiler-store",  # the CloudNativePG database, its pooler, Secrets and policies
+        "helm/cloudnative-pg",
     }
     crds = {o.name for o in eks_graph.of_kind("CustomResourceDefinition")}
     assert {"prometheuses.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com"} <= crds
@@ -137,6 +143,8 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
     assert hooks == {
         "kube-prometheus-stack-admission-create": frozenset({"pre-install", "pre-upgrade"}),
         "kube-prometheus-stack-admission-patch": frozenset({"post-install", "post-upgrade"}),
+        # node-feature-discovery (GFD's subchart) removes its node labels on uninstall.
+        "nvidia-device-plugin-node-feature-discovery-prune": frozenset({"post-delete"}),
     }
     # `helm test` pods are no part of an install.
     assert not [o for o in eks_graph.of_kind("Pod") if "test" in o.name]
@@ -197,6 +205,12 @@ def test_scheduling_catches_the_shipped_kubeadm_inventory(
         "Deployment keda/keda-operator",
         "Deployment keda/keda-operator-metrics-apiserver",
         "Deployment keda/keda-admission-webhooks",
+        "Deployment nvidia-device-plugin/nvidia-device-plugin-node-feature-discovery-gc",
+        # The profiler's database: the operator, its instances and pooler, their volumes' provider.
+        "Deployment cnpg-system/cloudnative-pg",
+        "Cluster gpu-profiler-store/gpu-profiler-store",
+        "Pooler gpu-profiler-store/gpu-profiler-store-pooler",
+        "Deployment local-path-storage/local-path-provisioner",
     }
     assert all(
         "gpu-1: taint nvidia.com/gpu=present:NoSchedule not tolerated" in line
@@ -233,6 +247,7 @@ def test_gpu_daemon_sets_must_reach_every_gpu_pool(eks_graph: ObjectGraph) -> No
     missed = {line.split(" (")[0].split(":")[0] for line in check(graph, "scheduling")}
     assert missed == {
         "DaemonSet nvidia-device-plugin/nvidia-device-plugin",
+        "DaemonSet nvidia-device-plugin/nvidia-device-plugin-gpu-feature-discovery",
         "DaemonSet monitoring/dcgm-exporter",
         "DaemonSet gpu-profiler/gpu-profiler",
         "GPU pool reserved-gpus",
@@ -504,6 +519,27 @@ def test_device_plugin_as_rendered(eks_graph: ObjectGraph) -> None:
 
 
 @pytest.mark.parametrize("graph_name", ["eks_graph", "kubeadm_graph"])
+def test_gpu_feature_discovery_labels_every_gpu_pool(
+    graph_name: str, request: pytest.FixtureRequest
+) -> None:
+    """GFD (nvidia.com/gpu.product, which trials place by) and the node-feature-discovery worker
+    it needs run on every GPU pool; NFD's master and garbage collector fit a pool with nodes (the
+    whole graph's checks, scheduling included, pass: test_every_check_passes_on_the_stacks)."""
+    graph: ObjectGraph = request.getfixturevalue(graph_name)
+    gfd = one(graph, "DaemonSet", "nvidia-device-plugin-gpu-feature-discovery")
+    worker = one(graph, "DaemonSet", "nvidia-device-plugin-node-feature-discovery-worker")
+    gpu_pools = [pool for pool in graph.platform.pools if pool.is_gpu]
+    assert gpu_pools
+    for daemon_set in (gfd, worker):
+        placement = PodPlacement.of(pod_spec(daemon_set))
+        assert [misfit(placement, pool) for pool in gpu_pools] == [None] * len(gpu_pools)
+    for name in ("master", "gc"):
+        deployment = one(graph, "Deployment", f"nvidia-device-plugin-node-feature-discovery-{name}")
+        placement = PodPlacement.of(pod_spec(deployment))
+        assert [p for p in graph.platform.pools if p.has_nodes and misfit(placement, p) is None]
+
+
+@pytest.mark.parametrize("graph_name", ["eks_graph", "kubeadm_graph"])
 def test_control_plane_scrapes_and_rules_are_off(
     graph_name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -663,6 +699,7 @@ def test_scheduling_catches_gpu_nodes_the_device_plugin_never_reaches() -> None:
     findings = check(graph_of(EKS_STACK, change_values=reserved), "scheduling")
     assert {line.split(" (")[0].split(":")[0] for line in findings} == {
         "DaemonSet nvidia-device-plugin/nvidia-device-plugin",
+        "DaemonSet nvidia-device-plugin/nvidia-device-plugin-gpu-feature-discovery",
         "DaemonSet monitoring/dcgm-exporter",
         "DaemonSet gpu-profiler/gpu-profiler",
         "GPU pool karpenter/gpu",

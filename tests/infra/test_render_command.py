@@ -165,6 +165,7 @@ def test_encrypted_config_values_become_placeholders(
     secure = {"secure": "v1:Zm9vYmFy:ciphertext"}
     config["config"]["gpu-cluster-kubeadm:grafanaAdminPassword"] = secure
     config["config"]["gpu-cluster-kubeadm:profilerStoreUrl"] = secure
+    config["config"]["gpu-cluster-kubeadm:profilerStore"] = "external"
     inventory = KUBEADM_STACK / config["config"]["gpu-cluster-kubeadm:inventory"]
     config["config"]["gpu-cluster-kubeadm:inventory"] = str(inventory)
     stack_file = tmp_path / "Pulumi.encrypted.yaml"

@@ -25,10 +25,16 @@ HERE = Path(__file__).resolve().parent
 FIRST_TEST_TIMEOUT_S = 1800
 
 
+# Tests that take the session's cluster down (reset.yml): they run after every other test.
+LAST = HERE / "test_reset.py"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT_S))
+    last = [item for item in items if Path(str(item.path)).resolve() == LAST]
+    items[:] = [item for item in items if item not in last] + last
 
 
 @pytest.fixture(scope="session")

@@ -61,20 +61,45 @@ def test_table_from_the_example_dump(capsys: pytest.CaptureFixture[str]) -> None
     status, out, err = run(capsys, "--input", str(EXAMPLE))
     assert (status, err) == (0, "")
     header, *rows = out.splitlines()
-    assert header.split()[:6] == ["NODE", "GPU", "UUID", "POD", "JOB", "TYPE"]
-    assert "MEM_COPY_UTIL MAX" in header
-    assert "FB_USED MAX" in header
-    assert {row.split()[1]: row.split()[4] for row in rows} == EXPECTED_EXAMPLE
+    assert header.split()[:6] == ["NODE", "GPU", "POD", "JOB", "TYPE", "PERIOD"]
+    assert "GPU_UTIL MAX %" in header
+    assert header.endswith("IDLE %  REASONS")
+    assert "UUID" not in header  # -o wide has it, and the other fields' maxima
+    assert "FB_USED" not in header
+    assert {row.split()[1]: row.split()[3] for row in rows} == EXPECTED_EXAMPLE
     training = rows[0].split()
-    assert training[3] == "ml/llama-finetune-0"
-    assert training[5] == "2m"  # the loop's 120 s period
+    assert training[2] == "ml/llama-finetune-0"
+    assert training[4] == "2m"  # the loop's 120 s period
+
+
+def test_wide_table_has_every_column_with_its_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "--input", str(EXAMPLE), "-o", "wide")
+    assert (status, err) == (0, "")
+    header, *rows = out.splitlines()
+    assert header.split()[:7] == ["NODE", "GPU", "UUID", "POD", "JOB", "TYPE", "BASIS"]
+    for column in ("GPU_UTIL MAX %", "P95 %", "MEAN %", "IDLE %", "MEM_COPY_UTIL MAX %"):
+        assert f"  {column}  " in header
+    assert "  FB_USED MAX MiB  " in header
+    assert "  POWER_USAGE MAX W  " in header
+    assert [row.split()[5] for row in rows] == ["util-loop", "steady", "idle", "bursty"]
+
+
+def test_an_empty_column_is_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """PERIOD is "-" for every GPU but the training one: without it, the column goes."""
+    status, out, _ = run(capsys, "--input", str(EXAMPLE), "--field", FB_USED)
+    assert status == 0
+    assert "PERIOD" not in out.splitlines()[0]
+    assert out.splitlines()[0].split()[:3] == ["NODE", "GPU", "POD"]
 
 
 def test_json_from_the_example_dump(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "--input", str(EXAMPLE), "--output", "json")
     assert status == 0
-    records = json.loads(out)
+    document = json.loads(out)
+    assert (document["kind"], document["format_version"]) == ("analyze", 1)
+    records = document["gpus"]
     assert [(r["gpu"], r["job_type"]) for r in records] == sorted(EXPECTED_EXAMPLE.items())
+    assert [r["basis"] for r in records] == ["util-loop", "steady", "idle", "bursty"]
     for record in records:
         assert {"gpu", "UUID", "device", "modelName", "Hostname", "instance", "job"} <= set(
             record["labels"]
@@ -121,9 +146,9 @@ def test_prometheus_without_memory_copy_utilisation_still_analyses(
         return busy_gpus(params) if GPU_UTIL in params["query"] else matrix_reply([])
 
     with StandInPrometheus(util_only) as server:
-        status, out, _ = run(capsys, "--prometheus-url", server.url, "--node", "n1")
+        status, out, _ = run(capsys, "--prometheus-url", server.url, "--node", "n1", "-o", "json")
     assert status == 0
-    assert [line.split()[4] for line in out.splitlines()[1:]] == ["inference", "idle"]
+    assert [record["job_type"] for record in json.loads(out)["gpus"]] == ["inference", "idle"]
     warnings = [record.message for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 3  # MEM_COPY_UTIL, FB_USED and POWER_USAGE, once each
     assert all("going on without it" in line for line in warnings)
@@ -133,7 +158,7 @@ def test_prometheus_without_memory_copy_utilisation_still_analyses(
 def test_input_with_a_field_selects_it(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "--input", str(EXAMPLE), "--field", FB_USED, "--output", "json")
     assert status == 0
-    assert all(set(record["stats"]) == {FB_USED} for record in json.loads(out))
+    assert all(set(record["stats"]) == {FB_USED} for record in json.loads(out)["gpus"])
 
 
 def test_piped_table_is_neither_wrapped_nor_truncated() -> None:
@@ -141,7 +166,7 @@ def test_piped_table_is_neither_wrapped_nor_truncated() -> None:
     script = shutil.which("gpu-profiler", path=str(Path(sys.executable).parent))
     assert script is not None
     completed = subprocess.run(
-        f"{script} analyze --input {EXAMPLE} | cat",
+        f"{script} analyze --input {EXAMPLE} -o wide | cat",
         shell=True,
         capture_output=True,
         text=True,
@@ -174,7 +199,7 @@ def test_prometheus_url_and_node_from_the_environment(
     first = server.requests[0]
     assert float(first["end"]) - float(first["start"]) == 600
     assert float(first["step"]) == 5
-    records = json.loads(out)
+    records = json.loads(out)["gpus"]
     assert [(r["hostname"], r["job_type"]) for r in records] == [
         ("gpu-7", "inference"),
         ("gpu-7", "idle"),
@@ -292,10 +317,29 @@ def test_malformed_options(
 def test_malformed_window_from_the_environment(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The error names where the value came from: the variable, not the flag."""
     monkeypatch.setenv("GPU_PROFILER_WINDOW", "soon")
     one_error_line(
-        capsys, ["--prometheus-url", "http://127.0.0.1:9"], "--window: malformed duration 'soon'"
+        capsys,
+        ["--prometheus-url", "http://127.0.0.1:9"],
+        "gpu-profiler: error: GPU_PROFILER_WINDOW: malformed duration 'soon'",
     )
+
+
+def test_input_says_which_options_it_ignores(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Options given on the command line that a saved answer cannot use are named once; the same
+    values from the environment (the DaemonSet's) are not the user's doing and stay quiet."""
+    status, out, err = run(capsys, "--input", str(EXAMPLE), "--window", "5m", "--node", "x")
+    assert (status, len(out.splitlines())) == (0, 5)
+    assert err == (
+        "gpu-profiler: warning: --input ignores --node and --window: the file's samples are "
+        "analysed as they are\n"
+    )
+    monkeypatch.setenv("GPU_PROFILER_WINDOW", "5m")
+    monkeypatch.setenv("NODE_NAME", "x")
+    assert run(capsys, "--input", str(EXAMPLE))[2] == ""
 
 
 def test_malformed_window_is_refused_with_input_too(capsys: pytest.CaptureFixture[str]) -> None:

@@ -198,7 +198,15 @@ def test_cli_json_is_the_rows_of_the_view(history: str, capsys: pytest.CaptureFi
         capsys, "--store-url", history, *RANGE_ARGS, "--by", "idle-pods", "--output", "json"
     )
     assert (status, err) == (0, "")
-    rows = json.loads(out)
+    document = json.loads(out)
+    assert {key: document[key] for key in ("kind", "format_version", "view", "since", "until")} == {
+        "kind": "report",
+        "format_version": 1,
+        "view": "idle-pods",
+        "since": "2026-01-01T00:00:00Z",
+        "until": "2026-01-01T04:00:00Z",
+    }
+    rows = document["rows"]
     assert [(r["namespace"], r["pod"], r["gpus"]) for r in rows] == [
         ("dev", "jupyter-d", "0,1,2"),
         ("ml", "idle-c", "0"),
@@ -233,26 +241,30 @@ def test_cli_table_lists_every_node(history: str, capsys: pytest.CaptureFixture[
     assert "98.00" in lines[0]
 
 
-@pytest.mark.parametrize(
-    ("output", "expected_out"), [("json", "[]\n"), ("table", ""), ("csv", None)]
-)
+@pytest.mark.parametrize(("output", "expected_out"), [("json", []), ("table", ""), ("csv", None)])
 def test_no_rows_in_range_is_a_message_not_an_error(
-    history_sqlite: str, capsys: pytest.CaptureFixture[str], output: str, expected_out: str | None
+    history_sqlite: str,
+    capsys: pytest.CaptureFixture[str],
+    output: str,
+    expected_out: str | list[object] | None,
 ) -> None:
     args = ["--store-url", history_sqlite, "--since", "1h", "--until", "2025-01-01T00:00Z"]
     status, out, err = run_cli(capsys, *args, "--output", output)
     assert status == 0
     assert "no gpu data in the store between 2024-12-31T23:00:00Z and 2025-01-01T00:00:00Z" in err
-    assert out == (
-        expected_out if expected_out is not None else ",".join(view_columns("gpu")) + "\n"
-    )
+    if output == "json":
+        assert json.loads(out)["rows"] == expected_out
+    else:
+        assert out == (
+            expected_out if expected_out is not None else ",".join(view_columns("gpu")) + "\n"
+        )
 
 
 def test_an_empty_store_reports_no_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'profiler.db'}"
     TableStore(url).close()
     status, out, err = run_cli(capsys, "--store-url", url, "--by", "pod", "--output", "json")
-    assert (status, out) == (0, "[]\n")
+    assert (status, json.loads(out)["rows"]) == (0, [])
     assert "no pod data" in err
 
 
@@ -262,7 +274,7 @@ def test_store_url_comes_from_the_environment(
     monkeypatch.setenv("GPU_PROFILER_STORE_URL", history_sqlite)
     status, out, _ = run_cli(capsys, *RANGE_ARGS, "--by", "node", "--output", "json")
     assert status == 0
-    assert [row["node"] for row in json.loads(out)] == ["node-a", "node-b"]
+    assert [row["node"] for row in json.loads(out)["rows"]] == ["node-a", "node-b"]
 
 
 @pytest.mark.parametrize(
@@ -390,14 +402,14 @@ def test_waste_separates_unclaimed_memory_held_and_allocated_idle_hours(
             row["gpus"],
             round(row["idle_gpu_hours"], 3),
         )
-        for row in json.loads(out)
+        for row in json.loads(out)["rows"]
     ]
     assert rows == [
         ("idle-no-pod", None, None, None, 1, 1.0),
         ("memory-held-compute-idle", "lab", "StatefulSet", "notebook", 1, 1.0),
         ("allocated-idle", "ml", "PyTorchJob", "llama", 1, 0.5),
     ]
-    assert view_columns("waste") == list(json.loads(out)[0])
+    assert view_columns("waste") == list(json.loads(out)["rows"][0])
 
 
 def test_a_finished_pod_stays_in_the_pod_report(tmp_path: Path) -> None:

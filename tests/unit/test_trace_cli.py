@@ -193,7 +193,7 @@ def test_report_by_trace_lists_the_recorded_traces(
     window = ["--since", "1h", "--until", "2026-01-01T00:30:00Z"]
     status, out, err = by_trace(capsys, store_url, *window, "--output", "json")
     assert (status, err) == (0, "")
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert list(rows[0]) == view_columns("trace")
     assert [(r["pod"], r["node"], r["device"], r["verdict"]) for r in rows] == [
         ("train-0", "gpu-node-7", 0, "input-bound"),

@@ -110,7 +110,7 @@ gpu_window = Table(
     # The report filters on time (optionally node) and walks each GPU's rows in time order.
     Index(None, "at"),
     Index(None, "node", "gpu", "at"),
-    # Revision 0004: one partition per UTC day on PostgreSQL (partitions.py), whose primary key
+    # Revision 0005: one partition per UTC day on PostgreSQL (partitions.py), whose primary key
     # is (id, at) there: a partitioned table's unique keys hold its partition column.
     postgresql_partition_by="RANGE (at)",
 )
@@ -172,9 +172,42 @@ trace_gpu = Table(
     Index(None, "started_at"),
 )
 
+# One trial of a `gpu-profiler trial run`: its placement, outcome and throughput. Keyed by the
+# run and the trial's name; recording a run again replaces its rows.
+trial_result = Table(
+    "trial_result",
+    metadata,
+    _required("run_id", String(64), key=True),
+    _required("trial", String(253), key=True),
+    _required("recorded_at", UtcDateTime()),
+    _required("workload", String(512)),  # KIND/NAMESPACE/NAME of the template
+    _required("placement", String(256)),
+    _optional("gpu_model", String(256)),
+    _required("gpus", Integer),
+    _required("gpus_per_pod", Integer),
+    _required("pods", Integer),
+    _required("nodes", Integer),
+    _required("layout", String(16)),
+    _required("status", String(16)),
+    _optional("estimator", String(16)),
+    _optional("throughput", Float),
+    _optional("unit", String(64)),
+    _optional("throughput_per_gpu", Float),
+    _optional("scaling_efficiency", Float),
+    _optional("step_seconds", Float),
+    _optional("peak_fb_mib", Float),
+    _optional("sm_active", Float),
+    _required("gpu_seconds", Float),
+    _required("pareto", Boolean),
+    _required("recommended", Boolean),
+    _optional("note", Text),
+    _optional("recommendation", Text),  # the run's, on every row of it
+    Index(None, "recorded_at"),
+)
+
 
 def _rollup(name: str, bucket: str, *columns: Column[Any]) -> Table:
-    """A rollup table (revision 0004): its bucket start first in the key; on PostgreSQL one
+    """A rollup table (revision 0005): its bucket start first in the key; on PostgreSQL one
     partition per UTC month (partitions.py)."""
     return Table(
         name,

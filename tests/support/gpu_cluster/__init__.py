@@ -28,19 +28,26 @@ What it models, and how (``Scenario`` says what differs from a healthy cluster):
   runs: the kubelet model (objects.run_container) prints what ``nvidia-smi -L`` would for the
   GPUs the pod can see, and keeps a ``sleep`` running until the pod is deleted; other commands
   are refused (422).
+- Jobs, Kubeflow PyTorchJobs, ConfigMaps, ResourceQuotas and PriorityClasses with their
+  controllers, admission and garbage collection by owner references (batch.py), on the cluster's
+  clock (a test may fake it); GPU feature discovery's labels where the device plugin runs;
+  training containers whose step period follows their placement (scenario.TrainingModel), as
+  log lines and as the GPU utilisation waveform the stand-in dcgm-exporter serves.
 - Karpenter, where the scenario has one (karpenter.py, a test double of its own): NodeClaims
   for unschedulable GPU pods, nodes that join and later go away when empty.
 - Names are taken from the same source the smoke suite uses, so a wrong name is not caught here.
 
 Not modelled: TLS, RBAC, watches of the new kinds, controllers reacting to later changes
 (but nodes that Karpenter adds), rescheduling, images, resource requests other than GPUs.
+Scheduling honours nodeSelector, taints, required node affinity, required pod affinity and
+topology spread (DoNotSchedule) on the hostname, and free GPUs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +55,14 @@ import requests
 
 from tests.support.gpu_cluster.apiserver import StandInGpuCluster
 from tests.support.gpu_cluster.backends import RULES_FILE, prometheus_config, rules_file
-from tests.support.gpu_cluster.scenario import GpuNode, Karpenter, Scenario, Taint, Unready
+from tests.support.gpu_cluster.scenario import (
+    GpuNode,
+    Karpenter,
+    Scenario,
+    Taint,
+    TrainingModel,
+    Unready,
+)
 from tests.support.ports import free_port
 from tests.support.prometheus import PrometheusServer
 
@@ -58,6 +72,7 @@ __all__ = [
     "Scenario",
     "StandInGpuCluster",
     "Taint",
+    "TrainingModel",
     "Unready",
     "running_gpu_cluster",
 ]
@@ -117,11 +132,13 @@ def _start_prometheus(cluster: StandInGpuCluster) -> PrometheusServer:
 
 
 @contextlib.contextmanager
-def running_gpu_cluster(scenario: Scenario) -> Iterator[StandInGpuCluster]:
-    """The stand-in cluster of ``scenario``, at rest (see ``_settle``). Skips the calling test
-    without the Prometheus binaries."""
+def running_gpu_cluster(
+    scenario: Scenario, clock: Callable[[], float] = time.time
+) -> Iterator[StandInGpuCluster]:
+    """The stand-in cluster of ``scenario``, at rest (see ``_settle``), its controllers on
+    ``clock``. Skips the calling test without the Prometheus binaries."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        cluster = StandInGpuCluster(scenario, f"http://127.0.0.1:{free_port()}")
+        cluster = StandInGpuCluster(scenario, f"http://127.0.0.1:{free_port()}", clock=clock)
         cluster.start()
         try:
             prometheus = _start_prometheus(cluster)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import re
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -21,6 +23,7 @@ from tests.support.gpu_cluster.backends import (
     StandInGrafana,
     custom_metric_values,
 )
+from tests.support.gpu_cluster.batch import BatchControllers
 from tests.support.gpu_cluster.controllers import ADAPTER, DCGM_EXPORTER, NAMES
 from tests.support.gpu_cluster.karpenter import API_VERSION as KARPENTER_API
 from tests.support.gpu_cluster.karpenter import StandInKarpenter
@@ -48,6 +51,14 @@ ROUTES = [
     ),
     ("*", rf"/api/v1/namespaces/{_NAME}/services/{_NAME}/proxy(/.*)?", "proxy"),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims", "list_node_claims"),
+    ("*", rf"/apis/batch/v1/namespaces/{_NAME}/(jobs)(?:/{_NAME})?", "batch_objects"),
+    (
+        "*",
+        rf"/apis/kubeflow\.org/v1/namespaces/{_NAME}/(pytorchjobs)(?:/{_NAME})?",
+        "batch_objects",
+    ),
+    ("*", rf"/api/v1/namespaces/{_NAME}/(configmaps|resourcequotas)(?:/{_NAME})?", "batch_objects"),
+    ("*", rf"/apis/scheduling\.k8s\.io/v1/()(priorityclasses)(?:/{_NAME})?", "batch_objects"),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims/{_NAME}", "node_claim"),
 ]
 _ROUTES = [(method, re.compile(f"^{path}$"), name) for method, path, name in ROUTES]
@@ -59,6 +70,11 @@ class _ClusterHandler(_Handler):
     cluster: StandInGpuCluster  # set on a per-server subclass by StandInGpuCluster
 
     def _route(self, request: RecordedRequest) -> None:
+        if self.cluster.clock() < self.cluster.down_until:
+            message = "the API server is unavailable (injected outage)"
+            self._send_status(503, "ServiceUnavailable", message)
+            return
+        self.cluster.reconcile()  # controllers catch up with the clock before every answer
         for method, pattern, name in _ROUTES:
             if method in (request.method, "*") and (match := pattern.match(request.path)):
                 self._reply(getattr(self.cluster, name)(request, *match.groups()))
@@ -96,8 +112,16 @@ class StandInGpuCluster(StandInApiServer):
     Grafana; ``prometheus_url`` is the Prometheus its service proxy reaches. Use
     ``running_gpu_cluster`` (the package's __init__), which starts that Prometheus too."""
 
-    def __init__(self, scenario: Scenario, prometheus_url: str, token: str | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        prometheus_url: str,
+        token: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__(token)
+        self.clock = clock  # controllers, kubelets and deadlines run on it (a test may fake it)
+        self.down_until = 0.0  # on the clock: every request answers 503 before then (an outage)
         handler = type("BoundClusterHandler", (_ClusterHandler,), {"cluster": self})
         self._server.RequestHandlerClass = handler  # socketserver's documented attribute
         self.scenario = scenario
@@ -105,7 +129,8 @@ class StandInGpuCluster(StandInApiServer):
         self.gpu_nodes = {node.name: node for node in scenario.gpu_nodes}
         self.namespaces = {"default", "kube-system", *NAMES.gpu_layer_namespaces()}
         self.pods = PodLifecycle(self)
-        self.exporter = StandInDcgmExporter(self.reported_gpus)
+        self.batch = BatchControllers(self)
+        self.exporter = StandInDcgmExporter(self.reported_gpus, self.gpu_values)
         self.grafana = StandInGrafana(scenario.grafana_admin_password)
         backends = {
             "prometheus": prometheus_url,
@@ -131,10 +156,25 @@ class StandInGpuCluster(StandInApiServer):
 
     def start(self) -> None:
         super().start()
+        self._ticking = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_until_stopped, daemon=True)
+        self._ticker.start()
         if self.karpenter is not None:
             self.karpenter.start()
 
+    def _tick_until_stopped(self) -> None:
+        while not self._ticking.wait(0.02):
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        """Kubelets and controllers act on what is due on the clock."""
+        self.pods.tick()
+        with self.lock:
+            self.batch.reconcile()
+
     def stop(self) -> None:
+        if hasattr(self, "_ticking"):
+            self._ticking.set()
         if self.karpenter is not None:
             self.karpenter.stop()
         self.pods.stop()
@@ -211,8 +251,45 @@ class StandInGpuCluster(StandInApiServer):
             return self.pods.delete((namespace, name))
 
     def pod_log(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        since = request.query.get("sinceTime")
+        stamp = objects.parse_rfc3339(since) if since else None
+        timestamps = request.query.get("timestamps", "").lower() == "true"
         with self.lock:
-            return self.pods.log((namespace, name))
+            return self.pods.log((namespace, name), timestamps=timestamps, since=stamp)
+
+    def batch_objects(
+        self, request: RecordedRequest, namespace: str, plural: str, name: str | None
+    ) -> Reply:
+        """Jobs, PyTorchJobs, ConfigMaps, ResourceQuotas and PriorityClasses (batch.py)."""
+        with self.lock:
+            if request.method == "POST" and name is None:
+                return self.batch.create(plural, namespace, request.json())
+            if request.method == "GET" and name is None:
+                selector = _label_selector(request.query.get("labelSelector", ""))
+                return self.batch.list(plural, namespace, selector)
+            if request.method == "GET":
+                return self.batch.get(plural, namespace, name or "")
+            if request.method == "DELETE" and name is not None:
+                options = request.json() if request.body else {}
+                policy = options.get("propagationPolicy") or request.query.get("propagationPolicy")
+                return self.batch.delete(plural, namespace, name, policy)
+        message = f"{request.method} is not supported here"
+        return 405, status_object(405, "MethodNotAllowed", message)
+
+    def gpu_values(self, gpu: Any) -> dict[str, float]:
+        """A training pod's GPU: utilisation and SM activity as a square wave of its step
+        period on the cluster's clock (busy 60 % of each step), as dcgm-exporter would see."""
+        with self.lock:
+            holder = (gpu.namespace, gpu.pod)
+            shape = self.pods.step_period(holder) if holder in self.state.pods else None
+        if shape is None:
+            return {}
+        start, period = shape
+        busy = (self.clock() - start) % period < 0.6 * period
+        return {
+            "DCGM_FI_DEV_GPU_UTIL": 97.0 if busy else 12.0,
+            "DCGM_FI_PROF_SM_ACTIVE": 0.85 if busy else 0.08,
+        }
 
     def create_namespace(self, request: RecordedRequest) -> Reply:
         manifest = request.json()

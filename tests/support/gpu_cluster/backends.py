@@ -3,7 +3,8 @@
 - ``StandInDcgmExporter``: TEST DOUBLE for dcgm-exporter. Serves, in Prometheus' text format, every
   field of infra/monitoring/dcgm-counters.csv for the GPUs of the nodes where its DaemonSet pod
   runs, with dcgm-exporter's labels (``tests.support.dcgm.Gpu``), attributed to the pod the
-  stand-in device plugin gave the GPU to. A real Prometheus scrapes it.
+  stand-in device plugin gave the GPU to; a training pod's GPUs show its step period as a
+  waveform (``values``). A real Prometheus scrapes it.
 - ``StandInGrafana``: TEST DOUBLE for Grafana's ``GET /api/health`` and ``POST /login`` (JSON
   ``{"user", "password"}``; 200 ``{"message": "Logged in"}`` or 401, as Grafana answers).
 - ``prometheus_config``: a real Prometheus that scrapes the stand-in exporter every second and
@@ -94,14 +95,16 @@ BUSY_VALUES = {
 ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 
 GpuSource = Callable[[], list[tuple[Gpu, bool]]]  # every reported GPU; True: failed row remap
+GpuValues = Callable[[Gpu], dict[str, float]]  # a GPU's fields where they differ from the above
 
 
 class StandInDcgmExporter(HttpStub):
     """dcgm-exporter's /metrics for what ``source`` says is there (see the module docstring)."""
 
-    def __init__(self, source: GpuSource) -> None:
+    def __init__(self, source: GpuSource, values: GpuValues | None = None) -> None:
         self._types = _counter_types()
         self._source = source
+        self._values = values
         super().__init__(self._respond)
 
     def _respond(self, method: str, path: str, query: dict[str, str], body: bytes) -> Answer:
@@ -111,6 +114,7 @@ class StandInDcgmExporter(HttpStub):
 
     def text(self) -> str:
         gpus = self._source()
+        overrides = {device: self._values(device) if self._values else {} for device, _ in gpus}
         lines = []
         for field, kind in self._types.items():
             if not gpus:
@@ -122,6 +126,7 @@ class StandInDcgmExporter(HttpStub):
                     value = BUSY_VALUES.get(field, value)
                 if field == ROW_REMAP_FAILURE and failed_remap:
                     value = 1.0
+                value = overrides[device].get(field, value)
                 labels = ",".join(f'{key}="{text}"' for key, text in device.labels().items())
                 lines.append(f"{field}{{{labels}}} {value:g}")
         return "\n".join(lines) + "\n"

@@ -42,6 +42,8 @@ def nodes(scenario: Scenario) -> dict[str, Json]:
     made = {}
     for gpu_node in scenario.gpu_nodes:
         labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE} if gpu_node.labelled else {}
+        if gpu_node.instance_type:
+            labels["node.kubernetes.io/instance-type"] = gpu_node.instance_type
         taints = [taint.manifest() for taint in gpu_node.taints]
         made[gpu_node.name] = objects.node_manifest(gpu_node.name, labels=labels, taints=taints)
     for name in scenario.system_nodes:
@@ -89,6 +91,15 @@ def workloads(scenario: Scenario, cluster_nodes: dict[str, Json]) -> tuple[list[
     return pods, daemon_sets
 
 
+def gfd_labels(gpu_node: GpuNode) -> dict[str, str]:
+    """What NVIDIA's GPU feature discovery labels a node with (the product with dashes)."""
+    return {
+        "nvidia.com/gpu.product": gpu_node.model.replace(" ", "-"),
+        "nvidia.com/gpu.count": str(gpu_node.gpus),
+        "nvidia.com/gpu.memory": "23028",
+    }
+
+
 def published_node(node: Json, gpu_node: GpuNode, pods: list[Json], scenario: Scenario) -> Json:
     """The node after the device plugin (GPU capacity) and the profiler (annotations) wrote to
     it, where their pods are ready."""
@@ -97,6 +108,8 @@ def published_node(node: Json, gpu_node: GpuNode, pods: list[Json], scenario: Sc
         updated["status"]["capacity"][GPU_RESOURCE] = str(gpu_node.gpus)
         allocatable = gpu_node.gpus - gpu_node.unhealthy_gpus
         updated["status"]["allocatable"][GPU_RESOURCE] = str(allocatable)
+        if scenario.gfd:  # GPU feature discovery runs with the device plugin (its chart)
+            updated["metadata"]["labels"] |= gfd_labels(gpu_node)
     if objects.ready_pod_of(pods, PROFILER, gpu_node.name):
         stamp = objects.now_rfc3339(scenario.profile_age_seconds)
         updated["metadata"]["annotations"] = {

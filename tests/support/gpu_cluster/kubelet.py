@@ -1,12 +1,20 @@
-"""Pods created through the stand-in API server (the smoke suite's test pods): the scheduler binds
-each at creation, or when a node joins (``bind_pending``); the device plugin allocates its GPUs;
-the kubelet starts it after a moment and, by the container model of objects.run_container, lets
-it finish or keep running."""
+"""Pods created through the stand-in API server (the smoke suite's test pods, and the pods of Jobs
+and PyTorchJobs): admission (ResourceQuota, PriorityClass), then the scheduler binds each at
+creation, or when a node joins (``bind_pending``), honouring required pod affinity and topology
+spread over hostnames; the device plugin allocates its GPUs; the kubelet starts it after a
+moment and, by the container model of objects.run_container, lets it finish or keep running.
+
+A training container (see scenario.TrainingModel) prints a step line per iteration of the
+period its pod group's placement gives (the GPUs and nodes of the pods sharing its controller),
+from when the whole group runs; its log is made on request, up to the cluster's clock.
+
+Delays run on the cluster's clock (``tick``, called by a ticker thread and before every request),
+so a fake clock moves pods only when a test moves it."""
 
 from __future__ import annotations
 
 import copy
-import threading
+import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,12 +52,21 @@ class PodLifecycle:
         self._cluster = cluster
         self._allocations: dict[PodKey, Allocation] = {}
         self._logs: dict[PodKey, str] = {}
-        self._timers: list[threading.Timer] = []
+        self._started: dict[PodKey, float] = {}  # training containers: when they started
+        self._due: list[tuple[float, Callable[..., None], tuple[Any, ...]]] = []
         self._unbound: set[PodKey] = set()  # created here, left Pending by the scheduler
 
     def stop(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
+        self._due.clear()
+
+    def tick(self) -> None:
+        """Run the delayed actions that are due on the cluster's clock (takes the lock)."""
+        with self._cluster.lock:
+            now = self._cluster.clock()
+            due = [item for item in self._due if item[0] <= now]
+            self._due = [item for item in self._due if item[0] > now]
+        for _when, action, args in sorted(due, key=lambda item: item[0]):
+            action(*args)
 
     def holders(self) -> dict[tuple[str, int], PodKey]:
         """(node, GPU index) -> the running pod the device plugin gave that GPU to."""
@@ -73,13 +90,16 @@ class PodLifecycle:
         problem = objects.invalid_pod(manifest.get("spec", {}).get("containers") or [])
         if problem:
             return 422, status_object(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
+        refusal = self._cluster.batch.admit_pod(namespace, manifest)
+        if refusal:
+            return 403, status_object(403, "Forbidden", f'pods "{name}" is forbidden: {refusal}')
         pod = copy.deepcopy(manifest)
         pod["metadata"] |= {
             "namespace": namespace,
             "uid": str(uuid.uuid4()),
-            "creationTimestamp": objects.now_rfc3339(),
+            "creationTimestamp": objects.now_rfc3339(now=self._cluster.clock()),
         }
-        pod["status"] = self._schedule((namespace, name), pod["spec"])
+        pod["status"] = self._schedule((namespace, name), pod)
         if not pod["spec"].get("nodeName"):
             self._unbound.add((namespace, name))
         self._cluster.commit("pods", (namespace, name), pod, event="ADDED")
@@ -93,7 +113,7 @@ class PodLifecycle:
                 self._unbound.discard(key)
                 continue
             pod = copy.deepcopy(stored)
-            pod["status"] = self._schedule(key, pod["spec"])
+            pod["status"] = self._schedule(key, pod)
             if pod["spec"].get("nodeName"):
                 self._unbound.discard(key)
             self._cluster.commit("pods", key, pod, event="MODIFIED")
@@ -106,20 +126,83 @@ class PodLifecycle:
         self._unbound.discard(key)
         self._allocations.pop(key, None)
         self._logs.pop(key, None)
+        self._started.pop(key, None)
         return 200, copy.deepcopy(pod)
 
-    def log(self, key: PodKey) -> Reply:
+    def log(self, key: PodKey, *, timestamps: bool = False, since: float | None = None) -> Reply:
         if key not in self._cluster.state.pods:
             return not_found("pods", key[1])
         if key not in self._logs:
             message = f'container "main" in pod "{key[1]}" is waiting to start'
             return 400, status_object(400, "BadRequest", message)
-        return 200, self._logs[key]
+        lines = [(self._started.get(key, 0.0), line) for line in self._logs[key].splitlines()]
+        lines += self._training_lines(key)
+        kept = [(t, line) for t, line in lines if since is None or t >= since]
+        if timestamps:
+            return 200, "".join(f"{objects.rfc3339_nano(t)} {line}\n" for t, line in kept)
+        return 200, "".join(f"{line}\n" for _t, line in kept)
+
+    def group(self, key: PodKey) -> list[PodKey]:
+        """The pods sharing ``key``'s controller (itself alone without one)."""
+        pods = self._cluster.state.pods
+        owners = pods.get(key, {}).get("metadata", {}).get("ownerReferences") or []
+        if not owners:
+            return [key]
+        uid = owners[0].get("uid")
+        return sorted(
+            other
+            for other, pod in pods.items()
+            if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or [])
+        )
+
+    def step_period(self, key: PodKey) -> tuple[float, float] | None:
+        """(when the group's last pod started, step seconds) once every pod of a training
+        group runs; None before, or for other containers."""
+        members = self.group(key)
+        if not all(member in self._started for member in members):
+            return None
+        expected = self._cluster.batch.expected_pods(members)
+        if len(members) < expected:
+            return None
+        allocations = [self._allocations[m] for m in members if m in self._allocations]
+        gpus = sum(len(a.gpus) for a in allocations)
+        if not allocations or not gpus:
+            return None
+        nodes = len({a.node.name for a in allocations})
+        model = self._cluster.scenario.training
+        period = model.step_seconds(gpus, nodes, allocations[0].node.model)
+        return max(self._started[m] for m in members), period
+
+    def _training_lines(self, key: PodKey) -> list[tuple[float, str]]:
+        pod = self._cluster.state.pods[key]
+        container = pod["spec"]["containers"][0]
+        model = self._cluster.scenario.training
+        shape = self.step_period(key) if key in self._started else None
+        if not objects.TRAINING_COMMAND.search(objects.command_line(container)) or shape is None:
+            return []
+        start, period = shape
+        gpus = sum(
+            len(self._allocations[m].gpus) for m in self.group(key) if m in self._allocations
+        )
+        if gpus in model.hanging:
+            return []
+        now = self._cluster.clock()
+        lines, moment, step = [], start, 0
+        while True:
+            step += 1
+            jitter = _jitter(f"{key}/{step}", model.jitter)
+            moment += period * (1.0 + jitter)
+            if moment > now:
+                return lines
+            rate = gpus * model.batch_per_gpu / period
+            loss = 2.0 / (1 + 0.01 * step)
+            lines.append((moment, f"step={step} loss={loss:.4f} samples_per_sec={rate:.2f}"))
 
     def _free_gpus(self, node: GpuNode) -> list[int]:
         pods = self._cluster.state.pods
         if not objects.ready_pod_of(list(pods.values()), DEVICE_PLUGIN, node.name):
             return []
+        taken_by_production = set(range(node.busy_gpus))
         taken = {
             index
             for key, allocation in self._allocations.items()
@@ -127,22 +210,40 @@ class PodLifecycle:
             and pods.get(key, {}).get("status", {}).get("phase") in ("Pending", "Running")
             for index in allocation.gpus
         }
-        return [index for index in range(node.gpus - node.unhealthy_gpus) if index not in taken]
+        return [
+            index
+            for index in range(node.gpus - node.unhealthy_gpus)
+            if index not in taken and index not in taken_by_production
+        ]
 
-    def _schedule(self, key: PodKey, spec: Json) -> Json:
+    def _schedule(self, key: PodKey, pod: Json) -> Json:
         """Bind the pod (setting spec.nodeName) and return its status, or leave it Pending."""
+        spec = pod["spec"]
+        nodes = sorted(self._cluster.state.nodes.items())
+        placed = [
+            other
+            for (namespace, _), other in self._cluster.state.pods.items()
+            if namespace == key[0]
+            and other["spec"].get("nodeName")
+            and other.get("status", {}).get("phase") in ("Pending", "Running")
+        ]
+        domains = [
+            name for name, node in nodes if objects.misfit(node, spec, free_gpus=1 << 20) is None
+        ]
         reasons = []
-        for name, node in sorted(self._cluster.state.nodes.items()):
+        for name, node in nodes:
             gpu_node = self._cluster.gpu_nodes.get(name)
             free = self._free_gpus(gpu_node) if gpu_node else []
-            reason = objects.misfit(node, spec, free_gpus=len(free))
+            reason = objects.misfit(node, spec, free_gpus=len(free)) or objects.layout_misfit(
+                name, pod, placed, domains
+            )
             if reason:
                 reasons.append(reason)
                 continue
             spec["nodeName"] = name
             if gpu_node is not None:
                 self._allocations[key] = Allocation(gpu_node, free[: objects.gpus_requested(spec)])
-            self._later(self._start, key)
+            self._later(KUBELET_DELAY_SECONDS, self._start, key)
             container = spec["containers"][0]["name"]
             waiting = {"waiting": {"reason": "ContainerCreating"}}
             return {
@@ -165,11 +266,8 @@ class PodLifecycle:
             ],
         }
 
-    def _later(self, action: Callable[..., None], *args: Any) -> None:
-        timer = threading.Timer(KUBELET_DELAY_SECONDS, action, args)
-        timer.daemon = True
-        self._timers.append(timer)
-        timer.start()
+    def _later(self, delay: float, action: Callable[..., None], *args: Any) -> None:
+        self._due.append((self._cluster.clock() + delay, action, args))
 
     def _start(self, key: PodKey) -> None:
         """The kubelet starts the container (takes the lock)."""
@@ -180,17 +278,26 @@ class PodLifecycle:
             container = pod["spec"]["containers"][0]
             node = self._cluster.gpu_nodes.get(pod["spec"]["nodeName"])
             visible = []
+            allocation = self._allocations.get(key)
             if node is not None:
-                allocation = self._allocations.get(key)
                 allocated = [objects.gpu(node, i) for i in (allocation.gpus if allocation else [])]
                 visible = objects.visible_gpus(self._cluster.scenario, node, container, allocated)
             self._logs[key], exit_code = objects.run_container(container, visible)
-            running = {"running": {"startedAt": objects.now_rfc3339()}}
+            now = self._cluster.clock()
+            self._started[key] = now
+            running = {"running": {"startedAt": objects.now_rfc3339(now=now)}}
             self._set_state(key, "Running", running, ready=True)
+            delay = KUBELET_DELAY_SECONDS
+            failing = self._cluster.scenario.training.failing
+            if objects.TRAINING_COMMAND.search(objects.command_line(container)) and (
+                allocation is not None and len(allocation.gpus) * len(self.group(key)) in failing
+            ):
+                exit_code, delay = 1, 3 * self._cluster.scenario.training.compute_seconds
         if exit_code is not None:
             reason = "Completed" if exit_code == 0 else "Error"
             ended = {"terminated": {"exitCode": exit_code, "reason": reason}}
-            self._later(self._finish, key, "Succeeded" if exit_code == 0 else "Failed", ended)
+            status = "Succeeded" if exit_code == 0 else "Failed"
+            self._later(delay, self._finish, key, status, ended)
 
     def _finish(self, key: PodKey, phase: str, state: Json) -> None:
         """The container exits (takes the lock)."""
@@ -207,3 +314,9 @@ class PodLifecycle:
             {"type": "Ready", "status": str(ready)},
         ]
         self._cluster.commit("pods", key, pod, event="MODIFIED")
+
+
+def _jitter(seed: str, amplitude: float) -> float:
+    """A deterministic value in [-amplitude, amplitude)."""
+    digest = int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16)
+    return (digest / 0xFFFFFFFF * 2 - 1) * amplitude

@@ -20,9 +20,24 @@ Json = dict[str, Any]
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
-def now_rfc3339(offset_seconds: float = 0.0) -> str:
-    moment = datetime.fromtimestamp(datetime.now(UTC).timestamp() - offset_seconds, UTC)
+def now_rfc3339(offset_seconds: float = 0.0, now: float | None = None) -> str:
+    current = datetime.now(UTC).timestamp() if now is None else now
+    moment = datetime.fromtimestamp(current - offset_seconds, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def rfc3339_nano(seconds: float) -> str:
+    """A kubelet log timestamp: RFC 3339 with nanoseconds."""
+    whole = int(seconds // 1)
+    stamp = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{round((seconds - whole) * 1e9):09d}Z"
 
 
 def suffix(*parts: str, length: int = 5) -> str:
@@ -190,8 +205,68 @@ def misfit(node: Json, pod_spec: Json, free_gpus: int) -> str | None:
             taint, pod_spec.get("tolerations") or []
         ):
             return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+    if not _node_affinity_matches(pod_spec, node_labels):
+        return "node(s) didn't match Pod's node affinity/selector"
     if gpus_requested(pod_spec) > free_gpus:
         return f"Insufficient {GPU_RESOURCE}"
+    return None
+
+
+def _expression_matches(expression: Json, labels: Json) -> bool:
+    value = labels.get(expression["key"])
+    values = expression.get("values") or []
+    return {
+        "In": value is not None and value in values,
+        "NotIn": value is None or value not in values,
+        "Exists": value is not None,
+        "DoesNotExist": value is None,
+    }.get(expression["operator"], False)
+
+
+def _node_affinity_matches(pod_spec: Json, labels: Json) -> bool:
+    """Required node affinity: one of its terms matches every expression."""
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(
+        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        for term in terms
+    )
+
+
+def _selects(selector: Json, labels: Json) -> bool:
+    return all(
+        labels.get(key) == value for key, value in (selector.get("matchLabels") or {}).items()
+    )
+
+
+def layout_misfit(node: str, pod: Json, placed: list[Json], domains: list[str]) -> str | None:
+    """Required pod affinity on the hostname, and topology spread (``DoNotSchedule``) over the
+    hostname, as the scheduler filters them; ``placed`` are the bound pods of the namespace,
+    ``domains`` the nodes that pass the pod's node selection."""
+    labels = pod["metadata"].get("labels") or {}
+    spec = pod["spec"]
+    affinity = (spec.get("affinity") or {}).get("podAffinity") or {}
+    for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        matching = [
+            p for p in placed if _selects(term["labelSelector"], p["metadata"].get("labels") or {})
+        ]
+        if matching and not any(p["spec"].get("nodeName") == node for p in matching):
+            return "node(s) didn't match pod affinity rules"
+        if not matching and not _selects(term["labelSelector"], labels):
+            return "node(s) didn't match pod affinity rules"
+    for constraint in spec.get("topologySpreadConstraints") or []:
+        if constraint.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        counts = Counter(
+            p["spec"].get("nodeName")
+            for p in placed
+            if _selects(constraint["labelSelector"], p["metadata"].get("labels") or {})
+        )
+        lowest = min((counts.get(domain, 0) for domain in domains), default=0)
+        if counts.get(node, 0) + 1 - lowest > int(constraint["maxSkew"]):
+            return "node(s) didn't match pod topology spread constraints"
     return None
 
 
@@ -225,7 +300,8 @@ def gpu(node: GpuNode, index: int, holder: tuple[str, str] | None = None) -> Gpu
     )
 
 
-_MODELLED_COMMAND = re.compile(r"\bnvidia-smi -L\b|\bsleep\b")
+_MODELLED_COMMAND = re.compile(r"\bnvidia-smi -L\b|\bsleep\b|\btrain\b")
+TRAINING_COMMAND = re.compile(r"\btrain\b")
 
 
 def command_line(container: Json) -> str:
@@ -250,7 +326,8 @@ def run_container(container: Json, visible: list[Gpu]) -> tuple[str, int | None]
             )
         else:
             output, code = "No devices were found\n", 6
-    return output, None if re.search(r"\bsleep\b", script) else code
+    keeps_running = re.search(r"\bsleep\b", script) or TRAINING_COMMAND.search(script)
+    return output, None if keeps_running else code
 
 
 def visible_gpus(
@@ -303,7 +380,10 @@ def invalid_pod(containers: list[Json]) -> str | None:
                 "overcommitable resources"
             )
         if not is_modelled(container):
-            return f"{where}.command: the stand-in models only `nvidia-smi -L` and `sleep`"
+            return (
+                f"{where}.command: the stand-in models only `nvidia-smi -L`, `sleep` and a "
+                "training script (`train`)"
+            )
     return None
 
 

@@ -34,6 +34,8 @@ class GpuNode:
     labelled: bool = True  # nvidia.com/gpu.present=true
     taints: tuple[Taint, ...] = (GPU_TAINT,)
     unhealthy_gpus: int = 0  # GPUs the device plugin holds back from allocatable
+    busy_gpus: int = 0  # GPUs a production pod holds from the start (allocatable, not free)
+    instance_type: str | None = None  # node.kubernetes.io/instance-type, as a cloud sets it
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,32 @@ class Karpenter:
 
 
 @dataclass(frozen=True)
+class TrainingModel:
+    """What a training container (a command with ``train`` in it) does, by placement: a step
+    takes ``compute_seconds`` (divided by its GPU model's ``speed``) plus ring all-reduce's
+    share ``(K - 1) / K`` of ``node_sync_seconds`` within one node or ``net_sync_seconds``
+    across nodes, with a deterministic jitter of ``jitter`` (relative). Each step prints
+    ``step=N loss=L samples_per_sec=S`` (Katib's format; S for ``batch_per_gpu`` per GPU).
+    Trials on a GPU count in ``failing`` exit 1 after three steps; on one in ``hanging`` they
+    run without printing a step."""
+
+    compute_seconds: float = 0.2
+    node_sync_seconds: float = 0.02
+    net_sync_seconds: float = 0.3
+    speed: tuple[tuple[str, float], ...] = ()
+    batch_per_gpu: int = 32
+    jitter: float = 0.01
+    failing: tuple[int, ...] = ()
+    hanging: tuple[int, ...] = ()
+
+    def step_seconds(self, gpus: int, nodes: int, model: str) -> float:
+        speed = dict(self.speed).get(model, 1.0)
+        share = (gpus - 1) / gpus
+        sync = self.node_sync_seconds if nodes <= 1 else self.net_sync_seconds
+        return self.compute_seconds / speed + share * sync
+
+
+@dataclass(frozen=True)
 class Scenario:
     gpu_nodes: tuple[GpuNode, ...] = (GpuNode("gpu-node-1"), GpuNode("gpu-node-2"))
     # CPU nodes for Prometheus, Grafana, the operator and the adapter, which tolerate no taint.
@@ -80,3 +108,7 @@ class Scenario:
     row_remap_failures: tuple[tuple[str, int], ...] = ()  # (node, GPU index): a failed GPU
     node_port_services: tuple[str, ...] = ()  # "namespace/name" of extra NodePort Services
     karpenter: Karpenter | None = None  # None: no Karpenter (the karpenter.sh API is not served)
+    # GPU feature discovery labels nodes with nvidia.com/gpu.product where the device plugin runs
+    # (the stacks turn it on); False: only node.kubernetes.io/instance-type names the model.
+    gfd: bool = True
+    training: TrainingModel = TrainingModel()

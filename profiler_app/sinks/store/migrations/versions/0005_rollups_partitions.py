@@ -1,8 +1,8 @@
 """Hourly and daily rollups (gpu_hour, gpu_day, pod_hour), store_horizon; on PostgreSQL
 gpu_window partitioned by day and the rollups by month
 
-Revision ID: 0004_rollups
-Revises: 0003
+Revision ID: 0005_rollups
+Revises: 0004_trial_result
 Create Date: 2026-11-26 10:00:00.000000
 
 The rollups are filled from the existing rows, by the rules the writer follows
@@ -27,8 +27,8 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004_rollups"
-down_revision: str | None = "0003"
+revision: str = "0005_rollups"
+down_revision: str | None = "0004_trial_result"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -260,23 +260,25 @@ def _span(table: str, column: str) -> tuple[datetime, datetime] | None:
 
 def _partition_gpu_window() -> None:
     """gpu_window becomes partitioned by day: a new table, its rows copied in."""
-    op.execute("ALTER TABLE gpu_window RENAME TO gpu_window_0003")
-    op.execute("ALTER TABLE gpu_window_0003 RENAME CONSTRAINT pk_gpu_window TO pk_gpu_window_0003")
-    op.execute("ALTER INDEX ix_gpu_window_at RENAME TO ix_gpu_window_0003_at")
-    op.execute("ALTER INDEX ix_gpu_window_node_gpu_at RENAME TO ix_gpu_window_0003_node_gpu_at")
+    op.execute("ALTER TABLE gpu_window RENAME TO gpu_window_plain")
     op.execute(
-        "CREATE TABLE gpu_window (LIKE gpu_window_0003 INCLUDING DEFAULTS) PARTITION BY RANGE (at)"
+        "ALTER TABLE gpu_window_plain RENAME CONSTRAINT pk_gpu_window TO pk_gpu_window_plain"
+    )
+    op.execute("ALTER INDEX ix_gpu_window_at RENAME TO ix_gpu_window_plain_at")
+    op.execute("ALTER INDEX ix_gpu_window_node_gpu_at RENAME TO ix_gpu_window_plain_node_gpu_at")
+    op.execute(
+        "CREATE TABLE gpu_window (LIKE gpu_window_plain INCLUDING DEFAULTS) PARTITION BY RANGE (at)"
     )
     op.execute("ALTER TABLE gpu_window ADD CONSTRAINT pk_gpu_window PRIMARY KEY (id, at)")
     op.execute("CREATE INDEX ix_gpu_window_at ON gpu_window (at)")
     op.execute("CREATE INDEX ix_gpu_window_node_gpu_at ON gpu_window (node, gpu, at)")
     op.execute("ALTER SEQUENCE gpu_window_id_seq OWNED BY gpu_window.id")
-    span = _span("gpu_window_0003", "at")
+    span = _span("gpu_window_plain", "at")
     if span is not None:
         for day in _days(*span):
             _attach("gpu_window", day, day + timedelta(days=1), f"gpu_window_p{day:%Y%m%d}")
-        op.execute("INSERT INTO gpu_window SELECT * FROM gpu_window_0003")
-    op.execute("DROP TABLE gpu_window_0003")
+        op.execute("INSERT INTO gpu_window SELECT * FROM gpu_window_plain")
+    op.execute("DROP TABLE gpu_window_plain")
 
 
 def _partition_rollups() -> None:
@@ -316,19 +318,22 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("ALTER TABLE gpu_window RENAME TO gpu_window_0004")
+        op.execute("ALTER TABLE gpu_window RENAME TO gpu_window_partitioned")
         op.execute(
-            "ALTER TABLE gpu_window_0004 RENAME CONSTRAINT pk_gpu_window TO pk_gpu_window_0004"
+            "ALTER TABLE gpu_window_partitioned"
+            " RENAME CONSTRAINT pk_gpu_window TO pk_gpu_window_partitioned"
         )
-        op.execute("ALTER INDEX ix_gpu_window_at RENAME TO ix_gpu_window_0004_at")
-        op.execute("ALTER INDEX ix_gpu_window_node_gpu_at RENAME TO ix_gpu_window_0004_node_gpu_at")
-        op.execute("CREATE TABLE gpu_window (LIKE gpu_window_0004 INCLUDING DEFAULTS)")
+        op.execute("ALTER INDEX ix_gpu_window_at RENAME TO ix_gpu_window_partitioned_at")
+        op.execute(
+            "ALTER INDEX ix_gpu_window_node_gpu_at RENAME TO ix_gpu_window_partitioned_node_gpu_at"
+        )
+        op.execute("CREATE TABLE gpu_window (LIKE gpu_window_partitioned INCLUDING DEFAULTS)")
         op.execute("ALTER TABLE gpu_window ADD CONSTRAINT pk_gpu_window PRIMARY KEY (id)")
         op.execute("CREATE INDEX ix_gpu_window_at ON gpu_window (at)")
         op.execute("CREATE INDEX ix_gpu_window_node_gpu_at ON gpu_window (node, gpu, at)")
         op.execute("ALTER SEQUENCE gpu_window_id_seq OWNED BY gpu_window.id")
-        op.execute("INSERT INTO gpu_window SELECT * FROM gpu_window_0004")
-        op.execute("DROP TABLE gpu_window_0004")  # and its partitions
+        op.execute("INSERT INTO gpu_window SELECT * FROM gpu_window_partitioned")
+        op.execute("DROP TABLE gpu_window_partitioned")  # and its partitions
     op.drop_table("store_horizon")
     op.drop_table("pod_hour")
     op.drop_table("gpu_day")
