@@ -11,9 +11,10 @@ It starts PostgreSQL and PgBouncer (transaction pooling, ``--pool-size`` server 
 temporary folder, migrates the store once, then runs the daemons as threads in ``--processes``
 worker processes, each daemon with its own connection to PgBouncer, its cycles spread over the
 30 s. Simulated time runs ``--speed`` times faster than the wall clock: each row's time is the
-simulated one, and so is the back-off's clock. With ``--kill-at M`` PostgreSQL is killed
-(``pg_ctl stop -m immediate``) at simulated minute M and started again ``--down`` wall seconds
-later; the daemons keep cycling and back off meanwhile.
+simulated one, and so are the back-off's clock and PgBouncer's waits (``query_wait_timeout``
+10 s, ``server_login_retry`` 15 s, both divided by the speed). With ``--kill-at M`` PostgreSQL
+is killed (``pg_ctl stop -m immediate``) at simulated minute M and started again ``--down`` wall
+seconds later; the daemons keep cycling and back off meanwhile.
 
 Checked at the end, against what each daemon saw committed: every committed cycle's rows are in
 the store (none lost) and none other than those and the ambiguous ones (a commit the server made
@@ -30,6 +31,7 @@ import contextlib
 import json
 import multiprocessing
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -267,8 +269,12 @@ def main() -> None:
     parser.add_argument("--kill-at", type=float, help="simulated minute to kill PostgreSQL at")
     parser.add_argument("--down", type=float, default=20.0, help="wall seconds it stays down")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="store-writers-")) / "servers"
-    servers = store_server.start(root, pool_size=args.pool_size)
+    folder = Path(tempfile.mkdtemp(prefix="store-writers-"))
+    folder.chmod(0o755)  # the server runs as the postgres user when we are root
+    root = folder / "servers"
+    # PgBouncer's own waits (for a server connection, between failed logins) run on the same
+    # compressed clock as the daemons.
+    servers = store_server.start(root, pool_size=args.pool_size, time_scale=args.speed)
     try:
         TableStore(servers.url()).close()  # migrated once, as the first daemon would
         plan = Plan(servers.url(pooled=True), time.time() + 3.0, args.speed, int(args.minutes * 2))
@@ -295,6 +301,7 @@ def main() -> None:
             print(f"{what}: {value}")
     finally:
         store_server.stop(servers)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.pgbouncer import PgBouncer
+from tests.support.pgbouncer import QUERY_WAIT_TIMEOUT, PgBouncer
 from tests.support.ports import free_port
 from tests.support.postgres import TEST_ROLE, PostgresServer, find_bin_dir
 
@@ -28,6 +28,7 @@ SETTINGS = (
     "max_connections = 120",
 )
 DATABASE = "profiler"
+SERVER_LOGIN_RETRY = 15.0  # PgBouncer's default
 
 
 @dataclass
@@ -66,9 +67,10 @@ class Servers:
         )
 
 
-def start(root: Path, *, pool_size: int = 40) -> Servers:
+def start(root: Path, *, pool_size: int = 40, time_scale: float = 1.0) -> Servers:
     """initdb and start PostgreSQL, then PgBouncer with at most ``pool_size`` server
-    connections, in ``root`` (which must not exist); an empty database ``profiler``."""
+    connections, in ``root`` (which must not exist); an empty database ``profiler``.
+    ``time_scale``: PgBouncer's waits are divided by it, for benchmarks on a compressed clock."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
         raise SystemExit("PostgreSQL is not installed (apt-get install postgresql)")
@@ -87,7 +89,14 @@ def start(root: Path, *, pool_size: int = 40) -> Servers:
     bouncer_root.mkdir()
     if run_as is not None:
         shutil.chown(bouncer_root, run_as, run_as)
-    bouncer = PgBouncer(server, bouncer_root, free_port(), pool_size)
+    bouncer = PgBouncer(
+        server,
+        bouncer_root,
+        free_port(),
+        pool_size,
+        query_wait_timeout=QUERY_WAIT_TIMEOUT / time_scale,
+        server_login_retry=SERVER_LOGIN_RETRY / time_scale,
+    )
     bouncer.start()
     servers = Servers(server, bouncer)
     servers.psql(f"CREATE DATABASE {DATABASE}", database="postgres")

@@ -34,6 +34,8 @@ class PgBouncer:
     root: Path
     port: int
     pool_size: int
+    query_wait_timeout: float = QUERY_WAIT_TIMEOUT
+    server_login_retry: float = 15  # PgBouncer's default
 
     def url(self, database: str) -> str:
         return f"postgresql://{TEST_ROLE}@127.0.0.1:{self.port}/{database}"
@@ -59,7 +61,8 @@ class PgBouncer:
             "server_reset_query =\n"
             # A client waits this long for a server connection, e.g. while PostgreSQL is down
             # (default 120 s): a daemon's cycle waits no longer than this for its write.
-            f"query_wait_timeout = {QUERY_WAIT_TIMEOUT}\n"
+            f"query_wait_timeout = {self.query_wait_timeout:g}\n"
+            f"server_login_retry = {self.server_login_retry:g}\n"
             f"logfile = {self.root / 'pgbouncer.log'}\npidfile = {self.pid_file}\n"
         )
         command = [str(BINARY), "-d", str(self.root / "pgbouncer.ini")]
