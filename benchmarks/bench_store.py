@@ -17,7 +17,8 @@ writes them again at another cadence) for the hours a report's edges read: aroun
 starts of ``--since 30d`` and ``--since 24h`` and the last hour, plus, with ``--full-day``, one
 whole day for ``drop-day``. The synthetic cluster is described at ``KEYS``; rows are inserted in
 time order, as daemons write them. ``end-to-end`` writes the same cluster through the daemon's
-write path instead (``TableStore.publish``), and ``before-store`` a store of revision 0003.
+write path instead (``TableStore.publish``), and ``before-store`` a store of the revision before
+the rollups, for the report as it was.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
 END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)  # as the shared generator's stores end
 DAY = timedelta(days=1)
+BEFORE_REVISION = "0004_trial_result"  # the store's schema before the rollups
 
 # The synthetic cluster, per GPU g and hour index h since the start: node n has a role (its
 # job type: training, inference, bursty, training); each 6-hour block runs a new pod of the
@@ -316,7 +318,7 @@ def refill_edges(servers: store_server.Servers, gpus: int, days: int, interval: 
 
 
 def before_store(servers: store_server.Servers, database: str, gpus: int, days: int) -> None:
-    """A store at revision 0003 (before the rollups) holding what the shared generator
+    """A store at ``BEFORE_REVISION`` (before the rollups) holding what the shared generator
     (``../shared/tools/gen_gpu_window_rows.py``) writes: a row per GPU every 30 s for ``days``
     days up to ``END``, four job types in turn; for the "before" figures, read by the
     report of that revision."""
@@ -330,7 +332,7 @@ def before_store(servers: store_server.Servers, database: str, gpus: int, days: 
     config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, "0003")
+        command.upgrade(config, BEFORE_REVISION)
     engine.dispose()
     steps = days * 2880
     began = time.monotonic()
@@ -391,7 +393,7 @@ def main() -> None:
     e2e.add_argument("--days", type=int, default=30)
     e2e.add_argument("--store-interval", type=float, default=300.0, help="seconds")
     e2e.add_argument("--processes", type=int, default=4)
-    before = commands.add_parser("before-store", help="a revision 0003 store of raw rows")
+    before = commands.add_parser("before-store", help="a store of raw rows before the rollups")
     before.add_argument("root", type=Path)
     before.add_argument("database")
     before.add_argument("--gpus", type=int, default=128)
