@@ -102,11 +102,12 @@ class Database:
 
     def bind(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """``row`` with its datetimes as the column type wants them (aware UTC only)."""
-        return {key: self._bind_value(value) for key, value in row.items()}
+        return {
+            key: self._bind_time(value) if isinstance(value, datetime) else value
+            for key, value in row.items()
+        }
 
-    def _bind_value(self, value: Any) -> Any:
-        if not isinstance(value, datetime):
-            return value
+    def _bind_time(self, value: datetime) -> Any:
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value.isoformat()} given to the store; use UTC")
         value = value.astimezone(UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -79,6 +79,7 @@ class TableStore:
         self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
         self._written_at: datetime | None = None  # this process's last committed cycle
         self._pending: CycleResult | None = None  # the latest cycle not written (cadence)
+        self._statements: dict[tuple[Any, ...], str] = {}
         self._migrated = False
         try:
             self._migrate()
@@ -193,10 +194,18 @@ class TableStore:
             if at is not None
         }
 
+    def _statement(self, build: Callable[..., str], table: Any, columns: Iterable[str]) -> str:
+        """``build(database, table, columns)``, made once per table and column set."""
+        key = (build, table, tuple(columns))
+        statement = self._statements.get(key)
+        if statement is None:
+            statement = self._statements[key] = build(self._database, table, key[2])
+        return statement
+
     def _insert_gpu_windows(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         if rows:
             cursor.executemany(
-                insert_statement(self._database, "gpu_window", rows[0]),
+                self._statement(insert_statement, "gpu_window", rows[0]),
                 [self._database.bind(row) for row in rows],
             )
 
@@ -210,7 +219,7 @@ class TableStore:
         ):
             if upserts:
                 cursor.executemany(
-                    rollup_statement(self._database, tier, upserts[0]),
+                    self._statement(rollup_statement, tier, upserts[0]),
                     [self._database.bind(upsert) for upsert in upserts],
                 )
 
@@ -218,7 +227,7 @@ class TableStore:
         rows = _merge_duplicate_pods([_pod_row(pod, at) for pod in pods])
         if rows:
             cursor.executemany(
-                upsert_pod_statement(self._database, rows[0]),
+                self._statement(_pod_statement, "pod_usage", rows[0]),
                 [self._database.bind(row) for row in rows],
             )
 
@@ -241,6 +250,10 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
     for column in ("owner_kind", "owner_name"):
         updates[column] = merged(database, "pod_usage", column, Merge.KNOWN)
     return upsert_statement(database, "pod_usage", columns, _POD_KEY, updates)
+
+
+def _pod_statement(database: Database, _table: str, columns: Iterable[str]) -> str:
+    return upsert_pod_statement(database, columns)
 
 
 def _partitions_needed(result: CycleResult) -> list[tuple[str, datetime]]:
