@@ -3,6 +3,7 @@ SQLite and a real PostgreSQL (``integration``, tests/support/postgres.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -249,6 +250,25 @@ def test_the_rollup_writers_columns_are_the_tables_columns() -> None:
         (pod_hour, pod_rollup_rows([raw], [])),
     ):
         assert set(upserts[0]) == set(table.columns.keys()), table.name
+
+
+def test_a_store_interval_keeps_each_nodes_own_slots(store_url: str) -> None:
+    """One store writing several nodes (as a benchmark or a relay would) writes each node once
+    a slot, not only the first node of the slot."""
+    store = TableStore(store_url, store_interval_seconds=300.0)
+    for second in range(0, 600, 30):
+        for node in ("node-a", "node-b"):
+            store.publish(dataclasses.replace(cycle(second, [gpu()]), node=node))
+    store.close()
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            written = connection.execute(
+                sa.text("SELECT node, count(*) FROM gpu_window GROUP BY node ORDER BY node")
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(row) for row in written] == [("node-a", 3), ("node-b", 3)]  # 0, 300, 570
 
 
 @pytest.mark.integration

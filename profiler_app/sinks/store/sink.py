@@ -77,8 +77,9 @@ class TableStore:
         self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
         # Last row time per node and GPU (index and UUID), loaded from the store once per node.
         self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
-        self._written_at: datetime | None = None  # this process's last committed cycle
-        self._pending: CycleResult | None = None  # the latest cycle not written (cadence)
+        # Per node: this process's last committed cycle, and the latest one not written yet.
+        self._written_at: dict[str, datetime] = {}
+        self._pending: dict[str, CycleResult] = {}
         self._statements: dict[tuple[Any, ...], str] = {}
         self._migrated = False
         try:
@@ -90,30 +91,31 @@ class TableStore:
             log.warning("%s; will retry on the next cycle", error)
 
     def publish(self, result: CycleResult) -> None:
-        if not self._due(result.at):
-            self._pending = result
+        if not self._due(result):
+            self._pending[result.node] = result
             return
         self._write(result)
 
     def close(self) -> None:
         """Writes the latest cycle not yet written (``store_interval_seconds``), so that a
         daemon replaced between two writes leaves no gap, then closes the connection."""
-        pending, self._pending = self._pending, None
+        pending, self._pending = list(self._pending.values()), {}
         try:
-            if pending is not None:
-                self._write(pending)
+            for result in pending:
+                self._write(result)
         except (StoreError, UserError) as error:
             log.warning("the last cycle was not written: %s", error)
         finally:
             self._database.close()
 
-    def _due(self, at: datetime) -> bool:
-        """Whether a cycle at ``at`` is written: every cycle, or the first of each slot of
+    def _due(self, result: CycleResult) -> bool:
+        """Whether a cycle is written: every cycle, or its node's first of each slot of
         ``store_interval_seconds`` (slots on a fixed grid, so rows land on round times)."""
-        if self._store_interval <= 0 or self._written_at is None:
+        written = self._written_at.get(result.node)
+        if self._store_interval <= 0 or written is None:
             return True
         slot = self._store_interval
-        return math.floor(at.timestamp() / slot) != math.floor(self._written_at.timestamp() / slot)
+        return math.floor(result.at.timestamp() / slot) != math.floor(written.timestamp() / slot)
 
     def _write(self, result: CycleResult) -> None:
         if not self._migrated:
@@ -139,8 +141,8 @@ class TableStore:
         node_last = self._last_at.setdefault(result.node, last_at)
         for profile in result.gpus:
             node_last[profile.gpu, profile.uuid] = result.at
-        self._written_at = result.at
-        self._pending = None
+        self._written_at[result.node] = result.at
+        self._pending.pop(result.node, None)
         if self._retention is not None and self._retention.due():
             self._prune(self._retention, result.at)
 
