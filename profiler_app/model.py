@@ -86,6 +86,9 @@ class GpuProfile:
     pods: tuple[PodShare, ...] = ()  # every pod seen in the window, largest share first
     owner_kind: str | None = None  # the workload the pod belongs to, e.g. PyTorchJob
     owner_name: str | None = None
+    # Unix seconds of the GPU's first sample in the window: later than the window's start when
+    # the node (or its exporter, or local sampling) started within it.
+    first_sample: float | None = None
 
 
 @dataclass(frozen=True)

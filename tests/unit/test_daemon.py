@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from profiler_app.daemon import Daemon
 from profiler_app.errors import RetryLaterError, SourceError
 from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
+from profiler_app.sinks.store import TableStore
 from profiler_app.sources.kube_pods import PodInfo
 from tests.support import signals
 from tests.support.clock import FakeClock
@@ -421,3 +424,31 @@ def test_heartbeat_goes_stale_while_a_cycle_hangs() -> None:
         daemon.stop()
         thread.join(5)
         source.block.set()
+
+
+def test_a_gpu_first_seen_on_a_node_ten_minutes_old_is_credited_ten_minutes(
+    tmp_path: Path,
+) -> None:
+    """The window is 30 minutes but the node (and its exporter) started 10 minutes ago: the
+    GPU's first stored row must not claim the 20 minutes before its first sample."""
+
+    class YoungNode(ScriptedSource):
+        def read(self, window_seconds: float) -> list[SeriesMatrix]:
+            timestamps = time.time() - STEP * np.arange(POINTS)[::-1]
+            young = []
+            for matrix in super().read(window_seconds):
+                values = matrix.values.copy()
+                values[:, : POINTS - 60] = np.nan  # samples for the last 60 steps only
+                young.append(replace(matrix, timestamps=timestamps, values=values))
+            return young
+
+    database = tmp_path / "profiler.db"
+    store = TableStore(f"sqlite:///{database}")
+    daemon, _ = make_daemon(YoungNode(), store)  # type: ignore[arg-type]
+    assert daemon.run_cycle()
+    store.close()
+
+    with sqlite3.connect(database) as connection:
+        covered = connection.execute("SELECT gpu, covers_seconds FROM gpu_window").fetchall()
+    assert [gpu for gpu, _ in covered] == ["0", "1"]
+    assert [seconds for _, seconds in covered] == [pytest.approx(59 * STEP, abs=5)] * 2
