@@ -29,10 +29,12 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
   ``expire_list_tokens``) answers 410 Expired.
 - Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
 
-Every request is recorded (``requests``) so tests can count calls per cycle, and faults can be
-injected per method and path: an error status N times or forever (``fail``), or a hang longer
-than the client's timeout (``hang``). Not modelled: TLS, label selectors, other resource kinds,
-admission, server-side apply, and JSON patch ``move`` and ``copy``.
+Every request is recorded (``requests``, and the status of each answer in ``answers``) so
+tests can count calls per cycle, and faults can be injected per method and path: an error status
+N times or forever (``fail``), a hang longer than the client's timeout (``hang``), or someone
+else's change landing just before the request is answered (``before``). Not modelled: TLS,
+label selectors, other resource kinds, admission, server-side apply, and JSON patch ``move``
+and ``copy``.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class _Fault:
     remaining: int | None  # None: forever
     retry_after: int | None = None
     hang_seconds: float = 0.0
+    action: Callable[[], None] | None = None  # run before answering normally (``before``)
 
 
 @dataclass
@@ -115,6 +118,7 @@ class _State:
     open_watches: int = 0
     faults: list[_Fault] = field(default_factory=list)
     recorded: list[RecordedRequest] = field(default_factory=list)
+    answered: list[tuple[RecordedRequest, int]] = field(default_factory=list)
     # Paged lists in progress: continue token -> (resourceVersion, the items still to send).
     list_snapshots: dict[str, tuple[str, list[Json]]] = field(default_factory=dict)
 
@@ -350,10 +354,13 @@ class _Handler(BaseHTTPRequestHandler):
         if request.authorization != f"Bearer {self.state.token}":
             self._send_status(401, "Unauthorized", "Unauthorized")
             return
+        self._request = request
         if fault is not None:
             if fault.status is None:
                 if self.state.stopping.wait(fault.hang_seconds):
                     return
+                if fault.action is not None:
+                    fault.action()
             else:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 reason = HTTPStatus(fault.status).phrase.replace(" ", "")
@@ -375,6 +382,10 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _send_json(self, code: int, payload: Json, headers: dict[str, str] | None = None) -> None:
+        request = getattr(self, "_request", None)
+        if request is not None:
+            with self.state.lock:
+                self.state.answered.append((request, code))
         data = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -729,6 +740,11 @@ class StandInApiServer:
         with self._state.lock:
             return copy.deepcopy(self._state.pods[(namespace, name)])
 
+    def pods(self, node: str | None = None) -> list[Json]:
+        """Every pod (on ``node``), as a list would return them."""
+        with self._state.lock:
+            return [copy.deepcopy(pod) for pod in self._state.pods.values() if _on_node(pod, node)]
+
     def recreate_pod(self, manifest: Json) -> Json:
         """Delete the pod of ``manifest``'s name, if any, then create ``manifest`` (give it a new
         ``uid``): a watch sees DELETED, then ADDED."""
@@ -806,6 +822,14 @@ class StandInApiServer:
         with self._state.lock:
             self._state.faults.append(_Fault(method, path, None, times, hang_seconds=seconds))
 
+    def before(
+        self, method: str, path: str, action: Callable[[], None], *, times: int | None = 1
+    ) -> None:
+        """Run ``action`` (a change made by someone else) when ``method path`` arrives, before
+        answering it: the change lands between the client's read and its write."""
+        with self._state.lock:
+            self._state.faults.append(_Fault(method, path, None, times, action=action))
+
     def clear_faults(self) -> None:
         with self._state.lock:
             self._state.faults.clear()
@@ -822,9 +846,20 @@ class StandInApiServer:
                 and (path is None or request.path == path)
             ]
 
+    def answers(self, method: str | None = None, path: str | None = None) -> list[int]:
+        """The status codes of the answers sent (not watch streams), in order."""
+        with self._state.lock:
+            return [
+                code
+                for request, code in self._state.answered
+                if (method is None or request.method == method)
+                and (path is None or request.path == path)
+            ]
+
     def clear_requests(self) -> None:
         with self._state.lock:
             self._state.recorded.clear()
+            self._state.answered.clear()
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig for this server: plain http, bearer token authentication."""

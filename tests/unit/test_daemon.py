@@ -452,3 +452,34 @@ def test_a_gpu_first_seen_on_a_node_ten_minutes_old_is_credited_ten_minutes(
         covered = connection.execute("SELECT gpu, covers_seconds FROM gpu_window").fetchall()
     assert [gpu for gpu, _ in covered] == ["0", "1"]
     assert [seconds for _, seconds in covered] == [pytest.approx(59 * STEP, abs=5)] * 2
+
+
+def test_until_the_first_pod_list_no_pod_is_reported_and_health_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listed: list[PodInfo] | None = None
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store, pods=lambda: listed)
+
+    assert daemon.run_cycle()
+    first = store.received[-1]
+    assert (first.pods, first.node_pods) == ([], None)
+    assert [gpu.job_type for gpu in first.gpus] == ["training", "idle"]  # GPUs go on
+    assert "no pod list from Kubernetes for" in metrics.health_summary()
+
+    listed = [pod_info()]
+    with caplog.at_level(logging.INFO):
+        assert daemon.run_cycle()
+    second = store.received[-1]
+    assert [pod.pod for pod in second.pods] == ["trainer-0"]
+    assert second.node_pods == (pod_info(),)
+    assert "no pod list" not in metrics.health_summary()
+    assert "pod list arrived from Kubernetes" in caplog.text
+
+
+def test_without_kubernetes_there_are_no_node_pods_and_no_waiting() -> None:
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store)
+    assert daemon.run_cycle()
+    assert store.received[-1].node_pods is None
+    assert "no pod list" not in metrics.health_summary()

@@ -161,17 +161,29 @@ def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = ("--store-url", "none")
-    assert not RunConfig.from_args(parse(*store)).protect_training
+    assert RunConfig.from_args(parse(*store)).protect_training == "off"
     flagged = RunConfig.from_args(parse(*store, "--protect-training"))
-    assert flagged.protect_training
-    assert " protect-training" in flagged.describe()
-    for value, expected in (("true", True), ("1", True), ("false", False), ("off", False)):
+    assert flagged.protect_training == "on"
+    assert " protect-training=on" in flagged.describe()
+    released = RunConfig.from_args(parse(*store, "--protect-training=release"))
+    assert released.protect_training == "release"
+    for value, expected in (
+        ("true", "on"),
+        ("1", "on"),
+        ("false", "off"),
+        ("off", "off"),
+        ("release", "release"),
+        ("Release ", "release"),
+    ):
         monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", value)
-        assert RunConfig.from_args(parse(*store)).protect_training is expected, value
+        assert RunConfig.from_args(parse(*store)).protect_training == expected, value
     monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", "maybe")
     assert main(["run", "--once", *store]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
+    assert err == (
+        "gpu-profiler: error: --protect-training / GPU_PROFILER_PROTECT_TRAINING 'maybe': "
+        "use on (true), off (false) or release\n"
+    )
 
 
 def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:
