@@ -306,3 +306,33 @@ def test_the_host_sampler_runs_only_in_local_mode(
         finally:
             assert daemon.close()
     assert "host-sampler" not in {thread.name for thread in threading.enumerate()}
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://", "no host"),
+        ("http://a b", "it contains a space or a control character"),
+        ("http://%zz", "a % not followed by two hex digits"),
+        ("https://:9090", "no host"),
+        ("http://prometheus:9090/x y", "it contains a space or a control character"),
+    ],
+)
+def test_a_prometheus_url_that_cannot_work_stops_the_daemon_at_start(
+    url: str, problem: str
+) -> None:
+    """Not --once: such a URL used to pass the start-up check and be retried for ever."""
+    done = subprocess.run(
+        [sys.executable, "-m", "profiler_app", "run", "--prometheus-url", url],
+        env=environment_without_settings() | {"GPU_PROFILER_STORE_URL": "none"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"gpu-profiler: error: invalid Prometheus URL {url!r} ({problem}): expected "
+        "http://HOST:PORT"
+    )
+    assert "Traceback" not in done.stderr
