@@ -137,9 +137,13 @@ def platform_args(
 
 
 def profiler_args(
-    config: pulumi.Config, prometheus_url: pulumi.Input[str], monitoring_namespace: str
+    config: pulumi.Config,
+    prometheus_url: pulumi.Input[str],
+    monitoring_namespace: str,
+    kubeconfig: pulumi.Input[str] | None = None,
 ) -> GpuProfilerArgs:
     """GpuProfiler's arguments from stack config."""
+    protect = config.get_bool("profilerProtectTraining")
     return GpuProfilerArgs(
         prometheus_url=prometheus_url,
         image=config.get("profilerImage") or versions.PROFILER_IMAGE,
@@ -149,6 +153,8 @@ def profiler_args(
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",
+        protect_training=True if protect is None else protect,
+        kubeconfig=kubeconfig,
         monitoring_namespace=monitoring_namespace,
     )
 
@@ -209,7 +215,7 @@ def deploy_gpu_layer(
     platform = GpuPlatform("gpu-platform", p_args, opts=on_cluster)
     profiler = GpuProfiler(
         "gpu-profiler",
-        profiler_args(config, platform.prometheus_url, p_args.monitoring_namespace),
+        profiler_args(config, platform.prometheus_url, p_args.monitoring_namespace, kubeconfig),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform]),
     )
     autoscaling = WorkloadAutoscaling(

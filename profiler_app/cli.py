@@ -17,6 +17,7 @@ COMMAND_MODULES = {
     "analyze": "profiler_app.commands.analyze",
     "report": "profiler_app.commands.report",
     "trace": "profiler_app.commands.trace",
+    "unprotect": "profiler_app.commands.unprotect",
 }
 
 
