@@ -108,20 +108,22 @@ class TableStore:
     def _load_last_at(self, cursor: Any, result: CycleResult) -> dict[tuple[str, str], datetime]:
         """Each GPU's last row time within the window, read in the cycle's transaction: the
         store, not this process, knows what was committed (a commit whose answer was lost,
-        another process writing the same node during a rolling update)."""
-        param = self._database.param
-        where = f"node = {param('node')} AND at > {param('since')}"  # placeholders, not values
-        cursor.execute(
-            f"SELECT gpu, uuid, max(at) FROM gpu_window WHERE {where} GROUP BY gpu, uuid",  # noqa: S608
-            self._database.bind(
-                {"node": result.node, "since": result.at - timedelta(seconds=result.window_seconds)}
-            ),
+        another process writing the same node during a rolling update). One lookup per GPU on
+        the (node, gpu, at) index: at most a window of rows, however large the table."""
+        param = self._database.param  # placeholders, not values
+        statement = (
+            f"SELECT max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
+            f" AND gpu = {param('gpu')} AND at > {param('since')} AND uuid = {param('uuid')}"
         )
-        return {
-            (gpu, uuid): self._database.read_time(at)
-            for gpu, uuid, at in cursor.fetchall()
-            if at is not None
-        }
+        since = result.at - timedelta(seconds=result.window_seconds)
+        last_at = {}
+        for profile in result.gpus:
+            key = {"node": result.node, "gpu": profile.gpu, "uuid": profile.uuid, "since": since}
+            cursor.execute(statement, self._database.bind(key))
+            (at,) = cursor.fetchone()
+            if at is not None:
+                last_at[profile.gpu, profile.uuid] = self._database.read_time(at)
+        return last_at
 
     def _insert_gpu_windows(
         self, cursor: Any, result: CycleResult, last_at: dict[tuple[str, str], datetime]
