@@ -179,8 +179,10 @@ def profiler_args(
     prometheus_url: pulumi.Input[str],
     monitoring_namespace: str,
     store: ProfilerStore,
+    kubeconfig: pulumi.Input[str] | None = None,
 ) -> GpuProfilerArgs:
     """GpuProfiler's arguments from stack config."""
+    protect = config.get_bool("profilerProtectTraining")
     return GpuProfilerArgs(
         prometheus_url=prometheus_url,
         image=profiler_image(config),
@@ -190,6 +192,8 @@ def profiler_args(
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",
+        protect_training=True if protect is None else protect,
+        kubeconfig=kubeconfig,
         monitoring_namespace=monitoring_namespace,
     )
 
@@ -289,7 +293,11 @@ def deploy_gpu_layer(
     profiler = GpuProfiler(
         "gpu-profiler",
         profiler_args(
-            config, platform.prometheus_url, p_args.monitoring_namespace, store.profiler_store
+            config,
+            platform.prometheus_url,
+            p_args.monitoring_namespace,
+            store.profiler_store,
+            kubeconfig,
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform, *store_ready]),
     )

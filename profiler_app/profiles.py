@@ -123,6 +123,11 @@ def _groups(
     return groups
 
 
+def _first_sample(values: np.ndarray, timestamps: np.ndarray) -> float | None:
+    sampled = np.flatnonzero(~np.isnan(values))
+    return float(timestamps[sampled[0]]) if sampled.size else None
+
+
 def _nodes(timelines: Timelines, node_label: str) -> np.ndarray:
     """One id per node: GPUs of no known job on one node may be one job (analysis.coupling)."""
     ids: dict[str, int] = {}
@@ -202,6 +207,7 @@ def build_profiles(
             pods=timelines.pods[row],
             owner_kind=workload.kind if workload else None,
             owner_name=(workload.name or None) if workload else None,
+            first_sample=_first_sample(timelines.values[row], primary.timestamps),
         )
         profiles.append((profile, timelines.last[row]))
     return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]

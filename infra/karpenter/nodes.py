@@ -28,11 +28,18 @@ NODE_CLASS_GROUP = "karpenter.k8s.aws"
 NODE_CLASS_API = f"{NODE_CLASS_GROUP}/v1"
 NODE_POOL_API = "karpenter.sh/v1"
 CAPACITY_TYPES = ("on-demand", "spot")
-# Karpenter's duration format (Go's, in whole units) or "Never".
+# Karpenter's duration format (Go's, in whole units), and "Never" where a field takes it.
 DURATION = re.compile(r"^(\d+(s|m|h))+$|^Never$")
-# Nodes are replaced after this long, so they pick up new AMIs; training jobs Karpenter must not
-# disrupt are protected by the profiler's karpenter.sh/do-not-disrupt annotation.
-EXPIRE_AFTER = "720h"
+GRACE_PERIOD = re.compile(r"^(\d+(s|m|h))+$")
+# Expiration is forceful (Karpenter's disruption.md): an expired node is drained whatever its
+# pods' karpenter.sh/do-not-disrupt says, and a pod that annotation protects then blocks the
+# drain until terminationGracePeriod, if any, deletes it: without one, the node stays half
+# drained (tainted, its other pods evicted) for as long as the protected pod runs. So nodes do
+# not expire by default: drift (a new AMI from the al2023@latest alias, a changed NodePool or
+# EC2NodeClass) replaces them, gracefully, once nothing protected runs there. A stack that wants
+# a maximum node lifetime sets expireAfter with a terminationGracePeriod, and accepts that a
+# training job still running at expireAfter + terminationGracePeriod is killed.
+EXPIRE_AFTER = "Never"
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,11 @@ class GpuNodePoolArgs:
     # Pin a version (al2023@v20251117) for reproducible nodes; `latest` follows AWS' releases.
     ami_alias: str = "al2023@latest"
     disk_size_gib: int = 200  # CUDA images are large
+    # Node lifetime (a duration or Never), and how long an expired or drifted node may take to
+    # drain before Karpenter deletes the pods blocking it, do-not-disrupt included (None: as
+    # long as they run). expireAfter needs a terminationGracePeriod (see EXPIRE_AFTER).
+    expire_after: str = EXPIRE_AFTER
+    termination_grace_period: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.capacity_types) - set(CAPACITY_TYPES))
@@ -65,6 +77,21 @@ class GpuNodePoolArgs:
             raise ValueError(
                 f"consolidateAfter must be a duration such as 30s, 10m or 1h (or Never), got "
                 f"{self.consolidate_after!r}"
+            )
+        if not DURATION.match(self.expire_after):
+            raise ValueError(
+                f"expireAfter must be a duration such as 720h (or Never), got {self.expire_after!r}"
+            )
+        grace = self.termination_grace_period
+        if grace is not None and not GRACE_PERIOD.match(grace):
+            raise ValueError(
+                f"terminationGracePeriod must be a duration such as 48h, got {grace!r}"
+            )
+        if self.expire_after != "Never" and grace is None:
+            raise ValueError(
+                f"expireAfter {self.expire_after} needs a terminationGracePeriod: an expired "
+                "node whose pod carries karpenter.sh/do-not-disrupt (the profiler's training "
+                "protection) would otherwise stay half drained for as long as that pod runs"
             )
         if not self.ami_alias.startswith("al2023@"):
             raise ValueError(
@@ -145,7 +172,12 @@ def node_pool_spec(pool: GpuNodePoolArgs) -> dict[str, Any]:
                     {"key": key, "operator": "In", "values": list(values)}
                     for key, values in requirements
                 ],
-                "expireAfter": EXPIRE_AFTER,
+                "expireAfter": pool.expire_after,
+                **(
+                    {"terminationGracePeriod": pool.termination_grace_period}
+                    if pool.termination_grace_period
+                    else {}
+                ),
             },
         },
         "limits": {GPU_RESOURCE: str(pool.gpu_limit)},

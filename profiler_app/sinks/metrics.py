@@ -32,7 +32,7 @@ JOB_TYPES = tuple(job_type.value for job_type in JobType)
 BASES = tuple(basis.label for basis in Basis)
 GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
 # The parts that back off (the source and the sinks) are also counted in consecutive_failures.
-PART_KINDS = ("source", "kubernetes", "store", "metrics", "terminal")
+PART_KINDS = ("source", "kubernetes", "protection", "store", "metrics", "terminal")
 ERROR_KINDS = (*PART_KINDS, "analysis", "cycle")
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -214,6 +214,7 @@ class MetricsSink:
             self.consecutive_failures.labels(kind=kind)
         self._failing: dict[str, int] = {}
         self._last_success_at: float | None = None
+        self._pod_list_missing_since: float | None = None
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -230,6 +231,14 @@ class MetricsSink:
             self._failing[kind] = failures
         else:
             self._failing.pop(kind, None)
+
+    def record_pod_list(self, listed: bool) -> None:
+        """Whether the cycle had Kubernetes' list of the node's pods; /healthz says since when
+        the cycles go without it."""
+        if listed:
+            self._pod_list_missing_since = None
+        elif self._pod_list_missing_since is None:
+            self._pod_list_missing_since = self._clock()
 
     def record_cycle(self, seconds: float, *, success: bool) -> None:
         self.cycle_duration.observe(seconds)
@@ -276,6 +285,12 @@ class MetricsSink:
             if failing
             else "all parts work"
         )
+        missing = self._pod_list_missing_since
+        if missing is not None:
+            words.append(
+                f"no pod list from Kubernetes for {self._clock() - missing:.0f}s: pods are not "
+                "annotated, protected or stored"
+            )
         return "; ".join(words)
 
     def serve(self, address: str, port: int) -> int:

@@ -39,6 +39,8 @@ KARPENTER_FIELDS = {
     "consolidateAfter": "str",
     "amiAlias": "str",
     "diskSizeGib": "int",
+    "expireAfter": "str",
+    "terminationGracePeriod": "str",
 }
 GPU_GROUP_FIELDS = {
     "name": "str",
@@ -95,6 +97,8 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
             consolidate_after=spec.get("consolidateAfter", defaults.consolidate_after),
             ami_alias=spec.get("amiAlias", defaults.ami_alias),
             disk_size_gib=spec.get("diskSizeGib", defaults.disk_size_gib),
+            expire_after=spec.get("expireAfter", defaults.expire_after),
+            termination_grace_period=spec.get("terminationGracePeriod"),
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config karpenter: {error}") from None

@@ -223,6 +223,12 @@ def test_karpenter_alone_provides_gpu_nodes() -> None:
         ({"consolidateAfter": "10 minutes"}, "consolidateAfter must be a duration"),
         ({"gpuLimit": 0}, "gpuLimit must be at least 1"),
         ({"amiAlias": "al2@latest"}, "amiAlias must be an Amazon Linux 2023 alias"),
+        ({"expireAfter": "720h"}, "expireAfter 720h needs a terminationGracePeriod"),
+        ({"expireAfter": "30 days"}, "expireAfter must be a duration"),
+        (
+            {"expireAfter": "720h", "terminationGracePeriod": "Never"},
+            "terminationGracePeriod must be a duration",
+        ),
         ({"enabled": "maybe"}, r"karpenter\.enabled must be true or false"),
         ({"gpuLimits": 4}, "karpenter has unknown keys gpuLimits"),
         ({"instanceFamilies": "g5"}, "instanceFamilies must be a non-empty list"),
@@ -239,3 +245,20 @@ def test_the_region_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     with pytest.raises(pulumi.RunError, match=r"aws:region \(or AWS_REGION\) is needed"):
         run_stack(EKS_STACK, overrides={"aws:region": None})
+
+
+def test_gpu_nodes_do_not_expire_under_protected_training_by_default(eks_run: ProgramRun) -> None:
+    """Expiration is forceful: with the chart's default (720h) and no terminationGracePeriod, a
+    node expiring under a do-not-disrupt training pod would stay half drained while it runs."""
+    template = eks_run.one(NODE_POOL).inputs["spec"]["template"]["spec"]
+    assert template["expireAfter"] == "Never"
+    assert "terminationGracePeriod" not in template
+
+
+def test_a_node_lifetime_comes_with_a_termination_grace_period() -> None:
+    run = run_stack(
+        EKS_STACK,
+        overrides={"karpenter": {"expireAfter": "720h", "terminationGracePeriod": "48h"}},
+    )
+    template = run.one(NODE_POOL).inputs["spec"]["template"]["spec"]
+    assert (template["expireAfter"], template["terminationGracePeriod"]) == ("720h", "48h")

@@ -218,3 +218,33 @@ def test_default_image_is_the_one_the_release_workflow_publishes(eks_run: Progra
 
 def test_profiler_reads_the_node_label_the_exporter_series_carry(eks_run: ProgramRun) -> None:
     assert env_of(eks_run)["GPU_PROFILER_NODE_LABEL"] == versions.DCGM_NODE_LABEL == "Hostname"
+
+
+COMMAND = "command:local:Command"
+
+
+def test_destroy_runs_unprotect_after_the_daemon_set_and_its_pods_are_gone(
+    eks_run: ProgramRun,
+) -> None:
+    """The command does nothing on `pulumi up`; its delete step runs `gpu-profiler unprotect`
+    with the cluster's kubeconfig (a secret). The DaemonSet depends on it, so Pulumi deletes the
+    DaemonSet first, in the foreground: its deletion ends only once its pods are gone."""
+    unprotect = eks_run.one(COMMAND, "profiler-unprotect")
+    assert "create" not in unprotect.inputs
+    assert unprotect.inputs["delete"].endswith(" -m infra.unprotect_run")
+    assert unprotect.inputs["dir"] == str(REPO_ROOT)
+    environment = unprotect.inputs["environment"]
+    assert environment["GPU_CLUSTER_KUBECONFIG"]  # the stack's kubeconfig
+    assert environment["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
+    assert any("GPU_CLUSTER_KUBECONFIG" in path for path in unprotect.secret_paths)
+    daemon_set = eks_run.one(DAEMON_SET)
+    assert unprotect.urn in daemon_set.dependencies
+    assert daemon_set.get("metadata.annotations") == {
+        "pulumi.com/deletionPropagationPolicy": "foreground"
+    }
+
+
+def test_protection_turned_off_makes_the_daemons_release_their_marks() -> None:
+    run = run_stack(EKS_STACK, {"profilerProtectTraining": False})
+    assert env_of(run)["GPU_PROFILER_PROTECT_TRAINING"] == "release"
+    assert run.one(COMMAND, "profiler-unprotect")  # destroy still cleans up after it

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from profiler_app.daemon import Daemon
 from profiler_app.errors import RetryLaterError, SourceError
 from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
+from profiler_app.sinks.store import TableStore
 from profiler_app.sources.kube_pods import PodInfo
 from tests.support import signals
 from tests.support.clock import FakeClock
@@ -421,3 +424,62 @@ def test_heartbeat_goes_stale_while_a_cycle_hangs() -> None:
         daemon.stop()
         thread.join(5)
         source.block.set()
+
+
+def test_a_gpu_first_seen_on_a_node_ten_minutes_old_is_credited_ten_minutes(
+    tmp_path: Path,
+) -> None:
+    """The window is 30 minutes but the node (and its exporter) started 10 minutes ago: the
+    GPU's first stored row must not claim the 20 minutes before its first sample."""
+
+    class YoungNode(ScriptedSource):
+        def read(self, window_seconds: float) -> list[SeriesMatrix]:
+            timestamps = time.time() - STEP * np.arange(POINTS)[::-1]
+            young = []
+            for matrix in super().read(window_seconds):
+                values = matrix.values.copy()
+                values[:, : POINTS - 60] = np.nan  # samples for the last 60 steps only
+                young.append(replace(matrix, timestamps=timestamps, values=values))
+            return young
+
+    database = tmp_path / "profiler.db"
+    store = TableStore(f"sqlite:///{database}")
+    daemon, _ = make_daemon(YoungNode(), store)  # type: ignore[arg-type]
+    assert daemon.run_cycle()
+    store.close()
+
+    with sqlite3.connect(database) as connection:
+        covered = connection.execute("SELECT gpu, covers_seconds FROM gpu_window").fetchall()
+    assert [gpu for gpu, _ in covered] == ["0", "1"]
+    assert [seconds for _, seconds in covered] == [pytest.approx(59 * STEP, abs=5)] * 2
+
+
+def test_until_the_first_pod_list_no_pod_is_reported_and_health_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listed: list[PodInfo] | None = None
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store, pods=lambda: listed)
+
+    assert daemon.run_cycle()
+    first = store.received[-1]
+    assert (first.pods, first.node_pods) == ([], None)
+    assert [gpu.job_type for gpu in first.gpus] == ["training", "idle"]  # GPUs go on
+    assert "no pod list from Kubernetes for" in metrics.health_summary()
+
+    listed = [pod_info()]
+    with caplog.at_level(logging.INFO):
+        assert daemon.run_cycle()
+    second = store.received[-1]
+    assert [pod.pod for pod in second.pods] == ["trainer-0"]
+    assert second.node_pods == (pod_info(),)
+    assert "no pod list" not in metrics.health_summary()
+    assert "pod list arrived from Kubernetes" in caplog.text
+
+
+def test_without_kubernetes_there_are_no_node_pods_and_no_waiting() -> None:
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store)
+    assert daemon.run_cycle()
+    assert store.received[-1].node_pods is None
+    assert "no pod list" not in metrics.health_summary()

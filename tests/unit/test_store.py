@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from profiler_app.model import (
     PodUsage,
 )
 from profiler_app.sinks.store import StoreError, TableStore, default_store_url
+from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine, head_revisions
 from profiler_app.sinks.store.models import gpu_window, metadata, pod_usage
 from profiler_app.sinks.store.schema import SCHEMA_HEAD
@@ -550,3 +553,43 @@ def test_postgres_fixture_skips_without_binaries(monkeypatch: pytest.MonkeyPatch
         postgres_support.running_postgres(),
     ):
         pass
+
+
+# -- Stored hours that stay true ----------------------------------------------------------------
+
+
+def test_a_commit_whose_answer_was_lost_is_not_counted_twice(
+    store: TableStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server committed the cycle but the connection broke before it said so: the next row
+    must cover the time since that committed row, not since the one before it."""
+    store.publish(cycle(T0, [profile("0")]))
+    original = Database.transaction
+
+    @contextlib.contextmanager
+    def commit_then_lose_the_answer(self: Database) -> Iterator[Any]:
+        with original(self) as cursor:
+            yield cursor
+        raise self.errors[0]("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(Database, "transaction", commit_then_lose_the_answer)
+    with pytest.raises(StoreError, match="closed the connection"):
+        store.publish(cycle(T0 + timedelta(seconds=30), [profile("0")]))
+    monkeypatch.undo()
+    store.publish(cycle(T0 + timedelta(seconds=60), [profile("0")]))
+
+    rows = fetch(store_url, "SELECT covers_seconds FROM gpu_window ORDER BY at")
+    assert [row[0] for row in rows] == [WINDOW, 30.0, 30.0]
+
+
+def test_two_daemons_writing_one_node_count_each_moment_once(store_url: str) -> None:
+    """During a rolling update (or beside a hand-started `run`), two processes write rows for
+    the same GPU: together they must cover the elapsed time once."""
+    old, new = TableStore(store_url), TableStore(store_url)
+    for seconds, writer in ((0, old), (10, new), (30, old), (40, new), (60, old), (70, new)):
+        writer.publish(cycle(T0 + timedelta(seconds=seconds), [profile("0")]))
+    old.close()
+    new.close()
+
+    rows = fetch(store_url, "SELECT covers_seconds FROM gpu_window ORDER BY at")
+    assert [row[0] for row in rows] == [WINDOW, 10.0, 20.0, 10.0, 20.0, 10.0]

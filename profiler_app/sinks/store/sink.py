@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from profiler_app.errors import UserError
@@ -51,8 +51,6 @@ class TableStore:
         self._migrate_in_child = migrate_in_child
         self._database = Database(parsed)
         self._retention = Retention(retention_seconds) if retention_seconds else None
-        # Last row time per node and GPU (index and UUID), loaded from the store once per node.
-        self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
         self._migrated = False
         try:
             self._migrate()
@@ -68,15 +66,11 @@ class TableStore:
         database = self._database
         try:
             with database.transaction() as cursor:
-                last_at = self._load_last_at(cursor, result.node)
+                last_at = self._load_last_at(cursor, result)
                 self._insert_gpu_windows(cursor, result, last_at)
                 self._upsert_pods(cursor, result.pods, result.at)
         except database.errors as error:
             raise StoreError(f"store {self.url}: {describe_driver_error(error)}") from error
-        # Only a committed cycle moves the covered-time bookkeeping forward.
-        node_last = self._last_at.setdefault(result.node, last_at)
-        for profile in result.gpus:
-            node_last[profile.gpu, profile.uuid] = result.at
         if self._retention is not None and self._retention.due():
             self._prune(self._retention, result.at)
 
@@ -111,20 +105,25 @@ class TableStore:
             raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
-    def _load_last_at(self, cursor: Any, node: str) -> dict[tuple[str, str], datetime]:
-        cached = self._last_at.get(node)
-        if cached is not None:
-            return dict(cached)
-        node_is = f"node = {self._database.param('node')}"  # a placeholder, not the value
-        cursor.execute(
-            f"SELECT gpu, uuid, max(at) FROM gpu_window WHERE {node_is} GROUP BY gpu, uuid",  # noqa: S608
-            {"node": node},
+    def _load_last_at(self, cursor: Any, result: CycleResult) -> dict[tuple[str, str], datetime]:
+        """Each GPU's last row time within the window, read in the cycle's transaction: the
+        store, not this process, knows what was committed (a commit whose answer was lost,
+        another process writing the same node during a rolling update). One lookup per GPU on
+        the (node, gpu, at) index: at most a window of rows, however large the table."""
+        param = self._database.param  # placeholders, not values
+        statement = (
+            f"SELECT max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
+            f" AND gpu = {param('gpu')} AND at > {param('since')} AND uuid = {param('uuid')}"
         )
-        return {
-            (gpu, uuid): self._database.read_time(at)
-            for gpu, uuid, at in cursor.fetchall()
-            if at is not None
-        }
+        since = result.at - timedelta(seconds=result.window_seconds)
+        last_at = {}
+        for profile in result.gpus:
+            key = {"node": result.node, "gpu": profile.gpu, "uuid": profile.uuid, "since": since}
+            cursor.execute(statement, self._database.bind(key))
+            (at,) = cursor.fetchone()
+            if at is not None:
+                last_at[profile.gpu, profile.uuid] = self._database.read_time(at)
+        return last_at
 
     def _insert_gpu_windows(
         self, cursor: Any, result: CycleResult, last_at: dict[tuple[str, str], datetime]
@@ -189,11 +188,11 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
 def _gpu_window_row(
     result: CycleResult, profile: GpuProfile, previous_at: datetime | None
 ) -> dict[str, Any]:
-    if previous_at is None:
-        covers = result.window_seconds
-    else:
-        since_previous = (result.at - previous_at).total_seconds()
-        covers = min(max(since_previous, 0.0), result.window_seconds)
+    covers = result.window_seconds
+    if previous_at is not None:
+        covers = min(max((result.at - previous_at).total_seconds(), 0.0), covers)
+    if profile.first_sample is not None:  # a node (or exporter) younger than the window
+        covers = min(max(result.at.timestamp() - profile.first_sample, 0.0), covers)
     return {
         "at": result.at,
         "node": result.node,
