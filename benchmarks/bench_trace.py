@@ -9,10 +9,11 @@ host-to-device copy and a ``cudaStreamSynchronize`` per step of 500 kernels, an 
 between steps, no NVTX (so the iteration comes from the kernel sequence, the slower path).
 The same report is written twice: every table's rows in time order (sorted by start, as
 Nsight Systems appears to write them), and rows shuffled (exports do not promise an order).
-Goal: a million kernel rows summarised in under 2 s on one core.
+Goal: a million kernel rows summarised in under 2 s of CPU on one core.
 
-SQLite runs single-threaded in this process, so the figures are one core's; the process CPU
-time is printed beside the wall time since other jobs may share the machine.
+SQLite and numpy run single-threaded in this process, so the figures are one core's; the
+process CPU time (user + system) is printed beside the wall time since other jobs may share the
+machine.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from profiler_app.trace import queries
+from profiler_app.trace import columns, groups, iterations, timeline
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import summarise
 from tests.support.nsys import HTOD, ReportBuilder
@@ -74,25 +75,24 @@ def timed(function: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
+# (module, function) of each stage of a summary, timed apart
+STAGES = (
+    (columns, "read"),  # the event columns, all tables
+    (groups, "kernel_groups"),  # with the launch join
+    (groups, "memory_groups"),
+    (groups, "api_groups"),
+    (timeline, "build"),  # the interval union and its idle gaps
+    (iterations, "from_activity"),  # the busy signal per bin and its period
+)
+
+
 def stage_times(path: Path) -> dict[str, float]:
-    """CPU seconds per query function during one summary."""
+    """CPU seconds per stage during one summary."""
     spent: dict[str, float] = {}
-    originals = {}
-    for name in (
-        "api_callers",
-        "kernel_groups",
-        "memory_groups",
-        "api_groups",
-        "build_gaps",
-        "build_sync_calls",
-        "gap_totals",
-        "longest_gaps",
-        "gaps_during_sync",
-        "idle_by_bin",
-        "nvtx_names",
-    ):
-        original = getattr(queries, name)
-        originals[name] = original
+    originals = []
+    for module, name in STAGES:
+        original = getattr(module, name)
+        originals.append((module, name, original))
 
         def wrapper(*args: Any, _name: str = name, _f: Any = original, **kwargs: Any) -> Any:
             start = time.process_time()
@@ -101,13 +101,16 @@ def stage_times(path: Path) -> dict[str, float]:
             finally:
                 spent[_name] = spent.get(_name, 0.0) + time.process_time() - start
 
-        setattr(queries, name, wrapper)
+        setattr(module, name, wrapper)
     try:
+        start = time.process_time()
         with open_report(str(path)) as export:
             summarise(export)
+        spent["total"] = time.process_time() - start
     finally:
-        for name, original in originals.items():
-            setattr(queries, name, original)
+        for module, name, original in originals:
+            setattr(module, name, original)
+    spent["the rest"] = spent["total"] - sum(v for k, v in spent.items() if k != "total")
     return spent
 
 
@@ -116,6 +119,11 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="write the reports here and keep them")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep: summarise the reports an earlier run left in DIR (same --kernels)",
+    )
     args = parser.parse_args()
     directory = Path(args.keep or tempfile.mkdtemp(prefix="bench-trace-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -124,23 +132,27 @@ def main() -> None:
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    wall, _, report = timed(lambda: build(args.kernels, np.random.default_rng(7)))
-    print(f"built {args.kernels:,} kernels in {wall:.1f} s")
-    for order, shuffle in (("time order", False), ("shuffled", True)):
-        path = report.write(
-            directory / f"{order.split()[0]}.sqlite", shuffle=shuffle, time_order=not shuffle
-        )
+    orders = (("time order", False), ("shuffled", True))
+    paths = {order: directory / f"{order.split()[0]}.sqlite" for order, _ in orders}
+    if not (args.reuse and args.keep and all(path.exists() for path in paths.values())):
+        wall, _, report = timed(lambda: build(args.kernels, np.random.default_rng(7)))
+        print(f"built {args.kernels:,} kernels in {wall:.1f} s")
+        for order, shuffle in orders:
+            report.write(paths[order], shuffle=shuffle, time_order=not shuffle)
+    for order, _ in orders:
+        path = paths[order]
         size = path.stat().st_size / 2**20
         runs = []
         for _ in range(args.repeat):
             wall, cpu, summary = timed(lambda p=path: _summary(p))
             runs.append((wall, cpu))
         best_wall = min(w for w, _ in runs)
-        best_cpu = min(c for _, c in runs)
+        cpu_times = sorted(c for _, c in runs)
         gpu = summary.gpus[0]
         print(
-            f"{order}: {size:.0f} MiB; summary best of {args.repeat}: {best_wall:.2f} s wall, "
-            f"{best_cpu:.2f} s CPU (all: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in runs)}); "
+            f"{order}: {size:.0f} MiB; summary of {args.repeat}: best {best_wall:.2f} s wall, "
+            f"CPU best {cpu_times[0]:.2f} s, median {cpu_times[len(cpu_times) // 2]:.2f} s "
+            f"(wall/CPU: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in runs)}); "
             f"verdict {gpu.verdict.name}, busy {gpu.busy_fraction:.1%}, "
             f"{gpu.gaps.count:,} gaps, iteration "
             f"{summary.iteration.seconds * 1e3 if summary.iteration else float('nan'):.2f} ms"
