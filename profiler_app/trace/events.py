@@ -268,7 +268,8 @@ def _warn(
     if out_of_range:
         reasons.append(f"{out_of_range:,} with a time more than 2^61 ns from zero")
     if reasons:
+        skipped = sum(counts)
         export.warnings.append(
-            f"{sum(counts):,} rows of {table} skipped: {'; '.join(reasons)}; "
-            "the figures leave them out"
+            f"{skipped:,} row{'' if skipped == 1 else 's'} of {table} skipped: "
+            f"{'; '.join(reasons)}; the figures leave them out"
         )

@@ -177,7 +177,8 @@ def _inspect(connection: sqlite3.Connection, shown: Path) -> Export:
     for table in (schema.METADATA, schema.OLD_METADATA):
         if table in tables:
             for name, value in connection.execute(f"SELECT name, value FROM {table}"):
-                metadata.setdefault(str(name), str(value))
+                if name is not None and value is not None:  # NULL: not said
+                    metadata.setdefault(str(name), str(value))
     columns = {
         table: frozenset(row[1] for row in connection.execute(f"PRAGMA table_info({table})"))
         for table in tables
@@ -195,7 +196,7 @@ def _check_version(export: Export) -> None:
     known = " and ".join(f"{major}.x" for major in schema.KNOWN_SCHEMA_MAJORS)
     if text is None:
         export.warnings.append(
-            f"{export.path} does not say its export schema version (no EXPORT_SCHEMA_VERSION "
+            f"{export.path} does not say its export schema version (no EXPORT_SCHEMA_VERSION value "
             f"in {schema.METADATA}); reading it as schema {schema.KNOWN_SCHEMA_MAJORS[-1]}.x"
         )
         return

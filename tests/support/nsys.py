@@ -564,3 +564,26 @@ class ReportBuilder:
         connection.executemany(
             f"INSERT INTO {table} ({','.join(names)}) VALUES ({marks})", zip(*data, strict=True)
         )
+
+
+def tamper(path: Path, *statements: str, loosen: Iterable[str] = ()) -> Path:
+    """Run SQL ``statements`` on the export at ``path``, after recreating each table of
+    ``loosen`` without its NOT NULL constraints (a hostile or damaged export's rows: NULL or
+    real values where Nsight Systems writes integers)."""
+    connection = sqlite3.connect(path)
+    try:
+        for table in loosen:
+            connection.execute(f"ALTER TABLE {table} RENAME TO strict_{table}")
+            connection.execute(f"CREATE TABLE {table} ({_without_not_null(TABLES[table])})")
+            connection.execute(f"INSERT INTO {table} SELECT * FROM strict_{table}")
+            connection.execute(f"DROP TABLE strict_{table}")
+        for statement in statements:
+            connection.execute(statement)
+        connection.commit()
+    finally:
+        connection.close()
+    return path
+
+
+def _without_not_null(definition: str) -> str:
+    return definition.replace(" NOT NULL", "")
