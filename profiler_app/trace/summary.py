@@ -9,6 +9,7 @@ a sample (n - 1; 0 for a single instance), API names lose their ``_vNNNN`` suffi
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,9 +18,19 @@ from datetime import UTC, datetime
 import numpy as np
 
 from profiler_app.errors import UserError
-from profiler_app.trace import events, groups, iterations, queries, schema, timeline, verdict
+from profiler_app.trace import (
+    events,
+    families,
+    groups,
+    iterations,
+    queries,
+    schema,
+    timeline,
+    verdict,
+)
 from profiler_app.trace.events import Events
 from profiler_app.trace.export import Export
+from profiler_app.trace.families import Classifier
 from profiler_app.trace.groups import DurationStats
 from profiler_app.trace.iterations import Iteration
 
@@ -72,6 +83,10 @@ class GpuTrace:
     sync_ns: int
     iteration: Iteration | None
     verdict: verdict.Verdict
+    families: list[families.Share] = field(default_factory=list)  # most time first
+    reading: str | None = None  # what the families say the model is
+    communication_ns: int = 0  # NCCL kernels, summed
+    exposed_communication_ns: int = 0  # when only NCCL kernels ran
 
     @property
     def span_ns(self) -> int:
@@ -136,7 +151,12 @@ def _ranked(stats: list[Stat]) -> list[Stat]:
     return sorted(stats, key=lambda s: (-s.total_ns, -s.count, s.name))
 
 
-def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSummary:
+def summarise(
+    export: Export,
+    *,
+    iteration_range: str | None = None,
+    classifier: Classifier = families.DEFAULT,
+) -> TraceSummary:
     loaded = events.load(export)
     base = TraceSummary(
         report=str(export.path),
@@ -170,7 +190,13 @@ def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSum
     base.api = _api_stats(api_groups, names)
     if not activity:
         return base
+    kernel_names = {g.name_id: _kernel_name(g.name_id, names) for g in kernel_groups}
+    family_of = {name: classifier.family(name) for name in set(kernel_names.values())}
+    collectives = sorted(
+        i for i, name in kernel_names.items() if family_of[name] == families.COMMUNICATION
+    )
     gaps = _timeline(loaded, base)
+    without_collectives = _timeline(loaded, base, leave_out=collectives) if collectives else gaps
     sync_calls = _sync_calls(export, loaded, base.origin_ns)
     base.iteration = iterations.from_nvtx(export, base.span_ns, iteration_range)
     gpu_names = queries.gpu_names(export)
@@ -192,8 +218,12 @@ def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSum
                     kernels=[g for g in kernel_groups if g.device == device],
                     memory=[g for g in memory_groups if g.device == device],
                     gaps=gaps.of(device),
+                    exposed_communication_ns=gaps.busy_ns.get(device, 0)
+                    - without_collectives.busy_ns.get(device, 0),
                 ),
                 names=names,
+                family_of=family_of,
+                classifier=classifier,
                 api_groups=api_groups,
                 sync_calls=sync_calls,
                 summary=base,
@@ -210,12 +240,19 @@ def _started_at(export: Export) -> datetime | None:
     return datetime.fromtimestamp(started_ns / 1e9, UTC) if started_ns is not None else None
 
 
-def _timeline(loaded: Events, summary: TraceSummary) -> timeline.Timeline:
+def _timeline(
+    loaded: Events, summary: TraceSummary, leave_out: list[int] | None = None
+) -> timeline.Timeline:
+    """Each GPU's busy time and gaps; ``leave_out``: without the kernels of these names."""
     kernels, memory = loaded.kernels, loaded.memory
+    device, start, end = kernels.device, kernels.start, kernels.end
+    if leave_out:
+        kept = np.isin(kernels.name, np.array(leave_out, np.int64), invert=True)
+        device, start, end = device[kept], start[kept], end[kept]
     return timeline.build(
-        np.concatenate([kernels.device, memory.device]),
-        np.concatenate([kernels.start, memory.start]),
-        np.concatenate([kernels.end, memory.end]),
+        np.concatenate([device, memory.device]),
+        np.concatenate([start, memory.start]),
+        np.concatenate([end, memory.end]),
         summary.origin_ns,
         summary.span_ns,
     )
@@ -250,12 +287,15 @@ class GpuInput:
     kernels: list[groups.KernelGroup]
     memory: list[groups.MemoryGroup]
     gaps: timeline.Gaps
+    exposed_communication_ns: int  # busy with NCCL kernels only
 
 
 def _gpu(
     gpu: GpuInput,
     *,
     names: dict[int, str],
+    family_of: dict[str, str],  # kernel name -> family
+    classifier: Classifier,
     api_groups: list[groups.ApiGroup],
     sync_calls: SyncCalls,
     summary: TraceSummary,
@@ -283,6 +323,8 @@ def _gpu(
         if api_names[g.name_id] in schema.GRAPH_LAUNCH_CALLS and _same_process(g.pid, pids)
     )
     kernel_stats = _kernel_stats(kernels, names)
+    shares = _family_shares(kernel_stats, family_of, classifier)
+    collectives = [k for k in kernel_stats if family_of.get(k.name) == families.COMMUNICATION]
     memory_stats = _memory_stats(memory)
     figures = verdict.GpuFigures(
         span_ns=span,
@@ -302,6 +344,10 @@ def _gpu(
         sync_ns=sync_ns,
         idle_ns=gaps.total_ns,
         iteration_ns=round(iteration.seconds * 1e9) if iteration else None,
+        communication_ns=sum(k.total_ns for k in collectives),
+        communication_count=sum(k.count for k in collectives),
+        exposed_communication_ns=gpu.exposed_communication_ns,
+        top_collective=_short_name(collectives[0].name) if collectives else None,
     )
     return GpuTrace(
         device=gpu.device,
@@ -322,6 +368,10 @@ def _gpu(
         sync_ns=sync_ns,
         iteration=iteration,
         verdict=verdict.judge(figures),
+        families=shares,
+        reading=families.reading(shares),
+        communication_ns=figures.communication_ns,
+        exposed_communication_ns=figures.exposed_communication_ns,
     )
 
 
@@ -348,9 +398,35 @@ def _same_process(pid: int | None, pids: list[int | None]) -> bool:
 def _kernel_stats(kernels: list[groups.KernelGroup], names: dict[int, str]) -> list[Stat]:
     by_name: dict[str, list[DurationStats]] = defaultdict(list)
     for group in kernels:
-        by_name[names.get(group.name_id, f"kernel #{group.name_id}")].append(group.durations)
+        by_name[_kernel_name(group.name_id, names)].append(group.durations)
     whole = sum(g.durations.total_ns for g in kernels)
     return _ranked([stat(name, combine(items), whole) for name, items in by_name.items()])
+
+
+def _kernel_name(name_id: int, names: dict[int, str]) -> str:
+    return names.get(name_id, f"kernel #{name_id}")
+
+
+def _family_shares(
+    kernels: list[Stat], family_of: dict[str, str], classifier: Classifier
+) -> list[families.Share]:
+    """Kernel time, instances and names per family, most time first."""
+    totals: dict[str, list[int]] = {}
+    for kernel in kernels:
+        entry = totals.setdefault(family_of.get(kernel.name, families.OTHER), [0, 0, 0])
+        entry[0] += kernel.total_ns
+        entry[1] += kernel.count
+        entry[2] += 1
+    shares = [
+        families.Share(family, classifier.label(family), total, count, names)
+        for family, (total, count, names) in totals.items()
+    ]
+    return sorted(shares, key=lambda share: (-share.total_ns, share.family))
+
+
+def _short_name(kernel: str) -> str:
+    """``ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<...>)`` -> ``ncclDevKernel_SendRecv``."""
+    return re.split(r"[<(]", kernel.removeprefix("void "), maxsplit=1)[0].strip() or kernel
 
 
 def _memory_stats(memory: list[groups.MemoryGroup]) -> list[Stat]:
@@ -432,6 +508,7 @@ def _iteration_record(iteration: Iteration | None) -> dict[str, object] | None:
 
 
 def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
+    kernel_ns = sum(share.total_ns for share in gpu.families)
     return {
         "device": gpu.device,
         "name": gpu.name,
@@ -464,6 +541,22 @@ def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
         "evidence": gpu.verdict.evidence,
         "advice": gpu.verdict.advice,
         "shares": {f.verdict: round(f.share, 4) for f in gpu.verdict.findings},
+        "families": [
+            {
+                "family": share.family,
+                "label": share.label,
+                "total_ns": share.total_ns,
+                "instances": share.instances,
+                "time_percent": round(share.percent_of(kernel_ns), 3),
+                "kernel_names": share.names,
+            }
+            for share in gpu.families
+        ],
+        "reading": gpu.reading,
+        "communication": {
+            "total_ns": gpu.communication_ns,
+            "exposed_ns": gpu.exposed_communication_ns,
+        },
     }
 
 

@@ -96,6 +96,7 @@ class Gaps:
 @dataclass(frozen=True)
 class Timeline:
     gaps: dict[int, Gaps]  # by device
+    busy_ns: dict[int, int]  # by device: the union's length
 
     def of(self, device: int) -> Gaps:
         return self.gaps.get(device, Gaps(np.empty(0, np.int64), np.empty(0, np.int64)))
@@ -117,11 +118,13 @@ def build(device: IntArray, start: IntArray, end: IntArray, origin: int, span: i
     gap_starts = busy_until[opens] - gap_codes * stride
     gap_lengths = key[1:][opens] - busy_until[opens]
     bounds = np.searchsorted(gap_codes, np.arange(devices.size + 1))
-    return Timeline(
-        {
-            int(devices[i]): Gaps(
-                gap_starts[bounds[i] : bounds[i + 1]], gap_lengths[bounds[i] : bounds[i + 1]]
-            )
-            for i in range(devices.size)
-        }
-    )
+    rows = np.searchsorted(codes, np.arange(devices.size + 1))
+    gaps, busy = {}, {}
+    for i, value in enumerate(devices.tolist()):
+        gaps[value] = Gaps(
+            gap_starts[bounds[i] : bounds[i + 1]], gap_lengths[bounds[i] : bounds[i + 1]]
+        )
+        first = int(key[rows[i]]) - i * stride
+        last = int(finish[rows[i] : rows[i + 1]].max()) - i * stride
+        busy[value] = last - first - int(gaps[value].lengths.sum())
+    return Timeline(gaps, busy)

@@ -13,6 +13,8 @@ A ``ReportBuilder`` writes a file with the tables, columns and enum values of a 
 - CUDA API names as the export stores them, with their ``_vNNNN`` suffix
   (``cudaLaunchKernel_v7000``); ``globalTid``/``globalPid`` serialised as
   ``(pid << 24) | tid`` (hardware and VM ids 0), so ``globalTid & ~0xFFFFFF`` is the process;
+- NCCL kernels (``add_collectives``) named and launched as a real PyTorch capture on two H100s
+  shows them (Nsight Systems 2026.2, public test data of the nsys-ai project);
 - shapes seen in real exports (Nsight Systems 2022.2 and 2024.5, public test data of the pipit
   project): the metadata table's older name ``EXPORT_META_DATA`` (schema 2.9.1), CUDA
   backtrace rows (``add_cuda_backtraces``), NVTX ranges in a named domain, such as the
@@ -50,6 +52,15 @@ PAGEABLE, PINNED, DEVICE = 0, 1, 2
 NVTX_PUSH_POP, NVTX_START_END = 59, 60
 NVTX_DOMAIN_CREATE = 75
 CUDA_RUNTIME, CUDA_BACKTRACE = 0, 67  # ENUM_NSYS_EVENT_CLASS
+# NCCL kernels as Nsight Systems names them: SendRecv as a real PyTorch capture on two H100s
+# shows it (the nsys-ai project's export), AllReduce as public profiles of NCCL 2.19 and later
+# show it, and the ncclKernel_ names of older NCCL releases (in an `nsys stats` table).
+NCCL_SEND_RECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+NCCL_ALL_REDUCE = (
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+)
+NCCL_OLD_ALL_REDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm *, ncclWorkElem)"
+NCCL_LAUNCH = "cuLaunchKernelEx"  # how the real capture's NCCL kernels were launched
 
 MEMCPY_KINDS = [
     (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
@@ -285,6 +296,23 @@ class ReportBuilder:
             demangledName=self.string(name),
             shortName=self.string(_base_name(name)),
             gridId=np.arange(np.size(starts)) + 1,
+        )
+
+    def add_collectives(
+        self,
+        name: str,
+        starts: Any,
+        durations: Any,
+        *,
+        device: int = 0,
+        stream: int = 7,
+        pid: int = PID,
+    ) -> None:
+        """NCCL kernels ``name`` (``NCCL_*``), launched as the real capture's were: by the
+        driver's ``cuLaunchKernelEx``, on the compute stream unless ``stream`` says otherwise
+        (PyTorch puts collectives on a stream of their own when it overlaps them)."""
+        self.add_kernels(
+            name, starts, durations, device=device, stream=stream, launch=NCCL_LAUNCH, pid=pid
         )
 
     def add_graph(
