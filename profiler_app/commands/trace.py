@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from profiler_app.errors import UserError
-from profiler_app.sinks.store.traces import TraceStore, trace_rows
 from profiler_app.sinks.store.urls import default_store_url, parse_store_url
 from profiler_app.trace import families
 from profiler_app.trace.export import open_report
@@ -133,6 +132,10 @@ def handle(args: argparse.Namespace) -> int:
 def _record(
     summary: TraceSummary, url: str, namespace: str | None, pod: str | None, node: str | None
 ) -> None:
+    # Imported here: SQLAlchemy takes a quarter of a second to import, for nothing with
+    # --store-url none.
+    from profiler_app.sinks.store.traces import TraceStore, trace_rows  # noqa: PLC0415
+
     store = TraceStore(url)
     try:
         if namespace is not None and pod is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +25,10 @@ from profiler_app.trace.export import Export
 
 IntArray = npt.NDArray[np.int64]
 MISSING = int(np.iinfo(np.int64).min)  # NULL, or not an integer
-CHUNK_ROWS = 1 << 18
+# Rows per query: texts of a few hundred kB, which the allocator reuses from chunk to chunk
+# (chunks of 2^18 rows took a quarter more CPU time, in page faults).
+CHUNK_ROWS = 1 << 16
+_MAX_ROWID = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -82,18 +85,22 @@ def read(export: Export, table: str, columns: Sequence[Column], where: str = "")
     return Rows(values, skipped)
 
 
-def _chunks(export: Export, table: str) -> list[tuple[int, int] | None]:
-    """Rowid ranges of ``CHUNK_ROWS``; one unbounded chunk for a table without rowids."""
+def _chunks(export: Export, table: str) -> Iterator[tuple[int, int] | None]:
+    """Rowid ranges of ``CHUNK_ROWS``, each starting at a row (rowids far apart cost one seek
+    each, not a range each); one unbounded chunk for a table without rowids."""
     try:
-        low, high = export.connection.execute(
-            f"SELECT min(rowid), max(rowid) FROM {table}"
-        ).fetchone()
+        (first,) = export.connection.execute(f"SELECT min(rowid) FROM {table}").fetchone()
     except sqlite3.OperationalError:  # WITHOUT ROWID: read whole
-        return [None]
-    if not isinstance(low, int) or not isinstance(high, int):
-        return []
-    chunks = range(low, high + 1, CHUNK_ROWS)
-    return [(first, min(first + CHUNK_ROWS - 1, high)) for first in chunks]
+        yield None
+        return
+    while isinstance(first, int):
+        last = min(first + CHUNK_ROWS - 1, _MAX_ROWID)
+        yield first, last
+        if last == _MAX_ROWID:
+            return
+        (first,) = export.connection.execute(
+            f"SELECT min(rowid) FROM {table} WHERE rowid > ?", (last,)
+        ).fetchone()
 
 
 def _read_chunk(

@@ -94,8 +94,8 @@ def _kernels(export: Export) -> Kernels:
     rows = _activity_rows(export, table, [Column(name), correlation])
     return Kernels(
         **rows.activity(),
-        name=rows.values[name][rows.keep],
-        correlation=rows.values[correlation.name][rows.keep],
+        name=rows[name],
+        correlation=rows[correlation.name],
     )
 
 
@@ -112,15 +112,14 @@ def _memory(export: Export) -> Memory:
                 Column("dstKind", False),
             ],
         )
-        values, keep = rows.values, rows.keep
-        kind = values["copyKind"][keep]
+        kind = rows["copyKind"]
         parts.append(
             Memory(
                 **rows.activity(),
                 kind=np.where(kind == MISSING, 0, kind),  # 0: unknown
-                pageable=(values["srcKind"][keep] == schema.PAGEABLE_MEMORY)
-                | (values["dstKind"][keep] == schema.PAGEABLE_MEMORY),
-                bytes=_zero_if_missing(values["bytes"][keep]),
+                pageable=(rows["srcKind"] == schema.PAGEABLE_MEMORY)
+                | (rows["dstKind"] == schema.PAGEABLE_MEMORY),
+                bytes=_zero_if_missing(rows["bytes"]),
             )
         )
     if export.has(schema.MEMSET):
@@ -131,7 +130,7 @@ def _memory(export: Export) -> Memory:
                 **rows.activity(),
                 kind=np.full(size, MEMSET_KIND, np.int64),
                 pageable=np.zeros(size, bool),
-                bytes=_zero_if_missing(rows.values["bytes"][rows.keep]),
+                bytes=_zero_if_missing(rows["bytes"]),
             )
         )
     if not parts:
@@ -198,13 +197,18 @@ class _ActivityRows:
     values: dict[str, IntArray]
     keep: BoolArray  # timed rows that a timeline can hold
 
+    def __getitem__(self, name: str) -> IntArray:
+        """Column ``name`` of the rows kept (no copy when all are)."""
+        values = self.values[name]
+        return values if self.keep_all else values[self.keep]
+
+    @property
+    def keep_all(self) -> bool:
+        return bool(self.keep.all())
+
     def activity(self) -> dict[str, IntArray]:
-        return {
-            "device": self.values["deviceId"][self.keep],
-            "start": self.values["start"][self.keep],
-            "end": self.values["end"][self.keep],
-            "pid": self.values["globalPid"][self.keep],
-        }
+        names = {"device": "deviceId", "start": "start", "end": "end", "pid": "globalPid"}
+        return {field: self[column] for field, column in names.items()}
 
 
 def _activity_rows(export: Export, table: str, extra: list[Column]) -> _ActivityRows:

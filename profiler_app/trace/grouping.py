@@ -43,6 +43,8 @@ def combine(*keys: IntArray) -> tuple[IntArray, list[IntArray]]:
     codes = np.zeros(size, np.int64)
     groups = 1
     for key in keys:
+        if size and key.min() == key.max():  # one value: no digit of the code
+            continue
         key_codes, key_uniques = factorise(key)
         radix = max(len(key_uniques), 1)
         if groups * radix >= 1 << 62:  # compact first: the product would overflow
@@ -71,8 +73,12 @@ class Durations:
     last: IntArray
 
 
-def durations(codes: IntArray, groups: int, start: IntArray, end: IntArray) -> Durations:
-    length = end - start
+def durations(
+    codes: IntArray, groups: int, start: IntArray, end: IntArray, length: IntArray | None = None
+) -> Durations:
+    """``length``: ``end - start`` when the caller has it already."""
+    if length is None:
+        length = end - start
     low = np.full(groups, np.iinfo(np.int64).max, np.int64)
     high = np.full(groups, np.iinfo(np.int64).min, np.int64)
     first = low.copy()

@@ -95,8 +95,9 @@ def kernel_groups(
         return []
     codes, (device, pid, name) = combine(kernels.device, kernels.pid, kernels.name)
     count = len(device)
-    stats = durations(codes, count, kernels.start, kernels.end)
-    short = np.bincount(codes[kernels.end - kernels.start < short_ns], minlength=count)
+    length = kernels.end - kernels.start
+    stats = durations(codes, count, kernels.start, kernels.end, length)
+    short = np.bincount(codes[length < short_ns], minlength=count)
     launch_calls, launch_ns = _launches(kernels, calls, same_process=same_process)
     launches = sums(codes, count, launch_calls)
     launch_time = sums(codes, count, launch_ns)

@@ -106,7 +106,9 @@ def build(device: IntArray, start: IntArray, end: IntArray, origin: int, span: i
     """The idle gaps of each device among intervals [start, end) (empty ones ignored); times
     within ``span`` of ``origin``."""
     nonempty = end > start
-    device, start, end = device[nonempty], start[nonempty] - origin, end[nonempty] - origin
+    if not nonempty.all():
+        device, start, end = device[nonempty], start[nonempty], end[nonempty]
+    start, end = start - origin, end - origin
     codes, devices = factorise(device)
     stride = span + 1  # each device's times in a range of their own
     key = codes * stride + start

@@ -197,3 +197,17 @@ def test_a_span_past_78_hours_is_one_error_line(
     assert captured.out == ""
     assert captured.err.count("\n") == 1
     assert "spans more than 78 hours" in captured.err
+
+
+def test_rowids_far_apart_are_read_without_walking_the_gap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tables are read in rowid ranges: one from each row, not every range up to 2^62."""
+    path = tamper(
+        steps_report(tmp_path / "r.sqlite"),
+        f"UPDATE {KERNEL} SET rowid = {1 << 62} WHERE start = {6 * MS}",
+        f"UPDATE {KERNEL} SET rowid = {(1 << 63) - 1} WHERE start = {4 * MS}",
+    )
+    result, err = trace_json(capsys, path)
+    assert result["gpus"][0]["kernels"][0]["instances"] == 4  # type: ignore[index]
+    assert warnings_of(err) == []
