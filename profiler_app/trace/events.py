@@ -86,10 +86,12 @@ def _kernels(export: Export) -> Kernels:
     graph = export.has_column(table, "graphNodeId")
     correlation = (
         Column(
-            "correlation", False, "CASE WHEN coalesce(graphNodeId, 0) = 0 THEN correlationId END"
+            "correlation",
+            required=False,
+            expression="CASE WHEN coalesce(graphNodeId, 0) = 0 THEN correlationId END",
         )
         if graph
-        else Column("correlationId", False)
+        else Column("correlationId", required=False)
     )
     rows = _activity_rows(export, table, [Column(name), correlation])
     return Kernels(
@@ -106,10 +108,10 @@ def _memory(export: Export) -> Memory:
             export,
             schema.MEMCPY,
             [
-                Column("bytes", False),
-                Column("copyKind", False),
-                Column("srcKind", False),
-                Column("dstKind", False),
+                Column("bytes", required=False),
+                Column("copyKind", required=False),
+                Column("srcKind", required=False),
+                Column("dstKind", required=False),
             ],
         )
         kind = rows["copyKind"]
@@ -123,7 +125,7 @@ def _memory(export: Export) -> Memory:
             )
         )
     if export.has(schema.MEMSET):
-        rows = _activity_rows(export, schema.MEMSET, [Column("bytes", False)])
+        rows = _activity_rows(export, schema.MEMSET, [Column("bytes", required=False)])
         size = int(np.count_nonzero(rows.keep))
         parts.append(
             Memory(
@@ -169,8 +171,8 @@ def _calls(export: Export) -> Calls | None:
             Column("start"),
             Column("end"),
             Column("nameId"),
-            Column("globalTid", False),
-            Column("correlationId", False),
+            Column("globalTid", required=False),
+            Column("correlationId", required=False),
         ],
         where,
     )
@@ -218,7 +220,13 @@ def _activity_rows(export: Export, table: str, extra: list[Column]) -> _Activity
     rows = columns.read(
         export,
         table,
-        [Column("start"), Column("end"), Column("deviceId"), Column("globalPid", False), *extra],
+        [
+            Column("start"),
+            Column("end"),
+            Column("deviceId"),
+            Column("globalPid", required=False),
+            *extra,
+        ],
     )
     start, end, device = rows["start"], rows["end"], rows["deviceId"]
     device_ok = (device >= 0) & (device <= MAX_DEVICE)

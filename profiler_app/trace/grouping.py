@@ -100,8 +100,22 @@ def durations(
     )
 
 
+class SumOverflowError(ValueError):
+    """Values whose sum could pass 64-bit integers: no capture holds so much time."""
+
+
 def sums(codes: IntArray, groups: int, values: IntArray) -> IntArray:
-    """Exact integer sums per group."""
+    """Exact integer sums per group; ``SumOverflowError`` where one could overflow."""
+    if values.size:
+        largest = max(int(values.max()), -int(values.min()))
+        # a cheap bound first; the sum of magnitudes only when it fails
+        if largest * values.size >= _SUM_LIMIT and np.abs(values, dtype=np.float64).sum() >= (
+            _SUM_LIMIT
+        ):
+            raise SumOverflowError("values add up past 2^62")
     total = np.zeros(groups, np.int64)
     np.add.at(total, codes, values)
     return total
+
+
+_SUM_LIMIT = float(1 << 62)

@@ -31,6 +31,7 @@ from profiler_app.trace import (
 from profiler_app.trace.events import Events
 from profiler_app.trace.export import Export
 from profiler_app.trace.families import Classifier
+from profiler_app.trace.grouping import SumOverflowError
 from profiler_app.trace.groups import DurationStats
 from profiler_app.trace.iterations import Iteration
 
@@ -176,14 +177,20 @@ def summarise(
         base.end_ns = max(int(a.end.max()) for a in activity)
         if base.span_ns >= MAX_SPAN_NS:
             raise UserError(f"{export.path} spans more than 78 hours, longer than this tool reads")
-    kernel_groups = groups.kernel_groups(
-        loaded.kernels,
-        loaded.calls,
-        verdict.SHORT_KERNEL_NS,
-        same_process=export.has_column(schema.KERNEL, "globalPid"),
-    )
-    memory_groups = groups.memory_groups(loaded.memory)
-    api_groups = groups.api_groups(loaded.calls)
+    try:
+        kernel_groups = groups.kernel_groups(
+            loaded.kernels,
+            loaded.calls,
+            verdict.SHORT_KERNEL_NS,
+            same_process=export.has_column(schema.KERNEL, "globalPid"),
+        )
+        memory_groups = groups.memory_groups(loaded.memory)
+        api_groups = groups.api_groups(loaded.calls)
+    except SumOverflowError:
+        raise UserError(
+            f"{export.path} holds durations that add up past 2^62 ns (146 years): not a "
+            "capture this tool reads"
+        ) from None
     names = queries.strings(
         export, [g.name_id for g in kernel_groups] + [g.name_id for g in api_groups]
     )

@@ -211,3 +211,18 @@ def test_rowids_far_apart_are_read_without_walking_the_gap(
     result, err = trace_json(capsys, path)
     assert result["gpus"][0]["kernels"][0]["instances"] == 4  # type: ignore[index]
     assert warnings_of(err) == []
+
+
+def test_durations_that_add_up_past_64_bits_are_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Calls are not bound by the GPU's span: three of 2^62 ns would overflow their sum."""
+    report = ReportBuilder()
+    report.add_kernels("gemm", [0, 2 * MS], MS)
+    edge = (1 << 61) - 10
+    report.add_api_calls("cudaMemGetInfo_v3020", [-edge] * 3, [edge] * 3)
+    status = main(["trace", "--store-url", "none", str(report.write(tmp_path / "r.sqlite"))])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert captured.err.count("\n") == 1
+    assert "add up past 2^62 ns" in captured.err
