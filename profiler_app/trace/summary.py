@@ -31,7 +31,7 @@ from profiler_app.trace import (
 from profiler_app.trace.events import Events
 from profiler_app.trace.export import Export
 from profiler_app.trace.families import Classifier
-from profiler_app.trace.grouping import SumOverflowError
+from profiler_app.trace.grouping import IntArray, SumOverflowError
 from profiler_app.trace.groups import DurationStats
 from profiler_app.trace.iterations import Iteration
 
@@ -269,9 +269,9 @@ def _timeline(
 class SyncCalls:
     """Timed calls to ``schema.SYNCHRONISING_CALLS``: process, start and end after the origin."""
 
-    pid: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
+    pid: IntArray
+    start: IntArray
+    end: IntArray
 
 
 def _sync_calls(export: Export, loaded: Events, origin: int) -> SyncCalls:
