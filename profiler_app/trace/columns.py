@@ -1,8 +1,9 @@
 """Event columns read in bulk: SQLite joins each column's values into one text, numpy parses it.
 
-A Python object per value (``fetchall``) costs about 1.5 s per million kernel rows; one
-``group_concat`` per column, parsed by numpy's text reader, about 0.1 s per column. Tables are
-read in chunks of ``CHUNK_ROWS`` rowids, so no text grows past SQLite's length limit.
+A Python object per value (``fetchall`` of six kernel columns) costs about 1.5 s per million
+rows; one ``group_concat`` per column, parsed by numpy's text reader, about 0.1 s per column
+(measured on the benchmark's export). Tables are read in chunks of ``CHUNK_ROWS`` rowids, so no
+text grows past SQLite's length limit.
 
 Every value comes back as a 64-bit integer. NULL is read as ``MISSING`` (``coalesce``, so no
 value drops out of a column and the columns stay aligned). A chunk whose text does not parse

@@ -21,6 +21,10 @@ A ``ReportBuilder`` writes a file with the tables, columns and enum values of a 
   ``MPI`` domain of Nsight Systems' MPI trace (``add_ranges(domain=...)``), and GPUs whose
   ``TARGET_INFO_GPU`` id is not their CUDA device id (``cuda_devices``, ``process_devices``).
 
+``tamper`` then alters a written export the way a damaged or hand-made one could be: values
+Nsight Systems never writes (NULL or reals where integers belong), with the table's NOT NULL
+constraints dropped where needed.
+
 Tables exist only when their data does, as in real exports: ``write`` creates a table only
 when rows were added to it (or ``omit`` removes one). Rows are written in a shuffled order
 (``shuffle=True``), since exports do not guarantee time order; ``shuffle=False`` keeps the order
