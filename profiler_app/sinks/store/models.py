@@ -163,7 +163,7 @@ trace_gpu = Table(
     _required("sync_api_seconds", Float),
     _optional("iteration_seconds", Float),
     _optional("profiler_period_seconds", Float),
-    _required("verdict", String(16)),
+    _required("verdict", String(32)),  # revision 0005
     _required("evidence", Text),
     _optional("top_kernel", Text),
     Index(None, "started_at"),
