@@ -66,8 +66,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--kernel-families",
         metavar="FILE",
         default=os.environ.get("GPU_PROFILER_KERNEL_FAMILIES") or None,
-        help="a TOML file of kernel families, tried before the built-in ones (format in "
-        "docs/trace.md; env GPU_PROFILER_KERNEL_FAMILIES)",
+        help="a TOML file of kernel families, tried before the built-in ones (env "
+        "GPU_PROFILER_KERNEL_FAMILIES; format in docs/trace.md)",
     )
     parser.add_argument(
         "--top",

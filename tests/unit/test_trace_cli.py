@@ -293,7 +293,7 @@ def test_a_communication_bound_verdict_is_stored_whole(
     assert fetch(store_url, "SELECT verdict FROM trace_gpu") == [("communication-bound",)]
     window = ["--since", "1h", "--until", "2026-01-01T00:30:00Z", "--output", "json"]
     _, out, _ = by_trace(capsys, store_url, *window)
-    assert [row["verdict"] for row in json.loads(out)] == ["communication-bound"]
+    assert [row["verdict"] for row in json.loads(out)["rows"]] == ["communication-bound"]
 
 
 def test_the_verdict_column_widens_and_narrows_again(store_url: str) -> None:
