@@ -134,7 +134,7 @@ class _GpuCollector(Collector):
             GaugeMetricFamily(
                 "gpu_profiler_gpu_basis",
                 "What the job type rests on: 1 for the current basis (idle, util-loop, "
-                "signal-loop, waiting, sibling, prior, bursty, steady), 0 for the others.",
+                "signal-loop, waiting, sibling, prior, bursty, cadence, steady), 0 for the others.",
                 labels=[*labels, "basis"],
             ),
         ]

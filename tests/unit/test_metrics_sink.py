@@ -82,7 +82,7 @@ def test_gpu_metrics_of_the_latest_cycle(served: tuple[MetricsSink, str]) -> Non
         if name == "gpu_profiler_gpu_basis" and ("gpu", "0") in labels
     }
     assert bases == dict.fromkeys(BASES, 0.0) | {"util-loop": 1.0}
-    assert len(BASES) == 8  # a bounded label: never the free-text reasons
+    assert len(BASES) == 9  # a bounded label: never the free-text reasons
 
 
 def test_series_of_a_vanished_gpu_are_removed(served: tuple[MetricsSink, str]) -> None:

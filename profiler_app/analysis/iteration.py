@@ -1,0 +1,306 @@
+"""Is a loop a training loop? A loop is evidence, not proof.
+
+Offline inference repeats too: ``generate()`` called over and over climbs in a sawtooth whose
+period follows the sequence, a server answers a steady stream of requests at a steady cadence,
+and a model split layer by layer over several GPUs stalls and resumes on all of them together.
+Three checks tell an iteration loop from such a cadence, each a pure function of the rows that
+show a loop:
+
+- **pauses** (``pause_share``): at one sample a second or coarser, an iteration loop is visible
+  because the GPU stops between its steps (input, synchronisation, a checkpoint, evaluation): in
+  most stretches one period long, utilisation falls to at most ``UTIL_PAUSE_SHARE`` of the
+  stretch's peak, or power to at most ``POWER_PAUSE_SHARE`` of its peak above the idle floor. A
+  loop that only modulates a busy level (a sequence that grows, requests of varying size) never
+  pauses.
+- **a stable period** (``half_periods``): an iteration takes the same time in both halves of the
+  window; a period that drifts (generation over longer and longer sequences) is not an
+  iteration period.
+- **a job that computes** (``layer_split``): data-parallel ranks compute flat out between their
+  synchronisations; GPUs of one job (a pod, or coupled stalls) none of which ever reaches
+  ``LAYER_SPLIT_MAX_UTIL`` (nor half its power range) take turns: a model split layer by layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler_app.analysis.context import Context
+from profiler_app.analysis.evidence import second_signal
+from profiler_app.analysis.gaps import fill_gaps
+from profiler_app.analysis.periodicity import find_periods
+from profiler_app.analysis.power import power_fraction
+from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray, Summary, summarise
+from profiler_app.arrays import distinct
+from profiler_app.model import FloatMatrix
+
+# A stretch one period long pauses when utilisation falls to at most this share of the
+# stretch's own peak (a local peak: a level that drifts over the window does not matter) ...
+UTIL_PAUSE_SHARE = 0.5
+# ... or power to at most this share of its peak above the idle floor: a GPU with nothing to do
+# still draws a good part of its busy power for a second or two (a Titan X falls from 170 W to
+# 90 W between its steps, an H100 from 560 W to 150 W during a checkpoint).
+POWER_PAUSE_SHARE = 0.6
+# An iteration loop pauses in at least this share of its period-long stretches (room for
+# jitter: a stretch can straddle two shortened pauses).
+MIN_PAUSING_SHARE = 0.5
+# Each half of the window must show its own period within this share of the whole window's
+# (or of its double or half: a half may pick the other harmonic), ...
+HALF_TOLERANCE = 0.2
+# ... where a half holds at least this many iterations (the whole window needs three).
+MIN_HALF_ITERATIONS = 4
+# GPUs of one job none of which reaches this 95th percentile of utilisation ...
+LAYER_SPLIT_MAX_UTIL = 50.0
+# ... nor this share of its power range (where known) never compute flat out.
+LAYER_SPLIT_MAX_POWER = 0.5
+
+
+def pause_share(
+    util: FloatMatrix,
+    period: FloatArray,
+    power: FloatMatrix | None = None,
+    floor: FloatArray | None = None,
+    power_share: FloatArray | None = None,
+) -> FloatArray:
+    """Per row, the share of consecutive stretches one period long (``period`` in samples) that
+    hold a pause: utilisation at most ``UTIL_PAUSE_SHARE`` of the stretch's peak, or ``power`` at
+    most ``power_share`` (default ``POWER_PAUSE_SHARE``) of its peak above ``floor``.
+
+    ``util`` must have no gaps; ``power`` may (NaN: no reading), and so may ``floor`` (NaN: 0 W).
+    The last stretch of a row also takes the samples left over. Rows whose stretches do not fit
+    twice in the window get 1: nothing to judge.
+    """
+    rows, columns = util.shape
+    if rows == 0:
+        return np.zeros(0)
+    length = np.clip(np.round(np.nan_to_num(period, nan=columns)), 1, columns).astype(np.intp)
+    stretches = columns // length
+    judged = stretches >= 2
+    share = np.ones(rows)
+    if not judged.any():
+        return share
+    picked = np.flatnonzero(judged)
+    counts = stretches[picked]
+    owner = np.repeat(np.arange(picked.size), counts)
+    index = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    starts = owner * columns + index * length[picked][owner]
+    flat_util = util[picked].ravel()
+    low = np.minimum.reduceat(flat_util, starts)
+    high = np.maximum.reduceat(flat_util, starts)
+    pausing = low <= UTIL_PAUSE_SHARE * high
+    if power is not None:
+        flat_power = power[picked].ravel()
+        base = np.zeros(picked.size) if floor is None else np.nan_to_num(floor[picked])
+        limit = POWER_PAUSE_SHARE if power_share is None else power_share[picked]
+        with np.errstate(invalid="ignore"):
+            power_low = np.fmin.reduceat(flat_power, starts) - base[owner]
+            power_high = np.fmax.reduceat(flat_power, starts) - base[owner]
+            pausing |= (power_high > 0) & (power_low <= np.asarray(limit)[owner] * power_high)
+    share[picked] = np.bincount(owner, weights=pausing, minlength=picked.size) / counts
+    return share
+
+
+@dataclass(frozen=True)
+class Halves:
+    """The period found in each half of the window, per row (samples; NaN where none or not
+    checked), and which rows were checked (each half holds ``MIN_HALF_ITERATIONS``)."""
+
+    first: FloatArray
+    second: FloatArray
+    checked: BoolArray
+
+    def agrees(self, period: FloatArray) -> BoolArray:
+        """Rows whose halves both show ``period`` (or its double or half); unchecked rows too."""
+        both = np.ones(period.shape, dtype=bool)
+        for half in (self.first, self.second):
+            close = np.zeros(period.shape, dtype=bool)
+            with np.errstate(invalid="ignore"):
+                for multiple in (0.5, 1.0, 2.0):
+                    target = multiple * period
+                    close |= np.abs(half - target) <= HALF_TOLERANCE * target
+            both &= close
+        agreed: BoolArray = both | ~self.checked
+        return agreed
+
+
+def half_periods(signal: FloatMatrix, period: FloatArray) -> Halves:
+    """The period of each half of every row of ``signal`` whose halves hold
+    ``MIN_HALF_ITERATIONS`` of ``period`` (samples); one batched search for all halves."""
+    rows, columns = signal.shape
+    half = columns // 2
+    first, second = np.full(rows, np.nan), np.full(rows, np.nan)
+    with np.errstate(invalid="ignore"):
+        checked: BoolArray = MIN_HALF_ITERATIONS * period <= half
+    picked = np.flatnonzero(checked)
+    if picked.size:
+        halves = np.vstack((signal[picked, :half], signal[picked, half : 2 * half]))
+        found, _ = find_periods(halves)
+        first[picked], second[picked] = found[: picked.size], found[picked.size :]
+    return Halves(first, second, checked)
+
+
+def layer_split(
+    groups: IntArray, busy: BoolArray, util_p95: FloatArray, power_p95: FloatArray
+) -> tuple[BoolArray, FloatArray]:
+    """Rows of jobs (``groups``: one id per job, -1 for none) with at least two busy GPUs none of
+    which reaches ``LAYER_SPLIT_MAX_UTIL`` at its 95th percentile of utilisation, nor
+    ``LAYER_SPLIT_MAX_POWER`` of its power range (``power_p95``, a share; NaN where unknown); and
+    the highest such percentile of each row's job (NaN for rows of no job)."""
+    rows = groups.shape[0]
+    members = busy & (groups >= 0)
+    peak = np.full(rows, np.nan)
+    if not members.any():
+        return np.zeros(rows, dtype=bool), peak
+    ids, position = np.unique(groups[members], return_inverse=True)
+    count = np.bincount(position, minlength=ids.size)
+    highest = np.full(ids.size, -np.inf)
+    np.maximum.at(highest, position, np.nan_to_num(util_p95[members], nan=np.inf))
+    powered = np.full(ids.size, -np.inf)
+    np.maximum.at(powered, position, np.nan_to_num(power_p95[members], nan=-np.inf))
+    low = (count >= 2) & (highest < LAYER_SPLIT_MAX_UTIL) & (powered < LAYER_SPLIT_MAX_POWER)
+    slot = np.searchsorted(ids, groups)
+    slot = np.clip(slot, 0, ids.size - 1)
+    in_job = (groups >= 0) & (ids[slot] == groups)
+    split: BoolArray = in_job & low[slot] & busy
+    peak[in_job] = highest[slot[in_job]]
+    return split, peak
+
+
+@dataclass(frozen=True)
+class Review:
+    """The checks of every row with a loop of its own, and what context says of it."""
+
+    looped: BoolArray  # a loop of its own, in utilisation or the second signal
+    period: FloatArray  # that loop's period in samples (NaN for none)
+    signal: list[str]  # where the loop is: "util", "power", "sm-active", "mem-copy" or ""
+    halves: Halves
+    pausing: FloatArray  # share of period-long stretches with a pause (1 where not judged)
+    split: BoolArray  # a job that never computes flat out (layer_split)
+    split_peak: FloatArray  # the highest utilisation p95 of that job
+    serving: BoolArray  # the workload is a serving one (owner or engine)
+    strong: BoolArray  # the job's ranks also wait in collectives: training even when serving
+
+    @property
+    def drifts(self) -> BoolArray:
+        drifting: BoolArray = self.looped & ~self.halves.agrees(self.period)
+        return drifting
+
+    @property
+    def pauses(self) -> BoolArray:
+        pausing: BoolArray = self.pausing >= MIN_PAUSING_SHARE
+        return pausing
+
+    @property
+    def iteration(self) -> BoolArray:
+        """Loops that pass every check: an iteration period."""
+        passed: BoolArray = self.looped & ~self.drifts & self.pauses & ~self.split
+        return passed
+
+    @property
+    def accepted(self) -> BoolArray:
+        """Iteration loops that count as training: outside a serving workload, or inside one
+        with ranks waiting in collectives too."""
+        counted: BoolArray = self.iteration & (~self.serving | self.strong)
+        return counted
+
+
+def _power_share_p95(context: Context, rows: IntArray) -> FloatArray:
+    """95th percentile of power as a share of each row's range (NaN where unknown)."""
+    share = np.full(rows.size, np.nan)
+    if context.power is None or context.power_limit is None or rows.size == 0:
+        return share
+    limit = np.asarray(context.power_limit, dtype=np.float64)[rows]
+    floor = (
+        np.zeros(rows.size)
+        if context.power_floor is None
+        else np.nan_to_num(np.asarray(context.power_floor, dtype=np.float64)[rows])
+    )
+    known = np.isfinite(limit)
+    if known.any():
+        fraction = power_fraction(context.power[rows[known]], floor[known], limit[known])
+        share[known] = summarise(fraction).p95
+    return share
+
+
+def review(
+    util: FloatMatrix,
+    summary: Summary,
+    context: Context,
+    *,
+    looped: BoolArray,
+    in_util: BoolArray,
+    period: FloatArray,
+    signal_names: list[str],
+    groups: IntArray,
+    busy: BoolArray,
+    waiting: BoolArray,
+    serving: BoolArray,
+) -> Review:
+    """Checks the loops of ``looped`` rows (``in_util``: found in utilisation, else in the second
+    signal; ``period`` in samples) and, for every busy row, whether its job takes turns."""
+    count = util.shape[0]
+    rows = np.flatnonzero(looped)
+    pausing = np.ones(count)
+    first, second_half = np.full(count, np.nan), np.full(count, np.nan)
+    checked = np.zeros(count, dtype=bool)
+    if rows.size:
+        filled = fill_gaps(util[rows])
+        second, floor, share = _pause_signal(context, rows)
+        pausing[rows] = pause_share(filled, period[rows], second, floor, share)
+        signal = filled
+        if second is not None and not in_util[rows].all():
+            signal = filled.copy()
+            in_second = ~in_util[rows]
+            signal[in_second] = fill_gaps(second[in_second])
+        halves = half_periods(signal, period[rows])
+        first[rows], second_half[rows], checked[rows] = halves.first, halves.second, halves.checked
+    # Utilisation first; power is read only for the rows of jobs it leaves in doubt.
+    power_p95 = np.full(count, np.nan)
+    split, peak = layer_split(groups, busy, summary.p95, power_p95)
+    if split.any() and context.power is not None:
+        power_p95[split] = _power_share_p95(context, np.flatnonzero(split))
+        split, peak = layer_split(groups, busy, summary.p95, power_p95)
+    strong = looped & (waiting | job_any(groups, waiting))
+    names = [name if looped[row] else "" for row, name in enumerate(signal_names)]
+    return Review(
+        looped=looped,
+        period=np.where(looped, period, np.nan),
+        signal=names,
+        halves=Halves(first, second_half, checked),
+        pausing=pausing,
+        split=split & ~job_any(groups, waiting),
+        split_peak=peak,
+        serving=serving,
+        strong=strong,
+    )
+
+
+def _pause_signal(
+    context: Context, rows: IntArray
+) -> tuple[FloatMatrix | None, FloatArray, FloatArray]:
+    """The signal besides utilisation in which ``rows`` may pause (``evidence.second_signal``:
+    power, else SM activity, else memory copy), with the floor and share each row pauses at:
+    power above the idle floor, the percentages from zero as utilisation."""
+    if context.power is None and context.sm_active is None and context.mem_copy is None:
+        return None, np.zeros(rows.size), np.full(rows.size, UTIL_PAUSE_SHARE)
+    signal, names = second_signal(context, rows)
+    is_power = np.array([name == "power" for name in names], dtype=bool)
+    floor = np.zeros(rows.size)
+    if context.power_floor is not None:
+        floor[is_power] = np.nan_to_num(np.asarray(context.power_floor, dtype=np.float64)[rows])[
+            is_power
+        ]
+    share = np.where(is_power, POWER_PAUSE_SHARE, UTIL_PAUSE_SHARE)
+    return signal, floor, share
+
+
+def job_any(groups: IntArray, flags: BoolArray) -> BoolArray:
+    """Per row: some row of its job (same id >= 0) has the flag."""
+    rows = groups.shape[0]
+    member = groups >= 0
+    if not (flags & member).any():
+        return np.zeros(rows, dtype=bool)
+    flagged = distinct(groups[flags & member])
+    found: BoolArray = member & np.isin(groups, flagged)
+    return found
