@@ -86,6 +86,8 @@ class GpuProfile:
     pods: tuple[PodShare, ...] = ()  # every pod seen in the window, largest share first
     owner_kind: str | None = None  # the workload the pod belongs to, e.g. PyTorchJob
     owner_name: str | None = None
+    engine: str | None = None  # what runs on it (profiler_app.engines), e.g. vllm, torchrun
+    framework: str | None = None  # e.g. pytorch, jax
 
 
 @dataclass(frozen=True)
