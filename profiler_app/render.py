@@ -27,8 +27,9 @@ def stats_record(stats: FieldStats) -> dict[str, float | None]:
 
 
 def profile_record(profile: GpuProfile) -> dict[str, object]:
-    """One GPU's profile: the labels of its latest series, the classification with its
-    confidence and reasons, the pods seen, and statistics by field."""
+    """One GPU's profile: the labels of its latest series, the pods seen, what runs on it
+    (owner, engine, framework), the classification with its basis, confidence and reasons, and
+    statistics by field."""
     owner = {"kind": profile.owner_kind, "name": profile.owner_name} if profile.owner_kind else None
     return {
         "labels": dict(profile.labels),
@@ -42,8 +43,11 @@ def profile_record(profile: GpuProfile) -> dict[str, object]:
             for seen in profile.pods
         ],
         "owner": owner,
+        "engine": profile.engine,
+        "framework": profile.framework,
         "job_type": profile.job_type,
         "period_seconds": profile.period_seconds,
+        "basis": profile.basis,
         "confidence": profile.confidence,
         "reasons": list(profile.reasons),
         "stats": {field: stats_record(stats) for field, stats in profile.stats.items()},

@@ -234,7 +234,11 @@ def test_context_decides_a_loop_and_a_flat_gpu_both_ways_but_never_an_idle_one()
     served = results[1]
     assert served.basis is Basis.CADENCE
     assert served.period_seconds is None
-    assert served.reasons == ("period 60s in util", "loop in a serving workload", "owner Deployment")
+    assert served.reasons == (
+        "period 60s in util",
+        "loop in a serving workload",
+        "owner Deployment",
+    )
     assert results[2].basis is Basis.PRIOR
     assert results[2].period_seconds is None
     trained, alone = results[4], classify_matrix(loop[None], 1.0)[0]
@@ -262,9 +266,12 @@ def test_a_loop_with_waiting_ranks_is_training_even_in_a_serving_workload() -> N
     assert {r.job_type for r in results} == {JobType.TRAINING}
     assert results[0].basis is Basis.UTIL_LOOP
     assert "loop and waiting ranks: training evidence" in results[0].reasons
-    assert results[0].confidence < classify_matrix(
-        util, 1.0, replace(context, priors=None, prior_reasons=None)
-    )[0].confidence
+    assert (
+        results[0].confidence
+        < classify_matrix(util, 1.0, replace(context, priors=None, prior_reasons=None))[
+            0
+        ].confidence
+    )
 
 
 def test_siblings_take_the_period_of_the_strongest_evidence_in_their_group() -> None:
