@@ -15,13 +15,15 @@ show a loop:
 - **a stable period** (``half_periods``): an iteration takes the same time in both halves of the
   window; a period that drifts (generation over longer and longer sequences) is not an
   iteration period.
-- **a job that computes** (``layer_split``): data-parallel ranks compute flat out between their
-  synchronisations; GPUs of one job (a pod, or coupled stalls) none of which ever reaches
-  ``LAYER_SPLIT_MAX_UTIL`` (nor half its power range) take turns: a model split layer by layer.
+- **a job that computes** (``never_computes``): data-parallel ranks compute flat out between
+  their synchronisations. GPUs of one job (a pod, or coupled stalls) none of which ever reaches
+  ``COMPUTE_UTIL`` (nor half its power range) take turns: a model split layer by layer, whose
+  stalls coincide like ranks'.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,10 +52,16 @@ MIN_PAUSING_SHARE = 0.5
 HALF_TOLERANCE = 0.2
 # ... where a half holds at least this many iterations (the whole window needs three).
 MIN_HALF_ITERATIONS = 4
-# GPUs of one job none of which reaches this 95th percentile of utilisation ...
-LAYER_SPLIT_MAX_UTIL = 50.0
-# ... nor this share of its power range (where known) never compute flat out.
-LAYER_SPLIT_MAX_POWER = 0.5
+# Samples per iteration enough to confirm a period within the tolerance: longer loops are
+# averaged down to about this many before the halves are searched.
+SAMPLES_PER_ITERATION = 8
+# A GPU (or, for a job of several, its busiest GPU) whose 99th percentile of utilisation stays
+# below this ...
+COMPUTE_UTIL = 50.0
+PEAK_PERCENTILE = 99.0
+# ... and of power below this share of its range (where known) never computes flat out: a
+# training step keeps the GPU saturated while it computes.
+COMPUTE_POWER = 0.5
 
 
 def pause_share(
@@ -92,11 +100,13 @@ def pause_share(
     if power is not None:
         flat_power = power[picked].ravel()
         base = np.zeros(picked.size) if floor is None else np.nan_to_num(floor[picked])
-        limit = POWER_PAUSE_SHARE if power_share is None else power_share[picked]
+        limit = (
+            np.full(picked.size, POWER_PAUSE_SHARE) if power_share is None else power_share[picked]
+        )
         with np.errstate(invalid="ignore"):
             power_low = np.fmin.reduceat(flat_power, starts) - base[owner]
             power_high = np.fmax.reduceat(flat_power, starts) - base[owner]
-            pausing |= (power_high > 0) & (power_low <= np.asarray(limit)[owner] * power_high)
+            pausing |= (power_high > 0) & (power_low <= limit[owner] * power_high)
     share[picked] = np.bincount(owner, weights=pausing, minlength=picked.size) / counts
     return share
 
@@ -125,46 +135,64 @@ class Halves:
 
 
 def half_periods(signal: FloatMatrix, period: FloatArray) -> Halves:
-    """The period of each half of every row of ``signal`` whose halves hold
-    ``MIN_HALF_ITERATIONS`` of ``period`` (samples); one batched search for all halves."""
+    """The period of each half of every row of ``signal`` (no gaps) whose halves hold
+    ``MIN_HALF_ITERATIONS`` of ``period`` (samples).
+
+    A half only has to confirm the period within ``HALF_TOLERANCE``, which eight samples per
+    iteration do as well as any more: rows with long periods are averaged over blocks of a power
+    of two samples first (at most ``period`` / ``SAMPLES_PER_ITERATION``), one batched search
+    per block size.
+    """
     rows, columns = signal.shape
     half = columns // 2
     first, second = np.full(rows, np.nan), np.full(rows, np.nan)
     with np.errstate(invalid="ignore"):
         checked: BoolArray = MIN_HALF_ITERATIONS * period <= half
-    picked = np.flatnonzero(checked)
-    if picked.size:
-        halves = np.vstack((signal[picked, :half], signal[picked, half : 2 * half]))
-        found, _ = find_periods(halves)
-        first[picked], second[picked] = found[: picked.size], found[picked.size :]
+        exponent = np.floor(np.log2(np.maximum(period / SAMPLES_PER_ITERATION, 1.0)))
+    block = np.where(checked, 2 ** np.nan_to_num(exponent), 0).astype(np.intp)
+    for size in distinct(block[checked]).tolist():
+        picked = np.flatnonzero(checked & (block == size))
+        length = half // size * size
+        halves = np.vstack((signal[picked, :length], signal[picked, half : half + length]))
+        averaged = halves.reshape(halves.shape[0], length // size, size).mean(axis=2)
+        found, _ = find_periods(averaged)
+        first[picked], second[picked] = found[: picked.size] * size, found[picked.size :] * size
     return Halves(first, second, checked)
 
 
-def layer_split(
-    groups: IntArray, busy: BoolArray, util_p95: FloatArray, power_p95: FloatArray
-) -> tuple[BoolArray, FloatArray]:
-    """Rows of jobs (``groups``: one id per job, -1 for none) with at least two busy GPUs none of
-    which reaches ``LAYER_SPLIT_MAX_UTIL`` at its 95th percentile of utilisation, nor
-    ``LAYER_SPLIT_MAX_POWER`` of its power range (``power_p95``, a share; NaN where unknown); and
-    the highest such percentile of each row's job (NaN for rows of no job)."""
-    rows = groups.shape[0]
+def never_computes(
+    groups: IntArray, busy: BoolArray, util_peak: FloatArray, power_p95: FloatArray
+) -> tuple[BoolArray, FloatArray, BoolArray]:
+    """Busy rows of jobs (``groups``, -1 for none) of several busy GPUs none of which computes
+    flat out: the peak utilisation of the job's busiest GPU (``util_peak``, a high percentile)
+    stays below ``COMPUTE_UTIL`` and its power's 95th percentile (a share of its range,
+    ``power_p95``; NaN where unknown) below ``COMPUTE_POWER``. Also each busy row's peak (its
+    job's where it shares one) and which rows share a job.
+
+    A lone GPU is never judged so: a burst shorter than a sample reads half its level in each
+    of the two samples it straddles, so one GPU's level cannot tell a short step from no step;
+    several GPUs that stall together and all stay low take turns."""
+    peak = np.where(busy, util_peak, np.nan)
+    power = np.where(busy, power_p95, np.nan)
     members = busy & (groups >= 0)
-    peak = np.full(rows, np.nan)
-    if not members.any():
-        return np.zeros(rows, dtype=bool), peak
-    ids, position = np.unique(groups[members], return_inverse=True)
-    count = np.bincount(position, minlength=ids.size)
-    highest = np.full(ids.size, -np.inf)
-    np.maximum.at(highest, position, np.nan_to_num(util_p95[members], nan=np.inf))
-    powered = np.full(ids.size, -np.inf)
-    np.maximum.at(powered, position, np.nan_to_num(power_p95[members], nan=-np.inf))
-    low = (count >= 2) & (highest < LAYER_SPLIT_MAX_UTIL) & (powered < LAYER_SPLIT_MAX_POWER)
-    slot = np.searchsorted(ids, groups)
-    slot = np.clip(slot, 0, ids.size - 1)
-    in_job = (groups >= 0) & (ids[slot] == groups)
-    split: BoolArray = in_job & low[slot] & busy
-    peak[in_job] = highest[slot[in_job]]
-    return split, peak
+    shared = np.zeros(groups.shape[0], dtype=bool)
+    if members.any():
+        ids, position = np.unique(groups[members], return_inverse=True)
+        count = np.bincount(position, minlength=ids.size)
+        highest = np.full(ids.size, -np.inf)
+        np.maximum.at(highest, position, np.nan_to_num(util_peak[members], nan=np.inf))
+        powered = np.full(ids.size, -np.inf)
+        np.maximum.at(powered, position, np.nan_to_num(power_p95[members], nan=-np.inf))
+        rows = np.flatnonzero(members)
+        several = count[position] >= 2
+        shared[rows[several]] = True
+        peak[rows[several]] = highest[position[several]]
+        power[rows[several]] = np.where(
+            np.isfinite(powered[position[several]]), powered[position[several]], np.nan
+        )
+    with np.errstate(invalid="ignore"):
+        low: BoolArray = shared & (peak < COMPUTE_UTIL) & ~(power >= COMPUTE_POWER)
+    return low, peak, shared
 
 
 @dataclass(frozen=True)
@@ -176,8 +204,9 @@ class Review:
     signal: list[str]  # where the loop is: "util", "power", "sm-active", "mem-copy" or ""
     halves: Halves
     pausing: FloatArray  # share of period-long stretches with a pause (1 where not judged)
-    split: BoolArray  # a job that never computes flat out (layer_split)
-    split_peak: FloatArray  # the highest utilisation p95 of that job
+    low: BoolArray  # a job of several GPUs that never computes flat out (never_computes)
+    peak: FloatArray  # the peak utilisation that says so (the job's busiest GPU's if shared)
+    shared: BoolArray  # judged on a job of several GPUs
     serving: BoolArray  # the workload is a serving one (owner or engine)
     strong: BoolArray  # the job's ranks also wait in collectives: training even when serving
 
@@ -194,7 +223,7 @@ class Review:
     @property
     def iteration(self) -> BoolArray:
         """Loops that pass every check: an iteration period."""
-        passed: BoolArray = self.looped & ~self.drifts & self.pauses & ~self.split
+        passed: BoolArray = self.looped & ~self.drifts & self.pauses & ~self.low
         return passed
 
     @property
@@ -255,12 +284,19 @@ def review(
             signal[in_second] = fill_gaps(second[in_second])
         halves = half_periods(signal, period[rows])
         first[rows], second_half[rows], checked[rows] = halves.first, halves.second, halves.checked
-    # Utilisation first; power is read only for the rows of jobs it leaves in doubt.
+    # The 95th percentile screens; the rows it leaves in doubt (and their jobs) are judged on
+    # the 99th (a short busy phase in every iteration is a small share of the samples) and
+    # on power.
     power_p95 = np.full(count, np.nan)
-    split, peak = layer_split(groups, busy, summary.p95, power_p95)
-    if split.any() and context.power is not None:
-        power_p95[split] = _power_share_p95(context, np.flatnonzero(split))
-        split, peak = layer_split(groups, busy, summary.p95, power_p95)
+    low, peak, shared = never_computes(groups, busy, summary.p95, power_p95)
+    if low.any():
+        doubt = np.flatnonzero(low | job_any(groups, low))
+        util_peak = summary.p95.copy()
+        with warnings.catch_warnings():  # rows without a sample are busy nowhere: NaN is fine
+            warnings.simplefilter("ignore", RuntimeWarning)
+            util_peak[doubt] = np.nanpercentile(util[doubt], PEAK_PERCENTILE, axis=1)
+        power_p95[doubt] = _power_share_p95(context, doubt)
+        low, peak, shared = never_computes(groups, busy, util_peak, power_p95)
     strong = looped & (waiting | job_any(groups, waiting))
     names = [name if looped[row] else "" for row, name in enumerate(signal_names)]
     return Review(
@@ -269,8 +305,9 @@ def review(
         signal=names,
         halves=Halves(first, second_half, checked),
         pausing=pausing,
-        split=split & ~job_any(groups, waiting),
-        split_peak=peak,
+        low=low & ~waiting & ~job_any(groups, waiting),
+        peak=peak,
+        shared=shared,
         serving=serving,
         strong=strong,
     )

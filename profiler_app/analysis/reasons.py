@@ -51,7 +51,7 @@ def _half_text(first: float, second: float, step_seconds: float) -> str:
 def _doubts(review: Review, step_seconds: float) -> list[list[str]]:
     """Per row, why its own loop is not taken for training iterations (empty if it is)."""
     drifts, pauses = review.drifts.tolist(), review.pauses.tolist()
-    split, peak = review.split.tolist(), review.split_peak.tolist()
+    low, peak = review.low.tolist(), review.peak.tolist()
     first, second = review.halves.first.tolist(), review.halves.second.tolist()
     serving, strong = review.serving.tolist(), review.strong.tolist()
     doubts: list[list[str]] = []
@@ -62,7 +62,7 @@ def _doubts(review: Review, step_seconds: float) -> list[list[str]]:
                 found.append(_half_text(first[row], second[row], step_seconds))
             if not pauses[row]:
                 found.append("no pause in the loop")
-            if split[row]:
+            if low[row]:
                 found.append(f"job peaks at util {peak[row]:.0f}%: not data-parallel ranks")
             if serving[row] and not strong[row]:
                 found.append("loop in a serving workload")

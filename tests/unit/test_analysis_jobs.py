@@ -16,6 +16,7 @@ from tests.support import jobs, signals
 
 JOBS = list(jobs.labelled_jobs())
 BARE = list(jobs.bare_metal_jobs())
+OFFLINE = list(jobs.offline_inference_jobs())
 
 
 @pytest.mark.parametrize("job", JOBS, ids=[job.name for job in JOBS])
@@ -35,6 +36,50 @@ def test_bare_metal_gpus_are_one_job_only_when_their_stalls_coincide(
     results = classify_matrix(job.util, job.step_seconds, job.context())
 
     assert all(job.rights(results)), [(r.job_type, r.reasons) for r in results]
+
+
+@pytest.mark.parametrize("job", OFFLINE, ids=[job.name for job in OFFLINE])
+def test_offline_inference_that_loops_is_not_training(job: jobs.LabelledJob) -> None:
+    """generate() sawtooths (steady and drifting), a 4 s request cadence, a model split layer by
+    layer over four GPUs (coupled stalls at 25 %): each loops, none is training, and each says
+    why."""
+    results = classify_matrix(job.util, job.step_seconds, job.context())
+
+    assert all(job.rights(results)), [(r.job_type, r.reasons) for r in results]
+    looped = [r for r in results if r.basis is Basis.CADENCE]
+    assert looped, [r.reasons for r in results]
+    for result in looped:
+        assert result.reasons[0].startswith("period ")
+        assert {
+            "no pause in the loop",
+            "loop in a serving workload",
+        } & set(result.reasons) or any(
+            reason.startswith(("period drifts", "job peaks at util", "util peaks at"))
+            for reason in result.reasons
+        )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_offline_inference_drawn_with_other_seeds_stays_inference(seed: int) -> None:
+    for job in jobs.offline_inference_jobs(seed):
+        results = classify_matrix(job.util, job.step_seconds, job.context())
+        assert all(job.rights(results)), (job.name, [r.reasons for r in results])
+
+
+def test_a_training_owner_keeps_offline_generation_training_without_a_period() -> None:
+    """Context decides the ambiguity both ways: the same sawtooth in a Job is training (the
+    owner says so), but its loop is still no iteration period."""
+    util, power = jobs.generate_calls(1800, np.random.default_rng(8))
+    context = Context(power=power[None], priors=[Prior.TRAINING], prior_reasons=["owner Job"])
+
+    [result] = classify_matrix(util[None], 1.0, context)
+
+    assert (result.job_type, result.basis, result.period_seconds) == (
+        JobType.TRAINING,
+        Basis.PRIOR,
+        None,
+    )
+    assert "no pause in the loop" in result.reasons
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
