@@ -66,49 +66,58 @@ COMPUTE_POWER = 0.5
 
 def pause_share(
     util: FloatMatrix,
+    rows: IntArray,
     period: FloatArray,
-    power: FloatMatrix | None = None,
+    second: FloatMatrix | None = None,
+    *,
     floor: FloatArray | None = None,
-    power_share: FloatArray | None = None,
+    share: FloatArray | None = None,
 ) -> FloatArray:
-    """Per row, the share of consecutive stretches one period long (``period`` in samples) that
-    hold a pause: utilisation at most ``UTIL_PAUSE_SHARE`` of the stretch's peak, or ``power`` at
-    most ``power_share`` (default ``POWER_PAUSE_SHARE``) of its peak above ``floor``.
+    """For each of ``rows`` (of ``util``, and of ``second`` where given: whole matrices, read in
+    place), the share of its consecutive stretches one period long (``period`` in samples, one
+    per entry of ``rows``) that hold a pause: utilisation at most ``UTIL_PAUSE_SHARE`` of the
+    stretch's peak, or ``second`` (power) at most ``share`` (per row; default
+    ``POWER_PAUSE_SHARE``) of its peak above ``floor`` (per row; default 0).
 
-    ``util`` must have no gaps; ``power`` may (NaN: no reading), and so may ``floor`` (NaN: 0 W).
-    The last stretch of a row also takes the samples left over. Rows whose stretches do not fit
-    twice in the window get 1: nothing to judge.
+    Missing samples (NaN) are skipped. The last stretch of a row also takes the samples left
+    over. Rows whose stretches do not fit twice in the window get 1: nothing to judge.
     """
-    rows, columns = util.shape
-    if rows == 0:
-        return np.zeros(0)
+    columns = util.shape[1]
+    result = np.ones(rows.size)
+    if rows.size == 0 or columns == 0:
+        return result
     length = np.clip(np.round(np.nan_to_num(period, nan=columns)), 1, columns).astype(np.intp)
     stretches = columns // length
-    judged = stretches >= 2
-    share = np.ones(rows)
-    if not judged.any():
-        return share
-    picked = np.flatnonzero(judged)
-    counts = stretches[picked]
-    owner = np.repeat(np.arange(picked.size), counts)
+    judged = np.flatnonzero(stretches >= 2)
+    if judged.size == 0:
+        return result
+    counts = stretches[judged]
+    owner = np.repeat(np.arange(judged.size), counts)
     index = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    starts = owner * columns + index * length[picked][owner]
-    flat_util = util[picked].ravel()
-    low = np.minimum.reduceat(flat_util, starts)
-    high = np.maximum.reduceat(flat_util, starts)
-    pausing = low <= UTIL_PAUSE_SHARE * high
-    if power is not None:
-        flat_power = power[picked].ravel()
-        base = np.zeros(picked.size) if floor is None else np.nan_to_num(floor[picked])
-        limit = (
-            np.full(picked.size, POWER_PAUSE_SHARE) if power_share is None else power_share[picked]
-        )
+    starts = rows[judged][owner] * columns + index * length[judged][owner]
+    # Each judged row's end is a boundary too, so its last stretch stops there.
+    ends = (rows[judged] + 1) * columns
+    boundaries = distinct(np.concatenate((starts, ends[ends < util.size])))
+    at = np.searchsorted(boundaries, starts)
+
+    def extremes(matrix: FloatMatrix) -> tuple[FloatMatrix, FloatMatrix]:
+        flat = matrix.reshape(-1)
         with np.errstate(invalid="ignore"):
-            power_low = np.fmin.reduceat(flat_power, starts) - base[owner]
-            power_high = np.fmax.reduceat(flat_power, starts) - base[owner]
-            pausing |= (power_high > 0) & (power_low <= limit[owner] * power_high)
-    share[picked] = np.bincount(owner, weights=pausing, minlength=picked.size) / counts
-    return share
+            return np.fmin.reduceat(flat, boundaries)[at], np.fmax.reduceat(flat, boundaries)[at]
+
+    low, high = extremes(util)
+    with np.errstate(invalid="ignore"):
+        pausing = low <= UTIL_PAUSE_SHARE * high
+    if second is not None:
+        base = np.zeros(judged.size) if floor is None else np.nan_to_num(floor[judged])
+        limit = np.full(judged.size, POWER_PAUSE_SHARE) if share is None else share[judged]
+        second_low, second_high = extremes(second)
+        with np.errstate(invalid="ignore"):
+            second_low -= base[owner]
+            second_high -= base[owner]
+            pausing |= (second_high > 0) & (second_low <= limit[owner] * second_high)
+    result[judged] = np.bincount(owner, weights=pausing, minlength=judged.size) / counts
+    return result
 
 
 @dataclass(frozen=True)
@@ -274,16 +283,14 @@ def review(
     first, second_half = np.full(count, np.nan), np.full(count, np.nan)
     checked = np.zeros(count, dtype=bool)
     if rows.size:
-        filled = fill_gaps(util[rows])
         second, floor, share = _pause_signal(context, rows)
-        pausing[rows] = pause_share(filled, period[rows], second, floor, share)
-        signal = filled
-        if second is not None and not in_util[rows].all():
-            signal = filled.copy()
-            in_second = ~in_util[rows]
-            signal[in_second] = fill_gaps(second[in_second])
-        halves = half_periods(signal, period[rows])
-        first[rows], second_half[rows], checked[rows] = halves.first, halves.second, halves.checked
+        pausing[rows] = pause_share(util, rows, period[rows], second, floor=floor, share=share)
+        halves = _halves(util, context, rows[in_util[rows]], rows[~in_util[rows]], period)
+        first[rows], second_half[rows], checked[rows] = (
+            halves.first[rows],
+            halves.second[rows],
+            halves.checked[rows],
+        )
     # The 95th percentile screens; the rows it leaves in doubt (and their jobs) are judged on
     # the 99th (a short busy phase in every iteration is a small share of the samples) and
     # on power.
@@ -316,20 +323,44 @@ def review(
 def _pause_signal(
     context: Context, rows: IntArray
 ) -> tuple[FloatMatrix | None, FloatArray, FloatArray]:
-    """The signal besides utilisation in which ``rows`` may pause (``evidence.second_signal``:
-    power, else SM activity, else memory copy), with the floor and share each row pauses at:
-    power above the idle floor, the percentages from zero as utilisation."""
-    if context.power is None and context.sm_active is None and context.mem_copy is None:
-        return None, np.zeros(rows.size), np.full(rows.size, UTIL_PAUSE_SHARE)
-    signal, names = second_signal(context, rows)
-    is_power = np.array([name == "power" for name in names], dtype=bool)
-    floor = np.zeros(rows.size)
-    if context.power_floor is not None:
-        floor[is_power] = np.nan_to_num(np.asarray(context.power_floor, dtype=np.float64)[rows])[
-            is_power
-        ]
-    share = np.where(is_power, POWER_PAUSE_SHARE, UTIL_PAUSE_SHARE)
-    return signal, floor, share
+    """The signal besides utilisation in which a row may pause (power where exported, else SM
+    activity, else memory copy), whole; and the floor and share ``rows`` pause at: power above
+    the idle floor, the percentages from zero as utilisation."""
+    if context.power is not None:
+        floor = (
+            np.zeros(rows.size)
+            if context.power_floor is None
+            else np.asarray(context.power_floor, dtype=np.float64)[rows]
+        )
+        return context.power, floor, np.full(rows.size, POWER_PAUSE_SHARE)
+    signal = context.mem_copy
+    if context.sm_active is not None:
+        signal = context.sm_active * 100.0
+    return signal, np.zeros(rows.size), np.full(rows.size, UTIL_PAUSE_SHARE)
+
+
+def _halves(
+    util: FloatMatrix,
+    context: Context,
+    in_util: IntArray,
+    in_second: IntArray,
+    period: FloatArray,
+) -> Halves:
+    """``half_periods`` for the loops of utilisation rows ``in_util`` and of second-signal rows
+    ``in_second`` (all rows' entries; NaN and unchecked elsewhere). Only rows whose halves
+    hold enough iterations are gathered."""
+    count, columns = util.shape
+    enough = MIN_HALF_ITERATIONS * np.nan_to_num(period, nan=np.inf) <= columns // 2
+    in_util, in_second = in_util[enough[in_util]], in_second[enough[in_second]]
+    parts = [fill_gaps(util[in_util])]
+    if in_second.size:
+        parts.append(fill_gaps(second_signal(context, in_second)[0]))
+    rows = np.concatenate((in_util, in_second))
+    found = half_periods(np.vstack(parts), period[rows])
+    first, second = np.full(count, np.nan), np.full(count, np.nan)
+    checked = np.zeros(count, dtype=bool)
+    first[rows], second[rows], checked[rows] = found.first, found.second, found.checked
+    return Halves(first, second, checked)
 
 
 def job_any(groups: IntArray, flags: BoolArray) -> BoolArray:

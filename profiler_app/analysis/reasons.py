@@ -48,16 +48,19 @@ def _half_text(first: float, second: float, step_seconds: float) -> str:
     return "no period in either half"
 
 
-def _doubts(review: Review, step_seconds: float) -> list[list[str]]:
-    """Per row, why its own loop is not taken for training iterations (empty if it is)."""
+def _own_loops(review: Review, step_seconds: float) -> list[list[str]]:
+    """Per row, its own loop and why it is not taken for training iterations (only the loop
+    if it is; nothing for a row without a loop)."""
     drifts, pauses = review.drifts.tolist(), review.pauses.tolist()
     low, peak = review.low.tolist(), review.peak.tolist()
     first, second = review.halves.first.tolist(), review.halves.second.tolist()
     serving, strong = review.serving.tolist(), review.strong.tolist()
+    seconds = (review.period * step_seconds).tolist()
     doubts: list[list[str]] = []
     for row, looped in enumerate(review.looped.tolist()):
         found: list[str] = []
         if looped:
+            found.append(f"period {seconds_text(seconds[row])} in {review.signal[row]}")
             if drifts[row]:
                 found.append(_half_text(first[row], second[row], step_seconds))
             if not pauses[row]:
@@ -99,9 +102,8 @@ def all_reasons(
     )
     workload: Sequence[str | Sequence[str]] = context.prior_reasons or [""] * len(idle_fraction)
     peers, partners = waits.peer.tolist(), coupled_with.tolist()
-    loop_seconds = (review.period * step_seconds).tolist()
     strong, serving = review.strong.tolist(), review.serving.tolist()
-    doubts = _doubts(review, step_seconds)
+    own_loops = _own_loops(review, step_seconds)
     context_free = guess.tolist()
     reasons: list[tuple[str, ...]] = []
     for row, (code, seconds, origin) in enumerate(
@@ -109,7 +111,6 @@ def all_reasons(
     ):
         kind = Basis(code)
         found: list[str] = []
-        loop = f"period {seconds_text(loop_seconds[row])} in {review.signal[row]}"
         idle_share = f"util idle {_percent(idle_fraction[row])} of samples"
         if kind is Basis.IDLE:
             found.append(idle_share)
@@ -121,10 +122,9 @@ def all_reasons(
             state = "periodic" if math.isfinite(seconds) else "waiting"
             found.append(f"sibling {context.name(origin)} {state}")
         elif kind is Basis.CADENCE:
-            found += [loop, *doubts[row]]
+            found += own_loops[row]
         elif kind in (Basis.BURSTY, Basis.STEADY, Basis.PRIOR):
-            found.append(idle_share)
-            found += [loop, *doubts[row]] if review.looped[row] else ["no loop"]
+            found += [idle_share, *(own_loops[row] or ["no loop"])]
         if kind in (Basis.UTIL_LOOP, Basis.SIGNAL_LOOP) and serving[row] and strong[row]:
             found.append("loop and waiting ranks: training evidence")
         if kind is not Basis.IDLE and evident[row]:

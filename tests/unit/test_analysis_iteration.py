@@ -18,8 +18,12 @@ def test_a_loop_pauses_when_each_stretch_falls_to_half_its_peak() -> None:
     rng = np.random.default_rng(1)
     square = signals.square(600, 20, rng, duty=0.7)  # 95 % then 5 %
     climbing, _ = jobs.generate_calls(600, rng)  # 62 % -> 97 %, never below
-    shares = pause_share(np.stack([square, climbing]), np.array([20.0, 76.0]))
+    shares = pause_share(np.stack([square, climbing]), np.arange(2), np.array([20.0, 76.0]))
     assert shares.tolist() == [1.0, 0.0]
+    # Rows are read in place: the second row alone, and a gap is skipped.
+    climbing[100:140] = np.nan
+    matrix = np.stack([square, climbing])
+    assert pause_share(matrix, np.array([1]), np.array([76.0])).tolist() == [0.0]
 
 
 def test_power_pauses_where_utilisation_reads_a_flat_100() -> None:
@@ -27,12 +31,14 @@ def test_power_pauses_where_utilisation_reads_a_flat_100() -> None:
     util = np.full((2, 600), 100.0)
     phase = np.arange(600) % 60 < 12
     watts = np.stack([np.where(phase, 150.0, 560.0), np.where(phase, 430.0, 560.0)])
-    shares = pause_share(util, np.array([60.0, 60.0]), watts, np.array([70.0, 70.0]))
+    shares = pause_share(
+        util, np.arange(2), np.array([60.0, 60.0]), watts, floor=np.array([70.0, 70.0])
+    )
     assert shares.tolist() == [1.0, 0.0]  # 150 W is near the floor; 430 W of 560 W is not
 
 
 def test_stretches_that_do_not_fit_twice_are_not_judged() -> None:
-    assert pause_share(np.full((1, 100), 90.0), np.array([60.0])).tolist() == [1.0]
+    assert pause_share(np.full((1, 100), 90.0), np.arange(1), np.array([60.0])).tolist() == [1.0]
 
 
 def test_each_half_must_show_the_period_where_it_holds_enough_iterations() -> None:
