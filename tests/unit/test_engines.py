@@ -30,7 +30,7 @@ from profiler_app.profiles import build_profiles
 from profiler_app.sources.kube_pods import pod_info
 from profiler_app.sources.nvml import NvmlSource
 from profiler_app.sources.processes import process_identity
-from tests.unit.test_nvml import Clock, FakeGpu, FakeNvml
+from tests.support.nvml import Clock, FakeGpu, FakeNvml
 
 SH = ("/bin/sh", "-c")
 # (image, command, args, engine, framework)
