@@ -162,8 +162,12 @@ def half_periods(signal: FloatMatrix, period: FloatArray) -> Halves:
     for size in distinct(block[checked]).tolist():
         picked = np.flatnonzero(checked & (block == size))
         length = half // size * size
-        halves = np.vstack((signal[picked, :length], signal[picked, half : half + length]))
-        averaged = halves.reshape(halves.shape[0], length // size, size).mean(axis=2)
+        averaged = np.vstack(
+            [
+                part.reshape(picked.size, length // size, size).mean(axis=2)
+                for part in (signal[picked, :length], signal[picked, half : half + length])
+            ]
+        )
         found, _ = find_periods(averaged)
         first[picked], second[picked] = found[: picked.size] * size, found[picked.size :] * size
     return Halves(first, second, checked)
@@ -352,11 +356,14 @@ def _halves(
     count, columns = util.shape
     enough = MIN_HALF_ITERATIONS * np.nan_to_num(period, nan=np.inf) <= columns // 2
     in_util, in_second = in_util[enough[in_util]], in_second[enough[in_second]]
-    parts = [fill_gaps(util[in_util])]
-    if in_second.size:
-        parts.append(fill_gaps(second_signal(context, in_second)[0]))
     rows = np.concatenate((in_util, in_second))
-    found = half_periods(np.vstack(parts), period[rows])
+    signal = util[rows]  # a copy: its gaps are filled in place
+    if in_second.size:
+        signal[in_util.size :] = second_signal(context, in_second)[0]
+    gapped = np.flatnonzero(~np.isfinite(signal).all(axis=1))
+    if gapped.size:
+        signal[gapped] = fill_gaps(signal[gapped])
+    found = half_periods(signal, period[rows])
     first, second = np.full(count, np.nan), np.full(count, np.nan)
     checked = np.zeros(count, dtype=bool)
     first[rows], second[rows], checked[rows] = found.first, found.second, found.checked
