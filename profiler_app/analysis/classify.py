@@ -153,9 +153,11 @@ def classify_matrix(
     )
     source = np.where(from_sibling, sibling, np.arange(rows))
     period = np.where(basis <= Basis.SIBLING, own_period[source], np.nan)
-    # A job whose ranks wait in collectives is no guess, context or not.
+    # With no workload known, a verdict on a loop guesses between training iterations and a
+    # request cadence; a job whose ranks wait in collectives is no guess.
     raw_waits = waits.evident & ~idle
-    guess = (priors == 0) & ~(raw_waits | iteration.job_any(groups, raw_waits))
+    no_context = (priors == 0) & ~(raw_waits | iteration.job_any(groups, raw_waits))
+    guess = no_context & rests_on_loop(basis)
     confidence = _confidence(basis, summary, own_confidence, source, priors=priors, guess=guess)
     seconds = period * step_seconds
     reasons = all_reasons(
@@ -233,17 +235,12 @@ def _confidence(
     training = (basis >= Basis.UTIL_LOOP) & (basis <= Basis.PRIOR)
     serving = basis >= Basis.BURSTY
     # A workload that agrees adds confidence, one that disagrees takes some away (only a loop
-    # with waiting ranks wins over a serving workload). With no workload at all, a verdict
-    # that rests on a loop (or its absence among the job's GPUs) is a guess between training
-    # and a request cadence: it says so.
+    # with waiting ranks wins over a serving workload); a guess (``guess``) takes some away.
     agrees = (training & (priors == _PRIOR_TRAINING) & (basis != Basis.PRIOR)) | (
         serving & (priors == _PRIOR_SERVING)
     )
     disagrees = training & (priors == _PRIOR_SERVING)
-    unknown = guess & rests_on_loop(basis)
-    adjusted: FloatArray = np.clip(
-        base + 0.1 * agrees - 0.15 * disagrees - 0.1 * unknown, 0.05, 0.99
-    )
+    adjusted: FloatArray = np.clip(base + 0.1 * agrees - 0.15 * disagrees - 0.1 * guess, 0.05, 0.99)
     return adjusted
 
 

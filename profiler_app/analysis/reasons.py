@@ -91,7 +91,8 @@ def all_reasons(
     coupled_with: IntArray,
     guess: BoolArray,
 ) -> list[tuple[str, ...]]:
-    """The reasons of every row, strongest evidence first."""
+    """The reasons of every row, strongest evidence first; ``guess``: verdicts on a loop with no
+    workload known."""
     idle_fraction = summary.idle_fraction.tolist()
     share = waits.share.tolist()
     evident = waits.evident.tolist()
@@ -104,7 +105,7 @@ def all_reasons(
     peers, partners = waits.peer.tolist(), coupled_with.tolist()
     strong, serving = review.strong.tolist(), review.serving.tolist()
     own_loops = _own_loops(review, step_seconds)
-    context_free = guess.tolist()
+    guesses = guess.tolist()
     reasons: list[tuple[str, ...]] = []
     for row, (code, seconds, origin) in enumerate(
         zip(basis.tolist(), period_seconds.tolist(), source.tolist(), strict=True)
@@ -133,9 +134,7 @@ def all_reasons(
             found.append(f"waiting {_percent(share[row])} of samples")
         if kind is not Basis.IDLE and partners[row] >= 0:
             found.append(f"stalls with {context.name(partners[row])}")
-        if context_free[row] and (
-            kind in (Basis.UTIL_LOOP, Basis.SIGNAL_LOOP, Basis.SIBLING, Basis.CADENCE)
-        ):
+        if guesses[row]:
             found.append("no workload context")
         found += [reason for reason in _workload_reasons(workload[row]) if reason]
         reasons.append(tuple(found))
