@@ -13,8 +13,8 @@ show a loop:
   loop that only modulates a busy level (a sequence that grows, requests of varying size) never
   pauses.
 - **a stable period** (``half_periods``): an iteration takes the same time in both halves of the
-  window; a period that drifts (generation over longer and longer sequences) is not an
-  iteration period.
+  window; a period that drifts (generation over longer and longer sequences: another period in
+  each half) is not an iteration period.
 - **a job that computes** (``never_computes``): data-parallel ranks compute flat out between
   their synchronisations. GPUs of one job (a pod, or coupled stalls) none of which ever reaches
   ``COMPUTE_UTIL`` (nor half its power range) take turns: a model split layer by layer, whose
@@ -31,7 +31,7 @@ import numpy as np
 from profiler_app.analysis.context import Context
 from profiler_app.analysis.evidence import second_signal
 from profiler_app.analysis.gaps import fill_gaps
-from profiler_app.analysis.periodicity import find_periods
+from profiler_app.analysis.periodicity import MIN_PEAK, autocorrelation_near, find_periods
 from profiler_app.analysis.power import power_fraction
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray, Summary, summarise
 from profiler_app.arrays import distinct
@@ -123,17 +123,22 @@ def pause_share(
 @dataclass(frozen=True)
 class Halves:
     """The period found in each half of the window, per row (samples; NaN where none or not
-    checked), and which rows were checked (each half holds ``MIN_HALF_ITERATIONS``)."""
+    checked), which rows were checked (each half holds ``MIN_HALF_ITERATIONS``), and whether
+    each half still repeats at the window's period where its own search found none."""
 
     first: FloatArray
     second: FloatArray
     checked: BoolArray
+    first_repeats: BoolArray
+    second_repeats: BoolArray
 
     def agrees(self, period: FloatArray) -> BoolArray:
-        """Rows whose halves both show ``period`` (or its double or half); unchecked rows too."""
+        """Rows whose halves both show ``period`` (or its double or half), or, where a half's
+        own search found no period, still repeat at it (a restart or a long checkpoint can
+        blur a half's peak without removing the loop); unchecked rows agree too."""
         both = np.ones(period.shape, dtype=bool)
-        for half in (self.first, self.second):
-            close = np.zeros(period.shape, dtype=bool)
+        for half, repeats in ((self.first, self.first_repeats), (self.second, self.second_repeats)):
+            close = ~np.isfinite(half) & repeats
             with np.errstate(invalid="ignore"):
                 for multiple in (0.5, 1.0, 2.0):
                     target = multiple * period
@@ -155,6 +160,7 @@ def half_periods(signal: FloatMatrix, period: FloatArray) -> Halves:
     rows, columns = signal.shape
     half = columns // 2
     first, second = np.full(rows, np.nan), np.full(rows, np.nan)
+    repeats = np.zeros((2, rows), dtype=bool)
     with np.errstate(invalid="ignore"):
         checked: BoolArray = MIN_HALF_ITERATIONS * period <= half
         exponent = np.floor(np.log2(np.maximum(period / SAMPLES_PER_ITERATION, 1.0)))
@@ -170,7 +176,14 @@ def half_periods(signal: FloatMatrix, period: FloatArray) -> Halves:
         )
         found, _ = find_periods(averaged)
         first[picked], second[picked] = found[: picked.size] * size, found[picked.size :] * size
-    return Halves(first, second, checked)
+        # A half whose own search found nothing: does it still repeat at the window's period?
+        blank = np.flatnonzero(~np.isfinite(found))
+        if blank.size:
+            lags = np.tile(period[picked] / size, 2)[blank]
+            near = autocorrelation_near(averaged[blank], lags, HALF_TOLERANCE)
+            which, row = np.divmod(blank, picked.size)
+            repeats[which, picked[row]] = near >= MIN_PEAK
+    return Halves(first, second, checked, repeats[0], repeats[1])
 
 
 def never_computes(
@@ -284,17 +297,17 @@ def review(
     count = util.shape[0]
     rows = np.flatnonzero(looped)
     pausing = np.ones(count)
-    first, second_half = np.full(count, np.nan), np.full(count, np.nan)
-    checked = np.zeros(count, dtype=bool)
+    halves = Halves(
+        np.full(count, np.nan),
+        np.full(count, np.nan),
+        np.zeros(count, dtype=bool),
+        np.zeros(count, dtype=bool),
+        np.zeros(count, dtype=bool),
+    )
     if rows.size:
         second, floor, share = _pause_signal(context, rows)
         pausing[rows] = pause_share(util, rows, period[rows], second, floor=floor, share=share)
         halves = _halves(util, context, rows[in_util[rows]], rows[~in_util[rows]], period)
-        first[rows], second_half[rows], checked[rows] = (
-            halves.first[rows],
-            halves.second[rows],
-            halves.checked[rows],
-        )
     # The 95th percentile screens; the rows it leaves in doubt (and their jobs) are judged on
     # the 99th (a short busy phase in every iteration is a small share of the samples) and
     # on power.
@@ -314,7 +327,7 @@ def review(
         looped=looped,
         period=np.where(looped, period, np.nan),
         signal=names,
-        halves=Halves(first, second_half, checked),
+        halves=halves,
         pausing=pausing,
         low=low & ~waiting & ~job_any(groups, waiting),
         peak=peak,
@@ -366,8 +379,10 @@ def _halves(
     found = half_periods(signal, period[rows])
     first, second = np.full(count, np.nan), np.full(count, np.nan)
     checked = np.zeros(count, dtype=bool)
+    repeats = np.zeros((2, count), dtype=bool)
     first[rows], second[rows], checked[rows] = found.first, found.second, found.checked
-    return Halves(first, second, checked)
+    repeats[0, rows], repeats[1, rows] = found.first_repeats, found.second_repeats
+    return Halves(first, second, checked, repeats[0], repeats[1])
 
 
 def job_any(groups: IntArray, flags: BoolArray) -> BoolArray:

@@ -38,6 +38,7 @@ def _waiting_text(util: float, fraction: float, sm_active: float, peer: str) -> 
 
 
 def _half_text(first: float, second: float, step_seconds: float) -> str:
+    """Why the halves of a window do not agree on its period."""
     if math.isfinite(first) and math.isfinite(second):
         return (
             f"period drifts: {seconds_text(first * step_seconds)}"

@@ -90,3 +90,21 @@ def test_a_loop_without_context_says_so_and_weighs_less() -> None:
     [result] = classify_matrix(signals.square(600, 20, rng, duty=0.6)[None], 1.0)
     assert result.reasons == ("period 20s in util", "no workload context")
     assert result.confidence < 0.55 + 0.4 * 1.0 - 0.05
+
+
+def test_a_half_whose_peak_is_blurred_but_still_repeats_agrees() -> None:
+    """An exporter restart read through Prometheus' lookback holds the old series' last value
+    for minutes: most of one half reads a flat 94 %. That half's own search finds no period,
+    but it still repeats at the window's: the loop stays an iteration loop. A half that does
+    not repeat at all (the loop stops) is held against it."""
+    rng = np.random.default_rng(11)
+    loop = signals.square(180, 12, rng, duty=0.6, noise=3.0)
+    loop[95:145] = 94.0
+    stopped = loop.copy()
+    stopped[90:] = rng.normal(94.0, 2.0, 90)
+    halves = half_periods(np.stack([loop, stopped]), np.array([12.0, 12.0]))
+    assert np.isnan(halves.second).tolist() == [True, True]
+    assert halves.second_repeats.tolist() == [True, False]
+    assert halves.agrees(np.array([12.0, 12.0])).tolist() == [True, False]
+    [result] = classify_matrix(loop[None], 10.0)
+    assert (result.job_type, result.basis) == (JobType.TRAINING, Basis.UTIL_LOOP)
