@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiler_app.analysis import Prior
 from profiler_app.engines import (
@@ -455,3 +457,22 @@ def test_local_mode_puts_the_main_processs_engine_on_each_gpu(process_table: Pat
     ]
     assert "engine vllm (serving)" in profiles[1].reasons
     assert np.isfinite(profiles[0].stats[GPU_UTIL].mean)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    image=st.text(max_size=60),
+    command=st.lists(st.text(max_size=40), max_size=6),
+    args=st.lists(st.text(max_size=40), max_size=6),
+)
+def test_any_container_spec_is_read_without_an_error(
+    image: str, command: list[str], args: list[str]
+) -> None:
+    """Pod specs are user input: unbalanced quotes in a shell script, empty words, odd images
+    name nothing or a table entry, and never raise."""
+    found = identify_container(ContainerSpec(image, tuple(command), tuple(args)))
+    if found is not None:
+        assert found.engine is None or found.engine in ENGINE_NAMES
+        assert found.framework is None or found.framework in FRAMEWORK_NAMES
+    shell = identify_container(ContainerSpec(image, SH, (" ".join(command + args),)))
+    assert shell is None or shell.engine is None or shell.engine in ENGINE_NAMES
