@@ -4,7 +4,7 @@ Offline inference repeats too: ``generate()`` called over and over climbs in a s
 period follows the sequence, a server answers a steady stream of requests at a steady cadence,
 and a model split layer by layer over several GPUs stalls and resumes on all of them together.
 Three checks tell an iteration loop from such a cadence, each a pure function of the rows that
-show a loop:
+show a loop (``review`` runs them and adds what the workload says):
 
 - **pauses** (``pause_share``): at one sample a second or coarser, an iteration loop is visible
   because the GPU stops between its steps (input, synchronisation, a checkpoint, evaluation): in
@@ -55,12 +55,12 @@ MIN_HALF_ITERATIONS = 4
 # Samples per iteration enough to confirm a period within the tolerance: longer loops are
 # averaged down to about this many before the halves are searched.
 SAMPLES_PER_ITERATION = 8
-# A GPU (or, for a job of several, its busiest GPU) whose 99th percentile of utilisation stays
-# below this ...
+# A job of several busy GPUs whose busiest GPU's utilisation stays below this at its
+# PEAK_PERCENTILE (a short busy phase in every iteration is a small share of the samples) ...
 COMPUTE_UTIL = 50.0
 PEAK_PERCENTILE = 99.0
-# ... and of power below this share of its range (where known) never computes flat out: a
-# training step keeps the GPU saturated while it computes.
+# ... and its power below this share of its range at the 95th percentile (where known) never
+# computes flat out: data-parallel ranks keep the GPU saturated while they compute.
 COMPUTE_POWER = 0.5
 
 
@@ -231,8 +231,7 @@ class Review:
     halves: Halves
     pausing: FloatArray  # share of period-long stretches with a pause (1 where not judged)
     low: BoolArray  # a job of several GPUs that never computes flat out (never_computes)
-    peak: FloatArray  # the peak utilisation that says so (the job's busiest GPU's if shared)
-    shared: BoolArray  # judged on a job of several GPUs
+    peak: FloatArray  # the job's peak utilisation (its busiest GPU's) that says so
     serving: BoolArray  # the workload is a serving one (owner or engine)
     strong: BoolArray  # the job's ranks also wait in collectives: training even when serving
 
@@ -312,7 +311,7 @@ def review(
     # the 99th (a short busy phase in every iteration is a small share of the samples) and
     # on power.
     power_p95 = np.full(count, np.nan)
-    low, peak, shared = never_computes(groups, busy, summary.p95, power_p95)
+    low, peak, _ = never_computes(groups, busy, summary.p95, power_p95)
     if low.any():
         doubt = np.flatnonzero(low | job_any(groups, low))
         util_peak = summary.p95.copy()
@@ -320,7 +319,7 @@ def review(
             warnings.simplefilter("ignore", RuntimeWarning)
             util_peak[doubt] = np.nanpercentile(util[doubt], PEAK_PERCENTILE, axis=1)
         power_p95[doubt] = _power_share_p95(context, doubt)
-        low, peak, shared = never_computes(groups, busy, util_peak, power_p95)
+        low, peak, _ = never_computes(groups, busy, util_peak, power_p95)
     strong = looped & (waiting | job_any(groups, waiting))
     names = [name if looped[row] else "" for row, name in enumerate(signal_names)]
     return Review(
@@ -331,7 +330,6 @@ def review(
         pausing=pausing,
         low=low & ~waiting & ~job_any(groups, waiting),
         peak=peak,
-        shared=shared,
         serving=serving,
         strong=strong,
     )
