@@ -57,6 +57,7 @@ class UtilisationSamples:
         self.supported = [False] * count
         self._last_seen = [0] * count  # microseconds, the driver's clock
         self._offset: list[float | None] = [None] * count  # seconds to add to the driver's
+        self._failed: set[str] = set()  # failures said once at warning level
 
     def _get(self, handle: Any, since: int) -> tuple[int, list[Any]]:
         value_type, samples = self._nvml.nvmlDeviceGetSamples(handle, self._kind, since)
@@ -99,6 +100,16 @@ class UtilisationSamples:
         except nvml.NVMLError_NotSupported as error:
             self.supported[position] = False
             log.warning("GPU %d: buffered utilisation samples stopped (%s)", position, error)
+            return empty, empty
+        except nvml.NVMLError as error:  # transient: the tick's own reading stands in
+            key = f"{position}: {error}"
+            log.log(
+                logging.DEBUG if key in self._failed else logging.WARNING,
+                "GPU %d: reading buffered utilisation samples failed: %s",
+                position,
+                error,
+            )
+            self._failed.add(key)
             return empty, empty
         if not samples:
             return empty, empty

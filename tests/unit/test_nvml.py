@@ -325,3 +325,31 @@ def test_a_gpu_that_stops_supporting_samples_falls_back_for_good(
     assert util.step_seconds == pytest.approx(0.1)
     assert np.isfinite(util.values[0, :-10]).all()
     assert "buffered utilisation samples stopped" in caplog.text
+
+
+def test_a_failing_samples_call_is_said_once_and_the_ticks_reading_stands_in(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Flaky(FakeNvml):
+        def nvmlDeviceGetSamples(self, gpu: FakeGpu, kind: int, since: int) -> Any:
+            if 10 <= self.clock.now - self.start < 20:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            return super().nvmlDeviceGetSamples(gpu, kind, since)
+
+    steps = signals.short_steps(40, np.random.default_rng(6))
+    clock = Clock()
+    source = NvmlSource(
+        "n", 40, 1.0, nvml=Flaky([FakeGpu("G", "L4", waveform=steps)], clock), clock=clock
+    )
+    assert source.open()
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(40):
+            clock.now += 1.0
+            source.sample()
+    util = {matrix.field: matrix for matrix in source.read(40)}[GPU_UTIL]
+    assert util.step_seconds == pytest.approx(0.1)
+    assert np.isfinite(util.values[0, :-10]).all()
+    failures = [
+        r for r in caplog.records if "reading buffered utilisation samples failed" in r.message
+    ]
+    assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 9
