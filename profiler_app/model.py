@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:  # a type only: engines sits above this module
+    from profiler_app.engines import Identity
 
 FloatMatrix = npt.NDArray[np.float64]
 
@@ -90,6 +94,8 @@ class GpuProfile:
     # Unix seconds of the GPU's first sample in the window: later than the window's start when
     # the node (or its exporter, or local sampling) started within it.
     first_sample: float | None = None
+    engine: str | None = None  # what runs on it (profiler_app.engines), e.g. vllm, torchrun
+    framework: str | None = None  # e.g. pytorch, jax
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,9 @@ class PodInfo:
     # The few annotations the watcher was asked to keep (do-not-disrupt and the profiler's
     # marker, with --protect-training); not the others.
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # The engine and framework its containers declare (image, command, args): decided when the
+    # pod is read, so its command line (which may carry tokens) is never kept.
+    identity: Identity | None = None
 
     @property
     def uses_gpus(self) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from profiler_app.engines import Identity
 from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
@@ -49,6 +50,11 @@ def attribute_series(
             )
         attributed.append(replace(matrix, labels=labels))
     return attributed
+
+
+def identities_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Identity]:
+    """What the containers of every pod that declares it run, by (namespace, pod)."""
+    return {(pod.namespace, pod.name): pod.identity for pod in pods if pod.identity is not None}
 
 
 def workloads_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Workload]:

@@ -17,7 +17,7 @@ from typing import Protocol
 from profiler_app.daemon.parts import Part
 from profiler_app.errors import one_line
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodInfo, PodPeak, SeriesMatrix
-from profiler_app.pods import attribute_series, pod_usage, workloads_of
+from profiler_app.pods import attribute_series, identities_of, pod_usage, workloads_of
 from profiler_app.profiles import build_profiles
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
@@ -166,9 +166,14 @@ class Cycle:
     def _profiles(self, matrices: list[SeriesMatrix], pods: list[PodInfo]) -> list[GpuProfile]:
         if not matrices:  # local sampling without GPUs
             return []
-        # The pods' owners are the classifier's prior, and group the pods of one workload.
+        # The pods' owners and engines are the classifier's prior; owners group the pods of
+        # one workload.
         return build_profiles(
-            matrices, self.analysis.primary_field, self.analysis.node_label, workloads_of(pods)
+            matrices,
+            self.analysis.primary_field,
+            self.analysis.node_label,
+            workloads_of(pods),
+            identities_of(pods),
         )
 
     def _publish(self, sink: Sink, part: Part, result: CycleResult, started: float) -> bool:

@@ -72,7 +72,7 @@ class _GpuCollector(Collector):
         families = self._families()
         if result is None:
             return families
-        job_type, period, util_max, util_p95, idle, confidence, basis = families
+        job_type, period, util_max, util_p95, idle, confidence, basis, engine = families
         for profile in result.gpus:
             labels = _gpu_label_values(profile, result.node)
             for name in JOB_TYPES:
@@ -82,6 +82,8 @@ class _GpuCollector(Collector):
             if profile.basis is not None:
                 for name in BASES:
                     basis.add_metric([*labels, name], 1.0 if name == profile.basis else 0.0)
+            if profile.engine or profile.framework:
+                engine.add_metric([*labels, profile.engine or "", profile.framework or ""], 1.0)
             if profile.job_type == "training" and _finite(profile.period_seconds):
                 period.add_metric(labels, float(profile.period_seconds or 0.0))
             stats = profile.stats.get(GPU_UTIL)
@@ -134,8 +136,15 @@ class _GpuCollector(Collector):
             GaugeMetricFamily(
                 "gpu_profiler_gpu_basis",
                 "What the job type rests on: 1 for the current basis (idle, util-loop, "
-                "signal-loop, waiting, sibling, prior, bursty, steady), 0 for the others.",
+                "signal-loop, waiting, sibling, prior, bursty, cadence, steady), 0 for the others.",
                 labels=[*labels, "basis"],
+            ),
+            # An info metric: its labels are the tables of profiler_app.engines, bounded.
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_engine_info",
+                "What runs on the GPU, where known: engine (vllm, torchrun, ...) and framework "
+                "(pytorch, jax, ...); empty when only the other is known. Always 1.",
+                labels=[*labels, "engine", "framework"],
             ),
         ]
 

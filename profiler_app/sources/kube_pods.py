@@ -24,6 +24,7 @@ from typing import Any
 import urllib3
 
 from profiler_app.backoff import Backoff
+from profiler_app.engines import ContainerSpec, Identity, identify_pod
 from profiler_app.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
@@ -67,14 +68,15 @@ def _quantity(value: Any) -> int:
         return 0
 
 
+def _container_gpus(container: Mapping[str, Any], section: str) -> int:
+    return _quantity(((container.get("resources") or {}).get(section) or {}).get(GPU_RESOURCE, 0))
+
+
 def _gpu_count(spec: Mapping[str, Any], section: str) -> int:
     """GPUs the pod reserves: app containers add up, init containers run one at a time."""
 
     def per_container(containers: Any) -> list[int]:
-        return [
-            _quantity(((c.get("resources") or {}).get(section) or {}).get(GPU_RESOURCE, 0))
-            for c in containers or []
-        ]
+        return [_container_gpus(c, section) for c in containers or []]
 
     return max(
         sum(per_container(spec.get("containers"))), *per_container(spec.get("initContainers")), 0
@@ -96,6 +98,28 @@ def _controller(metadata: Mapping[str, Any]) -> tuple[str, str]:
     owners = [owner for owner in metadata.get("ownerReferences") or [] if isinstance(owner, dict)]
     owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
     return str(owner.get("kind") or ""), str(owner.get("name") or "")
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    return tuple(str(word) for word in value) if isinstance(value, list) else ()
+
+
+def _identity(spec: Mapping[str, Any]) -> Identity | None:
+    """What the pod's app containers run, by image and command (``engines``)."""
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    return identify_pod(
+        [
+            ContainerSpec(
+                image=str(container.get("image") or ""),
+                command=_words(container.get("command")),
+                args=_words(container.get("args")),
+                gpus=max(
+                    _container_gpus(container, "requests"), _container_gpus(container, "limits")
+                ),
+            )
+            for container in containers
+        ]
+    )
 
 
 def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ()) -> PodInfo:
@@ -132,6 +156,7 @@ def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ())
             for key in annotation_keys
             if annotations.get(key) is not None
         },
+        identity=_identity(spec),
     )
 
 

@@ -27,6 +27,7 @@ from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMa
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sinks.store import TableStore
 from profiler_app.sources.kube_pods import PodInfo
+from profiler_app.sources.kube_pods import pod_info as parse_pod
 from tests.support import signals
 from tests.support.clock import FakeClock
 
@@ -219,6 +220,91 @@ def test_the_pods_owner_is_the_prior_for_a_flat_busy_gpu() -> None:
     assert [(pod.pod, pod.gpus, pod.owner_kind) for pod in result.pods] == [
         ("trainer-0", ("0", "1"), "PyTorchJob")
     ]
+
+
+def manifest(owner: tuple[str, str] | None, image: str, *, args: list[str]) -> dict[str, object]:
+    """GPU 0's pod (uid ``POD_UID``) as the API server lists it."""
+    metadata: dict[str, object] = {
+        "uid": POD_UID,
+        "namespace": "ml",
+        "name": "gen-0",
+        "labels": {"pod-template-hash": "5d8f"},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    container = {
+        "name": "main",
+        "image": image,
+        "args": args,
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "metadata": metadata,
+        "spec": {
+            "nodeName": "node-a",
+            "containers": [container, {"name": "proxy", "image": "envoy"}],
+        },
+        "status": {"phase": "Running", "startTime": "2026-11-22T03:00:00Z"},
+    }
+
+
+def run_with_pod(pod: PodInfo) -> CycleResult:
+    store = RecordingSink("store")
+    daemon, _ = make_daemon(ScriptedSource(), store, pods=lambda: [pod])
+    assert daemon.run_cycle()
+    (result,) = store.received
+    return result
+
+
+def test_without_workload_context_a_loop_is_training_that_says_so() -> None:
+    gpu = run_with_pod(pod_info()).gpus[0]
+    assert (gpu.job_type, gpu.basis) == ("training", "util-loop")
+    assert gpu.reasons[-1] == "no workload context"
+    assert (gpu.engine, gpu.framework) == (None, None)
+
+
+def test_a_serving_owner_makes_the_daemons_loop_a_request_cadence() -> None:
+    """The pod's controller is a Deployment's ReplicaSet: the same loop is requests arriving
+    at a steady rhythm, not training iterations."""
+    pod = parse_pod(manifest(("ReplicaSet", "gen-5d8f"), "registry.example.com/gen:1", args=[]))
+
+    gpu = run_with_pod(pod).gpus[0]
+
+    assert (gpu.job_type, gpu.basis, gpu.period_seconds) == ("inference", "cadence", None)
+    assert gpu.reasons[-2:] == ("loop in a serving workload", "owner Deployment")
+    assert (gpu.owner_kind, gpu.owner_name) == ("Deployment", "gen")
+
+
+def test_a_serving_engine_in_the_image_outweighs_a_training_owner() -> None:
+    """Offline generation in a Job: the owner says training, the vLLM image says serving, and the
+    engine wins. Engine and framework reach the profile (and so JSON, annotations, metrics and
+    the store)."""
+    pod = parse_pod(
+        manifest(("Job", "batch-gen"), "vllm/vllm-openai:v0.6.3", args=["--model", "m"])
+    )
+    assert pod.identity is not None
+    assert pod.identity.engine == "vllm"
+
+    gpu = run_with_pod(pod).gpus[0]
+
+    assert (gpu.job_type, gpu.basis) == ("inference", "cadence")
+    assert (gpu.engine, gpu.framework) == ("vllm", "pytorch")
+    assert gpu.reasons[-3:] == ("loop in a serving workload", "engine vllm (serving)", "owner Job")
+
+
+def test_a_training_launcher_in_the_command_keeps_a_deployments_loop_training() -> None:
+    pod = parse_pod(
+        manifest(
+            ("ReplicaSet", "gen-5d8f"),
+            "nvcr.io/nvidia/pytorch:24.08-py3",
+            args=["torchrun", "--nproc-per-node=8", "train.py"],
+        )
+    )
+
+    gpu = run_with_pod(pod).gpus[0]
+
+    assert (gpu.job_type, gpu.engine, gpu.framework) == ("training", "torchrun", "pytorch")
+    assert gpu.reasons[-2:] == ("engine torchrun (training)", "owner Deployment")
 
 
 def test_a_failing_sink_does_not_stop_the_others_and_backs_off() -> None:

@@ -67,6 +67,8 @@ def profile(gpu: str, job_type: str = "training", util_max: float = 90.0) -> Gpu
         basis="util-loop",
         owner_kind="PyTorchJob",
         owner_name="llama",
+        engine="torchrun" if job_type == "training" else None,
+        framework="pytorch" if job_type == "training" else None,
     )
 
 
@@ -227,6 +229,8 @@ def test_gpu_windows_are_written_with_their_statistics(store: TableStore, store_
     assert [tuple(row) for row in evidence] == [
         (0.8, "util-loop", "period 12s in util; owner PyTorchJob", "PyTorchJob", "llama")
     ]
+    running = fetch(store_url, "SELECT gpu, engine, framework FROM gpu_window ORDER BY gpu")
+    assert [tuple(row) for row in running] == [("0", "torchrun", "pytorch"), ("1", None, None)]
 
 
 def test_missing_statistics_are_stored_as_null(store: TableStore, store_url: str) -> None:
@@ -347,6 +351,37 @@ def test_migration_0003_keeps_memory_copy_values(store_url: str) -> None:
     with raw.connect() as connection:
         rows = connection.execute(sa.text("SELECT mem_copy_util_max, confidence FROM gpu_window"))
         assert [tuple(row) for row in rows] == [(42.0, None)]
+    raw.dispose()
+
+
+def test_the_engine_revision_adds_empty_columns_to_rows_written_before(store_url: str) -> None:
+    """Rows written at revision 0003 keep everything and read NULL for engine and framework;
+    downgrading drops the two columns again."""
+    config = alembic_config()
+    raw = create_store_engine(parse_store_url(store_url), create_file=True)
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0003")
+        connection.execute(
+            sa.text(
+                "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, window_seconds,"
+                " covers_seconds, basis) VALUES (:at, 'n', '0', 'u', 'idle', 60, 60, 'idle')"
+            ),
+            {"at": T0.replace(tzinfo=None)},
+        )
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    with raw.connect() as connection:
+        rows = connection.execute(sa.text("SELECT basis, engine, framework FROM gpu_window"))
+        assert [tuple(row) for row in rows] == [("idle", None, None)]
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+    with raw.connect() as connection:
+        columns = {column["name"] for column in sa.inspect(connection).get_columns("gpu_window")}
+        assert "engine" not in columns
+        assert "basis" in columns
     raw.dispose()
 
 

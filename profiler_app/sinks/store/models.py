@@ -107,6 +107,9 @@ gpu_window = Table(
     _optional("reasons", String(REASONS_LENGTH)),
     _optional("owner_kind", String(63)),
     _optional("owner_name", String(253)),
+    # Revision 0006: what ran on the GPU (profiler_app.engines' names).
+    _optional("engine", String(32)),
+    _optional("framework", String(32)),
     # The report filters on time (optionally node) and walks each GPU's rows in time order.
     Index(None, "at"),
     Index(None, "node", "gpu", "at"),

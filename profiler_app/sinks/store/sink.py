@@ -215,6 +215,8 @@ def _gpu_window_row(
         "reasons": "; ".join(profile.reasons)[:REASONS_LENGTH] or None,
         "owner_kind": profile.owner_kind,
         "owner_name": profile.owner_name,
+        "engine": profile.engine,
+        "framework": profile.framework,
     }
 
 
