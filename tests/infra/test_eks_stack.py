@@ -84,7 +84,7 @@ def test_nodes_run_in_private_subnets_of_the_new_vpc(eks_run: ProgramRun) -> Non
 def test_cluster_inputs(eks_run: ProgramRun) -> None:
     cluster = eks_run.one("eks:index:Cluster").inputs
     assert cluster["name"] == "gpu-dev"
-    assert cluster["version"] == "1.31"
+    assert cluster["version"] == "1.35"
     assert cluster["skipDefaultNodeGroup"] is True
     assert cluster["authenticationMode"] == "API"
     assert cluster["publicAccessCidrs"] == ["0.0.0.0/0"]  # the example narrows nothing

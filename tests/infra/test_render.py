@@ -27,6 +27,8 @@ from infra.render.program import ProgramRun, run_stack
 from infra.scheduling import NodePool, Taint
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 
+pytestmark = pytest.mark.charts
+
 NO_FINDINGS = {name: [] for name in CHECKS}
 VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
     "eks": (EKS_STACK, {}, {}),
@@ -145,7 +147,7 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
     # Capabilities as the cluster would report them: the adapter's APIServices are rendered.
     apis = {o.name for o in eks_graph.of_kind("APIService")}
     assert "v1beta1.custom.metrics.k8s.io" in apis
-    assert eks_graph.platform.kube_version == "v1.31.0"
+    assert eks_graph.platform.kube_version == "v1.35.0"
 
 
 def test_services_the_smoke_suite_reaches(eks_graph: ObjectGraph) -> None:
@@ -437,7 +439,7 @@ def test_schema_checks_built_in_kinds_crd_kinds_and_unknown_kinds(eks_graph: Obj
         in findings["PrometheusRule monitoring/gpu-rules"]
     )
     assert findings["Widget w"] == (
-        "Widget w (stack): no schema for example.com/v1 Widget in Kubernetes v1.31.0, and no "
+        "Widget w (stack): no schema for example.com/v1 Widget in Kubernetes v1.35.0, and no "
         "CRD for it in the stack"
     )
 
