@@ -476,6 +476,10 @@ def test_dcgm_exporter_as_rendered(eks_graph: ObjectGraph) -> None:
     assert annotations["checksum/dcgm-counters"] == counters
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["GOMEMLIMIT"] == "768MiB"
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "1024Mi"}
+    (gomaxprocs,) = (e for e in container["env"] if e["name"] == "GOMAXPROCS")
+    assert gomaxprocs["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
     # SYS_ADMIN: profiling fields, and the toolkit honours its NVIDIA_VISIBLE_DEVICES.
     assert container["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN"]
     monitor = one(eks_graph, "ServiceMonitor", "dcgm-exporter")
