@@ -43,7 +43,8 @@ USER_DATA_BOUNDARY = "==GPU-CLUSTER-USER-DATA=="
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    # Pulling images only (ReadOnly also lists and describes every repository of the account).
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
 )
 
 

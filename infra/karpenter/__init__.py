@@ -86,9 +86,15 @@ class GpuKarpenter(pulumi.ComponentResource):
         policy = aws.iam.RolePolicy(
             f"{name}-controller-policy",
             role=self.controller_role.name,
-            policy=pulumi.Output.all(self.node_role.arn, self.queue.arn).apply(
-                lambda arns: json.dumps(
-                    controller_policy(args.cluster_name, args.region, arns[0], arns[1])
+            policy=pulumi.Output.all(
+                aws.get_caller_identity_output(
+                    opts=pulumi.InvokeOutputOptions(parent=self)
+                ).account_id,
+                self.node_role.arn,
+                self.queue.arn,
+            ).apply(
+                lambda out: json.dumps(
+                    controller_policy(args.cluster_name, args.region, out[0], out[1], out[2])
                 )
             ),
             opts=child,

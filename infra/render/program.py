@@ -36,6 +36,7 @@ FAKE_KUBECONFIG = (
 )
 FAKE_PASSWORD = "generated-password-0123456789abcd"  # noqa: S105  a mock's placeholder
 FAKE_OIDC_PROVIDER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE0123456789"
+FAKE_ACCOUNT_ID = "123456789012"
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
 # What `pulumi config set --secret` values become when the stack file holds them encrypted.
 ENCRYPTED_PLACEHOLDER = "[secret]"
@@ -120,7 +121,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["kubeconfigJson"] = FAKE_KUBECONFIG
             outputs["kubeconfig"] = {"apiVersion": "v1"}
             outputs["oidcProviderArn"] = (
-                f"arn:aws:iam::123456789012:oidc-provider/{FAKE_OIDC_PROVIDER}"
+                f"arn:aws:iam::{FAKE_ACCOUNT_ID}:oidc-provider/{FAKE_OIDC_PROVIDER}"
             )
             outputs["oidcProviderUrl"] = FAKE_OIDC_PROVIDER
             outputs["oidcIssuer"] = FAKE_OIDC_PROVIDER
@@ -140,6 +141,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":  # noqa: S105
             zones = {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
             return zones, []
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":  # noqa: S105
+            identity = {
+                "accountId": FAKE_ACCOUNT_ID,
+                "arn": f"arn:aws:iam::{FAKE_ACCOUNT_ID}:user/render",
+                "userId": "AIDAEXAMPLE",
+                "id": FAKE_ACCOUNT_ID,
+            }
+            return identity, []
         return {}, []
 
 

@@ -8,20 +8,30 @@ against the CRDs of the pinned karpenter-crd chart are checked in test_render.py
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
 from infra import versions
 from infra.eks import gpu_node_user_data
-from infra.render.program import FAKE_OIDC_PROVIDER, ProgramRun, mock_id, run_stack
+from infra.render.program import (
+    FAKE_ACCOUNT_ID,
+    FAKE_OIDC_PROVIDER,
+    ProgramRun,
+    mock_id,
+    run_stack,
+)
 from tests.infra.conftest import EKS_STACK
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 ROLE = "aws:iam/role:Role"
 NODE_GROUP = "eks:index:ManagedNodeGroup"
+REFERENCE = Path(__file__).parent / "data" / "karpenter-v1.14.1-iam.yaml"
+SSM_MANAGED_INSTANCE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 
 def statements(run: ProgramRun) -> dict[str, dict[str, Any]]:
@@ -82,7 +92,7 @@ def test_nodes_join_with_their_own_role_and_access_entry(eks_run: ProgramRun) ->
     assert attached == {
         "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
         "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-        "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+        "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
     }
     access = eks_run.one("aws:eks/accessEntry:AccessEntry").inputs
     assert access == {
@@ -124,7 +134,10 @@ def test_controller_policy_is_scoped_to_the_cluster(eks_run: ProgramRun) -> None
         "StringEquals": {"aws:RequestedRegion": "us-west-2"}
     }
     assert found["AllowAPIServerEndpointDiscovery"]["Resource"] == (
-        "arn:aws:eks:us-west-2:*:cluster/gpu-dev"
+        f"arn:aws:eks:us-west-2:{FAKE_ACCOUNT_ID}:cluster/gpu-dev"
+    )
+    assert found["AllowInstanceProfileReadActions"]["Resource"] == (
+        f"arn:aws:iam::{FAKE_ACCOUNT_ID}:instance-profile/*"
     )
     # Every write is conditioned on the cluster's tags; only reads and PassRole are not.
     unconditioned = {sid for sid, s in found.items() if "Condition" not in s}
@@ -134,6 +147,7 @@ def test_controller_policy_is_scoped_to_the_cluster(eks_run: ProgramRun) -> None
         "AllowPricingReadActions",
         "AllowInterruptionQueueActions",
         "AllowInstanceProfileReadActions",
+        "AllowUnscopedInstanceProfileListAction",
         "AllowAPIServerEndpointDiscovery",
     }
     # On any resource without a condition: reads only.
@@ -143,7 +157,76 @@ def test_controller_policy_is_scoped_to_the_cluster(eks_run: ProgramRun) -> None
             assert all(v.startswith(("Get", "List", "Describe")) for v in verbs), statement
 
 
-def test_interruption_queue_gets_the_four_kinds_of_events(eks_run: ProgramRun) -> None:
+def _reference_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = yaml.safe_load(REFERENCE.read_text())
+    return facts
+
+
+def _placeholders(text: str) -> str:
+    """Our policy's values as the reference's placeholders."""
+    return (
+        text.replace("gpu-dev", "{cluster}")
+        .replace("us-west-2", "{region}")
+        .replace(FAKE_ACCOUNT_ID, "{account}")
+    )
+
+
+def test_controller_policy_is_the_reference_policy_of_the_pinned_version(
+    eks_run: ProgramRun,
+) -> None:
+    """Issue 24, item 3: the policy of Karpenter's own CloudFormation template at the chart's
+    version: every statement's actions, resources and condition keys."""
+    assert versions.KARPENTER.version == REFERENCE.stem.split("-v")[1].removesuffix("-iam")
+    found = statements(eks_run)
+    node_role = eks_run.one(ROLE, "karpenter-node-role").inputs["arn"]
+    queue = eks_run.one("aws:sqs/queue:Queue").inputs["arn"]
+    ours = {}
+    for sid, statement in found.items():
+        resources = statement["Resource"]
+        resources = [resources] if isinstance(resources, str) else resources
+        ours[sid] = {
+            "actions": sorted(statement["Action"]),
+            "resources": sorted(
+                _placeholders(r).replace(node_role, "{node_role_arn}").replace(queue, "{queue_arn}")
+                for r in resources
+            ),
+            "condition_keys": {
+                operator: sorted(_placeholders(key) for key in keys)
+                for operator, keys in (statement.get("Condition") or {}).items()
+            },
+        }
+    reference = _reference_facts()["statements"]
+    assert set(ours) == set(reference)
+    for sid, facts in reference.items():
+        assert ours[sid] == facts, sid
+    all_actions = {a for s in found.values() for a in s["Action"]}
+    assert {
+        "ec2:DescribeInstanceStatus",
+        "ec2:DescribePlacementGroups",
+        "arc-zonal-shift:GetManagedResource",
+    } <= all_actions
+
+
+def test_the_interruption_queue_and_node_role_follow_the_reference(eks_run: ProgramRun) -> None:
+    facts = _reference_facts()
+    rules = {
+        (pattern["source"][0], pattern["detail-type"][0])
+        for pattern in (
+            json.loads(r.inputs["eventPattern"])
+            for r in eks_run.of_type("aws:cloudwatch/eventRule:EventRule")
+        )
+    }
+    assert rules == {(e["source"], e["detail_type"]) for e in facts["interruption_events"]}
+    attached = {
+        r.inputs["policyArn"]
+        for r in eks_run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if r.name.startswith("karpenter-node-role-policy-")
+    }
+    # The reference's, less SSM's managed-instance policy (no SSM agent access is granted).
+    assert attached == set(facts["node_role_policies"]) - {SSM_MANAGED_INSTANCE}
+
+
+def test_interruption_queue_gets_every_kind_of_event(eks_run: ProgramRun) -> None:
     queue = eks_run.one("aws:sqs/queue:Queue").inputs
     assert queue["name"] == "gpu-dev-karpenter"
     assert (queue["messageRetentionSeconds"], queue["sqsManagedSseEnabled"]) == (300, True)
@@ -156,6 +239,7 @@ def test_interruption_queue_gets_the_four_kinds_of_events(eks_run: ProgramRun) -
         "EC2 Spot Instance Interruption Warning",
         "EC2 Instance Rebalance Recommendation",
         "EC2 Instance State-change Notification",
+        "EC2 Capacity Reservation Instance Interruption Warning",
     }
     targets = eks_run.of_type("aws:cloudwatch/eventTarget:EventTarget")
     assert {t.inputs["arn"] for t in targets} == {queue["arn"]}
