@@ -30,6 +30,7 @@ from infra.karpenter.nodes import (
     ec2_node_class_spec,
     karpenter_values,
     node_pool_spec,
+    placement_group_name,
 )
 from infra.platform import helm_release
 
@@ -43,7 +44,7 @@ KARPENTER_NAMESPACE = "kube-system"
 class GpuKarpenterArgs:
     cluster_name: str
     region: str
-    node_pools: tuple[GpuNodePoolArgs, ...] = (GpuNodePoolArgs(),)
+    node_pools: tuple[GpuNodePoolArgs, ...]
 
 
 class GpuKarpenter(pulumi.ComponentResource):
@@ -117,16 +118,26 @@ class GpuKarpenter(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[crds, policy, access]),
             skip_crds=True,
         )
-        after_controller = pulumi.ResourceOptions(parent=self, depends_on=[crds, self.controller])
         self.node_pools = []
         for pool in args.node_pools:
+            class_depends: list[pulumi.Resource] = [crds, self.controller]
+            if pool.efa:
+                # EFA's low latency needs the instances close together: one spine, one zone.
+                class_depends.append(
+                    aws.ec2.PlacementGroup(
+                        f"{name}-{pool.name}-placement-group",
+                        name=placement_group_name(args.cluster_name, pool),
+                        strategy="cluster",
+                        opts=child,
+                    )
+                )
             node_class = k8s.apiextensions.CustomResource(
                 f"{name}-{pool.name}-node-class",
                 api_version=NODE_CLASS_API,
                 kind="EC2NodeClass",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=pool.name),
                 spec=self._node_class_spec(pool, args.cluster_name, cluster),
-                opts=after_controller,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=class_depends),
             )
             self.node_pools.append(
                 k8s.apiextensions.CustomResource(

@@ -37,6 +37,9 @@ FAKE_KUBECONFIG = (
 FAKE_PASSWORD = "generated-password-0123456789abcd"  # noqa: S105  a mock's placeholder
 FAKE_OIDC_PROVIDER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE0123456789"
 FAKE_ACCOUNT_ID = "123456789012"
+FAKE_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
+# Network cards of GPU instances with EFA (the EC2 API's MaximumNetworkCards), others: 1.
+NETWORK_CARDS = {"p4d.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16}
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
 # What `pulumi config set --secret` values become when the stack file holds them encrypted.
 ENCRYPTED_PLACEHOLDER = "[secret]"
@@ -125,6 +128,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             )
             outputs["oidcProviderUrl"] = FAKE_OIDC_PROVIDER
             outputs["oidcIssuer"] = FAKE_OIDC_PROVIDER
+            outputs["clusterSecurityGroupId"] = FAKE_CLUSTER_SECURITY_GROUP
         elif args.typ == "command:local:Command":
             outputs["stdout"] = FAKE_KUBECONFIG
             outputs["stderr"] = ""
@@ -141,6 +145,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":  # noqa: S105
             zones = {"names": AVAILABILITY_ZONES, "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
             return zones, []
+        if args.token == "aws:ec2/getInstanceType:getInstanceType":  # noqa: S105
+            name = str(args.args.get("instanceType"))
+            cards = NETWORK_CARDS.get(name, 1)
+            return {"instanceType": name, "maximumNetworkCards": cards, "efaSupported": True}, []
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":  # noqa: S105
             identity = {
                 "accountId": FAKE_ACCOUNT_ID,

@@ -251,6 +251,8 @@ def test_interruption_queue_gets_every_kind_of_event(eks_run: ProgramRun) -> Non
     assert values["settings"] == {
         "clusterName": "gpu-dev",
         "interruptionQueue": "gpu-dev-karpenter",
+        # Nodes whose conditions stay bad (the node monitoring agent's GPU faults) are replaced.
+        "featureGates": {"nodeRepair": True, "reservedCapacity": True},
     }
 
 
@@ -303,10 +305,23 @@ def test_karpenter_alone_provides_gpu_nodes() -> None:
 @pytest.mark.parametrize(
     ("karpenter", "message"),
     [
-        ({"capacityTypes": ["preemptible"]}, "capacityTypes must be some of on-demand, spot"),
-        ({"consolidateAfter": "10 minutes"}, "consolidateAfter must be a duration"),
+        (
+            {"gpuLimit": 8, "capacityTypes": ["preemptible"]},
+            "capacityTypes must be some of on-demand, spot, reserved",
+        ),
+        ({"gpuLimit": 8, "consolidateAfter": "10 minutes"}, "consolidateAfter must be a duration"),
         ({"gpuLimit": 0}, "gpuLimit must be at least 1"),
-        ({"amiAlias": "al2@latest"}, "amiAlias must be an Amazon Linux 2023 alias"),
+        ({"consolidateAfter": "10m"}, "karpenter.gpuLimit is needed"),
+        ({"gpuLimit": 8, "amiAlias": "al2@latest"}, "amiAlias must be an Amazon Linux 2023 alias"),
+        (
+            {"gpuLimit": 8, "capacityTypes": ["reserved"]},
+            "capacityTypes reserved and capacityReservationIds go together",
+        ),
+        (
+            {"gpuLimit": 8, "capacityTypes": ["reserved"], "capacityReservationIds": ["r-1"]},
+            r"capacityReservationIds must be cr-\.\.\. ids",
+        ),
+        ({"gpuLimit": 8, "efa": True}, "efa needs availabilityZone"),
         ({"enabled": "maybe"}, r"karpenter\.enabled must be true or false"),
         ({"gpuLimits": 4}, "karpenter has unknown keys gpuLimits"),
         ({"instanceFamilies": "g5"}, "instanceFamilies must be a non-empty list"),
@@ -316,6 +331,49 @@ def test_karpenter_alone_provides_gpu_nodes() -> None:
 def test_malformed_karpenter_config_is_one_clear_error(karpenter: object, message: str) -> None:
     with pytest.raises(pulumi.RunError, match=message):
         run_stack(EKS_STACK, overrides={"karpenter": karpenter})
+
+
+H100_POOL = {
+    "instanceFamilies": ["p5", "p5e"],
+    "capacityTypes": ["reserved", "on-demand"],
+    "capacityReservationIds": ["cr-0123456789abcdef0"],
+    "gpuLimit": 32,
+    "efa": True,
+    "availabilityZone": "us-west-2b",
+    "instanceStoreRaid0": True,
+}
+
+
+def test_an_h100_pool_uses_its_reservations_efa_and_raid0() -> None:
+    """Issue 24, items 13 and 14: p5/p5e from capacity reservations or Capacity Blocks first,
+    EFA in a cluster placement group of one zone, instance-store NVMe as RAID0."""
+    run = run_stack(EKS_STACK, overrides={"karpenter": H100_POOL})
+    node_class = run.one(NODE_CLASS).inputs["spec"]
+    assert node_class["capacityReservationSelectorTerms"] == [{"id": "cr-0123456789abcdef0"}]
+    assert node_class["placementGroupSelector"] == {"name": "gpu-dev-gpu-efa"}
+    assert node_class["instanceStorePolicy"] == "RAID0"
+    group = run.one("aws:ec2/placementGroup:PlacementGroup").inputs
+    assert (group["name"], group["strategy"]) == ("gpu-dev-gpu-efa", "cluster")
+    spec = run.one(NODE_POOL).inputs["spec"]
+    requirements = {r["key"]: r["values"] for r in spec["template"]["spec"]["requirements"]}
+    assert requirements["karpenter.k8s.aws/instance-family"] == ["p5", "p5e"]
+    assert requirements["karpenter.sh/capacity-type"] == ["reserved", "on-demand"]
+    assert requirements["topology.kubernetes.io/zone"] == ["us-west-2b"]
+    assert spec["template"]["metadata"]["labels"]["gpu-cluster.io/efa"] == "true"
+    assert spec["limits"] == {"nvidia.com/gpu": "32"}
+    efa = run.release("aws-efa-k8s-device-plugin").inputs
+    assert efa["version"] == versions.EFA_DEVICE_PLUGIN.version
+    assert efa["values"]["supportedInstanceLabels"] == {
+        "keys": ["gpu-cluster.io/efa"],
+        "values": ["true"],
+    }
+
+
+def test_pools_without_efa_install_no_efa_device_plugin(eks_run: ProgramRun) -> None:
+    assert [r for r in eks_run.releases() if "efa" in r.inputs["chart"]] == []
+    spec = eks_run.one(NODE_CLASS).inputs["spec"]
+    assert not {"capacityReservationSelectorTerms", "placementGroupSelector"} & set(spec)
+    assert eks_run.of_type("aws:ec2/placementGroup:PlacementGroup") == []
 
 
 def test_the_region_is_required(monkeypatch: pytest.MonkeyPatch) -> None:

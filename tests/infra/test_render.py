@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from infra import monitoring, platform
+from infra import monitoring, platform, versions
 from infra.kubeadm_inventory import read_nodes
 from infra.render.checks import CHECKS, run_checks
 from infra.render.graph import K8sObject, ObjectGraph, build_graph
 from infra.render.program import ProgramRun, run_stack
-from infra.scheduling import NodePool, Taint
+from infra.scheduling import NodePool, PodPlacement, Taint, misfit
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 
 pytestmark = pytest.mark.charts
@@ -45,7 +45,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
     "eks-hpa": (EKS_STACK, {"workloadAutoscaler": "hpa"}, {}),
     "eks-karpenter-only": (
         EKS_STACK,
-        {"gpuNodeGroups": [], "karpenter": {"capacityTypes": ["spot", "on-demand"]}},
+        {"gpuNodeGroups": [], "karpenter": {"capacityTypes": ["spot", "on-demand"], "gpuLimit": 8}},
         {},
     ),
     "eks-without-karpenter": (EKS_STACK, {"karpenter": {"enabled": False}}, {}),
@@ -108,6 +108,46 @@ def pod_spec(obj: K8sObject) -> dict[str, Any]:
 
 
 # -- the graph ----------------------------------------------------------------------------------
+
+
+H100_CONFIG: dict[str, Any] = {
+    "availabilityZones": ["us-west-2a", "us-west-2b"],
+    "gpuNodeGroups": [
+        {
+            "name": "h100",
+            "instanceTypes": ["p5.48xlarge"],
+            "capacityType": "CAPACITY_BLOCK",
+            "capacityReservationId": "cr-0a1b2c3d4e5f60718",
+            "availabilityZone": "us-west-2b",
+            "efa": True,
+            "instanceStoreRaid0": True,
+            "minSize": 0,
+            "maxSize": 2,
+            "desiredSize": 2,
+        }
+    ],
+    "karpenter": {
+        "instanceFamilies": ["p5", "p5e"],
+        "capacityTypes": ["reserved", "on-demand"],
+        "capacityReservationIds": ["cr-0123456789abcdef0"],
+        "gpuLimit": 32,
+        "efa": True,
+        "availabilityZone": "us-west-2b",
+        "instanceStoreRaid0": True,
+    },
+}
+
+
+@pytest.mark.charts(versions.EFA_DEVICE_PLUGIN)
+def test_every_check_passes_on_h100_capacity_with_efa() -> None:
+    """Capacity Blocks, reservations, EFA and RAID0 (issue 24, items 13 and 14): the node class
+    is valid for the pinned CRDs, and the EFA device plugin reaches both EFA pools."""
+    graph = build_graph(run_stack(EKS_STACK, overrides=H100_CONFIG))
+    assert run_checks(graph) == NO_FINDINGS
+    plugin = one(graph, "DaemonSet", "aws-efa-k8s-device-plugin")
+    placement = PodPlacement.of(pod_spec(plugin))
+    efa_pools = [p.name for p in graph.platform.pools if misfit(placement, p) is None]
+    assert efa_pools == ["gpu-eks-h100-nodes", "karpenter/gpu"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -145,7 +145,8 @@ def test_bad_stack_config_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object], message: str
 ) -> None:
     stack_file = tmp_path / "Pulumi.bad.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": {"aws:region": "us-west-2", **config}}))
+    base = {"aws:region": "us-west-2", "gpu-cluster-eks:karpenter": {"gpuLimit": 8}}
+    stack_file.write_text(yaml.safe_dump({"config": {**base, **config}}))
     assert render(EKS_STACK, "--config", stack_file) == 2
     err = capsys.readouterr().err
     assert err.startswith("render: error: ")
