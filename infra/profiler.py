@@ -23,6 +23,7 @@ RUN_AS_USER = 65532  # the image's non-root user
 STORE_DIR = "/var/lib/gpu-profiler"
 SQLITE_STORE_URL = f"sqlite:///{STORE_DIR}/profiler.db"
 STORE_SECRET_KEY = "store-url"  # noqa: S105  a key name
+PULL_SECRET_NAME = f"{PROFILER_NAME}-registry"  # the Secret of ``registry_credentials``
 # SIGTERM to SIGKILL. The daemon needs a few seconds (profiler_app.daemon.STOP_GRACE_SECONDS
 # for a running cycle, then the store's flush); Kubernetes' default is the same 30 s, set here
 # so the code and its comments do not rest on an unstated default.
@@ -56,6 +57,11 @@ class GpuProfilerArgs:
     memory_request: str = "128Mi"
     cpu_limit: str = "500m"
     memory_limit: str = "512Mi"
+    # A private registry (GHCR makes a new package private): names of existing pull Secrets in
+    # the profiler's namespace, and/or a .dockerconfigjson (a Pulumi secret) the component stores
+    # in a Secret of its own.
+    image_pull_secrets: tuple[str, ...] = ()
+    registry_credentials: pulumi.Input[str] | None = None
 
 
 def _env(
@@ -171,6 +177,23 @@ class GpuProfiler(pulumi.ComponentResource):
                 opts=child,
             )
 
+        pull_secrets = [
+            k8s.core.v1.LocalObjectReferenceArgs(name=n) for n in args.image_pull_secrets
+        ]
+        if args.registry_credentials is not None:
+            registry = k8s.core.v1.Secret(
+                "profiler-registry-secret",
+                metadata=meta(PULL_SECRET_NAME),
+                type="kubernetes.io/dockerconfigjson",
+                string_data={".dockerconfigjson": pulumi.Output.secret(args.registry_credentials)},
+                opts=child,
+            )
+            pull_secrets.append(
+                k8s.core.v1.LocalObjectReferenceArgs(
+                    name=registry.metadata.apply(lambda m: str(m.name))
+                )
+            )
+
         container = k8s.core.v1.ContainerArgs(
             name=PROFILER_NAME,
             image=args.image,
@@ -225,6 +248,7 @@ class GpuProfiler(pulumi.ComponentResource):
                             for toleration in gpu_tolerations()
                         ],
                         security_context=non_root_pod_security(RUN_AS_USER),
+                        image_pull_secrets=pull_secrets or None,
                         containers=[container],
                         volumes=[
                             k8s.core.v1.VolumeArgs(

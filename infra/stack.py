@@ -150,7 +150,21 @@ def profiler_args(
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",
         monitoring_namespace=monitoring_namespace,
+        image_pull_secrets=image_pull_secrets(config),
+        registry_credentials=config.get_secret("profilerRegistryCredentials"),
     )
+
+
+def image_pull_secrets(config: pulumi.Config) -> tuple[str, ...]:
+    """``profilerImagePullSecrets``: names of pull Secrets in the profiler's namespace."""
+    value = stack_config.read_object(config, "profilerImagePullSecrets")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise stack_config.ConfigError(
+            f"stack config profilerImagePullSecrets must be a list of Secret names, got {value!r}"
+        )
+    return tuple(value)
 
 
 @dataclass(frozen=True)

@@ -48,15 +48,27 @@ import requests
 
 from tests.support.gpu_cluster.apiserver import StandInGpuCluster
 from tests.support.gpu_cluster.backends import RULES_FILE, prometheus_config, rules_file
-from tests.support.gpu_cluster.scenario import GpuNode, Karpenter, Scenario, Taint, Unready
+from tests.support.gpu_cluster.scenario import (
+    GpuNode,
+    Karpenter,
+    Keda,
+    Scenario,
+    Storage,
+    StoreDatabase,
+    Taint,
+    Unready,
+)
 from tests.support.ports import free_port
 from tests.support.prometheus import PrometheusServer
 
 __all__ = [
     "GpuNode",
     "Karpenter",
+    "Keda",
     "Scenario",
     "StandInGpuCluster",
+    "Storage",
+    "StoreDatabase",
     "Taint",
     "Unready",
     "running_gpu_cluster",

@@ -97,11 +97,14 @@ GpuSource = Callable[[], list[tuple[Gpu, bool]]]  # every reported GPU; True: fa
 
 
 class StandInDcgmExporter(HttpStub):
-    """dcgm-exporter's /metrics for what ``source`` says is there (see the module docstring)."""
+    """dcgm-exporter's /metrics for what ``source`` says is there (see the module docstring);
+    ``more`` adds lines of other exporters the same Prometheus job stands in for (the profiler's
+    store errors)."""
 
-    def __init__(self, source: GpuSource) -> None:
+    def __init__(self, source: GpuSource, more: Callable[[], list[str]] | None = None) -> None:
         self._types = _counter_types()
         self._source = source
+        self._more = more or list
         super().__init__(self._respond)
 
     def _respond(self, method: str, path: str, query: dict[str, str], body: bytes) -> Answer:
@@ -124,7 +127,7 @@ class StandInDcgmExporter(HttpStub):
                     value = 1.0
                 labels = ",".join(f'{key}="{text}"' for key, text in device.labels().items())
                 lines.append(f"{field}{{{labels}}} {value:g}")
-        return "\n".join(lines) + "\n"
+        return "\n".join([*lines, *self._more()]) + "\n"
 
 
 class StandInGrafana(HttpStub):
