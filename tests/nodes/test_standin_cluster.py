@@ -199,10 +199,9 @@ def test_fabric_manager_is_installed_and_enabled_where_asked(provisioned: Provis
         in nvswitch.run("dpkg-query -W -f '${Status}' nvidia-fabricmanager-580").stdout
     )
     assert nvswitch.run("systemctl is-enabled nvidia-fabricmanager").stdout.strip() == "enabled"
-    # No driver is loaded here, so it starts at the reboot, not now (it would fail without one).
-    assert nvswitch.run("systemctl is-active nvidia-fabricmanager", check=False).stdout.strip() != (
-        "active"
-    )
+    # Started once the driver was loaded (the check before joining starts it).
+    assert nvswitch.run("systemctl is-active nvidia-fabricmanager").stdout.strip() == "active"
+    assert "nvidia-smi:" not in provisioned.converge_run.output
     # "auto" on a PCI bus without NVSwitches installs nothing.
     for name in ("gpu-cp-1", "gpu-worker-1"):
         node = provisioned.cluster.node(name)
