@@ -27,6 +27,29 @@ SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 if not os.environ.get(CHART_CACHE_ENV) and SHARED_CHARTS.is_dir():
     os.environ[CHART_CACHE_ENV] = str(SHARED_CHARTS)
 
+# H100 capacity for multi-node training (issue 24): a p5.48xlarge Capacity Block with EFA and
+# RAID0 on a node group, and a Karpenter pool of p5/p5e from a reservation, with EFA.
+CAPACITY_BLOCK_GROUP = {
+    "name": "h100",
+    "instanceTypes": ["p5.48xlarge"],
+    "capacityType": "CAPACITY_BLOCK",
+    "capacityReservationId": "cr-0a1b2c3d4e5f60718",
+    "availabilityZone": "us-west-2b",
+    "efa": True,
+    "instanceStoreRaid0": True,
+    "minSize": 0,
+    "maxSize": 2,
+    "desiredSize": 2,
+}
+H100_POOL = {
+    "instanceFamilies": ["p5", "p5e"],
+    "capacityTypes": ["reserved", "on-demand"],
+    "capacityReservationIds": ["cr-0123456789abcdef0"],
+    "gpuLimit": 32,
+    "efa": True,
+    "availabilityZone": "us-west-2b",
+    "instanceStoreRaid0": True,
+}
 # What the stacks install with their example config (EFA's device plugin only where EFA is on).
 STACK_CHARTS = tuple(c for c in versions.PINNED_CHARTS if c is not versions.EFA_DEVICE_PLUGIN)
 

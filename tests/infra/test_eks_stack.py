@@ -20,7 +20,7 @@ from infra.render.program import (
     mock_id,
     run_stack,
 )
-from tests.infra.conftest import EKS_STACK
+from tests.infra.conftest import CAPACITY_BLOCK_GROUP, EKS_STACK
 
 NODE_GROUP = "eks:index:ManagedNodeGroup"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -266,20 +266,6 @@ def test_the_node_monitoring_agent_reports_gpu_faults(eks_run: ProgramRun) -> No
     """Issue 24, item 14: what Karpenter's node repair acts on."""
     agent = eks_run.one("aws:eks/addon:Addon", "gpu-eks-node-monitoring-agent").inputs
     assert (agent["clusterName"], agent["addonName"]) == ("gpu-dev", "eks-node-monitoring-agent")
-
-
-CAPACITY_BLOCK_GROUP = {
-    "name": "h100",
-    "instanceTypes": ["p5.48xlarge"],
-    "capacityType": "CAPACITY_BLOCK",
-    "capacityReservationId": "cr-0a1b2c3d4e5f60718",
-    "availabilityZone": "us-west-2b",
-    "efa": True,
-    "instanceStoreRaid0": True,
-    "minSize": 0,
-    "maxSize": 2,
-    "desiredSize": 2,
-}
 
 
 def _launch_template(run: ProgramRun, group: str) -> dict[str, object]:

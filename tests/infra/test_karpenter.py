@@ -24,7 +24,7 @@ from infra.render.program import (
     mock_id,
     run_stack,
 )
-from tests.infra.conftest import EKS_STACK
+from tests.infra.conftest import EKS_STACK, H100_POOL
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
@@ -331,17 +331,6 @@ def test_karpenter_alone_provides_gpu_nodes() -> None:
 def test_malformed_karpenter_config_is_one_clear_error(karpenter: object, message: str) -> None:
     with pytest.raises(pulumi.RunError, match=message):
         run_stack(EKS_STACK, overrides={"karpenter": karpenter})
-
-
-H100_POOL = {
-    "instanceFamilies": ["p5", "p5e"],
-    "capacityTypes": ["reserved", "on-demand"],
-    "capacityReservationIds": ["cr-0123456789abcdef0"],
-    "gpuLimit": 32,
-    "efa": True,
-    "availabilityZone": "us-west-2b",
-    "instanceStoreRaid0": True,
-}
 
 
 def test_an_h100_pool_uses_its_reservations_efa_and_raid0() -> None:

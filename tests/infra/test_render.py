@@ -25,7 +25,7 @@ from infra.render.checks import CHECKS, run_checks
 from infra.render.graph import K8sObject, ObjectGraph, build_graph
 from infra.render.program import ProgramRun, run_stack
 from infra.scheduling import NodePool, PodPlacement, Taint, misfit
-from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
+from tests.infra.conftest import CAPACITY_BLOCK_GROUP, EKS_STACK, H100_POOL, KUBEADM_STACK
 
 pytestmark = pytest.mark.charts
 
@@ -112,29 +112,8 @@ def pod_spec(obj: K8sObject) -> dict[str, Any]:
 
 H100_CONFIG: dict[str, Any] = {
     "availabilityZones": ["us-west-2a", "us-west-2b"],
-    "gpuNodeGroups": [
-        {
-            "name": "h100",
-            "instanceTypes": ["p5.48xlarge"],
-            "capacityType": "CAPACITY_BLOCK",
-            "capacityReservationId": "cr-0a1b2c3d4e5f60718",
-            "availabilityZone": "us-west-2b",
-            "efa": True,
-            "instanceStoreRaid0": True,
-            "minSize": 0,
-            "maxSize": 2,
-            "desiredSize": 2,
-        }
-    ],
-    "karpenter": {
-        "instanceFamilies": ["p5", "p5e"],
-        "capacityTypes": ["reserved", "on-demand"],
-        "capacityReservationIds": ["cr-0123456789abcdef0"],
-        "gpuLimit": 32,
-        "efa": True,
-        "availabilityZone": "us-west-2b",
-        "instanceStoreRaid0": True,
-    },
+    "gpuNodeGroups": [CAPACITY_BLOCK_GROUP],
+    "karpenter": H100_POOL,
 }
 
 

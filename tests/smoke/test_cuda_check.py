@@ -150,23 +150,20 @@ def test_the_kernel_assembles_for_ampere_hopper_and_blackwell(tmp_path: Path, ar
     if ptxas is None:
         pytest.skip("no ptxas: pip install nvidia-cuda-nvcc-cu12 (the dev extra, on x86_64)")
     source = tmp_path / "vector_add.ptx"
-    source.write_bytes(cuda_check.VECTOR_ADD_PTX)
-    completed = subprocess.run(
-        [str(ptxas), f"-arch={arch}", str(source), "-o", str(tmp_path / "vector_add.cubin")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def assemble(ptx: bytes) -> subprocess.CompletedProcess[str]:
+        source.write_bytes(ptx)
+        return subprocess.run(
+            [str(ptxas), f"-arch={arch}", str(source), "-o", str(tmp_path / "vector_add.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    completed = assemble(cuda_check.VECTOR_ADD_PTX)
     assert completed.returncode == 0, completed.stderr
     # The assembler is a real judge: a kernel with an undefined register is refused.
-    source.write_bytes(cuda_check.VECTOR_ADD_PTX.replace(b"%f2;", b"%f9;"))
-    broken = subprocess.run(
-        [str(ptxas), f"-arch={arch}", str(source), "-o", str(tmp_path / "broken.cubin")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    broken = assemble(cuda_check.VECTOR_ADD_PTX.replace(b"%f2;", b"%f9;"))
     assert broken.returncode != 0
     assert "Unknown symbol '%f9'" in broken.stderr
