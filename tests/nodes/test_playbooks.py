@@ -77,6 +77,7 @@ def test_gpu_hosts_whose_driver_is_not_loaded_stop_before_joining(
         assert "couldn't communicate with the NVIDIA driver" in line
         assert "so it does not join the cluster" in line
         assert "Reboot it" in line
+        assert "\\n" not in line  # one line: no newline escaped in Ansible's JSON
     assert "Join the cluster with kubeadm." not in run.output
     assert "could not be loaded without a reboot" in run.output  # the install's own report
 
