@@ -231,9 +231,7 @@ CASES: dict[str, Case] = {
         Scenario(cuda_failure=("cuLaunchKernel", 802)),
         {
             CUDA: ("cuLaunchKernel failed: CUDA_ERROR_SYSTEM_NOT_READY (802)", "Fabric Manager"),
-            PEER_TO_PEER: (
-                "CUDA_ERROR_SYSTEM_NOT_READY (802): system not yet initialized on gpu-node-2",
-            ),
+            PEER_TO_PEER: ("gpu-node-2: cuLaunchKernel failed: CUDA_ERROR_SYSTEM_NOT_READY (802)",),
         },
     ),
     "no-gpu-pod-never-started": Case(
