@@ -36,6 +36,7 @@ PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401
 RUN_AS_USER = 65532  # the image's non-root user
 STORE_DIR = "/var/lib/gpu-profiler"  # the image's store folder; SQLite's, on the node too
+PULL_SECRET_NAME = f"{PROFILER_NAME}-registry"  # the Secret of ``registry_credentials``
 # SIGTERM to SIGKILL. The daemon needs a few seconds (profiler_app.daemon.STOP_GRACE_SECONDS
 # for a running cycle, then the store's flush); Kubernetes' default is the same 30 s, set here
 # so the code and its comments do not rest on an unstated default.
@@ -76,6 +77,11 @@ class GpuProfilerArgs:
     memory_request: str = "128Mi"
     cpu_limit: str = "500m"
     memory_limit: str = "512Mi"
+    # A private registry (GHCR makes a new package private): names of existing pull Secrets in
+    # the profiler's namespace, and/or a .dockerconfigjson (a Pulumi secret) the component stores
+    # in a Secret of its own.
+    image_pull_secrets: tuple[str, ...] = ()
+    registry_credentials: pulumi.Input[str] | None = None
 
 
 def _env(args: GpuProfilerArgs) -> list[k8s.core.v1.EnvVarArgs]:
@@ -175,6 +181,23 @@ class GpuProfiler(pulumi.ComponentResource):
             opts=child,
         )
 
+        pull_secrets = [
+            k8s.core.v1.LocalObjectReferenceArgs(name=n) for n in args.image_pull_secrets
+        ]
+        if args.registry_credentials is not None:
+            registry = k8s.core.v1.Secret(
+                "profiler-registry-secret",
+                metadata=meta(PULL_SECRET_NAME),
+                type="kubernetes.io/dockerconfigjson",
+                string_data={".dockerconfigjson": pulumi.Output.secret(args.registry_credentials)},
+                opts=child,
+            )
+            pull_secrets.append(
+                k8s.core.v1.LocalObjectReferenceArgs(
+                    name=registry.metadata.apply(lambda m: str(m.name))
+                )
+            )
+
         container = k8s.core.v1.ContainerArgs(
             name=PROFILER_NAME,
             image=args.image,
@@ -238,6 +261,7 @@ class GpuProfiler(pulumi.ComponentResource):
                         ],
                         security_context=non_root_pod_security(RUN_AS_USER),
                         init_containers=store.init_containers or None,
+                        image_pull_secrets=pull_secrets or None,
                         containers=[container],
                         volumes=[
                             *store.volumes,

@@ -195,6 +195,8 @@ def profiler_args(
         protect_training=True if protect is None else protect,
         kubeconfig=kubeconfig,
         monitoring_namespace=monitoring_namespace,
+        image_pull_secrets=image_pull_secrets(config),
+        registry_credentials=config.get_secret("profilerRegistryCredentials"),
     )
 
 
@@ -227,6 +229,18 @@ def store_plan(
     except ValueError as error:
         key = "profilerRds" if options.kind == "rds" else "profilerDatabase"
         raise stack_config.ConfigError(f"stack config {key}: {error}") from None
+
+
+def image_pull_secrets(config: pulumi.Config) -> tuple[str, ...]:
+    """``profilerImagePullSecrets``: names of pull Secrets in the profiler's namespace."""
+    value = stack_config.read_object(config, "profilerImagePullSecrets")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise stack_config.ConfigError(
+            f"stack config profilerImagePullSecrets must be a list of Secret names, got {value!r}"
+        )
+    return tuple(value)
 
 
 @dataclass(frozen=True)

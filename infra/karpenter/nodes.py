@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra.eks import gpu_node_user_data
+from infra.eks import EFA_NODE_LABEL, gpu_node_user_data
 from infra.gpu import (
     GPU_NODE_LABEL_KEY,
     GPU_NODE_LABEL_VALUE,
@@ -27,7 +27,10 @@ from infra.gpu import (
 NODE_CLASS_GROUP = "karpenter.k8s.aws"
 NODE_CLASS_API = f"{NODE_CLASS_GROUP}/v1"
 NODE_POOL_API = "karpenter.sh/v1"
-CAPACITY_TYPES = ("on-demand", "spot")
+# "reserved": on-demand capacity reservations and Capacity Blocks that the node class selects.
+CAPACITY_TYPES = ("on-demand", "spot", "reserved")
+CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-z]+$")
+ZONE_LABEL = "topology.kubernetes.io/zone"
 # Karpenter's duration format (Go's, in whole units), and "Never" where a field takes it.
 DURATION = re.compile(r"^(\d+(s|m|h))+$|^Never$")
 GRACE_PERIOD = re.compile(r"^(\d+(s|m|h))+$")
@@ -46,12 +49,25 @@ EXPIRE_AFTER = "Never"
 class GpuNodePoolArgs:
     """A Karpenter NodePool of NVIDIA GPU instances and its EC2NodeClass."""
 
+    # nvidia.com/gpu across the pool's nodes: what the pool may cost at most. No default: one
+    # p5.48xlarge alone has 8, a g5.xlarge 1 (the EKS stack's karpenter.gpuLimit).
+    gpu_limit: int
     name: str = "gpu"
-    # EC2 instance families (karpenter.k8s.aws/instance-family), NVIDIA GPUs only.
+    # EC2 instance families (karpenter.k8s.aws/instance-family) of NVIDIA GPUs: g5, g6, g6e,
+    # p4d, p5, p5e, p5en ... (p5 and p5e usually come as capacity reservations or Capacity Blocks).
     instance_families: tuple[str, ...] = ("g5", "g6", "g6e")
     capacity_types: tuple[str, ...] = ("on-demand",)
     architectures: tuple[str, ...] = ("amd64",)
-    gpu_limit: int = 8  # nvidia.com/gpu across the pool's nodes
+    # Capacity reservations (cr-...) and Capacity Blocks the pool may use, with capacity type
+    # "reserved"; Karpenter prefers them over on-demand while they have room.
+    capacity_reservation_ids: tuple[str, ...] = ()
+    # EFA: instances in one zone (``availability_zone``), in the pool's cluster placement group,
+    # with the EFA interfaces their pods request (vpc.amazonaws.com/efa).
+    efa: bool = False
+    availability_zone: str | None = None
+    # Instance-store NVMe disks (p4d, p5) as one RAID0 array for the kubelet's and containerd's
+    # storage; off: the disks stay unused.
+    instance_store_raid0: bool = False
     # Empty or underused nodes go away this long after they became so.
     consolidate_after: str = "10m"
     # Amazon Linux 2023 through Karpenter's alias: it picks the NVIDIA variant for GPU instances.
@@ -73,6 +89,12 @@ class GpuNodePoolArgs:
             )
         if self.gpu_limit < 1:
             raise ValueError(f"gpuLimit must be at least 1, got {self.gpu_limit}")
+        self._check_reservations()
+        if self.efa and not self.availability_zone:
+            raise ValueError(
+                "efa needs availabilityZone: a cluster placement group lies in one zone "
+                "(the zone of your capacity reservation, if any)"
+            )
         if not DURATION.match(self.consolidate_after):
             raise ValueError(
                 f"consolidateAfter must be a duration such as 30s, 10m or 1h (or Never), got "
@@ -99,11 +121,35 @@ class GpuNodePoolArgs:
                 f"al2023@v<date>): its NVIDIA variant carries the driver; got {self.ami_alias!r}"
             )
 
+    def _check_reservations(self) -> None:
+        wrong = [i for i in self.capacity_reservation_ids if not CAPACITY_RESERVATION_ID.match(i)]
+        if wrong:
+            raise ValueError(f"capacityReservationIds must be cr-... ids, got {wrong}")
+        reserved = "reserved" in self.capacity_types
+        if reserved != bool(self.capacity_reservation_ids):
+            raise ValueError(
+                "capacityTypes reserved and capacityReservationIds go together: reserved "
+                "capacity is the reservations (and Capacity Blocks) the pool may use"
+            )
+
+
+def placement_group_name(cluster_name: str, pool: GpuNodePoolArgs) -> str:
+    """The cluster placement group of an EFA pool (GpuKarpenter creates it)."""
+    return f"{cluster_name}-{pool.name}-efa"
+
 
 def karpenter_values(cluster_name: str, queue_name: str, role_arn: str) -> dict[str, Any]:
-    """Values of the karpenter chart (installed without its crds/: karpenter-crd holds them)."""
+    """Values of the karpenter chart (installed without its crds/: karpenter-crd holds them).
+
+    Node repair replaces nodes whose conditions (the EKS node monitoring agent's, the kubelet's)
+    stay unhealthy, GPU faults among them; reserved capacity is the chart's default, spelt out.
+    """
     return {
-        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "settings": {
+            "clusterName": cluster_name,
+            "interruptionQueue": queue_name,
+            "featureGates": {"nodeRepair": True, "reservedCapacity": True},
+        },
         "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": role_arn}},
         "serviceMonitor": {"enabled": True},
         "controller": {
@@ -144,6 +190,17 @@ def ec2_node_class_spec(
         # GPUs only through the device plugin, as on the managed GPU node groups.
         "userData": gpu_node_user_data(),
         "tags": {"gpu-cluster/node-pool": pool.name},
+        **(
+            {"capacityReservationSelectorTerms": [{"id": i} for i in pool.capacity_reservation_ids]}
+            if pool.capacity_reservation_ids
+            else {}
+        ),
+        **(
+            {"placementGroupSelector": {"name": placement_group_name(cluster_name, pool)}}
+            if pool.efa
+            else {}
+        ),
+        **({"instanceStorePolicy": "RAID0"} if pool.instance_store_raid0 else {}),
     }
 
 
@@ -156,9 +213,14 @@ def node_pool_spec(pool: GpuNodePoolArgs) -> dict[str, Any]:
         ("kubernetes.io/arch", pool.architectures),
         ("kubernetes.io/os", ("linux",)),
     ]
+    labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
+    if pool.efa and pool.availability_zone:
+        # A cluster placement group holds instances of one zone only.
+        requirements.append((ZONE_LABEL, (pool.availability_zone,)))
+        labels[EFA_NODE_LABEL] = "true"
     return {
         "template": {
-            "metadata": {"labels": {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}},
+            "metadata": {"labels": labels},
             "spec": {
                 "nodeClassRef": {
                     "group": NODE_CLASS_GROUP,

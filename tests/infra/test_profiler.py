@@ -8,6 +8,8 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pulumi
+import pytest
 from psycopg import pq
 
 from infra import versions
@@ -159,6 +161,31 @@ def test_postgres_store_url_comes_from_a_secret() -> None:
         "secretKeyRef": {"name": "gpu-profiler-store", "key": "store-url"}
     }
     assert "s3cret" not in str(run.one(DAEMON_SET).inputs)
+
+
+def test_a_private_image_is_pulled_with_the_given_secrets(eks_run: ProgramRun) -> None:
+    """Issue 24, item 5: GHCR makes a new package private; nodes then need credentials."""
+    assert "imagePullSecrets" not in pod_spec(eks_run)
+    config = '{"auths": {"ghcr.io": {"auth": "dXNlcjp0b2tlbg=="}}}'
+    run = run_stack(
+        EKS_STACK,
+        overrides={"profilerImagePullSecrets": ["ghcr-pull"]},
+        secrets={"profilerRegistryCredentials": config},
+    )
+    assert pod_spec(run)["imagePullSecrets"] == [
+        {"name": "ghcr-pull"},
+        {"name": "gpu-profiler-registry"},
+    ]
+    secret = run.one("kubernetes:core/v1:Secret", "profiler-registry-secret")
+    assert secret.inputs["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret.inputs["stringData"] == {".dockerconfigjson": config}
+    assert "stringData" in secret.secret_paths
+    assert secret.inputs["metadata"]["namespace"] == "gpu-profiler"
+
+
+def test_pull_secrets_must_be_a_list_of_names() -> None:
+    with pytest.raises(pulumi.RunError, match="profilerImagePullSecrets must be a list"):
+        run_stack(EKS_STACK, overrides={"profilerImagePullSecrets": {"name": "ghcr-pull"}})
 
 
 def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
