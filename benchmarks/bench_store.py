@@ -51,7 +51,7 @@ from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
 END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)  # as the shared generator's stores end
 DAY = timedelta(days=1)
-BEFORE_REVISION = "0004_trial_result"  # the store's schema before the rollups
+BEFORE_REVISION = "0006"  # the store's schema before the rollups
 
 # The synthetic cluster, per GPU g and hour index h since the start: node n has a role (its
 # job type: training, inference, bursty, training); each 6-hour block runs a new pod of the

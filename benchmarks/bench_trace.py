@@ -9,15 +9,18 @@ host-to-device copy and a ``cudaStreamSynchronize`` per step of 500 kernels, an 
 between steps, no NVTX (so the iteration comes from the kernel sequence, the slower path).
 The same report is written twice: every table's rows in time order (sorted by start, as
 Nsight Systems appears to write them), and rows shuffled (exports do not promise an order).
-Goal: a million kernel rows summarised in under 2 s on one core.
+Goal: a million kernel rows summarised in under 2 s of CPU on one core.
 
-SQLite runs single-threaded in this process, so the figures are one core's; the process CPU
-time is printed beside the wall time since other jobs may share the machine.
+SQLite and numpy run single-threaded, so the figures are one core's. Each summary runs in a
+fresh process (its first large allocations fault pages in, as a real run's do) and its CPU time
+(user + system) is printed beside the wall time, since other jobs may share the machine; then
+the CPU time of each stage (one run), and of ``gpu-profiler trace`` as a whole new process.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from profiler_app.trace import queries
+from profiler_app.trace import columns, groups, iterations, timeline
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import summarise
 from tests.support.nsys import HTOD, ReportBuilder
@@ -74,25 +77,24 @@ def timed(function: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
+# (module, function) of each stage of a summary, timed apart
+STAGES = (
+    (columns, "read"),  # the event columns, all tables
+    (groups, "kernel_groups"),  # with the launch join
+    (groups, "memory_groups"),
+    (groups, "api_groups"),
+    (timeline, "build"),  # the interval union and its idle gaps
+    (iterations, "from_activity"),  # the busy signal per bin and its period
+)
+
+
 def stage_times(path: Path) -> dict[str, float]:
-    """CPU seconds per query function during one summary."""
+    """CPU seconds per stage during one summary."""
     spent: dict[str, float] = {}
-    originals = {}
-    for name in (
-        "api_callers",
-        "kernel_groups",
-        "memory_groups",
-        "api_groups",
-        "build_gaps",
-        "build_sync_calls",
-        "gap_totals",
-        "longest_gaps",
-        "gaps_during_sync",
-        "idle_by_bin",
-        "nvtx_names",
-    ):
-        original = getattr(queries, name)
-        originals[name] = original
+    originals = []
+    for module, name in STAGES:
+        original = getattr(module, name)
+        originals.append((module, name, original))
 
         def wrapper(*args: Any, _name: str = name, _f: Any = original, **kwargs: Any) -> Any:
             start = time.process_time()
@@ -101,13 +103,16 @@ def stage_times(path: Path) -> dict[str, float]:
             finally:
                 spent[_name] = spent.get(_name, 0.0) + time.process_time() - start
 
-        setattr(queries, name, wrapper)
+        setattr(module, name, wrapper)
     try:
+        start = time.process_time()
         with open_report(str(path)) as export:
             summarise(export)
+        spent["total"] = time.process_time() - start
     finally:
-        for name, original in originals.items():
-            setattr(queries, name, original)
+        for module, name, original in originals:
+            setattr(module, name, original)
+    spent["the rest"] = spent["total"] - sum(v for k, v in spent.items() if k != "total")
     return spent
 
 
@@ -116,7 +121,16 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="write the reports here and keep them")
+    parser.add_argument("--child", metavar="REPORT", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep: summarise the reports an earlier run left in DIR (same --kernels)",
+    )
     args = parser.parse_args()
+    if args.child:
+        child(Path(args.child))
+        return
     directory = Path(args.keep or tempfile.mkdtemp(prefix="bench-trace-"))
     directory.mkdir(parents=True, exist_ok=True)
     print(
@@ -124,48 +138,83 @@ def main() -> None:
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    wall, _, report = timed(lambda: build(args.kernels, np.random.default_rng(7)))
-    print(f"built {args.kernels:,} kernels in {wall:.1f} s")
-    for order, shuffle in (("time order", False), ("shuffled", True)):
-        path = report.write(
-            directory / f"{order.split()[0]}.sqlite", shuffle=shuffle, time_order=not shuffle
-        )
+    orders = (("time order", False), ("shuffled", True))
+    paths = {order: directory / f"{order.split()[0]}.sqlite" for order, _ in orders}
+    if not (args.reuse and args.keep and all(path.exists() for path in paths.values())):
+        wall, _, report = timed(lambda: build(args.kernels, np.random.default_rng(7)))
+        print(f"built {args.kernels:,} kernels in {wall:.1f} s")
+        for order, shuffle in orders:
+            report.write(paths[order], shuffle=shuffle, time_order=not shuffle)
+    for order, _ in orders:
+        path = paths[order]
         size = path.stat().st_size / 2**20
-        runs = []
-        for _ in range(args.repeat):
-            wall, cpu, summary = timed(lambda p=path: _summary(p))
-            runs.append((wall, cpu))
-        best_wall = min(w for w, _ in runs)
-        best_cpu = min(c for _, c in runs)
-        gpu = summary.gpus[0]
+        runs = [_fresh_summary(path) for _ in range(args.repeat)]
+        cpu = sorted(run["user"] + run["sys"] for run in runs)
         print(
-            f"{order}: {size:.0f} MiB; summary best of {args.repeat}: {best_wall:.2f} s wall, "
-            f"{best_cpu:.2f} s CPU (all: {', '.join(f'{w:.2f}/{c:.2f}' for w, c in runs)}); "
-            f"verdict {gpu.verdict.name}, busy {gpu.busy_fraction:.1%}, "
-            f"{gpu.gaps.count:,} gaps, iteration "
-            f"{summary.iteration.seconds * 1e3 if summary.iteration else float('nan'):.2f} ms"
+            f"{order}: {size:.0f} MiB; summarise in a fresh process, {args.repeat} runs: CPU "
+            f"(user + sys) median {cpu[len(cpu) // 2]:.2f} s, best {cpu[0]:.2f} s "
+            f"(user/sys/wall: "
+            + ", ".join(f"{r['user']:.2f}/{r['sys']:.2f}/{r['wall']:.2f}" for r in runs)
+            + f"); peak RSS {max(r['peak_mib'] for r in runs):.0f} MiB; {runs[0]['result']}"
         )
         stages = stage_times(path)
         print("  CPU by stage: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
-        command = [
-            sys.executable,
-            "-m",
-            "profiler_app",
-            "trace",
-            str(path),
-            "--store-url",
-            "none",
-            "--output",
-            "json",
-        ]
-        wall, _, _ = timed(lambda c=command: subprocess.run(c, check=True, capture_output=True))
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        whole = []
+        for _ in range(args.repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([*TRACE_COMMAND, str(path)], check=True, capture_output=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            whole.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        whole.sort()
         print(
-            f"  gpu-profiler trace as a new process: {wall:.2f} s wall "
-            f"(children's CPU so far {children.ru_utime + children.ru_stime:.2f} s)"
+            f"  gpu-profiler trace --output json as a new process (start-up and imports "
+            f"included): CPU median {whole[len(whole) // 2]:.2f} s, best {whole[0]:.2f} s"
         )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS of this process: {peak:.0f} MiB")
+
+
+TRACE_COMMAND = [
+    sys.executable,
+    "-m",
+    "profiler_app",
+    "trace",
+    "--store-url",
+    "none",
+    "--output",
+    "json",
+]
+
+
+def _fresh_summary(path: Path) -> dict[str, Any]:
+    """One ``summarise`` in a new Python process (``--child``): its CPU time includes the
+    page faults of a process's first large allocations, as a real run's does."""
+    completed = subprocess.run(
+        [sys.executable, __file__, "--child", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(completed.stdout)
+
+
+def child(path: Path) -> None:
+    """Summarise ``path`` once; print user, system and wall seconds of that alone, as JSON."""
+    before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    summary = _summary(path)
+    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall
+    gpu = summary.gpus[0]
+    iteration = summary.iteration.seconds * 1e3 if summary.iteration else float("nan")
+    result = (
+        f"verdict {gpu.verdict.name}, busy {gpu.busy_fraction:.1%}, {gpu.gaps.count:,} gaps, "
+        f"iteration {iteration:.2f} ms"
+    )
+    figures = {
+        "user": after.ru_utime - before.ru_utime,
+        "sys": after.ru_stime - before.ru_stime,
+        "wall": wall,
+        "peak_mib": after.ru_maxrss / 1024,
+        "result": result,
+    }
+    print(json.dumps(figures))
 
 
 def _summary(path: Path) -> Any:

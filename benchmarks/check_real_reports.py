@@ -18,9 +18,10 @@ The reports are taken from those clones' history (``git show COMMIT:PATH``):
 
 Each summary is compared, GPU by GPU, with a plain reading of the same export in Python (every
 interval loaded, sorted and merged; calls counted per name, CUDA backtrace rows left out;
-launches matched by process and correlationId in a dict), a second implementation that
-catches a wrong join, window or grouping in the SQL; and, for CloverLeaf, with pipit's CSV, a
-reading by another project's code. Exit status 1 on any difference.
+launches matched by process and correlationId in a dict; NCCL kernels by their name's prefix,
+and the time they ran alone as the union with them less the union without them), a second
+implementation that catches a wrong join, union or grouping in the numpy code; and, for
+CloverLeaf, with pipit's CSV, a reading by another project's code. Exit status 1 on any difference.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ def ours(summary: TraceSummary) -> dict[int, Figures]:
             "memory": {m.name: (m.count, m.total_ns, m.bytes) for m in gpu.memory},
             "launches": gpu.launches,
             "launch_ns": gpu.launch_ns,
+            "nccl_ns": gpu.communication_ns,
+            "nccl_alone_ns": gpu.exposed_communication_ns,
         }
         for gpu in summary.gpus
     }
@@ -139,16 +142,28 @@ def plain_reading(path: Path) -> tuple[dict[int, Figures], dict[str, tuple[int, 
         return "globalPid" if "globalPid" in columns(table) else "NULL"
 
     intervals: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    not_nccl: dict[int, list[tuple[int, int]]] = defaultdict(list)  # all but NCCL kernels
+    nccl_ns: dict[int, int] = defaultdict(int)
     memory: dict[int, dict[str, list[int]]] = defaultdict(dict)
     for table in schema.GPU_ACTIVITY_TABLES:
         if table not in tables:
             continue
         kind = "copyKind" if table == schema.MEMCPY else "NULL"
-        for device, start, end, op, size in db.execute(
-            f"SELECT deviceId, start, end, {kind}, {'bytes' if table != schema.KERNEL else 0} "
-            f"FROM {table} WHERE end > start"
+        # NCCL's kernels by their name's prefix (the tool matches a regular expression)
+        nccl = (
+            f"(SELECT value FROM {schema.STRINGS} WHERE id = demangledName) LIKE 'nccl%'"
+            if table == schema.KERNEL
+            else "0"
+        )
+        for device, start, end, op, size, is_nccl in db.execute(
+            f"SELECT deviceId, start, end, {kind}, {'bytes' if table != schema.KERNEL else 0}, "
+            f"{nccl} FROM {table} WHERE end > start"
         ):
             intervals[device].append((start, end))
+            if is_nccl:
+                nccl_ns[device] += end - start
+            else:
+                not_nccl[device].append((start, end))
             if table != schema.KERNEL:
                 name = schema.MEMSET_KIND if op is None else schema.MEMCPY_KINDS[op]
                 tally(memory[device], name, 1, end - start, size)
@@ -182,8 +197,11 @@ def plain_reading(path: Path) -> tuple[dict[int, Figures], dict[str, tuple[int, 
         ).fetchall()
         matched = [calls[(p, c)] for p, c, _, node in kernels if node == 0 and (p, c) in calls]
         processes = {p for p, *_ in kernels}
+        busy_without_nccl = union(not_nccl[device])["busy_ns"] if not_nccl[device] else 0
         figures[device] = {
             **union(spans),
+            "nccl_ns": nccl_ns[device],
+            "nccl_alone_ns": union(list(spans))["busy_ns"] - busy_without_nccl,
             "kernels": len(kernels),
             "kernel_ns": sum(length for _, _, length, _ in kernels),
             "memory": {kind: tuple(values) for kind, values in memory[device].items()},
@@ -256,6 +274,14 @@ def describe(name: str, summary: TraceSummary) -> None:
             f"  GPU {gpu.device}: {sum(k.count for k in gpu.kernels)} kernels, busy "
             f"{gpu.busy_fraction:.1%} of {gpu.span_ns / 1e6:.1f} ms, {gpu.gaps.count} gaps, "
             f"{gpu.launches} launches; verdict {gpu.verdict.name}: {gpu.verdict.evidence[0]}"
+        )
+        for line in gpu.verdict.evidence[1:]:
+            print(f"    {line}")
+        whole = sum(share.total_ns for share in gpu.families)
+        print(
+            "    families: "
+            + ", ".join(f"{s.label} {s.percent_of(whole):.1f}%" for s in gpu.families)
+            + f"; reading: {gpu.reading}"
         )
 
 

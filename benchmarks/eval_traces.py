@@ -15,9 +15,10 @@ every trace into windows of that share of its length, each shifted by half a win
 every one, ``--every 5`` keeps every fifth sample (a coarser scrape). ``--matrix`` runs the
 standard set of perturbations and prints one table row each.
 
-Printed: every miss, accuracy per label and overall, and job consistency: the share of jobs
-with several GPUs in which no GPU is called training while another is called inference or
-bursty. A job is the pod of the original trace, whatever labels the perturbation removed.
+Printed: every miss, accuracy per label and overall, the confusion matrix (each label against
+the job types said), and job consistency: the share of jobs with several GPUs in which no GPU
+is called training while another is called inference or bursty. A job is the pod of the
+original trace, whatever labels the perturbation removed.
 The traces are evaluation data only; they are never copied into the repository.
 """
 
@@ -50,6 +51,7 @@ FIELD_ALIASES = {
     "fb-used": "DCGM_FI_DEV_FB_USED",
 }
 LABELS = ("idle", "training", "other")
+JOB_TYPES = ("idle", "training", "inference", "bursty")
 
 Document = dict[str, object]
 
@@ -175,6 +177,7 @@ class Score:
     jobs: int = 0
     consistent: int = 0
     misses: list[str] = field(default_factory=list)
+    confusion: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
 
     def share(self, label: str | None = None) -> tuple[int, int]:
         if label is None:
@@ -206,6 +209,7 @@ def score(traces: Path, perturbation: Perturbation, command: list[str] | None) -
                         continue
                     expected_keys.discard(key)
                     result.total[expected] += 1
+                    result.confusion[expected, said] += 1
                     if label_of(said) == expected:
                         result.right[expected] += 1
                     else:
@@ -216,6 +220,7 @@ def score(traces: Path, perturbation: Perturbation, command: list[str] | None) -
                 for key in sorted(expected_keys):
                     result.misses.append(f"{key}{suffix}: not profiled (expected {truth[key]})")
                     result.total[truth[key]] += 1
+                    result.confusion[truth[key], "not profiled"] += 1
                 several = [said for pod, said in jobs.items() if _gpus(pods, pod) > 1]
                 result.jobs += len(several)
                 result.consistent += sum(not ("training" in s and s & SERVING) for s in several)
@@ -230,6 +235,17 @@ def _percent(right: int, total: int) -> str:
     return f"{right} of {total} ({right / total:.1%})" if total else "-"
 
 
+def confusion_table(result: Score) -> list[str]:
+    """The confusion matrix as Markdown: one row per label, one column per job type said."""
+    said = list(JOB_TYPES)
+    said += sorted({name for _, name in result.confusion if name not in JOB_TYPES})
+    lines = ["| label \\ said | " + " | ".join(said) + " |", "| --- " * (len(said) + 1) + "|"]
+    for label in LABELS:
+        cells = [str(result.confusion.get((label, name), 0)) for name in said]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def report(perturbation: Perturbation, result: Score, quiet: bool) -> None:
     print(f"== {perturbation.name}")
     if not quiet:
@@ -239,6 +255,7 @@ def report(perturbation: Perturbation, result: Score, quiet: bool) -> None:
         print(f"{label}: {_percent(*result.share(label))} right")
     print(f"overall: {_percent(*result.share())} right")
     print(f"job consistency: {result.consistent} of {result.jobs} jobs with several GPUs agree")
+    print("\n".join(confusion_table(result)))
 
 
 def table(rows: list[tuple[Perturbation, Score]]) -> None:

@@ -35,6 +35,17 @@ KEDA_NAMESPACE = "keda"
 SERVING_PORT = 8000  # vLLM's OpenAI-compatible API and its /metrics
 CACHE_DIR = "/cache"
 RUN_AS_USER = 10001  # not root (the image defaults to root); it writes only to its volumes
+# The image has no passwd entry for that uid: getpass.getuser(), which PyTorch Inductor's cache
+# calls, reads USER before the passwd database (without it: KeyError, a crash loop).
+RUN_AS_USER_NAME = "vllm"
+# Startup: the model download and vLLM's compilation and CUDA graph capture, up to 20 minutes.
+STARTUP_PROBE_PERIOD_SECONDS = 10
+STARTUP_PROBE_FAILURES = 120
+# Pulling the image (about 10 GB) comes before the startup probe; the Deployment counts both.
+PROGRESS_DEADLINE_SECONDS = 45 * 60
+# `pulumi up` does not wait for the example to become ready (a first start can take half an hour,
+# and a workload that fails must not fail the platform's deployment): the smoke suite checks it.
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # KEDA's defaults, spelt out: how often the trigger is read, and how long the workload must stay
 # below the activation threshold before it goes to zero.
 POLLING_INTERVAL_SECONDS = 15
@@ -165,15 +176,18 @@ def deployment_spec(
         # HOME, on a volume: the image's own filesystem stays read-only.
         env=[
             k8s.core.v1.EnvVarArgs(name="HOME", value=CACHE_DIR),
+            k8s.core.v1.EnvVarArgs(name="USER", value=RUN_AS_USER_NAME),
             k8s.core.v1.EnvVarArgs(name="HF_HOME", value=f"{CACHE_DIR}/huggingface"),
         ],
         resources=k8s.core.v1.ResourceRequirementsArgs(
             requests={"cpu": "2", "memory": "8Gi", GPU_RESOURCE: "1"},
             limits={"memory": "16Gi", GPU_RESOURCE: "1"},
         ),
-        # The model is downloaded at start: up to 10 minutes before the first /health.
+        # The model is downloaded and compiled at start: up to 20 minutes before the first /health.
         startup_probe=k8s.core.v1.ProbeArgs(
-            http_get=probe.http_get, period_seconds=10, failure_threshold=60
+            http_get=probe.http_get,
+            period_seconds=STARTUP_PROBE_PERIOD_SECONDS,
+            failure_threshold=STARTUP_PROBE_FAILURES,
         ),
         readiness_probe=probe,
         liveness_probe=probe,
@@ -190,6 +204,7 @@ def deployment_spec(
     return k8s.apps.v1.DeploymentSpecArgs(
         # Under a scaler, Pulumi must not reset the replica count on every `pulumi up`.
         replicas=None if scaler != "none" else args.replicas_floor(scaler),
+        progress_deadline_seconds=PROGRESS_DEADLINE_SECONDS,
         selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
         template=k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
@@ -266,15 +281,19 @@ class WorkloadAutoscaling(pulumi.ComponentResource):
         opts = pulumi.ResourceOptions(parent=self, depends_on=in_namespace)
         labels = _labels(example)
         metadata = k8s.meta.v1.ObjectMetaArgs(name=example.name, namespace=namespace, labels=labels)
+        unawaited = k8s.meta.v1.ObjectMetaArgs(
+            name=example.name, namespace=namespace, labels=labels, annotations=SKIP_AWAIT
+        )
         self.deployment = k8s.apps.v1.Deployment(
             "example-workload",
-            metadata=metadata,
+            metadata=unawaited,
             spec=deployment_spec(example, args.scaler),
             opts=opts,
         )
+        # Its endpoints exist only once a pod is ready: not awaited either.
         k8s.core.v1.Service(
             "example-workload-service",
-            metadata=metadata,
+            metadata=unawaited,
             spec=k8s.core.v1.ServiceSpecArgs(
                 selector=labels,
                 ports=[

@@ -25,12 +25,13 @@ def chart_cache() -> Path:
 
 
 def archive_name(name: str, version: str) -> str:
+    """A chart archive's file name, for a chart known by name and version (HelmChart.archive)."""
     return f"{name}-{version}.tgz"
 
 
 def cached_archive(chart: HelmChart, cache_dir: Path | None = None) -> Path:
     """The path of a chart's archive in the cache (whether or not it is there)."""
-    return (cache_dir or chart_cache()) / archive_name(chart.name, chart.version)
+    return (cache_dir or chart_cache()) / chart.archive
 
 
 def missing_archive_message(name: str, version: str, folder: Path) -> str:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
+from email.encoders import encode_7or8bit
+from email.mime.application import MIMEApplication
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -19,6 +22,7 @@ import pulumi_eks as eks
 
 from infra import versions
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_TAINT_KEY, GPU_TAINT_VALUE
+from infra.stack_config import ConfigError
 from infra.storage import StorageClassSpec
 from infra.vpc import Vpc, VpcArgs
 
@@ -40,10 +44,29 @@ TOOLKIT_SETTINGS = (
     "accept-nvidia-visible-devices-envvar-when-unprivileged=false",
 )
 USER_DATA_BOUNDARY = "==GPU-CLUSTER-USER-DATA=="
+# nodeadm's configuration (EKS merges it with its own): instance-store NVMe disks as one RAID0
+# array under /mnt/k8s-disks, where the kubelet and containerd keep pods' data and images.
+NODE_CONFIG_TYPE = "node.eks.aws"
+RAID0_NODE_CONFIG = """apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  instance:
+    localStorage:
+      strategy: RAID0
+"""
+# Managed node group capacity: on-demand (optionally in a capacity reservation), spot, or a
+# Capacity Block for ML (a reservation of GPU instances for a fixed window).
+CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")
+# Nodes of EFA groups and pools carry this label; the EFA device plugin runs there.
+EFA_NODE_LABEL = "gpu-cluster.io/efa"
+# EKS' node monitoring agent: node conditions for GPU (XID), network, storage and kernel faults,
+# which Karpenter's node repair acts on.
+NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
     "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    # Pulling images only (ReadOnly also lists and describes every repository of the account).
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
 )
 
 
@@ -66,6 +89,38 @@ class GpuNodeGroupArgs(NodeGroupArgs):
     ami_type: str = "AL2023_x86_64_NVIDIA"
     disk_size_gib: int = 200  # CUDA images are large
     capacity_type: str = "ON_DEMAND"
+    # A capacity reservation (cr-...) to launch into: an on-demand capacity reservation, or the
+    # Capacity Block of a CAPACITY_BLOCK group (required there).
+    capacity_reservation_id: str | None = None
+    # Only the private subnets of this zone (a reservation's or a placement group's zone).
+    availability_zone: str | None = None
+    # Subnets of the group instead of the cluster's private subnets (an existing VPC).
+    subnet_ids: tuple[str, ...] = ()
+    # EFA interfaces on every network card, in a cluster placement group of its own (one zone).
+    efa: bool = False
+    # Instance-store NVMe disks as one RAID0 array for pods' data and images (p4d, p5).
+    instance_store_raid0: bool = False
+
+    def __post_init__(self) -> None:
+        if self.capacity_type not in CAPACITY_TYPES:
+            raise ValueError(
+                f"GPU node group {self.name!r}: capacityType must be one of "
+                f"{', '.join(CAPACITY_TYPES)}, got {self.capacity_type!r}"
+            )
+        if self.capacity_type == "CAPACITY_BLOCK" and not self.capacity_reservation_id:
+            raise ValueError(
+                f"GPU node group {self.name!r}: capacityType CAPACITY_BLOCK needs "
+                f"capacityReservationId (the Capacity Block's cr-... id)"
+            )
+        if self.capacity_reservation_id and self.capacity_type == "SPOT":
+            raise ValueError(
+                f"GPU node group {self.name!r}: a capacity reservation is not spot capacity"
+            )
+        if self.efa and not (self.availability_zone or self.subnet_ids):
+            raise ValueError(
+                f"GPU node group {self.name!r}: efa needs availabilityZone (or subnetIds of one "
+                f"zone): a cluster placement group lies in one zone"
+            )
 
 
 @dataclass(frozen=True)
@@ -119,8 +174,9 @@ class GpuEksClusterArgs:
                 )
 
 
-def gpu_node_user_data() -> str:
-    """MIME user data for GPU nodes: configure the NVIDIA container toolkit before kubelet starts.
+def gpu_node_user_data(instance_store_raid0: bool = False) -> str:
+    """MIME user data for GPU nodes: configure the NVIDIA container toolkit before kubelet starts,
+    and with ``instance_store_raid0`` nodeadm's RAID0 of the instance-store disks.
 
     EKS merges it with its own nodeadm configuration (managed node groups need MIME multi-part).
     """
@@ -132,6 +188,10 @@ def gpu_node_user_data() -> str:
         f"nvidia-ctk config --in-place {settings}\n"
     )
     message = MIMEMultipart(boundary=USER_DATA_BOUNDARY)
+    if instance_store_raid0:
+        message.attach(
+            MIMEApplication(RAID0_NODE_CONFIG, NODE_CONFIG_TYPE, _encoder=encode_7or8bit)
+        )
     message.attach(MIMEText(script, "x-shellscript"))
     return message.as_string()
 
@@ -203,6 +263,8 @@ class GpuEksCluster(pulumi.ComponentResource):
         vpc_id: pulumi.Input[str]
         private_subnets: list[pulumi.Input[str]]
         public_subnets: list[pulumi.Input[str]]
+        # The zone of each private subnet, where the stack creates them (unknown otherwise).
+        self.private_subnet_zones: list[str] = []
         if args.existing_vpc is not None:
             vpc_id = args.existing_vpc.vpc_id
             private_subnets = list(args.existing_vpc.private_subnet_ids)
@@ -212,9 +274,11 @@ class GpuEksCluster(pulumi.ComponentResource):
             vpc_id = vpc.vpc_id
             private_subnets = list(vpc.private_subnet_ids)
             public_subnets = list(vpc.public_subnet_ids)
+            self.private_subnet_zones = vpc.zones
 
         role = node_role(name, self)
         self.vpc_id = pulumi.Output.from_input(vpc_id)
+        self._cluster_name = args.cluster_name
         self.private_subnet_ids = private_subnets
         self.cluster = eks.Cluster(
             f"{name}-eks",
@@ -258,6 +322,14 @@ class GpuEksCluster(pulumi.ComponentResource):
             for group in args.gpu_node_groups
         ]
         self.ebs_csi_driver = self._ebs_csi_driver(name, args.cluster_name)
+        self.node_monitoring_agent = aws.eks.Addon(
+            f"{name}-node-monitoring-agent",
+            cluster_name=args.cluster_name,
+            addon_name=NODE_MONITORING_AGENT,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.cluster, self.system_node_group]
+            ),
+        )
 
         self.cluster_name = pulumi.Output.from_input(args.cluster_name)
         self.kubeconfig = pulumi.Output.secret(self.cluster.kubeconfig_json)
@@ -268,6 +340,61 @@ class GpuEksCluster(pulumi.ComponentResource):
         """What Kubernetes resources must wait for: every node group and the storage driver."""
         return [self.system_node_group, *self.gpu_node_groups, self.ebs_csi_driver]
 
+    def _group_subnets(
+        self, group: GpuNodeGroupArgs, subnets: list[pulumi.Input[str]]
+    ) -> list[pulumi.Input[str]]:
+        """The group's own subnets, those of its zone, or every private subnet."""
+        if group.subnet_ids:
+            return list(group.subnet_ids)
+        if group.availability_zone is None:
+            return subnets
+        in_zone = [
+            subnet
+            for subnet, zone in zip(subnets, self.private_subnet_zones, strict=False)
+            if zone == group.availability_zone
+        ]
+        if not in_zone:
+            raise ConfigError(
+                f"GPU node group {group.name!r}: availabilityZone {group.availability_zone} has "
+                f"no private subnet of the stack's (zones: "
+                f"{', '.join(self.private_subnet_zones) or 'unknown: give subnetIds'})"
+            )
+        return in_zone
+
+    def _efa_settings(
+        self, name: str, cluster_name: str, group: GpuNodeGroupArgs
+    ) -> dict[str, Any]:
+        """Launch template settings of an EFA group: a cluster placement group, and an EFA
+        interface on every network card of the instance type (EFA-only beyond the first)."""
+        placement_group = aws.ec2.PlacementGroup(
+            f"{name}-{group.name}-placement-group",
+            name=f"{cluster_name}-{group.name}-efa",
+            strategy="cluster",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        instance_type = aws.ec2.get_instance_type_output(
+            instance_type=group.instance_types[0],
+            opts=pulumi.InvokeOutputOptions(parent=self),
+        )
+        security_groups = [self.cluster.cluster_security_group_id]
+
+        def interfaces(cards: int) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+            return [
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    network_card_index=card,
+                    device_index=0 if card == 0 else 1,
+                    interface_type="efa" if card == 0 else "efa-only",
+                    security_groups=security_groups,
+                    delete_on_termination="true",
+                )
+                for card in range(max(cards, 1))
+            ]
+
+        return {
+            "placement": aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group.name),
+            "network_interfaces": instance_type.maximum_network_cards.apply(interfaces),
+        }
+
     def _gpu_node_group(
         self,
         name: str,
@@ -276,10 +403,30 @@ class GpuEksCluster(pulumi.ComponentResource):
         subnets: list[pulumi.Input[str]],
         opts: pulumi.ResourceOptions,
     ) -> eks.ManagedNodeGroup:
+        capacity: dict[str, Any] = {}
+        if group.capacity_reservation_id:
+            capacity["capacity_reservation_specification"] = (
+                aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                    capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                        capacity_reservation_id=group.capacity_reservation_id
+                    )
+                )
+            )
+        if group.capacity_type == "CAPACITY_BLOCK":
+            capacity["instance_market_options"] = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
+                market_type="capacity-block"
+            )
+        efa = self._efa_settings(name, self._cluster_name, group) if group.efa else {}
+        user_data = gpu_node_user_data(group.instance_store_raid0)
+        labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
+        if group.efa:
+            labels[EFA_NODE_LABEL] = "true"
         # The launch template carries the toolkit settings; with one, the disk size goes there too.
         template = aws.ec2.LaunchTemplate(
             f"{name}-{group.name}-launch-template",
-            user_data=base64.b64encode(gpu_node_user_data().encode()).decode(),
+            user_data=base64.b64encode(user_data.encode()).decode(),
+            **capacity,
+            **efa,
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                     device_name="/dev/xvda",
@@ -301,7 +448,7 @@ class GpuEksCluster(pulumi.ComponentResource):
             f"{name}-{group.name}-nodes",
             cluster=self.cluster,
             node_role=node_role,
-            subnet_ids=subnets,
+            subnet_ids=self._group_subnets(group, subnets),
             instance_types=list(group.instance_types),
             ami_type=group.ami_type,
             capacity_type=group.capacity_type,
@@ -313,7 +460,7 @@ class GpuEksCluster(pulumi.ComponentResource):
                 max_size=group.max_size,
                 desired_size=group.desired_size,
             ),
-            labels={GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE},
+            labels=labels,
             taints=[
                 aws.eks.NodeGroupTaintArgs(
                     key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE"

@@ -147,7 +147,7 @@ def api_server_url(nodes: list[KubeadmNode]) -> str:
 def kubernetes_version(nodes: list[KubeadmNode]) -> str:
     """The version the control plane installs (``kubernetes_node_version``), else the pinned one."""
     version = control_plane(nodes).variables.get("kubernetes_node_version")
-    return str(version) if version else versions.KUBERNETES_VERSION
+    return str(version) if version else versions.KUBEADM_KUBERNETES_VERSION
 
 
 def system_pods_fit(nodes: list[KubeadmNode]) -> bool:

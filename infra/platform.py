@@ -49,6 +49,15 @@ SCRAPE_TIMEOUT_SECONDS = 10
 UNREACHABLE_CONTROL_PLANE = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
 # Node labels kube-state-metrics exports (kube_node_labels{label_<sanitised key>=...}).
 NODE_LABELS = (GPU_NODE_LABEL_KEY, "karpenter.sh/nodepool", "karpenter.sh/capacity-type")
+# dcgm-exporter on nodes of up to 8 GPUs with profiling fields (docs/dcgm-exporter-sizing.md): the
+# chart's 512Mi limit is below what exporters were measured to need at rest on 1 to 8 GPUs.
+DCGM_EXPORTER_MEMORY_REQUEST_MIB = 512
+DCGM_EXPORTER_MEMORY_LIMIT_MIB = 1024
+DCGM_EXPORTER_CPU_REQUEST = "100m"
+DCGM_EXPORTER_CPU_LIMIT = "1"
+# Go's soft heap limit, as a share of the memory limit: the rest is for libdcgm's native memory,
+# which the Go garbage collector neither sees nor frees, and for a scrape's transient peak.
+GO_MEMORY_LIMIT_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -241,7 +250,17 @@ def dcgm_exporter_values(args: GpuPlatformArgs) -> dict[str, Any]:
         # Every GPU of the node, whatever the image sets. The exporter keeps the chart's SYS_ADMIN
         # capability (needed for profiling fields), which the NVIDIA container toolkit counts as
         # privileged, so this request is honoured where unprivileged ones are ignored.
-        "extraEnv": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+        "extraEnv": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, *go_runtime_env()],
+        "resources": {
+            "requests": {
+                "cpu": DCGM_EXPORTER_CPU_REQUEST,
+                "memory": f"{DCGM_EXPORTER_MEMORY_REQUEST_MIB}Mi",
+            },
+            "limits": {
+                "cpu": DCGM_EXPORTER_CPU_LIMIT,
+                "memory": f"{DCGM_EXPORTER_MEMORY_LIMIT_MIB}Mi",
+            },
+        },
         # The chart always sets DCGM_EXPORTER_KUBERNETES=true: series of an allocated GPU carry the
         # namespace, pod and container using it. Copying every pod label too only adds cardinality.
         "kubernetes": {"enablePodLabels": False},
@@ -258,6 +277,23 @@ def dcgm_exporter_values(args: GpuPlatformArgs) -> dict[str, Any]:
         "nodeSelector": gpu_node_selector(),
         "tolerations": gpu_tolerations(),
     }
+
+
+def go_runtime_env() -> list[dict[str, Any]]:
+    """GOMAXPROCS from the container's CPU limit, GOMEMLIMIT below its memory limit.
+
+    The pinned image's Go runtime sizes itself for every vCPU of the host (192 on a p5.48xlarge),
+    not for the CPU limit, and each of those threads adds to a scrape's peak heap.
+    """
+    go_limit = int(DCGM_EXPORTER_MEMORY_LIMIT_MIB * GO_MEMORY_LIMIT_SHARE)
+    return [
+        {
+            "name": "GOMAXPROCS",
+            # Whole cores, rounded up: a limit of "1" gives 1.
+            "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}},
+        },
+        {"name": "GOMEMLIMIT", "value": f"{go_limit}MiB"},
+    ]
 
 
 def node_label_relabelings() -> list[dict[str, Any]]:

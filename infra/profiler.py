@@ -3,13 +3,24 @@
 The daemon reads its node's GPU series from Prometheus, annotates the node and its GPU pods, serves
 its own metrics on port 9401 and writes its table store: the stack's PostgreSQL (CloudNativePG or
 RDS), a database given by URL, or a SQLite file on each node (``infra/store/daemon.py``).
+
+Training protection's marks do not outlive the profiler's wish for them: with
+``protect_training`` off the daemons run ``--protect-training=release`` (each removes the marks
+it set on its node within a cycle), and ``pulumi destroy`` of the component, given the
+cluster's kubeconfig, runs ``gpu-profiler unprotect`` (``infra.unprotect_run``) on the machine
+running Pulumi once the DaemonSet and its pods are gone: the DaemonSet depends on that command,
+so it is deleted first, in the foreground (its deletion ends when its pods have).
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pulumi
+import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from infra import versions
@@ -18,16 +29,22 @@ from infra.platform import namespace_name
 from infra.security import non_root_pod_security
 from infra.store.daemon import daemon_store, pod_security_level
 from infra.store.endpoint import ProfilerStore, SqliteStore
+from infra.unprotect_run import ENV_ANNOTATION_DOMAIN, ENV_KUBECONFIG
 from profiler_app.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401
 RUN_AS_USER = 65532  # the image's non-root user
 STORE_DIR = "/var/lib/gpu-profiler"  # the image's store folder; SQLite's, on the node too
+PULL_SECRET_NAME = f"{PROFILER_NAME}-registry"  # the Secret of ``registry_credentials``
 # SIGTERM to SIGKILL. The daemon needs a few seconds (profiler_app.daemon.STOP_GRACE_SECONDS
 # for a running cycle, then the store's flush); Kubernetes' default is the same 30 s, set here
 # so the code and its comments do not rest on an unstated default.
 TERMINATION_GRACE_SECONDS = 30
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# pulumi-kubernetes' delete waits for the object to go; in the foreground, the DaemonSet goes
+# only once its pods have, so nothing can set a mark after `gpu-profiler unprotect` ran.
+DELETION_PROPAGATION = {"pulumi.com/deletionPropagationPolicy": "foreground"}
 
 # Everything the profiler may do with the Kubernetes API: annotate its node and the pods on it.
 RBAC_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -48,14 +65,23 @@ class GpuProfilerArgs:
     interval: str = "30s"
     window: str = "30m"
     log_level: str = "info"
-    # karpenter.sh/do-not-disrupt on pods while their GPUs train (pods patch, already granted).
+    # karpenter.sh/do-not-disrupt on pods while their GPUs train (pods patch, already granted);
+    # off: the daemons release the marks they set (--protect-training=release).
     protect_training: bool = True
+    # The cluster's kubeconfig (a secret): with it, `pulumi destroy` runs `gpu-profiler
+    # unprotect` from the machine running Pulumi after the DaemonSet is gone.
+    kubeconfig: pulumi.Input[str] | None = None
     # Only pods in this namespace may reach the metrics port (Prometheus runs there).
     monitoring_namespace: str = "monitoring"
     cpu_request: str = "50m"
     memory_request: str = "128Mi"
     cpu_limit: str = "500m"
     memory_limit: str = "512Mi"
+    # A private registry (GHCR makes a new package private): names of existing pull Secrets in
+    # the profiler's namespace, and/or a .dockerconfigjson (a Pulumi secret) the component stores
+    # in a Secret of its own.
+    image_pull_secrets: tuple[str, ...] = ()
+    registry_credentials: pulumi.Input[str] | None = None
 
 
 def _env(args: GpuProfilerArgs) -> list[k8s.core.v1.EnvVarArgs]:
@@ -68,7 +94,7 @@ def _env(args: GpuProfilerArgs) -> list[k8s.core.v1.EnvVarArgs]:
         "GPU_PROFILER_INTERVAL": args.interval,
         "GPU_PROFILER_WINDOW": args.window,
         "GPU_PROFILER_LOG_LEVEL": args.log_level,
-        "GPU_PROFILER_PROTECT_TRAINING": str(args.protect_training).lower(),
+        "GPU_PROFILER_PROTECT_TRAINING": "true" if args.protect_training else "release",
     }
     return [
         k8s.core.v1.EnvVarArgs(
@@ -155,6 +181,23 @@ class GpuProfiler(pulumi.ComponentResource):
             opts=child,
         )
 
+        pull_secrets = [
+            k8s.core.v1.LocalObjectReferenceArgs(name=n) for n in args.image_pull_secrets
+        ]
+        if args.registry_credentials is not None:
+            registry = k8s.core.v1.Secret(
+                "profiler-registry-secret",
+                metadata=meta(PULL_SECRET_NAME),
+                type="kubernetes.io/dockerconfigjson",
+                string_data={".dockerconfigjson": pulumi.Output.secret(args.registry_credentials)},
+                opts=child,
+            )
+            pull_secrets.append(
+                k8s.core.v1.LocalObjectReferenceArgs(
+                    name=registry.metadata.apply(lambda m: str(m.name))
+                )
+            )
+
         container = k8s.core.v1.ContainerArgs(
             name=PROFILER_NAME,
             image=args.image,
@@ -185,9 +228,15 @@ class GpuProfiler(pulumi.ComponentResource):
                 k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),  # noqa: S108
             ],
         )
+        self.unprotect_on_destroy = _unprotect_on_destroy(args, self)
         self.daemon_set = k8s.apps.v1.DaemonSet(
             "profiler-daemon-set",
-            metadata=meta(),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=PROFILER_NAME,
+                namespace=namespace,
+                labels=labels,
+                annotations=DELETION_PROPAGATION,
+            ),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
@@ -212,6 +261,7 @@ class GpuProfiler(pulumi.ComponentResource):
                         ],
                         security_context=non_root_pod_security(RUN_AS_USER),
                         init_containers=store.init_containers or None,
+                        image_pull_secrets=pull_secrets or None,
                         containers=[container],
                         volumes=[
                             *store.volumes,
@@ -223,7 +273,11 @@ class GpuProfiler(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, account, *store.objects]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[ns, account, *store.objects]
+                + ([self.unprotect_on_destroy] if self.unprotect_on_destroy else []),
+            ),
         )
 
         self.service = k8s.core.v1.Service(
@@ -296,3 +350,22 @@ class GpuProfiler(pulumi.ComponentResource):
 
         self.namespace = namespace
         self.register_outputs({"namespace": self.namespace})
+
+
+def _unprotect_on_destroy(
+    args: GpuProfilerArgs, parent: pulumi.Resource
+) -> command.local.Command | None:
+    """A command with nothing to do but on deletion: `gpu-profiler unprotect`, cluster-wide.
+    None without a kubeconfig (then run it by hand after `pulumi destroy`)."""
+    if args.kubeconfig is None:
+        return None
+    return command.local.Command(
+        "profiler-unprotect",
+        delete=f"{shlex.quote(sys.executable)} -m infra.unprotect_run",
+        dir=str(REPO_ROOT),
+        environment={
+            ENV_KUBECONFIG: pulumi.Output.secret(args.kubeconfig),
+            ENV_ANNOTATION_DOMAIN: args.annotation_domain,
+        },
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

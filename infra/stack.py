@@ -179,8 +179,10 @@ def profiler_args(
     prometheus_url: pulumi.Input[str],
     monitoring_namespace: str,
     store: ProfilerStore,
+    kubeconfig: pulumi.Input[str] | None = None,
 ) -> GpuProfilerArgs:
     """GpuProfiler's arguments from stack config."""
+    protect = config.get_bool("profilerProtectTraining")
     return GpuProfilerArgs(
         prometheus_url=prometheus_url,
         image=profiler_image(config),
@@ -190,7 +192,11 @@ def profiler_args(
         interval=config.get("profilerInterval") or "30s",
         window=config.get("profilerWindow") or "30m",
         log_level=config.get("profilerLogLevel") or "info",
+        protect_training=True if protect is None else protect,
+        kubeconfig=kubeconfig,
         monitoring_namespace=monitoring_namespace,
+        image_pull_secrets=image_pull_secrets(config),
+        registry_credentials=config.get_secret("profilerRegistryCredentials"),
     )
 
 
@@ -223,6 +229,18 @@ def store_plan(
     except ValueError as error:
         key = "profilerRds" if options.kind == "rds" else "profilerDatabase"
         raise stack_config.ConfigError(f"stack config {key}: {error}") from None
+
+
+def image_pull_secrets(config: pulumi.Config) -> tuple[str, ...]:
+    """``profilerImagePullSecrets``: names of pull Secrets in the profiler's namespace."""
+    value = stack_config.read_object(config, "profilerImagePullSecrets")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise stack_config.ConfigError(
+            f"stack config profilerImagePullSecrets must be a list of Secret names, got {value!r}"
+        )
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -289,7 +307,11 @@ def deploy_gpu_layer(
     profiler = GpuProfiler(
         "gpu-profiler",
         profiler_args(
-            config, platform.prometheus_url, p_args.monitoring_namespace, store.profiler_store
+            config,
+            platform.prometheus_url,
+            p_args.monitoring_namespace,
+            store.profiler_store,
+            kubeconfig,
         ),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[platform, *store_ready]),
     )

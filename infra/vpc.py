@@ -24,6 +24,7 @@ class Vpc(pulumi.ComponentResource):
     vpc_id: pulumi.Output[str]
     public_subnet_ids: list[pulumi.Output[str]]
     private_subnet_ids: list[pulumi.Output[str]]
+    zones: list[str]  # of the subnets, in their order
 
     def __init__(
         self,
@@ -99,6 +100,7 @@ class Vpc(pulumi.ComponentResource):
         private = tier("private", "kubernetes.io/role/internal-elb", private_routes)
 
         self.vpc_id = vpc.id
+        self.zones = list(zones)
         self.public_subnet_ids = [s.id for s in public]
         self.private_subnet_ids = [s.id for s in private]
         self.register_outputs(

@@ -20,6 +20,7 @@ COMMAND_MODULES = {
     "trace": "profiler_app.commands.trace",
     "trial": "profiler_app.commands.trial",
     "completion": "profiler_app.commands.completion",
+    "unprotect": "profiler_app.commands.unprotect",
 }
 
 

@@ -6,11 +6,16 @@ classifies them into ``GpuProfile`` objects; a cycle's ``CycleResult`` goes to e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:  # a type only: engines sits above this module
+    from profiler_app.engines import Identity
 
 FloatMatrix = npt.NDArray[np.float64]
 
@@ -86,6 +91,11 @@ class GpuProfile:
     pods: tuple[PodShare, ...] = ()  # every pod seen in the window, largest share first
     owner_kind: str | None = None  # the workload the pod belongs to, e.g. PyTorchJob
     owner_name: str | None = None
+    # Unix seconds of the GPU's first sample in the window: later than the window's start when
+    # the node (or its exporter, or local sampling) started within it.
+    first_sample: float | None = None
+    engine: str | None = None  # what runs on it (profiler_app.engines), e.g. vllm, torchrun
+    framework: str | None = None  # e.g. pytorch, jax
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,42 @@ class PodUsage:
 
 
 @dataclass(frozen=True)
+class PodInfo:
+    """What the profiler knows of one pod on this node, as Kubernetes lists it (the pod
+    watcher, ``sources.kube_pods``)."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    start_time: datetime | None
+    gpu_requests: int  # nvidia.com/gpu the pod requests (init containers included, as scheduled)
+    gpu_limits: int
+    container_ids: Mapping[str, str]  # runtime container id (no "containerd://" prefix) -> name
+    # The controller in the pod's ownerReferences ("" for a bare pod), and the pod's labels
+    # that name its workload (workloads.WORKLOAD_LABEL_KEYS): the classifier's prior.
+    owner_kind: str = ""
+    owner_name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # The few annotations the watcher was asked to keep (do-not-disrupt and the profiler's
+    # marker, with --protect-training); not the others.
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    # The engine and framework its containers declare (image, command, args): decided when the
+    # pod is read, so its command line (which may carry tokens) is never kept.
+    identity: Identity | None = None
+
+    @property
+    def uses_gpus(self) -> bool:
+        return max(self.gpu_requests, self.gpu_limits) > 0
+
+    @property
+    def finished(self) -> bool:
+        """Its containers have stopped: it holds no GPU any more, whatever its spec requested."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
 class CycleResult:
     """Everything one profiling cycle found, handed to every sink."""
 
@@ -128,3 +174,6 @@ class CycleResult:
     gpus: list[GpuProfile]
     pods: list[PodUsage] = field(default_factory=list)
     host: dict[str, float] = field(default_factory=dict)  # cpu/memory/disk/network utilisation
+    # The pods Kubernetes lists on this node (the watcher's view when the cycle read); None
+    # when Kubernetes is off or its first list has not come: then no sink acts on a pod.
+    node_pods: tuple[PodInfo, ...] | None = None

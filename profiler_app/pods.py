@@ -12,13 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
+from profiler_app.engines import Identity
 from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
     GpuProfile,
+    PodInfo,
     PodPeak,
     PodShare,
     PodUsage,
@@ -26,14 +27,8 @@ from profiler_app.model import (
 )
 from profiler_app.workloads import Workload, workload_from_owner
 
-if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
-    from profiler_app.sources.kube_pods import PodInfo
-
 # Label the NVML source puts on a GPU's series: the pod whose processes use it (by cgroup).
 POD_UID_LABEL = "pod_uid"
-# A pod in these phases has stopped its containers: it holds no GPU any more, whatever its spec
-# requested.
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 def attribute_series(
@@ -55,6 +50,11 @@ def attribute_series(
             )
         attributed.append(replace(matrix, labels=labels))
     return attributed
+
+
+def identities_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Identity]:
+    """What the containers of every pod that declares it run, by (namespace, pod)."""
+    return {(pod.namespace, pod.name): pod.identity for pod in pods if pod.identity is not None}
 
 
 def workloads_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Workload]:
@@ -97,17 +97,19 @@ def _add_profile(
     usage: dict[tuple[str, str], _Peaks],
     profile: GpuProfile,
     known: Mapping[tuple[str, str], object],
+    listed_only: bool,
 ) -> None:
     """The GPU counts for every pod seen on it in the window; its peaks only for the current
     pod (the others' were recorded while they were current). A former pod Kubernetes no longer
-    lists is left alone: its start time, part of its key in the store, is not known any more."""
+    lists is left alone: its start time, part of its key in the store, is not known any more;
+    with ``listed_only``, so is a current one."""
     current = (profile.namespace or "", profile.pod or "")
     shares = profile.pods
     if not shares and profile.pod:  # a source that says no more than the current pod
         shares = (PodShare(*current, 1.0),)
     for share in shares:
         key = (share.namespace, share.pod)
-        if key != current and key not in known:
+        if key not in known and (listed_only or key != current):
             continue
         peaks = usage.setdefault(key, _Peaks())
         if profile.gpu not in peaks.gpus:
@@ -131,6 +133,8 @@ def pod_usage(
     cgroup_peaks: Mapping[str, PodPeak],
     node: str,
     metric_peaks: Mapping[tuple[str, str], PodPeak] | None = None,
+    *,
+    listed_only: bool = False,
 ) -> list[PodUsage]:
     """One ``PodUsage`` per pod that used a GPU in the window or holds GPUs now.
 
@@ -138,18 +142,27 @@ def pod_usage(
     that requests GPUs counts while it runs (it holds them even with nothing on them). CPU and
     memory come from ``cgroup_peaks`` (by pod UID) where it has them; ``metric_peaks`` (by
     namespace and pod, from Prometheus) fills what the cgroups leave as None.
+
+    ``listed_only`` (Kubernetes is on): only pods in ``pods`` that have started count. A pod
+    the series name but Kubernetes does not list on this node (not listed yet, moved to
+    another node, deleted) or lists without a start time (not started) is not this node's to
+    report: its start time, part of its key in the store, is unknown.
     """
-    known = {(pod.namespace, pod.name): pod for pod in pods}
+    known = {
+        (pod.namespace, pod.name): pod
+        for pod in pods
+        if not listed_only or pod.start_time is not None
+    }
     workloads = workloads_of(pods)
     usage: dict[tuple[str, str], _Peaks] = {}
-    for pod in pods:
-        if pod.uses_gpus and pod.phase not in FINISHED_PHASES:
-            usage[pod.namespace, pod.name] = _Peaks()
+    for key, pod in known.items():
+        if pod.uses_gpus and not pod.finished:
+            usage[key] = _Peaks()
     for profile in profiles:
-        _add_profile(usage, profile, known)
-        if profile.owner_kind and profile.pod:  # named by labels on the series
-            peaks = usage[profile.namespace or "", profile.pod]
-            peaks.owner = Workload(profile.owner_kind, profile.owner_name or "", None)
+        _add_profile(usage, profile, known, listed_only)
+        named = usage.get((profile.namespace or "", profile.pod or ""))
+        if profile.owner_kind and profile.pod and named is not None:  # labels on the series
+            named.owner = Workload(profile.owner_kind, profile.owner_name or "", None)
     result = []
     for (namespace, name), peaks in sorted(usage.items()):
         info = known.get((namespace, name))

@@ -5,7 +5,8 @@ Series are merged per GPU first (``timelines``): an exporter restart or a pod ha
 window changes labels, not the GPU. The classifier then gets, per GPU, power judged against the
 GPU's own range (``analysis.power``), SM activity where exported, the GPUs of the same job (the
 same workload where known, else the same pod; GPUs of no pod on one node when their stalls
-coincide) and the prior of its workload (``workloads``).
+coincide) and the prior of its workload: its owner (``workloads``) and the engine it runs
+(``engines``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from profiler_app.analysis import Context, classify_matrix, field_stats, power_range
+from profiler_app.analysis import Context, Prior, classify_matrix, field_stats, power_range
+from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
 from profiler_app.model import (
     ENFORCED_POWER_LIMIT,
     FB_USED,
@@ -101,6 +103,33 @@ def _workloads(timelines: Timelines, known: Mapping[Pod, Workload] | None) -> li
     return found
 
 
+def _identities(
+    timelines: Timelines, known: Mapping[Pod, Identity] | None
+) -> list[Identity | None]:
+    """Each GPU's engine and framework: what its processes show (labels of local sampling),
+    gaps filled from what its main pod's containers declare."""
+    found: list[Identity | None] = []
+    for row, labels in enumerate(timelines.labels):
+        pod = _dominant_pod(timelines, row)
+        declared = (known or {}).get(pod) if pod is not None else None
+        seen = identity_of(labels.get(ENGINE_LABEL), labels.get(FRAMEWORK_LABEL))
+        found.append(seen.merged(declared) if seen is not None else declared)
+    return found
+
+
+def _prior(
+    workload: Workload | None, identity: Identity | None
+) -> tuple[Prior | None, tuple[str, ...]]:
+    """The prior of a GPU and why: its engine's role wins over its owner's (a Job running vLLM
+    serves); both are named."""
+    reasons = tuple(
+        reason for reason in (identity and identity.reason, workload and workload.reason) if reason
+    )
+    if identity is not None and identity.role is not None:
+        return identity.role, reasons
+    return (workload.prior if workload else None), reasons
+
+
 def _groups(
     timelines: Timelines, workloads: Sequence[Workload | None], node_label: str
 ) -> np.ndarray:
@@ -123,6 +152,11 @@ def _groups(
     return groups
 
 
+def _first_sample(values: np.ndarray, timestamps: np.ndarray) -> float | None:
+    sampled = np.flatnonzero(~np.isnan(values))
+    return float(timestamps[sampled[0]]) if sampled.size else None
+
+
 def _nodes(timelines: Timelines, node_label: str) -> np.ndarray:
     """One id per node: GPUs of no known job on one node may be one job (analysis.coupling)."""
     ids: dict[str, int] = {}
@@ -137,10 +171,13 @@ def build_profiles(
     primary_field: str = GPU_UTIL,
     node_label: str = "Hostname",
     workloads: Mapping[Pod, Workload] | None = None,
+    identities: Mapping[Pod, Identity] | None = None,
 ) -> list[GpuProfile]:
     """One profile per GPU: ``primary_field`` classified with the GPU's other signals, every
     field summarised. ``workloads`` names the workload of pods by (namespace, pod) (the daemon
     knows them from Kubernetes); without it, well-known labels on the series may.
+    ``identities`` names what pods' containers run (``engines``); local sampling puts what
+    each GPU's processes run on its series (``engine``/``framework`` labels).
 
     Raises ``ValueError`` when no matrix holds ``primary_field``.
     """
@@ -158,6 +195,8 @@ def build_profiles(
     limits = next((fields[name][0] for name in _LIMIT_FIELDS if name in fields), None)
     floor, limit = _power_ranges(timelines, limits)
     found = _workloads(timelines, workloads)
+    running = _identities(timelines, identities)
+    priors = [_prior(workload, identity) for workload, identity in zip(found, running, strict=True)]
     context = Context(
         power=fields[POWER_USAGE][0] if POWER_USAGE in fields else None,
         power_floor=floor,
@@ -166,8 +205,8 @@ def build_profiles(
         mem_copy=fields[MEM_COPY_UTIL][0] if MEM_COPY_UTIL in fields else None,
         groups=_groups(timelines, found, node_label),
         nodes=_nodes(timelines, node_label),
-        priors=[workload.prior if workload else None for workload in found],
-        prior_reasons=[workload.reason if workload else "" for workload in found],
+        priors=[prior for prior, _ in priors],
+        prior_reasons=[reasons for _, reasons in priors],
         names=[f"gpu {labels.get('gpu', '?')}" for labels in timelines.labels],
     )
     scale = 100.0 if primary.field.startswith(_RATIO_PREFIX) else 1.0
@@ -185,7 +224,7 @@ def build_profiles(
     profiles: list[tuple[GpuProfile, int]] = []
     for row, (labels, result) in enumerate(zip(timelines.labels, results, strict=True)):
         current = timelines.current[row]
-        workload = found[row]
+        workload, identity = found[row], running[row]
         profile = GpuProfile(
             gpu=labels.get("gpu", ""),
             uuid=labels.get("UUID", ""),
@@ -202,6 +241,9 @@ def build_profiles(
             pods=timelines.pods[row],
             owner_kind=workload.kind if workload else None,
             owner_name=(workload.name or None) if workload else None,
+            first_sample=_first_sample(timelines.values[row], primary.timestamps),
+            engine=identity.engine if identity else None,
+            framework=identity.framework if identity else None,
         )
         profiles.append((profile, timelines.last[row]))
     return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]

@@ -55,8 +55,9 @@ def stats_record(stats: FieldStats) -> dict[str, float | None]:
 
 
 def profile_record(profile: GpuProfile) -> dict[str, object]:
-    """One GPU's profile: the labels of its latest series, the classification with its
-    confidence and reasons, the pods seen, and statistics by field."""
+    """One GPU's profile: the labels of its latest series, the pods seen, what runs on it
+    (owner, engine, framework), the classification with its basis, confidence and reasons, and
+    statistics by field."""
     owner = {"kind": profile.owner_kind, "name": profile.owner_name} if profile.owner_kind else None
     return {
         "labels": dict(profile.labels),
@@ -70,6 +71,8 @@ def profile_record(profile: GpuProfile) -> dict[str, object]:
             for seen in profile.pods
         ],
         "owner": owner,
+        "engine": profile.engine,
+        "framework": profile.framework,
         "job_type": profile.job_type,
         "basis": profile.basis,
         "period_seconds": profile.period_seconds,

@@ -153,15 +153,31 @@ def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
     return Timelines(keys, labels, values, current, pods, latest_columns)
 
 
+def _held(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
+    """``values`` at ``source`` times (a coarser grid than ``target``) on every ``target``
+    point: the nearest source sample, within half a source step (NaN beyond)."""
+    moved = np.full((values.shape[0], target.size), np.nan)
+    step = float(source[1] - source[0])
+    after = np.clip(np.searchsorted(source, target), 1, source.size - 1)
+    before = after - 1
+    nearest = np.where(target - source[before] <= source[after] - target, before, after)
+    close = np.abs(source[nearest] - target) <= step / 2 + 1e-9
+    moved[:, close] = values[:, nearest[close]]
+    return moved
+
+
 def _on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
     """``values`` sampled at ``source`` times, moved onto the ``target`` grid (nearest point of
-    an evenly spaced grid; NaN where nothing lands)."""
+    an evenly spaced grid; NaN where nothing lands). A coarser field (power read once a second
+    beside utilisation at 0.1 s, local sampling) holds each sample over its own step."""
     if source.shape == target.shape and np.allclose(source, target):
         return values
     moved = np.full((values.shape[0], target.size), np.nan)
     if target.size == 0:
         return moved
     step = float(target[1] - target[0]) if target.size > 1 else 1.0
+    if source.size > 1 and float(source[1] - source[0]) > 1.5 * step:
+        return _held(values, source, target)
     columns = np.rint((source - target[0]) / step).astype(np.int64)
     inside = (columns >= 0) & (columns < target.size)
     moved[:, columns[inside]] = values[:, inside]

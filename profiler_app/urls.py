@@ -1,9 +1,10 @@
-"""URLs in messages and logs: credentials masked, ports checked."""
+"""URLs in messages and logs: credentials masked; http base URLs checked."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 # Query options that carry a secret (libpq's password and sslpassword, say): masked too.
 _SECRET_OPTION = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
@@ -14,12 +15,39 @@ def is_secret_option(name: str) -> bool:
     return "password" in name.lower()
 
 
-def has_valid_port(url: str) -> bool:
+_HOST_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an http(s) base URL (no host, a space, a bad %-escape, a bad
+    port), or None when it can: checked once at start, so that a typo is one error line rather
+    than a connection that is retried for ever."""
+    if any(character.isspace() or ord(character) < 32 for character in url):
+        return "it contains a space or a control character"
+    if _BAD_ESCAPE.search(url):
+        return "a % not followed by two hex digits"
     try:
-        urlsplit(url).port  # noqa: B018 - parsing it is the check
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing it is the check
+    except ValueError as error:
+        return str(error)
+    if parts.scheme.lower() not in ("http", "https"):
+        return "not http:// or https://"
+    return _host_problem(parts)
+
+
+def _host_problem(parts: SplitResult) -> str | None:
+    host = parts.hostname or ""
+    if not host:
+        return "no host"
+    if "[" not in parts.netloc:
+        return None if _HOST_NAME.match(host) else f"{host!r} is not a host name"
+    try:
+        ipaddress.IPv6Address(host)
     except ValueError:
-        return False
-    return True
+        return f"{host!r} is not an IPv6 address"
+    return None
 
 
 def without_credentials(url: str) -> str:

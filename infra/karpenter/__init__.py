@@ -30,6 +30,7 @@ from infra.karpenter.nodes import (
     ec2_node_class_spec,
     karpenter_values,
     node_pool_spec,
+    placement_group_name,
 )
 from infra.platform import helm_release
 
@@ -43,7 +44,7 @@ KARPENTER_NAMESPACE = "kube-system"
 class GpuKarpenterArgs:
     cluster_name: str
     region: str
-    node_pools: tuple[GpuNodePoolArgs, ...] = (GpuNodePoolArgs(),)
+    node_pools: tuple[GpuNodePoolArgs, ...]
 
 
 class GpuKarpenter(pulumi.ComponentResource):
@@ -86,9 +87,15 @@ class GpuKarpenter(pulumi.ComponentResource):
         policy = aws.iam.RolePolicy(
             f"{name}-controller-policy",
             role=self.controller_role.name,
-            policy=pulumi.Output.all(self.node_role.arn, self.queue.arn).apply(
-                lambda arns: json.dumps(
-                    controller_policy(args.cluster_name, args.region, arns[0], arns[1])
+            policy=pulumi.Output.all(
+                aws.get_caller_identity_output(
+                    opts=pulumi.InvokeOutputOptions(parent=self)
+                ).account_id,
+                self.node_role.arn,
+                self.queue.arn,
+            ).apply(
+                lambda out: json.dumps(
+                    controller_policy(args.cluster_name, args.region, out[0], out[1], out[2])
                 )
             ),
             opts=child,
@@ -111,16 +118,26 @@ class GpuKarpenter(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[crds, policy, access]),
             skip_crds=True,
         )
-        after_controller = pulumi.ResourceOptions(parent=self, depends_on=[crds, self.controller])
         self.node_pools = []
         for pool in args.node_pools:
+            class_depends: list[pulumi.Resource] = [crds, self.controller]
+            if pool.efa:
+                # EFA's low latency needs the instances close together: one spine, one zone.
+                class_depends.append(
+                    aws.ec2.PlacementGroup(
+                        f"{name}-{pool.name}-placement-group",
+                        name=placement_group_name(args.cluster_name, pool),
+                        strategy="cluster",
+                        opts=child,
+                    )
+                )
             node_class = k8s.apiextensions.CustomResource(
                 f"{name}-{pool.name}-node-class",
                 api_version=NODE_CLASS_API,
                 kind="EC2NodeClass",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=pool.name),
                 spec=self._node_class_spec(pool, args.cluster_name, cluster),
-                opts=after_controller,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=class_depends),
             )
             self.node_pools.append(
                 k8s.apiextensions.CustomResource(

@@ -2,7 +2,9 @@
 
 The cache is a folder of chart archives named ``<chart>-<version>.tgz`` (what ``helm pull``
 writes): ``$GPU_CLUSTER_CHART_CACHE``, else ``$XDG_CACHE_HOME/gpu-cluster/charts``. With network
-access, :func:`pull_charts` fills it with the versions pinned in ``infra/versions.py``.
+access, :func:`pull_charts` fills it with the versions pinned in ``infra/versions.py``. Every
+archive is checked against the sha256 digests pinned there before it is read or kept: a cache
+holding another archive under a pinned name is refused, naming both digests.
 
 Rendering uses helm-python-sdk (Helm v4's Go SDK): ``helm template`` with the capabilities a
 ``helm install`` would get from the cluster: its Kubernetes version and the API versions it serves,
@@ -11,6 +13,7 @@ CRDs installed before included. The chart's ``crds/`` come first, as Helm instal
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -23,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from infra import versions
 from infra.chart_cache import (
     CHART_CACHE_ENV,
     archive_name,
@@ -60,42 +64,116 @@ class RenderedObject:
     hook: frozenset[str]  # Helm hook events, empty for ordinary objects
 
 
+def pinned_chart(name: str, version: str) -> HelmChart:
+    """The chart infra/versions.py pins at this name and version; ChartError if none."""
+    for chart in versions.PINNED_CHARTS:
+        if (chart.name, chart.version) == (name, version):
+            return chart
+    raise ChartError(
+        f"chart {name} {version} is not pinned in infra/versions.py (PINNED_CHARTS), so its "
+        f"archive cannot be verified"
+    )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as archive:
+        for block in iter(lambda: archive.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@cache
+def _verified_digest(path: Path, size: int, mtime_ns: int) -> str:
+    """The file's digest, computed once per version of the file."""
+    return file_sha256(path)
+
+
+def digest_problem(path: Path, chart: HelmChart) -> str | None:
+    """Why the archive at ``path`` is not one of the chart's pinned archives, or None."""
+    status = path.stat()
+    digest = _verified_digest(path, status.st_size, status.st_mtime_ns)
+    if digest in chart.sha256:
+        return None
+    pinned = ", ".join(chart.sha256) or "none"
+    return (
+        f"{path} has sha256 {digest}, which infra/versions.py does not pin for {chart.name} "
+        f"{chart.version} (pinned: {pinned})"
+    )
+
+
 def chart_archive(name: str, version: str, cache_dir: Path | None = None) -> Path:
-    """The cached archive of a chart at a version; ChartError when it is missing."""
+    """The cached archive of a pinned chart, verified; ChartError when missing or not pinned."""
+    chart = pinned_chart(name, version)
     folder = cache_dir or chart_cache()
-    path = folder / archive_name(name, version)
+    path = cached_archive(chart, folder)
     if not path.is_file():
         raise ChartError(missing_archive_message(name, version, folder))
+    problem = digest_problem(path, chart)
+    if problem:
+        raise ChartError(
+            f"{problem}: the chart cache holds another archive under that name; remove it and "
+            f"run `python -m infra.render --pull-charts`, or pin its digest after comparing its "
+            f"content with the chart's source"
+        )
     return path
 
 
-def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> list[Path]:
-    """Download the charts that the cache lacks from their repositories; returns every archive."""
+def missing_archives(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> list[str]:
+    """The archives of ``charts`` that the cache lacks."""
+    folder = cache_dir or chart_cache()
+    return [
+        archive_name(chart.name, chart.version)
+        for chart in charts
+        if not cached_archive(chart, folder).is_file()
+    ]
+
+
+def _pull(chart: HelmChart, folder: Path) -> str | None:
+    """Download one chart into ``folder`` (or package it from its source, for a chart published
+    in no Helm repository) and verify it; why it failed, or None."""
     import helm_python as helm  # noqa: PLC0415  a large native library, loaded on demand
 
+    path = cached_archive(chart, folder)
+    try:
+        if chart.from_source:
+            _package_from_source(chart, path)
+        else:
+            helm.pull(
+                chart.reference,
+                repo_url=None if chart.is_oci else chart.repo,
+                version=chart.version,
+                destination=folder,
+            )
+    except (helm.HelmError, OSError, tarfile.TarError, ChartError) as error:
+        return f"cannot pull {chart.name} {chart.version} from {chart.repo}: {error}"
+    if not path.is_file():
+        return f"pulling {chart.name} {chart.version} did not write {path}"
+    problem = digest_problem(path, chart)
+    if problem:
+        path.unlink()  # never leave an unverified archive where the render checks would read it
+        return f"{problem}; not kept"
+    return None
+
+
+def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> list[Path]:
+    """Download the charts that the cache lacks from their repositories and verify every archive.
+
+    Returns every archive; ChartError naming each chart that could not be pulled or verified
+    (the others are kept).
+    """
     folder = cache_dir or chart_cache()
     folder.mkdir(parents=True, exist_ok=True)
-    archives = []
+    archives, problems = [], []
     for chart in charts:
         path = cached_archive(chart, folder)
-        if not path.is_file():
-            try:
-                if chart.from_source:
-                    _package_from_source(chart, path)
-                else:
-                    helm.pull(
-                        chart.reference,
-                        repo_url=None if chart.is_oci else chart.repo,
-                        version=chart.version,
-                        destination=folder,
-                    )
-            except (helm.HelmError, OSError, tarfile.TarError) as error:
-                raise ChartError(
-                    f"cannot pull {chart.name} {chart.version} from {chart.repo}: {error}"
-                ) from None
-            if not path.is_file():
-                raise ChartError(f"pulling {chart.name} {chart.version} did not write {path}")
-        archives.append(path)
+        problem = _pull(chart, folder) if not path.is_file() else digest_problem(path, chart)
+        if problem:
+            problems.append(problem)
+        else:
+            archives.append(path)
+    if problems:
+        raise ChartError("\n".join(problems))
     return archives
 
 

@@ -49,6 +49,10 @@ FAKE_PRIVATE_KEY = (
 RDS_CA_COMMAND = "-m infra.store.rds_ca"
 FAKE_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
 FAKE_OIDC_PROVIDER = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE0123456789"
+FAKE_ACCOUNT_ID = "123456789012"
+FAKE_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
+# Network cards of GPU instances with EFA (the EC2 API's MaximumNetworkCards), others: 1.
+NETWORK_CARDS = {"p4d.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16}
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
 # What `pulumi config set --secret` values become when the stack file holds them encrypted.
 ENCRYPTED_PLACEHOLDER = "[secret]"
@@ -134,10 +138,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["kubeconfigJson"] = FAKE_KUBECONFIG
             outputs["kubeconfig"] = {"apiVersion": "v1"}
             outputs["oidcProviderArn"] = (
-                f"arn:aws:iam::123456789012:oidc-provider/{FAKE_OIDC_PROVIDER}"
+                f"arn:aws:iam::{FAKE_ACCOUNT_ID}:oidc-provider/{FAKE_OIDC_PROVIDER}"
             )
             outputs["oidcProviderUrl"] = FAKE_OIDC_PROVIDER
             outputs["oidcIssuer"] = FAKE_OIDC_PROVIDER
+            outputs["clusterSecurityGroupId"] = FAKE_CLUSTER_SECURITY_GROUP
         elif args.typ == "command:local:Command":
             fetches_ca = RDS_CA_COMMAND in str(args.inputs.get("create"))
             outputs["stdout"] = FAKE_CERTIFICATE if fetches_ca else FAKE_KUBECONFIG
@@ -170,6 +175,18 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "aws:eks/getCluster:getCluster":  # noqa: S105
             vpc = {"clusterSecurityGroupId": FAKE_CLUSTER_SECURITY_GROUP}
             return {"name": args.args.get("name"), "vpcConfig": vpc}, []
+        if args.token == "aws:ec2/getInstanceType:getInstanceType":  # noqa: S105
+            name = str(args.args.get("instanceType"))
+            cards = NETWORK_CARDS.get(name, 1)
+            return {"instanceType": name, "maximumNetworkCards": cards, "efaSupported": True}, []
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":  # noqa: S105
+            identity = {
+                "accountId": FAKE_ACCOUNT_ID,
+                "arn": f"arn:aws:iam::{FAKE_ACCOUNT_ID}:user/render",
+                "userId": "AIDAEXAMPLE",
+                "id": FAKE_ACCOUNT_ID,
+            }
+            return identity, []
         return {}, []
 
 

@@ -2,7 +2,8 @@
 
 Input is a matrix, one row per GPU and one column per sample (percent, 0-100; NaN for a
 missed scrape), ``step_seconds`` apart, and optionally a ``Context``: power draw with each
-GPU's range, SM activity, which rows are one job, and a prior from each workload's owner.
+GPU's range, SM activity, which rows are one job, and a prior from each workload (its owner or
+the engine it runs).
 ``classify_matrix`` returns one ``Classification`` per row (job type, period, confidence,
 reasons); ``field_stats`` summarises rows of any other field. No I/O, numpy only, and no
 Python loop per series or per lag: every step works on the whole matrix (or the rows a step
@@ -26,6 +27,10 @@ docs/analysis.md has the reasoning and the measured accuracy):
    peak; the next iteration must confirm it near twice the period. A period between two whole
    samples is searched again on a finer lag grid. A periodic row idle at least
    ``MIN_BURSTY_IDLE_FRACTION`` of the time must be busy in every iteration (``recurrence``).
+   A loop is evidence, not proof (``iteration``): it counts only if it pauses in most
+   iterations, shows its period in both halves of the window, and its job (where it has
+   several GPUs) computes flat out; and in a serving workload only if its job's ranks also
+   wait in collectives.
 3. **training, loop in power** (``evidence``): where utilisation is flat (standard deviation at
    most ``MAX_FLAT_UTIL_STD``), the same search runs on power (else SM activity) when it swings
    by at least ``MIN_SIGNAL_SWING`` of the GPU's power range: a data-parallel rank reads a flat
@@ -35,14 +40,18 @@ docs/analysis.md has the reasoning and the measured accuracy):
    GPU's range above its idle floor (``power``), or SM activity at most
    ``MAX_WAITING_SM_ACTIVE``, or (where power cannot judge the sample) utilisation pinned at
    ``MIN_PINNED_UTIL`` while a coupled GPU of the same job is stalled: a kernel resident but
-   not computing, a rank waiting in a collective. Not when the owner is a serving kind.
+   not computing, a rank waiting in a collective. Not in a serving workload.
 5. **training, sibling**: another busy GPU of the same job has a loop or waits; the row keeps
    its own statistics and takes the sibling's period. A job is ``Context.groups`` (a pod or
    workload); GPUs of no known job on one node (``Context.nodes``) are one job when their
    stalls coincide (``coupling``), never just because they share the node.
-6. **training, owner**: the workload's owner is a training kind (``Context.priors``).
+6. **training, owner**: the workload is a training one (``Context.priors``).
 7. **bursty**: idle for at least ``MIN_BURSTY_IDLE_FRACTION`` (30 %) of the samples.
-8. **inference**: anything else: sustained activity without a loop.
+8. **inference, cadence**: a loop of its own that did not count: requests at a rhythm.
+9. **inference**: anything else: sustained activity without a loop.
+
+With no workload known, a verdict on a loop (kept or not) says ``no workload context`` and
+weighs less.
 
 Windows shorter than 12 samples cannot hold three iterations of four samples, so they never
 show a loop.

@@ -20,9 +20,10 @@ class Basis(IntEnum):
     SIGNAL_LOOP = 2  # a loop in power (or SM activity) while utilisation is flat
     WAITING = 3  # high utilisation at near-idle power: ranks waiting in a collective
     SIBLING = 4  # another GPU of the same job shows a loop or waits
-    PRIOR = 5  # the workload's owner is a training kind
-    BURSTY = 6  # idle stretches, no loop
-    STEADY = 7  # sustained activity, no loop
+    PRIOR = 5  # the workload's owner (or its command) is a training kind
+    BURSTY = 6  # idle stretches, no iteration loop
+    CADENCE = 7  # a loop that is not an iteration: requests at a steady rhythm
+    STEADY = 8  # sustained activity, no loop
 
     @property
     def label(self) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_app.analysis import coupling, evidence
+from profiler_app.analysis import coupling, evidence, iteration
 from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.analysis.context import Context
 from profiler_app.analysis.periodicity import find_periods
@@ -90,9 +90,30 @@ def classify_matrix(
         steady=summary.idle_fraction < MIN_BURSTY_IDLE_FRACTION,
     )
     priors = context.prior_codes(rows)
-    waiting = waits.evident & ~idle & (priors != _PRIOR_SERVING)
+    serving = priors == _PRIOR_SERVING
+    waiting = waits.evident & ~idle & ~serving
+    looped = util_loop | signal_loop
+    review = iteration.review(
+        matrix,
+        summary,
+        context,
+        looped=looped,
+        in_util=util_loop,
+        period=np.where(util_loop, util_period, loops.period),
+        signal_names=[
+            "util" if found else name
+            for found, name in zip(util_loop.tolist(), loops.signal, strict=True)
+        ],
+        groups=groups,
+        busy=~idle,
+        waiting=waits.evident & ~idle,
+        serving=serving,
+    )
+    accepted = review.accepted
+    util_loop &= accepted
+    signal_loop &= accepted
 
-    own_period = np.where(util_loop, util_period, loops.period)
+    own_period = review.period
     own_strength = np.where(util_loop, util_strength, loops.strength)
     own_confidence = np.select(
         [util_loop, signal_loop, waiting],
@@ -116,6 +137,7 @@ def classify_matrix(
             from_sibling,
             ~idle & (priors == _PRIOR_TRAINING),
             summary.idle_fraction >= MIN_BURSTY_IDLE_FRACTION,
+            looped & ~accepted,
         ],
         [
             Basis.IDLE,
@@ -125,12 +147,18 @@ def classify_matrix(
             Basis.SIBLING,
             Basis.PRIOR,
             Basis.BURSTY,
+            Basis.CADENCE,
         ],
         default=Basis.STEADY,
     )
     source = np.where(from_sibling, sibling, np.arange(rows))
     period = np.where(basis <= Basis.SIBLING, own_period[source], np.nan)
-    confidence = _confidence(basis, summary, own_confidence, source, priors)
+    # With no workload known, a verdict on a loop guesses between training iterations and a
+    # request cadence; a job whose ranks wait in collectives is no guess.
+    raw_waits = waits.evident & ~idle
+    no_context = (priors == 0) & ~(raw_waits | iteration.job_any(groups, raw_waits))
+    guess = no_context & rests_on_loop(basis)
+    confidence = _confidence(basis, summary, own_confidence, source, priors=priors, guess=guess)
     seconds = period * step_seconds
     reasons = all_reasons(
         basis,
@@ -138,9 +166,12 @@ def classify_matrix(
         summary=summary,
         loops=loops,
         waits=waits,
+        review=review,
+        step_seconds=step_seconds,
         source=source,
         context=context,
         coupled_with=_coupled_with(context.groups, coupled, rows),
+        guess=guess,
     )
     results = []
     for code, row_seconds, row_confidence, row_stats, row_reasons in zip(
@@ -179,7 +210,9 @@ def _confidence(
     summary: Summary,
     own: FloatArray,
     source: np.ndarray,
+    *,
     priors: np.ndarray,
+    guess: BoolArray,
 ) -> FloatArray:
     """Heuristic confidence per row (docs/analysis.md has the table)."""
     base = np.select(
@@ -197,15 +230,23 @@ def _confidence(
             0.6,
             0.75,
         ],
-        default=0.6,
+        default=0.6,  # a cadence, steady load
     )
     training = (basis >= Basis.UTIL_LOOP) & (basis <= Basis.PRIOR)
     serving = basis >= Basis.BURSTY
-    # An owner that agrees adds confidence, one that disagrees takes some away (a loop or a
-    # waiting rank still wins over it).
+    # A workload that agrees adds confidence, one that disagrees takes some away (only a loop
+    # with waiting ranks wins over a serving workload); a guess (``guess``) takes some away.
     agrees = (training & (priors == _PRIOR_TRAINING) & (basis != Basis.PRIOR)) | (
         serving & (priors == _PRIOR_SERVING)
     )
     disagrees = training & (priors == _PRIOR_SERVING)
-    adjusted: FloatArray = np.clip(base + 0.1 * agrees - 0.15 * disagrees, 0.05, 0.99)
+    adjusted: FloatArray = np.clip(base + 0.1 * agrees - 0.15 * disagrees - 0.1 * guess, 0.05, 0.99)
     return adjusted
+
+
+def rests_on_loop(basis: np.ndarray) -> BoolArray:
+    """Verdicts that rest on a loop, taken for training (its own or a sibling's) or not."""
+    found: BoolArray = np.isin(
+        basis, (Basis.UTIL_LOOP, Basis.SIGNAL_LOOP, Basis.SIBLING, Basis.CADENCE)
+    )
+    return found

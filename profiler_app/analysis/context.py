@@ -14,7 +14,8 @@ from profiler_app.model import FloatMatrix
 
 
 class Prior(StrEnum):
-    """What the owner of a GPU's pod says it runs (``profiler_app.workloads`` decides)."""
+    """What the workload of a GPU says it runs: its owner (``profiler_app.workloads``) or the
+    engine in its command (``profiler_app.engines``)."""
 
     TRAINING = "training"
     SERVING = "serving"
@@ -39,8 +40,13 @@ class Context:
     # Rows on one node share an id: GPUs of no known job there are one job when their stalls
     # coincide (analysis.coupling). None: only rows of one known job are compared.
     nodes: IntArray | None = None
+    # What the workload says each row runs (None: nothing known): the daemon knows the owner,
+    # the engine in the command, or both. A serving prior turns a loop into a request cadence
+    # and a flat GPU into inference, a training prior keeps a flat GPU training; with none, a
+    # verdict on a loop says "no workload context".
     priors: Sequence[Prior | None] | None = None
-    prior_reasons: Sequence[str] | None = None  # why, per row, e.g. "owner PyTorchJob"
+    # Why, per row: one reason ("owner PyTorchJob") or several ("engine vllm", "owner Job").
+    prior_reasons: Sequence[str | Sequence[str]] | None = None
     names: Sequence[str] | None = None  # how reasons name a row, e.g. "gpu 0"
 
     def checked(self, rows: int, columns: int) -> Context:

@@ -60,7 +60,7 @@ class SignalLoops:
     signal: list[str]  # per row: "power", "sm-active", "mem-copy" or "" (none)
 
 
-def _second_signal(context: Context, rows: IntArray) -> tuple[FloatMatrix, list[str]]:
+def second_signal(context: Context, rows: IntArray) -> tuple[FloatMatrix, list[str]]:
     """For ``rows``: power where a row has any sample, else SM activity in percent, else
     memory-copy utilisation, else NaN; and which signal each row got."""
     signal: FloatMatrix | None = None
@@ -131,7 +131,7 @@ def signal_loops(
     rows = np.flatnonzero(candidates)
     rows = rows[row_std(util[rows]) <= MAX_FLAT_UTIL_STD]
     if rows.size:
-        signal, found_names = _second_signal(context, rows)
+        signal, found_names = second_signal(context, rows)
         for row, name in zip(rows.tolist(), found_names, strict=True):
             names[row] = name
         enough = np.isfinite(signal).sum(axis=1) >= 3 * MIN_PERIOD_SAMPLES

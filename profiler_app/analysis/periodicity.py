@@ -232,3 +232,21 @@ def find_periods(matrix: FloatMatrix) -> tuple[FloatArray, FloatArray]:
         np.concatenate([period for period, _ in chunks]),
         np.concatenate([strength for _, strength in chunks]),
     )
+
+
+def autocorrelation_near(matrix: FloatMatrix, lags: FloatArray, tolerance: float) -> FloatArray:
+    """The highest autocorrelation of each row (gaps filled, detrended, normalised as above)
+    within ``tolerance`` (a share) of its lag in ``lags`` (samples); -inf where that range
+    holds no lag of the row."""
+    rows, columns = matrix.shape
+    if rows == 0 or columns < 2:
+        return np.full(rows, -np.inf)
+    low = np.floor(lags * (1 - tolerance))
+    high = np.ceil(lags * (1 + tolerance))
+    max_lag = int(min(columns - 1, max(1.0, float(high.max()))))
+    power, size = _power_spectrum(detrended(matrix), max_lag)
+    acf = _autocorrelation(power, size, max_lag)
+    offsets = np.arange(max_lag + 1)
+    inside = (offsets >= np.maximum(low, 1)[:, None]) & (offsets <= high[:, None])
+    highest: FloatArray = np.where(inside, acf, -np.inf).max(axis=1)
+    return highest

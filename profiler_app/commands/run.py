@@ -58,12 +58,17 @@ DEFAULT_ROLLUP_RETENTION = "400d"
 DEFAULT_POSTGRESQL_STORE_INTERVAL = 300.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROTECT_TRAINING_ENV = "GPU_PROFILER_PROTECT_TRAINING"
-SWITCH_VALUES = {"true": True, "1": True, "yes": True, "on": True}
-SWITCH_VALUES |= {"false": False, "0": False, "no": False, "off": False, "": False}
+# --protect-training: on (the flag alone), off, or release (protect nothing, remove what the
+# profiler set on this node: the DaemonSet's mode once the option is turned off).
+PROTECT, NO_PROTECTION, RELEASE_PROTECTION = "on", "off", "release"
+PROTECTION_MODES = {"true": PROTECT, "1": PROTECT, "yes": PROTECT, "on": PROTECT}
+PROTECTION_MODES |= {"false": NO_PROTECTION, "0": NO_PROTECTION, "no": NO_PROTECTION}
+PROTECTION_MODES |= {"off": NO_PROTECTION, "": NO_PROTECTION, "release": RELEASE_PROTECTION}
 # Each Prometheus request's timeout: a hung Prometheus costs a cycle this long per query, and
 # a stop request then abandons the cycle after daemon.STOP_GRACE_SECONDS.
 PROMETHEUS_TIMEOUT_SECONDS = 4.0
-# How long --once waits for the first pod list before profiling without pod names.
+# How long the daemon waits for the first pod list before its first cycle; later, cycles go on
+# without pods (none annotated, protected or stored) until it comes, and /healthz says so.
 POD_SYNC_TIMEOUT_SECONDS = 5.0
 # /healthz fails when no cycle was attempted for this many intervals (and at least a minute).
 STALE_INTERVALS = 3
@@ -185,9 +190,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(
         "--protect-training",
         env=PROTECT_TRAINING_ENV,
-        action="store_true",
+        nargs="?",
+        const=PROTECT,
         shown_default="off",
-        help="set karpenter.sh/do-not-disrupt on pods while their GPUs train, remove it after",
+        metavar="on|off|release",
+        help="set karpenter.sh/do-not-disrupt on this node's pods while they train, remove it "
+        "after; 'release' only removes what the profiler set",
     )
     group.add_argument("--once", action="store_true", help="run one cycle and exit")
     add(
@@ -223,7 +231,7 @@ class RunConfig:
     metrics_port: int
     cgroup_root: Path
     once: bool
-    protect_training: bool = False
+    protect_training: str = NO_PROTECTION  # PROTECT, NO_PROTECTION or RELEASE_PROTECTION
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunConfig:
@@ -270,7 +278,7 @@ class RunConfig:
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
             once=args.once,
-            protect_training=_switch(args.protect_training, PROTECT_TRAINING_ENV),
+            protect_training=_protection_mode(args.protect_training),
         )
 
     def describe(self) -> str:
@@ -303,7 +311,11 @@ class RunConfig:
             f"interval={format_duration(self.interval_seconds)} "
             f"kubernetes={kubernetes_access(self.kubeconfig)} "
             f"annotation-domain={self.annotation_domain} store={store} metrics={metrics}"
-            + (" protect-training" if self.protect_training else "")
+            + (
+                ""
+                if self.protect_training == NO_PROTECTION
+                else f" protect-training={self.protect_training}"
+            )
             + (" once" if self.once else "")
         )
 
@@ -332,14 +344,17 @@ def _store_url(text: str | None) -> str | None:
     return url
 
 
-def _switch(value: bool | str | None, env: str) -> bool:
-    """An on/off flag: True when given, else the environment variable's true or false."""
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    switch = SWITCH_VALUES.get(value.strip().lower())
-    if switch is None:
-        raise UserError(f"{env}={value!r}: use true or false")
-    return switch
+def _protection_mode(value: str | None) -> str:
+    """--protect-training's mode: the flag's value (``on`` alone), else the variable's."""
+    if value is None:
+        return NO_PROTECTION
+    mode = PROTECTION_MODES.get(value.strip().lower())
+    if mode is None:
+        raise UserError(
+            f"--protect-training / {PROTECT_TRAINING_ENV} {value!r}: use on (true), off (false) "
+            "or release"
+        )
+    return mode
 
 
 @dataclass(frozen=True)
@@ -509,7 +524,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         primary_field=config.fields[0],
         node_label=config.node_label,
         host=host,
-        pods=watcher.snapshot if watcher is not None else None,
+        pods=watcher.listed if watcher is not None else None,
         metric_pod_peaks=metric_pod_peaks,
         sources=sources.pop_all(),
     )
@@ -525,26 +540,39 @@ def _start_kubernetes(
     if not kubernetes_configured(config.kubeconfig):
         return None
     from profiler_app import kube  # noqa: PLC0415
-    from profiler_app.sinks.kubernetes import KubernetesSink  # noqa: PLC0415
+    from profiler_app.sinks.kubernetes import KubernetesSink, protection  # noqa: PLC0415
     from profiler_app.sources.kube_pods import PodWatcher  # noqa: PLC0415
 
     connection = kube.connect(config.kubeconfig)
     if connection is None:
         return None
     resources.callback(connection.close)
-    watcher = PodWatcher(connection, config.node)
+    protecting = config.protect_training != NO_PROTECTION
+    watcher = PodWatcher(
+        connection,
+        config.node,
+        annotation_keys=protection.watched_annotations(config.annotation_domain)
+        if protecting
+        else (),
+    )
     watcher.start()
     sources.callback(watcher.stop, 1.0)
-    if config.once and not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
-        log.warning("no pod list from Kubernetes yet; profiling without pod names")
-    sinks.append(
-        KubernetesSink(
-            connection,
-            config.node,
-            domain=config.annotation_domain,
-            protect_training=config.protect_training,
+    if not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):
+        log.warning(
+            "no pod list from Kubernetes after %gs: until it comes, pods are not annotated, "
+            "protected or stored",
+            POD_SYNC_TIMEOUT_SECONDS,
         )
-    )
+    if protecting:  # before the usage annotations: it matters more
+        sinks.append(
+            protection.TrainingProtector(
+                connection,
+                config.node,
+                domain=config.annotation_domain,
+                release_only=config.protect_training == RELEASE_PROTECTION,
+            )
+        )
+    sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
     return watcher
 
 

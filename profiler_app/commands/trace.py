@@ -1,9 +1,9 @@
 """``gpu-profiler trace``: where one job's time went, from an Nsight Systems report.
 
 Reads a ``.sqlite`` export (or a ``.nsys-rep``, exported first when nsys is installed), prints
-per GPU the busy fraction, idle gaps, top kernels, memory operations, CUDA API time, the
-iteration period and a verdict with its evidence, and records one row per GPU in the table
-store (``--store-url none`` to skip). docs/trace.md has the rules and the JSON keys.
+per GPU the busy fraction, idle gaps, top kernels and their families, memory operations, CUDA
+API time, the iteration period and a verdict with its evidence, and records one row per GPU in
+the table store (``--store-url none`` to skip). docs/trace.md has the rules and the JSON keys.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from profiler_app.commands import options
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.traces import TraceStore, trace_rows
 from profiler_app.sinks.store.urls import parse_store_url
+from profiler_app.trace import families
 from profiler_app.trace.export import open_report
 from profiler_app.trace.render import render
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
@@ -30,7 +31,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="explain one job from an Nsight Systems report: busy time, idle gaps, kernels, "
         "copies, a bottleneck verdict",
         description="Summarise an Nsight Systems SQLite export (nsys export --type sqlite) per "
-        "GPU and name what limits the job: input-, launch-, transfer-, sync- or compute-bound.",
+        "GPU, say what its kernels are made of (GEMM, attention, NCCL, ...) and name what limits "
+        "the job: input-, launch-, transfer-, sync-, compute- or communication-bound.",
     )
     parser.add_argument("report", metavar="REPORT", help="REPORT.sqlite (or REPORT.nsys-rep)")
     parser.add_argument(
@@ -61,6 +63,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the NVTX range that marks one iteration (default: found from the ranges)",
     )
     parser.add_argument(
+        "--kernel-families",
+        metavar="FILE",
+        default=os.environ.get("GPU_PROFILER_KERNEL_FAMILIES") or None,
+        help="a TOML file of kernel families, tried before the built-in ones (env "
+        "GPU_PROFILER_KERNEL_FAMILIES; format in docs/trace.md)",
+    )
+    parser.add_argument(
         "--top",
         type=int,
         default=10,
@@ -86,8 +95,13 @@ def handle(args: argparse.Namespace) -> int:
     store_url = None if args.store_url.strip().lower() == "none" else args.store_url.strip()
     if store_url is not None:
         parse_store_url(store_url)  # a malformed URL fails before the report is read
+    classifier = families.load_extra(args.kernel_families) if args.kernel_families else None
     with open_report(args.report) as export:
-        summary = summarise(export, iteration_range=args.iteration_range)
+        summary = summarise(
+            export,
+            iteration_range=args.iteration_range,
+            classifier=classifier or families.DEFAULT,
+        )
     if store_url is not None:
         _record(summary, store_url, namespace, pod, args.node)
     for warning in summary.warnings:
@@ -110,6 +124,9 @@ def handle(args: argparse.Namespace) -> int:
 def _record(
     summary: TraceSummary, url: str, namespace: str | None, pod: str | None, node: str | None
 ) -> None:
+    # Imported here: SQLAlchemy takes a quarter of a second to import, for nothing with
+    # --store-url none.
+
     store = TraceStore(url)
     try:
         if namespace is not None and pod is not None:

@@ -12,19 +12,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from profiler_app.daemon.parts import Part
 from profiler_app.errors import one_line
-from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodPeak, SeriesMatrix
-from profiler_app.pods import attribute_series, pod_usage, workloads_of
+from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodInfo, PodPeak, SeriesMatrix
+from profiler_app.pods import attribute_series, identities_of, pod_usage, workloads_of
 from profiler_app.profiles import build_profiles
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource
-
-if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
-    from profiler_app.sources.kube_pods import PodInfo
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +37,8 @@ class Inputs:
     """Where a cycle's data comes from besides the GPU series."""
 
     host: HostReadings | None = None  # local sampling: the host and pod cgroups
-    pods: Callable[[], Sequence[PodInfo]] | None = None  # the pod watcher's snapshot
+    # The pod watcher's snapshot, None until its first list; no callable: Kubernetes is off.
+    pods: Callable[[], Sequence[PodInfo] | None] | None = None
     # Pod CPU/memory peaks from Prometheus (cAdvisor) by (namespace, pod), given the window.
     metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None
 
@@ -84,6 +82,7 @@ class Cycle:
         self.source_part = part("source")
         self.sink_parts = [part(sink.name) for sink in self.sinks]
         self.count = 0
+        self._without_pod_list = False
 
     def run(self) -> bool:
         """Reads, classifies and publishes once; True when the source and every sink worked."""
@@ -111,7 +110,8 @@ class Cycle:
             self.source_part.failed(error, since=started)
             return None
         self.source_part.succeeded()
-        pods = list(self.inputs.pods()) if self.inputs.pods is not None else []
+        listed = self._listed_pods()
+        pods = list(listed or [])
         try:
             profiles = self._profiles(attribute_series(matrices, pods), pods)
         except Exception as error:
@@ -129,9 +129,26 @@ class Cycle:
                 host.pod_peaks() if host is not None else {},
                 self.analysis.node,
                 self._read_metric_pod_peaks(),
+                listed_only=self.inputs.pods is not None,
             ),
             host=host.snapshot() if host is not None else {},
+            node_pods=None if listed is None else tuple(pods),
         )
+
+    def _listed_pods(self) -> Sequence[PodInfo] | None:
+        """The pods Kubernetes lists on the node; None when it is off or while its first list
+        has not come (no pod is then annotated, protected or stored; /healthz says so)."""
+        if self.inputs.pods is None:
+            return None
+        listed = self.inputs.pods()
+        self.metrics.record_pod_list(listed is not None)
+        if listed is not None and self._without_pod_list:
+            log.info(
+                "pod list arrived from Kubernetes: pods are annotated, protected and stored "
+                "from this cycle on"
+            )
+        self._without_pod_list = listed is None
+        return listed
 
     def _read_metric_pod_peaks(self) -> Mapping[tuple[str, str], PodPeak]:
         """Prometheus' pod peaks, or none this cycle when reading them fails: they only add to
@@ -149,9 +166,14 @@ class Cycle:
     def _profiles(self, matrices: list[SeriesMatrix], pods: list[PodInfo]) -> list[GpuProfile]:
         if not matrices:  # local sampling without GPUs
             return []
-        # The pods' owners are the classifier's prior, and group the pods of one workload.
+        # The pods' owners and engines are the classifier's prior; owners group the pods of
+        # one workload.
         return build_profiles(
-            matrices, self.analysis.primary_field, self.analysis.node_label, workloads_of(pods)
+            matrices,
+            self.analysis.primary_field,
+            self.analysis.node_label,
+            workloads_of(pods),
+            identities_of(pods),
         )
 
     def _publish(self, sink: Sink, part: Part, result: CycleResult, started: float) -> bool:

@@ -13,17 +13,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from profiler_app.daemon.cycle import Analysis, Cycle, HostReadings, Inputs
 from profiler_app.errors import one_line
-from profiler_app.model import GPU_UTIL, PodPeak
+from profiler_app.model import GPU_UTIL, PodInfo, PodPeak
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource
-
-if TYPE_CHECKING:  # the Kubernetes client is imported only when Kubernetes is used
-    from profiler_app.sources.kube_pods import PodInfo
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +45,14 @@ class Daemon:
         primary_field: str = GPU_UTIL,
         node_label: str = "Hostname",
         host: HostReadings | None = None,
-        pods: Callable[[], Sequence[PodInfo]] | None = None,
+        pods: Callable[[], Sequence[PodInfo] | None] | None = None,
         metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None,
         sources: contextlib.ExitStack | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``sources`` stops whatever feeds the cycle (samplers, the pod watcher, the source's
-        connections); ``close()`` runs it before closing the sinks."""
+        """``pods``: the pod watcher's pods on the node, None until its first list (no callable:
+        Kubernetes is off). ``sources`` stops whatever feeds the cycle (samplers, the pod
+        watcher, the source's connections); ``close()`` runs it before closing the sinks."""
         self.interval_seconds = interval_seconds
         self.metrics = metrics
         self._stop = threading.Event()

@@ -32,7 +32,7 @@ JOB_TYPES = tuple(job_type.value for job_type in JobType)
 BASES = tuple(basis.label for basis in Basis)
 GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
 # The parts that back off (the source and the sinks) are also counted in consecutive_failures.
-PART_KINDS = ("source", "kubernetes", "store", "metrics", "terminal")
+PART_KINDS = ("source", "kubernetes", "protection", "store", "metrics", "terminal")
 ERROR_KINDS = (*PART_KINDS, "analysis", "cycle")
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -72,7 +72,7 @@ class _GpuCollector(Collector):
         families = self._families()
         if result is None:
             return families
-        job_type, period, util_max, util_p95, idle, confidence, basis = families
+        job_type, period, util_max, util_p95, idle, confidence, basis, engine = families
         for profile in result.gpus:
             labels = _gpu_label_values(profile, result.node)
             for name in JOB_TYPES:
@@ -82,6 +82,8 @@ class _GpuCollector(Collector):
             if profile.basis is not None:
                 for name in BASES:
                     basis.add_metric([*labels, name], 1.0 if name == profile.basis else 0.0)
+            if profile.engine or profile.framework:
+                engine.add_metric([*labels, profile.engine or "", profile.framework or ""], 1.0)
             if profile.job_type == "training" and _finite(profile.period_seconds):
                 period.add_metric(labels, float(profile.period_seconds or 0.0))
             stats = profile.stats.get(GPU_UTIL)
@@ -134,8 +136,15 @@ class _GpuCollector(Collector):
             GaugeMetricFamily(
                 "gpu_profiler_gpu_basis",
                 "What the job type rests on: 1 for the current basis (idle, util-loop, "
-                "signal-loop, waiting, sibling, prior, bursty, steady), 0 for the others.",
+                "signal-loop, waiting, sibling, prior, bursty, cadence, steady), 0 for the others.",
                 labels=[*labels, "basis"],
+            ),
+            # An info metric: its labels are the tables of profiler_app.engines, bounded.
+            GaugeMetricFamily(
+                "gpu_profiler_gpu_engine_info",
+                "What runs on the GPU, where known: engine (vllm, torchrun, ...) and framework "
+                "(pytorch, jax, ...); empty when only the other is known. Always 1.",
+                labels=[*labels, "engine", "framework"],
             ),
         ]
 
@@ -214,6 +223,7 @@ class MetricsSink:
             self.consecutive_failures.labels(kind=kind)
         self._failing: dict[str, int] = {}
         self._last_success_at: float | None = None
+        self._pod_list_missing_since: float | None = None
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -230,6 +240,14 @@ class MetricsSink:
             self._failing[kind] = failures
         else:
             self._failing.pop(kind, None)
+
+    def record_pod_list(self, listed: bool) -> None:
+        """Whether the cycle had Kubernetes' list of the node's pods; /healthz says since when
+        the cycles go without it."""
+        if listed:
+            self._pod_list_missing_since = None
+        elif self._pod_list_missing_since is None:
+            self._pod_list_missing_since = self._clock()
 
     def record_cycle(self, seconds: float, *, success: bool) -> None:
         self.cycle_duration.observe(seconds)
@@ -276,6 +294,12 @@ class MetricsSink:
             if failing
             else "all parts work"
         )
+        missing = self._pod_list_missing_since
+        if missing is not None:
+            words.append(
+                f"no pod list from Kubernetes for {self._clock() - missing:.0f}s: pods are not "
+                "annotated, protected or stored"
+            )
         return "; ".join(words)
 
     def serve(self, address: str, port: int) -> int:

@@ -70,6 +70,13 @@ def _rate(bytes_per_second: float) -> str:
     return f"{value:.1f} GB/s"
 
 
+def _runs(profile: GpuProfile) -> str:
+    """The engine and framework, ``vllm (pytorch)``, either alone, or ``-``."""
+    if profile.engine and profile.framework:
+        return f"{profile.engine} ({profile.framework})"
+    return profile.engine or profile.framework or "-"
+
+
 def render(result: CycleResult, notice: str | None = None) -> Group:
     """The table of one cycle, with the host line under it (and a notice, e.g. no driver)."""
     table = Table(
@@ -118,6 +125,7 @@ def summary_lines(result: CycleResult) -> list[str]:
         + f" p95 {_number(field_stat(p, GPU_UTIL, 'p95'), '%')}"
         + f" mem copy {_number(field_stat(p, MEM_COPY_UTIL, 'max'), '%')}"
         + f" fb {_fb_used(p)} pod {_pod(p)}"
+        + (f" runs {_runs(p)}" if p.engine or p.framework else "")
         + f" confidence {_number(p.confidence, digits=2)}"
         + (f" ({'; '.join(p.reasons)})" if p.reasons else "")
         for p in result.gpus

@@ -7,8 +7,9 @@ applying ADDED/MODIFIED/DELETED events and following BOOKMARKs. A watch that end
 (``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted, or a
 continue token expired) means a fresh list; any other failure waits out the one back-off policy
 (``profiler_app.backoff``, honouring Retry-After) and retries. ``snapshot()`` never blocks
-on the network. Pods are parsed from raw JSON: the typed models would cost far more per event and
-this needs a few fields.
+on the network; ``listed()`` is None until the first list has completed. ``list_pods`` is the
+paged list alone (``gpu-profiler unprotect`` lists every node's pods with it). Pods are parsed
+from raw JSON: the typed models would cost far more per event and this needs a few fields.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 import urllib3
 
 from profiler_app.backoff import Backoff
+from profiler_app.engines import ContainerSpec, Identity, identify_pod
 from profiler_app.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
@@ -32,6 +33,7 @@ from profiler_app.kube import (
     response_lines,
     retry_after_seconds,
 )
+from profiler_app.model import PodInfo
 from profiler_app.workloads import WORKLOAD_LABEL_KEYS
 
 log = logging.getLogger(__name__)
@@ -44,30 +46,6 @@ LIST_PAGE_SIZE = 500
 # An API server that keeps answering with a continue token (the same one again, or pages without
 # end) would hold the list forever: past this many pages the list fails and backs off instead.
 MAX_LIST_PAGES = 100
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    """What the profiler needs to know about one pod on this node."""
-
-    uid: str
-    namespace: str
-    name: str
-    node: str
-    phase: str  # Pending, Running, Succeeded, Failed, Unknown
-    start_time: datetime | None
-    gpu_requests: int  # nvidia.com/gpu the pod requests (init containers included, as scheduled)
-    gpu_limits: int
-    container_ids: Mapping[str, str]  # runtime container id (no "containerd://" prefix) -> name
-    # The controller in the pod's ownerReferences ("" for a bare pod), and the pod's labels
-    # that name its workload (workloads.WORKLOAD_LABEL_KEYS): the classifier's prior.
-    owner_kind: str = ""
-    owner_name: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def uses_gpus(self) -> bool:
-        return max(self.gpu_requests, self.gpu_limits) > 0
 
 
 class WatchExpiredError(Exception):
@@ -90,14 +68,15 @@ def _quantity(value: Any) -> int:
         return 0
 
 
+def _container_gpus(container: Mapping[str, Any], section: str) -> int:
+    return _quantity(((container.get("resources") or {}).get(section) or {}).get(GPU_RESOURCE, 0))
+
+
 def _gpu_count(spec: Mapping[str, Any], section: str) -> int:
     """GPUs the pod reserves: app containers add up, init containers run one at a time."""
 
     def per_container(containers: Any) -> list[int]:
-        return [
-            _quantity(((c.get("resources") or {}).get(section) or {}).get(GPU_RESOURCE, 0))
-            for c in containers or []
-        ]
+        return [_container_gpus(c, section) for c in containers or []]
 
     return max(
         sum(per_container(spec.get("containers"))), *per_container(spec.get("initContainers")), 0
@@ -121,8 +100,31 @@ def _controller(metadata: Mapping[str, Any]) -> tuple[str, str]:
     return str(owner.get("kind") or ""), str(owner.get("name") or "")
 
 
-def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
-    """Reduce a Pod's JSON to a PodInfo. Raises KeyError when it has no uid or name."""
+def _words(value: Any) -> tuple[str, ...]:
+    return tuple(str(word) for word in value) if isinstance(value, list) else ()
+
+
+def _identity(spec: Mapping[str, Any]) -> Identity | None:
+    """What the pod's app containers run, by image and command (``engines``)."""
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    return identify_pod(
+        [
+            ContainerSpec(
+                image=str(container.get("image") or ""),
+                command=_words(container.get("command")),
+                args=_words(container.get("args")),
+                gpus=max(
+                    _container_gpus(container, "requests"), _container_gpus(container, "limits")
+                ),
+            )
+            for container in containers
+        ]
+    )
+
+
+def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ()) -> PodInfo:
+    """Reduce a Pod's JSON to a PodInfo, keeping only ``annotation_keys`` of its annotations.
+    Raises KeyError when it has no uid or name."""
     metadata = manifest.get("metadata") or {}
     spec = manifest.get("spec") or {}
     status = manifest.get("status") or {}
@@ -135,6 +137,7 @@ def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
             container_ids[runtime_id.rpartition("://")[2]] = str(container.get("name", ""))
     owner_kind, owner_name = _controller(metadata)
     labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
     return PodInfo(
         uid=str(metadata["uid"]),
         namespace=str(metadata.get("namespace", "")),
@@ -148,15 +151,63 @@ def pod_info(manifest: Mapping[str, Any]) -> PodInfo:
         owner_kind=owner_kind,
         owner_name=owner_name,
         labels={key: str(value) for key, value in labels.items() if key in WORKLOAD_LABEL_KEYS},
+        annotations={
+            key: str(annotations[key])
+            for key in annotation_keys
+            if annotations.get(key) is not None
+        },
+        identity=_identity(spec),
     )
 
 
-def _parse_or_skip(manifest: Mapping[str, Any]) -> PodInfo | None:
+def _parse_or_skip(
+    manifest: Mapping[str, Any], annotation_keys: Collection[str] = ()
+) -> PodInfo | None:
     try:
-        return pod_info(manifest)
+        return pod_info(manifest, annotation_keys)
     except KeyError as missing:
         log.warning("ignoring a pod without %s in the API answer", missing)
         return None
+
+
+def list_pods(
+    connection: KubeConnection,
+    *,
+    field_selector: str | None = None,
+    annotation_keys: Collection[str] = (),
+    page_size: int = LIST_PAGE_SIZE,
+    max_pages: int = MAX_LIST_PAGES,
+) -> tuple[dict[str, PodInfo], str]:
+    """The pods (all namespaces, ``field_selector`` applied) by uid and the list's
+    resourceVersion, page by page: the pages are one snapshot, at the version the first one
+    gives. Raises ListExpiredError when a continue token expires (410) between pages, and
+    ListPagingError for a list that does not end."""
+    pods = {}
+    token: str | None = None
+    seen: set[str] = set()
+    for _ in range(max_pages):
+        query: dict[str, str | int | None] = {
+            "fieldSelector": field_selector,
+            "limit": page_size,
+            "continue": token,
+        }
+        try:
+            document = connection.get_json(PODS_PATH, query=query)
+        except TRANSPORT_ERRORS as error:
+            if token is not None and error_status(error) == 410:
+                raise ListExpiredError from None  # the continue token is too old
+            raise
+        for item in document.get("items") or []:
+            if info := _parse_or_skip(item, annotation_keys):
+                pods[info.uid] = info
+        metadata = document.get("metadata") or {}
+        token = metadata.get("continue") or None
+        if token is None:
+            return pods, str(metadata["resourceVersion"])
+        if token in seen:
+            raise ListPagingError(f"the pod list repeated a continue token on page {len(seen) + 1}")
+        seen.add(token)
+    raise ListPagingError(f"the pod list did not end after {max_pages} pages of {page_size}")
 
 
 class PodWatcher:
@@ -172,8 +223,11 @@ class PodWatcher:
         backoff_max: float = 60.0,
         page_size: int = LIST_PAGE_SIZE,
         max_pages: int = MAX_LIST_PAGES,
+        annotation_keys: Collection[str] = (),
     ) -> None:
+        """``annotation_keys``: the annotations each pod's PodInfo keeps (no others)."""
         self._connection = connection
+        self._annotation_keys = frozenset(annotation_keys)
         self.node = node
         self._selector = f"spec.nodeName={node}"
         self._watch_timeout = watch_timeout_seconds
@@ -213,6 +267,11 @@ class PodWatcher:
         with self._lock:
             pods = list(self._pods.values())
         return sorted(pods, key=lambda pod: (pod.namespace, pod.name))
+
+    def listed(self) -> list[PodInfo] | None:
+        """``snapshot()`` once the first list has completed; None before: nothing is known
+        about the node's pods yet, not even that there are none."""
+        return self.snapshot() if self._synced.is_set() else None
 
     # -- thread ------------------------------------------------------------------------------
 
@@ -257,37 +316,12 @@ class PodWatcher:
         )
 
     def _list(self) -> tuple[dict[str, PodInfo], str]:
-        """The node's pods by uid and the list's resourceVersion, page by page: the pages are
-        one snapshot, at the version the first one gives."""
-        pods = {}
-        token: str | None = None
-        seen: set[str] = set()
-        for _ in range(self._max_pages):
-            query: dict[str, str | int | None] = {
-                "fieldSelector": self._selector,
-                "limit": self._page_size,
-                "continue": token,
-            }
-            try:
-                document = self._connection.get_json(PODS_PATH, query=query)
-            except TRANSPORT_ERRORS as error:
-                if token is not None and error_status(error) == 410:
-                    raise ListExpiredError from None  # the continue token is too old
-                raise
-            for item in document.get("items") or []:
-                if info := _parse_or_skip(item):
-                    pods[info.uid] = info
-            metadata = document.get("metadata") or {}
-            token = metadata.get("continue") or None
-            if token is None:
-                return pods, str(metadata["resourceVersion"])
-            if token in seen:
-                raise ListPagingError(
-                    f"the pod list repeated a continue token on page {len(seen) + 1}"
-                )
-            seen.add(token)
-        raise ListPagingError(
-            f"the pod list did not end after {self._max_pages} pages of {self._page_size}"
+        return list_pods(
+            self._connection,
+            field_selector=self._selector,
+            annotation_keys=self._annotation_keys,
+            page_size=self._page_size,
+            max_pages=self._max_pages,
         )
 
     def _watch(self) -> None:
@@ -335,7 +369,8 @@ class PodWatcher:
                 raise WatchExpiredError
             raise ValueError(f"watch error {obj.get('code')}: {obj.get('message')}")
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        info = _parse_or_skip(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
+        watched = kind in ("ADDED", "MODIFIED", "DELETED")
+        info = _parse_or_skip(obj, self._annotation_keys) if watched else None
         if info is not None:
             with self._lock:
                 if kind == "DELETED":

@@ -17,11 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pynvml
 
+from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity
 from profiler_app.errors import UserError
 from profiler_app.model import FB_FREE, FB_USED, GPU_UTIL, MEM_COPY_UTIL, FloatMatrix, SeriesMatrix
 from profiler_app.sources.cgroups import ContainerRef, container_of_pid
+from profiler_app.sources.nvml_samples import (
+    MAX_SAMPLE_COVER_SECONDS,
+    UtilisationSamples,
+    buffered_step,
+    covering,
+    tick_floor,
+)
+from profiler_app.sources.processes import process_identity
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +65,19 @@ class SampleRing:
         self._ticks[slot] = tick
         self.last_tick = max(self.last_tick, tick)
 
+    def put_cells(self, ticks: npt.NDArray[np.int64], column: int, values: FloatMatrix) -> None:
+        """Writes one column of ascending ``ticks`` (the other columns of a tick first written
+        here read NaN until written): GPUs whose samples arrive apart fill their own column."""
+        if ticks.size == 0:
+            return
+        ticks, values = ticks[-self.capacity :], values[-self.capacity :]
+        slots = ticks % self.capacity
+        fresh = self._ticks[slots] != ticks
+        self._rows[slots[fresh]] = np.nan
+        self._ticks[slots] = ticks
+        self._rows[slots, column] = values
+        self.last_tick = max(self.last_tick, int(ticks[-1]))
+
     def window(self, count: int) -> tuple[FloatMatrix, FloatMatrix]:
         """Timestamps and rows of the last ``count`` ticks up to the newest sample."""
         count = max(1, min(count, self.capacity))
@@ -76,6 +99,7 @@ class GpuProcess:
     last_seen: float
     used_memory_max_bytes: float = 0.0
     sm_util_max: float = 0.0
+    identity: Identity | None = None  # what it runs (engines), read once from /proc
 
 
 @dataclass(frozen=True)
@@ -95,6 +119,10 @@ class NvmlSource:
 
     ``nvml`` is the ``pynvml`` module (tests pass a stand-in). Without a driver, ``start``
     says ``no NVIDIA driver found: <reason>`` once and ``read`` returns no matrices.
+
+    With ``buffered`` (the default), utilisation comes from the driver's buffered samples on a
+    0.1 s grid wherever a GPU supports them (``nvml_samples``); every other field, and the
+    utilisation of GPUs that do not, is one reading per ``sample_interval``.
     """
 
     def __init__(
@@ -107,6 +135,7 @@ class NvmlSource:
         nvml: Any = None,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
+        buffered: bool = True,
     ) -> None:
         unknown = [name for name in fields if name not in NVML_FIELDS]
         if unknown:
@@ -124,6 +153,10 @@ class NvmlSource:
         self._clock = clock
         self._devices: list[_Device] = []
         self._ring: SampleRing | None = None
+        self._buffered = buffered and GPU_UTIL in self.fields
+        self._samples: UtilisationSamples | None = None
+        self._fine: SampleRing | None = None  # buffered utilisation, one column per GPU
+        self._fine_filled: list[int] = []  # per GPU, the last tick of _fine written
         self._processes: dict[str, dict[int, GpuProcess]] = {}
         self._process_timestamps: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -162,15 +195,36 @@ class NvmlSource:
             self.unavailable_reason = f"NVML unavailable: {error}"
         else:
             self._devices = devices
+            origin = self._clock()
             capacity = math.ceil(self.window_seconds / self.sample_interval) + 1
             self._ring = SampleRing(
-                capacity, (len(self.fields), count), self.sample_interval, self._clock()
+                capacity, (len(self.fields), count), self.sample_interval, origin
             )
             self._processes = {device.index: {} for device in devices}
             log.info("NVML: sampling %d GPU(s) every %gs", count, self.sample_interval)
+            self._open_buffered(origin)
             return True
         log.warning("%s; profiling the host only", self.unavailable_reason)
         return False
+
+    def _open_buffered(self, origin: float) -> None:
+        step = buffered_step(self.window_seconds, self.sample_interval)
+        if not self._buffered or step is None or not self._devices:
+            return
+        samples = UtilisationSamples(self._nvml, len(self._devices))
+        handles = [device.handle for device in self._devices]
+        if not samples.probe(handles, [device.index for device in self._devices]):
+            return
+        self._samples = samples
+        capacity = math.ceil(self.window_seconds / step) + 1
+        self._fine = SampleRing(capacity, (len(self._devices),), step, origin)
+        self._fine_filled = [-1] * len(self._devices)
+        log.info("NVML: utilisation from the driver's buffered samples, every %gs", step)
+
+    @property
+    def utilisation_step(self) -> float:
+        """The step of the utilisation series ``read`` returns."""
+        return self._fine.step if self._fine is not None else self.sample_interval
 
     def start(self) -> None:
         """Opens NVML and starts the sampler thread (no thread without GPUs)."""
@@ -213,13 +267,44 @@ class NvmlSource:
             return
         now = self._clock()
         row = np.full((len(self.fields), len(self._devices)), np.nan)
+        cells = []
         for column, device in enumerate(self._devices):
             readings = self._read_device(device)
             for position, name in enumerate(self.fields):
                 row[position, column] = readings.get(name, np.nan)
+            if self._fine is not None:
+                cells.append(self._buffered_cells(column, device, now, readings))
             self._sample_processes(device, now)
         with self._lock:
             ring.put(ring.tick_at(now), row)
+            for column, (ticks, values) in enumerate(cells):
+                if self._fine is not None:
+                    self._fine.put_cells(ticks, column, values)
+
+    def _buffered_cells(
+        self, column: int, device: _Device, now: float, readings: dict[str, float]
+    ) -> tuple[npt.NDArray[np.int64], FloatMatrix]:
+        """The ticks of the utilisation grid this GPU can fill now, and their values: each
+        from the buffered sample that covers it; where none does (the GPU does not buffer
+        samples, or none is that recent), the tick's own reading, held over the ticks since the
+        last one, as one reading per tick would be."""
+        fine, samples = self._fine, self._samples
+        assert fine is not None
+        assert samples is not None
+        times, values = samples.fetch(column, device.handle, now)
+        start = self._fine_filled[column] + 1
+        if samples.supported[column]:
+            end = tick_floor(now - MAX_SAMPLE_COVER_SECONDS, fine.origin, fine.step)
+            if times.size:
+                end = max(end, tick_floor(times[-1], fine.origin, fine.step))
+        else:
+            end = tick_floor(now, fine.origin, fine.step)
+        ticks = np.arange(max(start, end - fine.capacity + 1), end + 1, dtype=np.int64)
+        points = (fine.origin + ticks * fine.step).astype(np.float64)
+        found = covering(times, values, points)
+        found[np.isnan(found)] = readings.get(GPU_UTIL, np.nan)
+        self._fine_filled[column] = max(self._fine_filled[column], end)
+        return ticks, found
 
     def _read_device(self, device: _Device) -> dict[str, float]:
         nvml = self._nvml
@@ -269,13 +354,23 @@ class NvmlSource:
             pass  # no process ran since the last sample
         except nvml.NVMLError as error:
             self._report(f"process utilisation of GPU {device.index}", error)
+        # Only this thread adds processes: the new ones are read from /proc outside the lock.
+        known = self._processes[device.index]
+        new = {
+            process.pid: GpuProcess(
+                process.pid,
+                container_of_pid(process.pid, self._proc_root),
+                now,
+                identity=process_identity(process.pid, self._proc_root),
+            )
+            for process in running
+            if process.pid not in known
+        }
         with self._lock:
             seen = self._processes[device.index]
+            seen.update(new)
             for process in running:
-                entry = seen.get(process.pid)
-                if entry is None:
-                    container = container_of_pid(process.pid, self._proc_root)
-                    entry = seen[process.pid] = GpuProcess(process.pid, container, now)
+                entry = seen[process.pid]
                 entry.last_seen = now
                 used = process.usedGpuMemory
                 if used is not None:
@@ -307,8 +402,11 @@ class NvmlSource:
         count = max(1, round(window_seconds / self.sample_interval))
         with self._lock:
             timestamps, rows = ring.window(count)
+            fine = None
+            if self._fine is not None:
+                fine = self._fine.window(max(1, round(window_seconds / self._fine.step)))
         labels = [self._labels(device) for device in self._devices]
-        return [
+        matrices = [
             SeriesMatrix(
                 field=name,
                 labels=[dict(series) for series in labels],
@@ -318,6 +416,16 @@ class NvmlSource:
             )
             for position, name in enumerate(self.fields)
         ]
+        if fine is not None and self._fine is not None:
+            fine_timestamps, fine_rows = fine
+            matrices[self.fields.index(GPU_UTIL)] = SeriesMatrix(
+                field=GPU_UTIL,
+                labels=[dict(series) for series in labels],
+                timestamps=fine_timestamps,
+                values=np.ascontiguousarray(fine_rows.T),
+                step_seconds=self._fine.step,
+            )
+        return matrices
 
     def _labels(self, device: _Device) -> dict[str, str]:
         labels = {
@@ -329,7 +437,21 @@ class NvmlSource:
         pod_uid = self._main_pod(device.index)
         if pod_uid is not None:
             labels["pod_uid"] = pod_uid
+        identity = self._main_identity(device.index)
+        if identity is not None and identity.engine:
+            labels[ENGINE_LABEL] = identity.engine
+        if identity is not None and identity.framework:
+            labels[FRAMEWORK_LABEL] = identity.framework
         return labels
+
+    def _main_identity(self, index: str) -> Identity | None:
+        """What the process that held the most GPU memory on this GPU within the window runs
+        (among those whose identity is known)."""
+        with self._lock:
+            known = [entry for entry in self._processes.get(index, {}).values() if entry.identity]
+        if not known:
+            return None
+        return max(known, key=lambda entry: entry.used_memory_max_bytes).identity
 
     def _main_pod(self, index: str) -> str | None:
         """The pod whose processes used the most GPU memory on this GPU within the window."""

@@ -7,11 +7,11 @@ candidates, and the one with the most ranges per thread wins: it tells a ``train
 from the ``epoch`` around it (few ranges) and from the per-operator ranges inside it (little
 coverage). The period is the median start-to-start spacing of its ranges on each thread.
 
-Kernel sequence: the GPU's busy fraction per time bin (from the union of its kernels, copies
-and memsets: the utilisation the continuous profiler classifies) goes through that profiler's
-period detection (``profiler_app.analysis.periodicity``); ``COARSE_BINS`` over the GPU's span
-first (a bin holds many kernels, so per-layer structure averages out), then ``FINE_BINS`` for
-iterations too short for the coarse grid.
+Kernel sequence: the GPU's busy fraction per time bin (from the idle gaps of the union of its
+kernels, copies and memsets: the utilisation the continuous profiler classifies) goes through
+that profiler's period detection (``profiler_app.analysis.periodicity``); ``COARSE_BINS`` over
+the GPU's span first (a bin holds many kernels, so per-layer structure averages out), then
+``FINE_BINS`` for iterations too short for the coarse grid.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from profiler_app.analysis.stats import FloatArray
 from profiler_app.errors import UserError
 from profiler_app.trace import queries
 from profiler_app.trace.export import Export
+from profiler_app.trace.grouping import IntArray
+from profiler_app.trace.timeline import Gaps
 
 MIN_ITERATIONS = 3
 MIN_COVERAGE_OF_BEST = 0.5
@@ -70,12 +72,13 @@ def from_nvtx(export: Export, span_ns: int, range_name: str | None = None) -> It
     return Iteration(float(np.median(spacings)) / 1e9, "nvtx", name, count // threads)
 
 
-def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iteration | None:
-    """The period in the GPU's busy signal over its span (``first``: ns after the origin)."""
+def from_activity(gaps: Gaps, first: int, span_ns: int) -> Iteration | None:
+    """The period in the busy signal of a GPU with idle ``gaps`` over its span (``first``: ns
+    after the origin)."""
     width = span_ns // FINE_BINS
     if width < 1:
         return None
-    fine = busy_signal(queries.idle_by_bin(export, device, first, width, FINE_BINS), width)
+    fine = busy_signal(gaps.idle_by_bin(first, width, FINE_BINS), width)
     for factor in (FINE_BINS // COARSE_BINS, 1):
         coarse = fine.reshape(-1, factor).sum(axis=1)
         percent = coarse * (100.0 / (width * factor))
@@ -87,7 +90,7 @@ def from_activity(export: Export, device: int, first: int, span_ns: int) -> Iter
     return None
 
 
-def busy_signal(idle_ns: list[int], width_ns: int) -> FloatArray:
-    """Busy nanoseconds per bin of ``width_ns``, from ``queries.idle_by_bin``."""
-    busy: FloatArray = (width_ns - np.array(idle_ns, dtype=np.int64)).astype(np.float64)
+def busy_signal(idle_ns: IntArray, width_ns: int) -> FloatArray:
+    """Busy nanoseconds per bin of ``width_ns``, from ``Gaps.idle_by_bin``."""
+    busy: FloatArray = (width_ns - idle_ns).astype(np.float64)
     return busy

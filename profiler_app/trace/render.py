@@ -20,6 +20,7 @@ _VERDICT_STYLES = {
     "transfer-bound": "cyan",
     "sync-bound": "red",
     "compute-bound": "green",
+    "communication-bound": "blue",
 }
 API_ROWS = 10
 
@@ -122,6 +123,14 @@ def _gpu(console: Console, gpu: GpuTrace, top: int) -> None:
     for line in gpu.verdict.evidence:
         console.print(f"  - {line}")
     console.print(f"  try: {gpu.verdict.advice}")
+    if gpu.families:
+        whole = sum(share.total_ns for share in gpu.families)
+        console.print(
+            "  kernel families: "
+            + ", ".join(f"{s.label} {s.percent_of(whole):.1f}%" for s in gpu.families)
+        )
+    if gpu.reading:
+        console.print(f"  reading: {gpu.reading}")
     if gpu.kernels:
         console.print(_stat_table(f"Top kernels, GPU {gpu.device}", gpu.kernels[:top]))
     if gpu.memory:

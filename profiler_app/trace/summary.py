@@ -9,18 +9,34 @@ a sample (n - 1; 0 for a single instance), API names lose their ``_vNNNN`` suffi
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
+
 from profiler_app.errors import UserError
-from profiler_app.trace import iterations, queries, schema, verdict
+from profiler_app.trace import (
+    events,
+    families,
+    groups,
+    iterations,
+    queries,
+    schema,
+    timeline,
+    verdict,
+)
+from profiler_app.trace.events import Events
 from profiler_app.trace.export import Export
+from profiler_app.trace.families import Classifier
+from profiler_app.trace.grouping import IntArray, SumOverflowError
+from profiler_app.trace.groups import DurationStats
 from profiler_app.trace.iterations import Iteration
-from profiler_app.trace.queries import DurationStats
 
 LONGEST_GAPS = 5
+MAX_SPAN_NS = 1 << 48  # 78 hours: longer than any trace
 
 # ``--output json`` of trace is a contract (docs/cli.md): keys may be added within a version;
 # removing, renaming or retyping one raises it. (``schema_version`` is the export's, not this.)
@@ -60,7 +76,7 @@ class GpuTrace:
     first_ns: int
     last_ns: int
     busy_ns: int
-    gaps: queries.GapTotals
+    gaps: timeline.GapTotals
     longest_gaps: list[IdleGap]
     sync_gap_count: int
     sync_gap_ns: int
@@ -72,6 +88,10 @@ class GpuTrace:
     sync_ns: int
     iteration: Iteration | None
     verdict: verdict.Verdict
+    families: list[families.Share] = field(default_factory=list)  # most time first
+    reading: str | None = None  # what the families say the model is
+    communication_ns: int = 0  # NCCL kernels, summed
+    exposed_communication_ns: int = 0  # when only NCCL kernels ran
 
     @property
     def span_ns(self) -> int:
@@ -136,57 +156,87 @@ def _ranked(stats: list[Stat]) -> list[Stat]:
     return sorted(stats, key=lambda s: (-s.total_ns, -s.count, s.name))
 
 
-def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSummary:
-    callers = queries.api_callers(export)
-    kernel_groups = queries.kernel_groups(export, verdict.SHORT_KERNEL_NS, callers)
-    memory_groups = queries.memory_groups(export)
-    api_groups = queries.api_groups(export, callers)
-    warnings = list(export.warnings)
-    everything = [g.durations for g in kernel_groups] + [g.durations for g in memory_groups]
-    started_ns = queries.session_start_utc_ns(export)
-    started_at = datetime.fromtimestamp(started_ns / 1e9, UTC) if started_ns is not None else None
+def summarise(
+    export: Export,
+    *,
+    iteration_range: str | None = None,
+    classifier: Classifier = families.DEFAULT,
+) -> TraceSummary:
+    loaded = events.load(export)
     base = TraceSummary(
         report=str(export.path),
         schema_version=export.schema_version,
         product_version=export.product_version,
-        started_at=started_at,
+        started_at=_started_at(export),
         origin_ns=0,
         end_ns=0,
         iteration=None,
         gpus=[],
-        api=_api_stats(api_groups),
-        warnings=warnings,
+        api=[],
+        warnings=list(export.warnings),
     )
-    if not everything:
+    activity = [a for a in (loaded.kernels, loaded.memory) if len(a)]
+    if activity:
+        base.origin_ns = min(int(a.start.min()) for a in activity)
+        base.end_ns = max(int(a.end.max()) for a in activity)
+        if base.span_ns >= MAX_SPAN_NS:
+            raise UserError(f"{export.path} spans more than 78 hours, longer than this tool reads")
+    try:
+        kernel_groups = groups.kernel_groups(
+            loaded.kernels,
+            loaded.calls,
+            verdict.SHORT_KERNEL_NS,
+            same_process=export.has_column(schema.KERNEL, "globalPid"),
+        )
+        memory_groups = groups.memory_groups(loaded.memory)
+        api_groups = groups.api_groups(loaded.calls)
+    except SumOverflowError:
+        raise UserError(
+            f"{export.path} holds durations that add up past 2^62 ns (146 years): not a "
+            "capture this tool reads"
+        ) from None
+    names = queries.strings(
+        export, [g.name_id for g in kernel_groups] + [g.name_id for g in api_groups]
+    )
+    base.api = _api_stats(api_groups, names)
+    if not activity:
         return base
-    whole = combine(everything)
-    base.origin_ns, base.end_ns = whole.first_start, whole.last_end
-    if base.span_ns >= queries.DEVICE_STRIDE_NS:
-        raise UserError(f"{export.path} spans more than 78 hours, longer than this tool reads")
-    queries.build_gaps(export, base.origin_ns)
-    queries.build_sync_calls(export, base.origin_ns, schema.SYNCHRONISING_CALLS)
+    kernel_names = {g.name_id: _kernel_name(g.name_id, names) for g in kernel_groups}
+    family_of = {name: classifier.family(name) for name in set(kernel_names.values())}
+    collectives = sorted(
+        i for i, name in kernel_names.items() if family_of[name] == families.COMMUNICATION
+    )
+    gaps = _timeline(loaded, base)
+    without_collectives = _timeline(loaded, base, leave_out=collectives) if collectives else gaps
+    sync_calls = _sync_calls(export, loaded, base.origin_ns)
     base.iteration = iterations.from_nvtx(export, base.span_ns, iteration_range)
-    names = queries.gpu_names(export)
+    gpu_names = queries.gpu_names(export)
     devices = sorted({g.device for g in kernel_groups} | {g.device for g in memory_groups})
-    for device in set(names.shared) & set(devices):
+    for device in set(gpu_names.shared) & set(devices):
         base.warnings.append(
             f"CUDA device {device} is a different GPU in different processes (each set its own "
             "CUDA_VISIBLE_DEVICES): their activity is summarised together as one GPU; profile "
             "one process per report to tell them apart"
         )
     for device in devices:
-        kernels = [g for g in kernel_groups if g.device == device]
-        memory = [g for g in memory_groups if g.device == device]
-        name, uuid = names.by_device.get(device, (None, None))
+        name, uuid = gpu_names.by_device.get(device, (None, None))
         base.gpus.append(
             _gpu(
-                export,
-                device=device,
-                name=name,
-                uuid=uuid,
-                kernels=kernels,
-                memory=memory,
+                GpuInput(
+                    device=device,
+                    name=name,
+                    uuid=uuid,
+                    kernels=[g for g in kernel_groups if g.device == device],
+                    memory=[g for g in memory_groups if g.device == device],
+                    gaps=gaps.of(device),
+                    exposed_communication_ns=gaps.busy_ns.get(device, 0)
+                    - without_collectives.busy_ns.get(device, 0),
+                ),
+                names=names,
+                family_of=family_of,
+                classifier=classifier,
                 api_groups=api_groups,
+                sync_calls=sync_calls,
                 summary=base,
             )
         )
@@ -196,41 +246,96 @@ def summarise(export: Export, *, iteration_range: str | None = None) -> TraceSum
     return base
 
 
+def _started_at(export: Export) -> datetime | None:
+    started_ns = queries.session_start_utc_ns(export)
+    return datetime.fromtimestamp(started_ns / 1e9, UTC) if started_ns is not None else None
+
+
+def _timeline(
+    loaded: Events, summary: TraceSummary, leave_out: list[int] | None = None
+) -> timeline.Timeline:
+    """Each GPU's busy time and gaps; ``leave_out``: without the kernels of these names."""
+    kernels, memory = loaded.kernels, loaded.memory
+    device, start, end = kernels.device, kernels.start, kernels.end
+    if leave_out:
+        kept = np.isin(kernels.name, np.array(leave_out, np.int64), invert=True)
+        device, start, end = device[kept], start[kept], end[kept]
+    return timeline.build(
+        np.concatenate([device, memory.device]),
+        np.concatenate([start, memory.start]),
+        np.concatenate([end, memory.end]),
+        summary.origin_ns,
+        summary.span_ns,
+    )
+
+
+@dataclass(frozen=True)
+class SyncCalls:
+    """Timed calls to ``schema.SYNCHRONISING_CALLS``: process, start and end after the origin."""
+
+    pid: IntArray
+    start: IntArray
+    end: IntArray
+
+
+def _sync_calls(export: Export, loaded: Events, origin: int) -> SyncCalls:
+    calls = loaded.calls
+    if calls is None:
+        empty = np.empty(0, np.int64)
+        return SyncCalls(empty, empty, empty)
+    ids = queries.string_ids(export, schema.SYNCHRONISING_CALLS)
+    chosen = calls.timed & np.isin(calls.name, np.array(ids, np.int64))
+    return SyncCalls(calls.pid[chosen], calls.start[chosen] - origin, calls.end[chosen] - origin)
+
+
+@dataclass(frozen=True)
+class GpuInput:
+    """One GPU's groups and gaps."""
+
+    device: int
+    name: str | None
+    uuid: str | None
+    kernels: list[groups.KernelGroup]
+    memory: list[groups.MemoryGroup]
+    gaps: timeline.Gaps
+    exposed_communication_ns: int  # busy with NCCL kernels only
+
+
 def _gpu(
-    export: Export,
+    gpu: GpuInput,
     *,
-    device: int,
-    name: str | None,
-    uuid: str | None,
-    kernels: list[queries.KernelGroup],
-    memory: list[queries.MemoryGroup],
-    api_groups: list[queries.ApiGroup],
+    names: dict[int, str],
+    family_of: dict[str, str],  # kernel name -> family
+    classifier: Classifier,
+    api_groups: list[groups.ApiGroup],
+    sync_calls: SyncCalls,
     summary: TraceSummary,
 ) -> GpuTrace:
+    kernels, memory = gpu.kernels, gpu.memory
     window = combine([g.durations for g in kernels] + [g.durations for g in memory])
     span = window.last_end - window.first_start
-    iteration = summary.iteration or iterations.from_activity(
-        export, device, window.first_start - summary.origin_ns, span
-    )
-    gaps = queries.gap_totals(export, device, verdict.LARGE_GAP_NS)
-    longest = queries.longest_gaps(export, device, summary.origin_ns, LONGEST_GAPS)
+    first = window.first_start - summary.origin_ns
+    iteration = summary.iteration or iterations.from_activity(gpu.gaps, first, span)
+    gaps = gpu.gaps.totals(verdict.LARGE_GAP_NS)
+    longest = gpu.gaps.longest(LONGEST_GAPS)
     pids = sorted({g.pid for g in kernels} | {g.pid for g in memory}, key=lambda p: p or -1)
-    sync_gap_count, sync_gap_ns = queries.gaps_during_sync(
-        export, device, pids, verdict.LARGE_GAP_NS, verdict.SYNC_SLACK_NS
-    )
+    sync_gap_count, sync_gap_ns = _gaps_during_sync(gpu.gaps, pids, sync_calls)
+    api_names = {g.name_id: schema.api_name(names.get(g.name_id, "")) for g in api_groups}
     sync = [
         g.durations
         for g in api_groups
-        if schema.api_name(g.name) in schema.SYNCHRONISING_CALLS and _same_process(g.pid, pids)
+        if api_names[g.name_id] in schema.SYNCHRONISING_CALLS and _same_process(g.pid, pids)
     ]
-    sync_calls = sum(d.count for d in sync)
+    sync_calls_count = sum(d.count for d in sync)
     sync_ns = sum(d.total_ns for d in sync)
     graph_launch_ns = sum(
         g.durations.total_ns
         for g in api_groups
-        if schema.api_name(g.name) in schema.GRAPH_LAUNCH_CALLS and _same_process(g.pid, pids)
+        if api_names[g.name_id] in schema.GRAPH_LAUNCH_CALLS and _same_process(g.pid, pids)
     )
-    kernel_stats = _kernel_stats(kernels)
+    kernel_stats = _kernel_stats(kernels, names)
+    shares = _family_shares(kernel_stats, family_of, classifier)
+    collectives = [k for k in kernel_stats if family_of.get(k.name) == families.COMMUNICATION]
     memory_stats = _memory_stats(memory)
     figures = verdict.GpuFigures(
         span_ns=span,
@@ -246,30 +351,53 @@ def _gpu(
         large_gap_count=gaps.large_count,
         large_gap_ns=gaps.large_ns,
         sync_gap_ns=sync_gap_ns,
-        sync_calls=sync_calls,
+        sync_calls=sync_calls_count,
         sync_ns=sync_ns,
         idle_ns=gaps.total_ns,
         iteration_ns=round(iteration.seconds * 1e9) if iteration else None,
+        communication_ns=sum(k.total_ns for k in collectives),
+        communication_count=sum(k.count for k in collectives),
+        exposed_communication_ns=gpu.exposed_communication_ns,
+        top_collective=_short_name(collectives[0].name) if collectives else None,
     )
     return GpuTrace(
-        device=device,
-        name=name,
-        uuid=uuid,
+        device=gpu.device,
+        name=gpu.name,
+        uuid=gpu.uuid,
         first_ns=window.first_start,
         last_ns=window.last_end,
         busy_ns=figures.busy_ns,
         gaps=gaps,
-        longest_gaps=[IdleGap(start, length) for start, length in longest],
+        longest_gaps=[IdleGap(start + summary.origin_ns, length) for start, length in longest],
         sync_gap_count=sync_gap_count,
         sync_gap_ns=sync_gap_ns,
         kernels=kernel_stats,
         memory=memory_stats,
         launches=sum(g.launches for g in kernels),
         launch_ns=figures.launch_ns,
-        sync_calls=sync_calls,
+        sync_calls=sync_calls_count,
         sync_ns=sync_ns,
         iteration=iteration,
         verdict=verdict.judge(figures),
+        families=shares,
+        reading=families.reading(shares),
+        communication_ns=figures.communication_ns,
+        exposed_communication_ns=figures.exposed_communication_ns,
+    )
+
+
+def _gaps_during_sync(
+    gaps: timeline.Gaps, pids: list[int | None], calls: SyncCalls
+) -> tuple[int, int]:
+    """The short gaps that began while a process of this GPU was blocked in a synchronising
+    call (or up to ``verdict.SYNC_SLACK_NS`` after it returned); every process's calls when
+    one of the GPU's is unknown."""
+    known = [pid for pid in pids if pid is not None]
+    chosen = np.ones(calls.pid.size, bool)
+    if known and None not in pids:
+        chosen = np.isin(calls.pid, np.array(known, np.int64))
+    return gaps.during(
+        calls.start[chosen], calls.end[chosen], verdict.SYNC_SLACK_NS, verdict.LARGE_GAP_NS
     )
 
 
@@ -278,19 +406,45 @@ def _same_process(pid: int | None, pids: list[int | None]) -> bool:
     return pid is None or None in pids or pid in pids
 
 
-def _kernel_stats(groups: list[queries.KernelGroup]) -> list[Stat]:
+def _kernel_stats(kernels: list[groups.KernelGroup], names: dict[int, str]) -> list[Stat]:
     by_name: dict[str, list[DurationStats]] = defaultdict(list)
-    for group in groups:
-        by_name[group.name].append(group.durations)
-    whole = sum(g.durations.total_ns for g in groups)
+    for group in kernels:
+        by_name[_kernel_name(group.name_id, names)].append(group.durations)
+    whole = sum(g.durations.total_ns for g in kernels)
     return _ranked([stat(name, combine(items), whole) for name, items in by_name.items()])
 
 
-def _memory_stats(groups: list[queries.MemoryGroup]) -> list[Stat]:
-    by_kind: dict[str, list[queries.MemoryGroup]] = defaultdict(list)
-    for group in groups:
+def _kernel_name(name_id: int, names: dict[int, str]) -> str:
+    return names.get(name_id, f"kernel #{name_id}")
+
+
+def _family_shares(
+    kernels: list[Stat], family_of: dict[str, str], classifier: Classifier
+) -> list[families.Share]:
+    """Kernel time, instances and names per family, most time first."""
+    totals: dict[str, list[int]] = {}
+    for kernel in kernels:
+        entry = totals.setdefault(family_of.get(kernel.name, families.OTHER), [0, 0, 0])
+        entry[0] += kernel.total_ns
+        entry[1] += kernel.count
+        entry[2] += 1
+    shares = [
+        families.Share(family, classifier.label(family), total, count, names)
+        for family, (total, count, names) in totals.items()
+    ]
+    return sorted(shares, key=lambda share: (-share.total_ns, share.family))
+
+
+def _short_name(kernel: str) -> str:
+    """``ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<...>)`` -> ``ncclDevKernel_SendRecv``."""
+    return re.split(r"[<(]", kernel.removeprefix("void "), maxsplit=1)[0].strip() or kernel
+
+
+def _memory_stats(memory: list[groups.MemoryGroup]) -> list[Stat]:
+    by_kind: dict[str, list[groups.MemoryGroup]] = defaultdict(list)
+    for group in memory:
         by_kind[group.kind].append(group)
-    whole = sum(g.durations.total_ns for g in groups)
+    whole = sum(g.durations.total_ns for g in memory)
     stats = []
     for kind, items in by_kind.items():
         pageable = [g for g in items if g.pageable]
@@ -308,11 +462,12 @@ def _memory_stats(groups: list[queries.MemoryGroup]) -> list[Stat]:
     return _ranked(stats)
 
 
-def _api_stats(groups: list[queries.ApiGroup]) -> list[Stat]:
+def _api_stats(calls: list[groups.ApiGroup], names: dict[int, str]) -> list[Stat]:
     by_name: dict[str, list[DurationStats]] = defaultdict(list)
-    for group in groups:
-        by_name[schema.api_name(group.name)].append(group.durations)
-    whole = sum(g.durations.total_ns for g in groups)
+    for group in calls:
+        name = names.get(group.name_id, f"function #{group.name_id}")
+        by_name[schema.api_name(name)].append(group.durations)
+    whole = sum(g.durations.total_ns for g in calls)
     return _ranked(
         [
             stat(
@@ -364,6 +519,7 @@ def _iteration_record(iteration: Iteration | None) -> dict[str, object] | None:
 
 
 def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
+    kernel_ns = sum(share.total_ns for share in gpu.families)
     return {
         "device": gpu.device,
         "name": gpu.name,
@@ -396,6 +552,22 @@ def gpu_record(gpu: GpuTrace, top: int) -> dict[str, object]:
         "evidence": gpu.verdict.evidence,
         "advice": gpu.verdict.advice,
         "shares": {f.verdict: round(f.share, 4) for f in gpu.verdict.findings},
+        "families": [
+            {
+                "family": share.family,
+                "label": share.label,
+                "total_ns": share.total_ns,
+                "instances": share.instances,
+                "time_percent": round(share.percent_of(kernel_ns), 3),
+                "kernel_names": share.names,
+            }
+            for share in gpu.families
+        ],
+        "reading": gpu.reading,
+        "communication": {
+            "total_ns": gpu.communication_ns,
+            "exposed_ns": gpu.exposed_communication_ns,
+        },
     }
 
 

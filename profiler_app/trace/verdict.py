@@ -18,7 +18,12 @@ host could not issue work fast enough: launch).
 - ``sync-bound``: short gaps that began during synchronising calls hold ``SYNC_MIN_SHARE`` of
   the span, over at least ``SYNC_MIN_CALLS`` calls.
 - ``compute-bound``: busy ``COMPUTE_MIN_BUSY`` of the span, with kernels averaging at least
-  ``LONG_KERNEL_NS``.
+  ``LONG_KERNEL_NS``; time when only NCCL kernels run does not count as busy, nor do NCCL
+  kernels as compute.
+- ``communication-bound``: NCCL kernels run with nothing else on the GPU (no other kernel, copy
+  or memset: compute waits on communication) for ``COMMUNICATION_MIN_EXPOSED`` of the span, or
+  take ``COMMUNICATION_MIN_SHARE`` of it even overlapped with compute. Its share is the exposed
+  time: collectives hidden behind compute cost little.
 """
 
 from __future__ import annotations
@@ -38,16 +43,19 @@ SYNC_MIN_SHARE = 0.10
 SYNC_MIN_CALLS = 3
 COMPUTE_MIN_BUSY = 0.80
 LONG_KERNEL_NS = 20_000
+COMMUNICATION_MIN_EXPOSED = 0.20  # as large an idle share as input- and launch-bound's
+COMMUNICATION_MIN_SHARE = 0.40
 SYNC_SLACK_NS = 20_000  # a sync call returns a few us after the GPU drains
 
-INPUT, LAUNCH, TRANSFER, SYNC, COMPUTE = (
+INPUT, LAUNCH, TRANSFER, SYNC, COMPUTE, COMMUNICATION = (
     "input-bound",
     "launch-bound",
     "transfer-bound",
     "sync-bound",
     "compute-bound",
+    "communication-bound",
 )
-VERDICTS = (INPUT, LAUNCH, TRANSFER, SYNC, COMPUTE)
+VERDICTS = (INPUT, LAUNCH, TRANSFER, SYNC, COMPUTE, COMMUNICATION)
 ADVICE = {
     INPUT: "Feed the GPU faster: more DataLoader workers with pin_memory and prefetching, "
     "or move preprocessing onto the GPU.",
@@ -59,6 +67,10 @@ ADVICE = {
     "cudaMemGetInfo) out of the loop, or defer them, so the CPU can queue work ahead.",
     COMPUTE: "The GPU is saturated: speed up the top kernels (mixed precision and Tensor "
     "Cores, better algorithms) and inspect them with Nsight Compute.",
+    COMMUNICATION: "Overlap communication with compute (DDP's gradient buckets, FSDP's "
+    "prefetching), tune the bucket size (bucket_cap_mb) so collectives start early and are not "
+    "too small, and check the topology: NVLink, or InfiniBand with GPUDirect RDMA, not PCIe or "
+    "TCP sockets (NCCL_DEBUG=INFO names the transport).",
 }
 
 
@@ -83,6 +95,10 @@ class GpuFigures:
     sync_ns: int  # host time in synchronising calls (processes using this GPU)
     idle_ns: int
     iteration_ns: int | None = None
+    communication_ns: int = 0  # NCCL kernels, summed (included in kernel_ns)
+    communication_count: int = 0
+    exposed_communication_ns: int = 0  # when only NCCL kernels ran (included in busy_ns)
+    top_collective: str | None = None  # the NCCL kernel with the most time
 
 
 @dataclass(frozen=True)
@@ -179,19 +195,47 @@ def _sync(f: GpuFigures) -> Finding:
 
 
 def _compute(f: GpuFigures) -> Finding:
-    busy = _share(f.busy_ns, f.span_ns)
-    share = _share(min(f.kernel_ns, f.busy_ns), f.span_ns)
-    average = f.kernel_ns / f.kernel_count if f.kernel_count else 0.0
+    busy_ns = f.busy_ns - f.exposed_communication_ns
+    kernel_ns = f.kernel_ns - f.communication_ns
+    kernel_count = f.kernel_count - f.communication_count
+    busy = _share(busy_ns, f.span_ns)
+    share = _share(min(kernel_ns, busy_ns), f.span_ns)
+    average = kernel_ns / kernel_count if kernel_count else 0.0
+    busy_text = f"the GPU is busy {busy:.1%} of {_seconds(f.span_ns)}"
+    kernels = "kernels"
+    if f.communication_count:
+        exposed = _share(f.exposed_communication_ns, f.span_ns)
+        busy_text = (
+            f"the GPU is busy with compute {busy:.1%} of {_seconds(f.span_ns)} (with NCCL "
+            f"kernels alone a further {exposed:.1%})"
+        )
+        kernels = "kernels other than NCCL's"
     return Finding(
         COMPUTE,
         share,
         busy >= COMPUTE_MIN_BUSY and average >= LONG_KERNEL_NS,
-        f"the GPU is busy {busy:.1%} of {_seconds(f.span_ns)}; kernels average {_seconds(average)}",
+        f"{busy_text}; {kernels} average {_seconds(average)}",
+    )
+
+
+def _communication(f: GpuFigures) -> Finding:
+    share = _share(f.exposed_communication_ns, f.span_ns)
+    total = _share(f.communication_ns, f.span_ns)
+    top = f", mostly {f.top_collective}" if f.top_collective else ""
+    return Finding(
+        COMMUNICATION,
+        share,
+        f.communication_count > 0
+        and (share >= COMMUNICATION_MIN_EXPOSED or total >= COMMUNICATION_MIN_SHARE),
+        f"{f.communication_count:,} NCCL kernels take {_seconds(f.communication_ns)}, "
+        f"{total:.1%} of the span{top}; for {share:.1%} of the span "
+        f"({_seconds(f.exposed_communication_ns)}) nothing else ran beside them: compute "
+        "waited on communication",
     )
 
 
 # Order breaks ties between equal shares: the more specific, cheaper fix first.
-_RULES = (_transfer, _sync, _input, _launch, _compute)
+_RULES = (_transfer, _sync, _input, _launch, _compute, _communication)
 
 
 def judge(figures: GpuFigures) -> Verdict:

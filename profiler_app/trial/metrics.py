@@ -18,7 +18,7 @@ from profiler_app.errors import UserError
 from profiler_app.model import FB_USED, GPU_UTIL, SM_ACTIVE, FloatMatrix
 from profiler_app.sources.prometheus.documents import align, matrix_result
 from profiler_app.sources.prometheus.grid import FloatArray, TimeGrid
-from profiler_app.urls import has_valid_port, without_credentials
+from profiler_app.urls import http_url_problem, without_credentials
 
 POD_PLACEHOLDER = "$POD"
 TIMEOUT_SECONDS = 10.0
@@ -42,9 +42,11 @@ class TrialMetrics:
     def __init__(
         self, url: str, step_seconds: float, session: requests.Session | None = None
     ) -> None:
-        if not url.startswith(("http://", "https://")) or not has_valid_port(url):
+        problem = http_url_problem(url)
+        if problem is not None:
             raise UserError(
-                f"invalid Prometheus URL {without_credentials(url)!r}: expected http://HOST:PORT"
+                f"invalid Prometheus URL {without_credentials(url)!r}: {problem} "
+                "(expected http://HOST:PORT)"
             )
         self.url = url.rstrip("/")
         self.step = step_seconds

@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 
 from infra import stack_config
+from infra.efa import efa_device_plugin
 from infra.eks import (
     ExistingVpcArgs,
     GpuEksCluster,
@@ -35,10 +36,16 @@ KARPENTER_FIELDS = {
     "enabled": "bool",
     "instanceFamilies": "list",
     "capacityTypes": "list",
+    "capacityReservationIds": "list",
     "gpuLimit": "int",
     "consolidateAfter": "str",
     "amiAlias": "str",
     "diskSizeGib": "int",
+    "expireAfter": "str",
+    "terminationGracePeriod": "str",
+    "efa": "bool",
+    "availabilityZone": "str",
+    "instanceStoreRaid0": "bool",
 }
 GPU_GROUP_FIELDS = {
     "name": "str",
@@ -49,6 +56,11 @@ GPU_GROUP_FIELDS = {
     "desiredSize": "int",
     "diskSizeGib": "int",
     "capacityType": "str",
+    "capacityReservationId": "str",
+    "availabilityZone": "str",
+    "subnetIds": "list",
+    "efa": "bool",
+    "instanceStoreRaid0": "bool",
 }
 
 
@@ -63,6 +75,11 @@ def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
         desired_size=spec.get("desiredSize", 1),
         disk_size_gib=spec.get("diskSizeGib", 200),
         capacity_type=spec.get("capacityType", "ON_DEMAND"),
+        capacity_reservation_id=spec.get("capacityReservationId"),
+        availability_zone=spec.get("availabilityZone"),
+        subnet_ids=spec.get("subnetIds", ()),
+        efa=spec.get("efa", False),
+        instance_store_raid0=spec.get("instanceStoreRaid0", False),
     )
 
 
@@ -86,15 +103,26 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
     if not spec.get("enabled", True):
         return None
     region = aws_region("Karpenter's IAM policy names it")
-    defaults = GpuNodePoolArgs()
+    if "gpuLimit" not in spec:
+        raise stack_config.ConfigError(
+            "stack config karpenter.gpuLimit is needed: the most nvidia.com/gpu Karpenter may "
+            "launch (8 per p5.48xlarge, 1 per g5.xlarge), or karpenter.enabled: false"
+        )
+    defaults = GpuNodePoolArgs(gpu_limit=1)
     try:
         pool = GpuNodePoolArgs(
+            gpu_limit=spec["gpuLimit"],
             instance_families=spec.get("instanceFamilies", defaults.instance_families),
             capacity_types=spec.get("capacityTypes", defaults.capacity_types),
-            gpu_limit=spec.get("gpuLimit", defaults.gpu_limit),
+            capacity_reservation_ids=spec.get("capacityReservationIds", ()),
             consolidate_after=spec.get("consolidateAfter", defaults.consolidate_after),
             ami_alias=spec.get("amiAlias", defaults.ami_alias),
             disk_size_gib=spec.get("diskSizeGib", defaults.disk_size_gib),
+            expire_after=spec.get("expireAfter", defaults.expire_after),
+            termination_grace_period=spec.get("terminationGracePeriod"),
+            efa=spec.get("efa", False),
+            availability_zone=spec.get("availabilityZone"),
+            instance_store_raid0=spec.get("instanceStoreRaid0", False),
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config karpenter: {error}") from None
@@ -125,12 +153,13 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
         raise stack_config.ConfigError("stack config gpuNodeGroups must be a list of node groups")
     cidrs = stack_config.read_object(config, "publicAccessCidrs")
     try:
+        gpu_groups = tuple(
+            gpu_node_group(f"gpuNodeGroups[{index}]", spec) for index, spec in enumerate(groups)
+        )
         return GpuEksClusterArgs(
             cluster_name=cluster_name,
             kubernetes_version=config.get("kubernetesVersion") or KUBERNETES_VERSION,
-            gpu_node_groups=tuple(
-                gpu_node_group(f"gpuNodeGroups[{index}]", spec) for index, spec in enumerate(groups)
-            ),
+            gpu_node_groups=gpu_groups,
             vpc=VpcArgs(
                 cidr_block=config.get("vpcCidr") or "10.0.0.0/16",
                 availability_zones=tuple(config.get_object("availabilityZones") or ()),
@@ -159,12 +188,19 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
         raise stack_config.ConfigError(f"stack config: {error}") from None
 
 
+def uses_efa(cluster: GpuEksClusterArgs, karpenter: GpuKarpenterArgs | None) -> bool:
+    """Whether a GPU node group or Karpenter pool has EFA (the EFA device plugin is needed)."""
+    pools = karpenter.node_pools if karpenter is not None else ()
+    return any(group.efa for group in cluster.gpu_node_groups) or any(p.efa for p in pools)
+
+
 check_settings(Path(__file__).resolve().parent)
 config = pulumi.Config()
 # One name for both: Karpenter's IAM policy and node class select the cluster's resources by it.
 cluster_name = config.get("clusterName") or "gpu-cluster"
 karpenter = karpenter_args(config, cluster_name)
-cluster = GpuEksCluster("gpu-eks", cluster_args(config, cluster_name, karpenter is not None))
+cluster_config = cluster_args(config, cluster_name, karpenter is not None)
+cluster = GpuEksCluster("gpu-eks", cluster_config)
 layer = deploy_gpu_layer(
     config,
     cluster.kubeconfig,
@@ -183,4 +219,6 @@ if karpenter is not None:
         cluster,
         opts=pulumi.ResourceOptions(providers=[layer.provider], depends_on=[layer.platform]),
     )
+if uses_efa(cluster_config, karpenter):
+    efa_device_plugin(layer.provider, depends_on=[layer.platform])
 export_access(cluster.cluster_name, cluster.kubeconfig, layer)

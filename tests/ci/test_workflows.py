@@ -121,22 +121,72 @@ def test_smoke_workflow_deploys_checks_and_always_destroys() -> None:
     assert teardown["working-directory"] == "stacks/eks"
 
 
-def test_image_workflow_pushes_the_image_the_stacks_deploy_on_version_tags() -> None:
+def test_image_workflow_tests_both_architectures_on_their_own_runners() -> None:
+    """Issue 24, item 5: GPU node groups may be arm64 (AL2023_ARM_64_NVIDIA): every change to
+    the image is built and run on an arm64 runner as well as an amd64 one."""
     workflow = load("image.yml")
-    assert workflow["on"] == {"push": {"tags": ["v*"]}}
-    (name, job), *others = workflow["jobs"].items()
-    assert not others
-    assert job["permissions"] == {"contents": "read", "packages": "write"}
-    _, check = step_named(workflow, name, "scripts/release_version.py")
+    triggers = workflow["on"]
+    assert triggers["push"]["tags"] == ["v*"]
+    assert "Dockerfile" in triggers["pull_request"]["paths"]
+    assert "profiler_app/**" in triggers["pull_request"]["paths"]
+    job = workflow["jobs"]["test"]
+    assert job["permissions"] == {"contents": "read"}
+    matrix = {
+        m["platform"]: (m["runner"], m["machine"]) for m in job["strategy"]["matrix"]["include"]
+    }
+    assert matrix == {
+        "linux/amd64": ("ubuntu-24.04", "x86_64"),
+        "linux/arm64": ("ubuntu-24.04-arm", "aarch64"),
+    }
+    assert job["runs-on"] == "${{ matrix.runner }}"
+    build = next(s for s in job["steps"] if "docker/build-push-action" in s.get("uses", ""))
+    assert build["with"]["platforms"] == "${{ matrix.platform }}"
+    assert build["with"]["push"] is False
+    _, run = step_named(workflow, "test", "docker run --rm gpu-profiler:test --version")
+    assert "platform.machine()" in run["run"]
+    assert run["env"]["MACHINE"] == "${{ matrix.machine }}"
+
+
+def test_image_workflow_pushes_a_signed_multi_arch_image_with_an_sbom_on_version_tags() -> None:
+    workflow = load("image.yml")
+    job = workflow["jobs"]["release"]
+    assert job["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    assert job["needs"] == "test"
+    # Only this job writes packages, and asks for an OIDC token (cosign's keyless signature).
+    assert job["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
+    assert workflow["jobs"]["test"]["permissions"] == {"contents": "read"}
+    _, check = step_named(workflow, "release", "scripts/release_version.py")
     assert check["id"] == "version"
     build = next(
         step for step in job["steps"] if "docker/build-push-action" in step.get("uses", "")
     )
     assert build["with"]["push"] is True
+    assert build["with"]["platforms"] == "linux/amd64,linux/arm64"
+    assert build["with"]["sbom"] is True
     repository = versions.PROFILER_IMAGE.rsplit(":", 1)[0]
     assert build["with"]["tags"] == f"{repository}:${{{{ steps.version.outputs.version }}}}"
+    uses = [step.get("uses", "").split("@")[0] for step in job["steps"]]
+    assert uses.index("docker/setup-qemu-action") < uses.index("docker/build-push-action")
+    assert uses.index("docker/build-push-action") < uses.index("sigstore/cosign-installer")
+    _, sign = step_named(workflow, "release", "cosign sign")
+    # By digest, not tag: what is signed is exactly what was pushed.
+    assert sign["run"] == f'cosign sign --yes "{repository}@${{DIGEST}}"'
+    assert sign["env"]["DIGEST"] == "${{ steps.build.outputs.digest }}"
+    assert build["id"] == "build"
     # The stacks' default image is the one this workflow pushes for the project's version.
     assert versions.PROFILER_IMAGE.endswith(f":{PROJECT_VERSION}")
+
+
+def test_the_smoke_workflows_session_outlasts_the_job() -> None:
+    """Issue 24, item 10: the default one-hour OIDC session would end mid-run."""
+    workflow = load("smoke.yml")
+    job = workflow["jobs"]["smoke"]
+    first = next(
+        step
+        for step in steps(workflow, "smoke")
+        if step.get("uses", "").startswith("aws-actions/configure-aws-credentials@")
+    )
+    assert int(first["with"]["role-duration-seconds"]) >= job["timeout-minutes"] * 60
 
 
 @pytest.mark.parametrize(

@@ -5,20 +5,25 @@ in the stand-in Kubernetes API server (a test double, see tests/support/apiserve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.e2e.conftest import DaemonProcess
-from tests.e2e.test_run_e2e import NODE, prepare_cluster, run_args
+from tests.e2e.test_run_e2e import NODE, prepare_cluster, run_args, stored
 from tests.support.apiserver import StandInApiServer, pod_manifest
-from tests.support.prometheus import LoadedPrometheus
+from tests.support.prometheus import LoadedPrometheus, StandInPrometheus
+from tests.support.scripted_dcgm import ScriptedDcgm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MARKER = "ai.centaurus.io/do-not-disrupt"
+PROTECTED = {DO_NOT_DISRUPT: "true", MARKER: "training"}
+STARTED = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
 
 
 def pod_of(prometheus: LoadedPrometheus, job_type: str) -> str:
@@ -95,3 +100,162 @@ def _usage(apiserver: StandInApiServer, pod: str) -> dict[str, str]:
         for key, value in annotations(apiserver, pod).items()
         if key.startswith("ai.centaurus.io/") and key != MARKER
     }
+
+
+# -- The daemon against a scripted dcgm-exporter: each verdict is the test's to flip ------------
+
+SCRIPTED_NODE = "node-a"
+OTHER_NODE = "node-b"
+
+
+@pytest.fixture
+def dcgm() -> Iterator[ScriptedDcgm]:
+    scripted = ScriptedDcgm(SCRIPTED_NODE)
+    with StandInPrometheus(scripted.responder) as server:
+        scripted.url = server.url  # type: ignore[attr-defined]
+        yield scripted
+
+
+class ProtectingDaemon:
+    """``gpu-profiler run --protect-training`` on node-a every 0.5 s, and what it left."""
+
+    def __init__(
+        self,
+        daemons: Callable[..., DaemonProcess],
+        dcgm: ScriptedDcgm,
+        apiserver: StandInApiServer,
+        tmp_path: Path,
+    ) -> None:
+        self.apiserver = apiserver
+        self.database = tmp_path / "profiler.db"
+        kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+        self.process = daemons(
+            *("--prometheus-url", dcgm.url, "--node", SCRIPTED_NODE),  # type: ignore[attr-defined]
+            *("--kubeconfig", str(kubeconfig), "--store-url", f"sqlite:///{self.database}"),
+            *("--window", "10m", "--step", "10s", "--interval", "0.5s", "--protect-training"),
+        )
+
+    def cycles(self) -> float:
+        return self.process.value("gpu_profiler_cycle_duration_seconds_count") or 0
+
+    def wait_cycles(self, count: int = 3) -> None:
+        target = self.cycles() + count
+        self.process.wait_for(lambda: self.cycles() >= target, timeout=60, what=f"{count} cycles")
+
+    def annotations(self, pod: str) -> dict[str, str]:
+        return {
+            key: value
+            for key, value in annotations(self.apiserver, pod).items()
+            if key in (DO_NOT_DISRUPT, MARKER)
+        }
+
+
+@pytest.fixture
+def protecting(
+    daemons: Callable[..., DaemonProcess],
+    dcgm: ScriptedDcgm,
+    apiserver: StandInApiServer,
+    tmp_path: Path,
+) -> Callable[[], ProtectingDaemon]:
+    apiserver.add_node(SCRIPTED_NODE)
+    apiserver.add_node(OTHER_NODE)
+    return lambda: ProtectingDaemon(daemons, dcgm, apiserver, tmp_path)
+
+
+def test_a_persons_do_not_disrupt_set_while_the_pod_idled_is_never_taken_over(
+    protecting: Callable[[], ProtectingDaemon], dcgm: ScriptedDcgm, apiserver: StandInApiServer
+) -> None:
+    """The first sight of a pod that does not train, then a person's annotation, then training:
+    the write must follow a fresh read, and stopping must not remove what the person set."""
+    apiserver.add_pod(pod_manifest("ml", "trainer-0", SCRIPTED_NODE, gpus=1))
+    dcgm.set_gpu("0", "idle", "ml", "trainer-0")
+    daemon = protecting()
+    daemon.wait_cycles()
+
+    set_annotations(apiserver, "trainer-0", {DO_NOT_DISRUPT: "true"})
+    dcgm.set_gpu("0", "training", "ml", "trainer-0")
+    daemon.wait_cycles()
+    assert daemon.annotations("trainer-0") == {DO_NOT_DISRUPT: "true"}
+
+    dcgm.set_gpu("0", "idle", "ml", "trainer-0")
+    daemon.wait_cycles()
+    assert daemon.annotations("trainer-0") == {DO_NOT_DISRUPT: "true"}
+    assert "Traceback" not in daemon.process.log()
+
+
+def test_a_pod_recreated_under_the_same_name_is_protected_again(
+    protecting: Callable[[], ProtectingDaemon], dcgm: ScriptedDcgm, apiserver: StandInApiServer
+) -> None:
+    apiserver.add_pod(pod_manifest("ml", "worker-0", SCRIPTED_NODE, gpus=1, start_time=STARTED))
+    dcgm.set_gpu("0", "training", "ml", "worker-0")
+    daemon = protecting()
+    daemon.wait_cycles()
+    assert daemon.annotations("worker-0") == PROTECTED
+
+    later = STARTED + timedelta(hours=1)
+    apiserver.recreate_pod(pod_manifest("ml", "worker-0", SCRIPTED_NODE, gpus=1, start_time=later))
+    daemon.wait_cycles(4)
+
+    assert daemon.annotations("worker-0") == PROTECTED
+
+
+def test_pods_the_watcher_has_not_listed_are_neither_protected_nor_stored(
+    protecting: Callable[[], ProtectingDaemon], dcgm: ScriptedDcgm, apiserver: StandInApiServer
+) -> None:
+    """The first pod list comes 9 s late (past the daemon's 5 s wait): the cycles before it
+    must not act on, or store, the pod dcgm-exporter names, and say why."""
+    apiserver.add_pod(pod_manifest("ml", "trainer-0", SCRIPTED_NODE, gpus=1, start_time=STARTED))
+    dcgm.set_gpu("0", "training", "ml", "trainer-0")
+    apiserver.hang("GET", "/api/v1/pods", seconds=9, times=1)  # within the 10 s read timeout
+    daemon = protecting()
+    daemon.wait_cycles(1)
+    assert apiserver.requests(path="/api/v1/namespaces/ml/pods/trainer-0") == []
+    assert daemon.annotations("trainer-0") == {}
+    health = requests.get(f"{daemon.process.base}/healthz", timeout=2)
+    assert health.status_code == 200
+    assert "no pod list from Kubernetes" in health.text
+    assert stored(daemon.database, "select pod from pod_usage") == []
+
+    daemon.process.wait_for(
+        lambda: "pod list arrived" in daemon.process.log(), timeout=30, what="the first pod list"
+    )
+    daemon.wait_cycles(4)
+
+    assert daemon.annotations("trainer-0") == PROTECTED
+    rows = stored(daemon.database, "select pod, pod_start_time from pod_usage")
+    assert [pod for pod, _ in rows] == ["trainer-0"]
+    assert not str(rows[0][1]).startswith("1970")
+    assert "no pod list from Kubernetes" in daemon.process.log()
+
+
+def test_a_pod_that_moved_to_another_node_is_left_to_that_node(
+    protecting: Callable[[], ProtectingDaemon], dcgm: ScriptedDcgm, apiserver: StandInApiServer
+) -> None:
+    """node-a's last samples still name w-0 after it was recreated on node-b, where node-b's
+    profiler protects it: node-a must not read or write the pod on node-b."""
+    apiserver.add_pod(pod_manifest("ml", "w-0", SCRIPTED_NODE, gpus=1, start_time=STARTED))
+    dcgm.set_gpu("0", "training", "ml", "w-0")
+    daemon = protecting()
+    daemon.wait_cycles()
+    assert daemon.annotations("w-0") == PROTECTED
+
+    moved = pod_manifest("ml", "w-0", OTHER_NODE, gpus=1, start_time=STARTED + timedelta(hours=1))
+    moved["metadata"]["annotations"] = dict(PROTECTED)  # node-b's profiler protected it
+    apiserver.recreate_pod(moved)
+    dcgm.set_gpu("0", "idle", "ml", "w-0")  # node-a's GPU idles, its last pod label stays
+    daemon.wait_cycles(4)
+
+    assert daemon.annotations("w-0") == PROTECTED
+
+
+def test_a_node_patch_that_keeps_failing_does_not_stop_protection(
+    protecting: Callable[[], ProtectingDaemon], dcgm: ScriptedDcgm, apiserver: StandInApiServer
+) -> None:
+    apiserver.add_pod(pod_manifest("ml", "trainer-0", SCRIPTED_NODE, gpus=1, start_time=STARTED))
+    dcgm.set_gpu("0", "training", "ml", "trainer-0")
+    apiserver.fail("PATCH", f"/api/v1/nodes/{SCRIPTED_NODE}", 403)  # RBAC: forever
+    daemon = protecting()
+    daemon.wait_cycles(4)
+
+    assert daemon.annotations("trainer-0") == PROTECTED
+    assert daemon.process.errors("kubernetes") >= 1

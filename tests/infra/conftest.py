@@ -2,7 +2,9 @@
 object graph it creates, its Helm releases rendered from the chart cache.
 
 The chart cache is ``$GPU_CLUSTER_CHART_CACHE`` (scripts/test points it at ../shared/charts, the
-charts at the pinned versions); a checkout beside ../shared finds it without the variable too.
+charts at the pinned versions, or fills its own with ``--pull-charts``); a checkout beside
+../shared finds it without the variable too. Tests marked ``charts`` render: without the archives
+they need they are skipped, each with one line naming the cache and what it lacks.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.render.charts import CHART_CACHE_ENV
+from infra import versions
+from infra.render.charts import CHART_CACHE_ENV, chart_cache, missing_archives
 from infra.render.graph import ObjectGraph, build_graph
 from infra.render.program import ProgramRun, run_stack
 
@@ -23,6 +26,44 @@ SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 
 if not os.environ.get(CHART_CACHE_ENV) and SHARED_CHARTS.is_dir():
     os.environ[CHART_CACHE_ENV] = str(SHARED_CHARTS)
+
+# H100 capacity for multi-node training (issue 24): a p5.48xlarge Capacity Block with EFA and
+# RAID0 on a node group, and a Karpenter pool of p5/p5e from a reservation, with EFA.
+CAPACITY_BLOCK_GROUP = {
+    "name": "h100",
+    "instanceTypes": ["p5.48xlarge"],
+    "capacityType": "CAPACITY_BLOCK",
+    "capacityReservationId": "cr-0a1b2c3d4e5f60718",
+    "availabilityZone": "us-west-2b",
+    "efa": True,
+    "instanceStoreRaid0": True,
+    "minSize": 0,
+    "maxSize": 2,
+    "desiredSize": 2,
+}
+H100_POOL = {
+    "instanceFamilies": ["p5", "p5e"],
+    "capacityTypes": ["reserved", "on-demand"],
+    "capacityReservationIds": ["cr-0123456789abcdef0"],
+    "gpuLimit": 32,
+    "efa": True,
+    "availabilityZone": "us-west-2b",
+    "instanceStoreRaid0": True,
+}
+# What the stacks install with their example config (EFA's device plugin only where EFA is on).
+STACK_CHARTS = tuple(c for c in versions.PINNED_CHARTS if c is not versions.EFA_DEVICE_PLUGIN)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.charts``: skip, naming the cache, unless it holds the stacks' charts (and
+    the marker's extra charts)."""
+    for marker in item.iter_markers("charts"):
+        missing = missing_archives((*STACK_CHARTS, *marker.args))
+        if missing:
+            pytest.skip(
+                f"chart cache {chart_cache()} lacks {', '.join(missing)}: run "
+                f"`python -m infra.render --pull-charts`, or set {CHART_CACHE_ENV}"
+            )
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,8 @@ RULES_FROM_TEST_FILE = "../../../infra/monitoring/rules.yaml"
 _TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value)\s*\}\}")
 
 A0 = {"Hostname": "node-a", "gpu": "0", "UUID": "GPU-a0"}
+# kube-state-metrics' label of a GPU node (the platform allows it through metricLabelsAllowlist).
+GPU_NODE = {"label_nvidia_com_gpu_present": "true"}
 A1 = {"Hostname": "node-a", "gpu": "1", "UUID": "GPU-a1"}
 B0 = {"Hostname": "node-b", "gpu": "0", "UUID": "GPU-b0"}
 
@@ -62,6 +64,7 @@ class AlertCase:
     firing: list[Firing]
     interval: str = "1m"
     resolved_at: str | None = None  # quiet again once the condition has passed
+    name: str | None = None  # the promtool test's name, when an alert has several cases
 
 
 @dataclass
@@ -136,10 +139,28 @@ ALERT_CASES = [
     ),
     AlertCase(
         "DcgmExporterAbsent",
-        [series("up", {"job": "kube-state-metrics", "instance": "10.0.2.1:8080"}, "1x30")],
+        [
+            series("up", {"job": "kube-state-metrics", "instance": "10.0.2.1:8080"}, "1x30"),
+            series("kube_node_labels", {"node": "cpu-1"}, "1x30"),
+            series("kube_node_labels", {"node": "gpu-1", **GPU_NODE}, "1x30"),
+        ],
         quiet_at="10m",
         firing_at="20m",
         firing=[Firing({"job": "dcgm-exporter"})],
+    ),
+    AlertCase(  # Karpenter scaled the GPU nodes to zero: no exporter is expected
+        "DcgmExporterAbsent",
+        [
+            series("up", {"job": "kube-state-metrics", "instance": "10.0.2.1:8080"}, "1x40"),
+            series("kube_node_labels", {"node": "cpu-1"}, "1x40"),
+            # A GPU node until minute 5, then none; a GPU node again from minute 25 (no exporter).
+            series("kube_node_labels", {"node": "gpu-1", **GPU_NODE}, "1x5 _x35"),
+            series("kube_node_labels", {"node": "gpu-2", **GPU_NODE}, "_x25 1x15"),
+        ],
+        quiet_at="22m",
+        firing_at="41m",
+        firing=[Firing({"job": "dcgm-exporter"})],
+        name="DcgmExporterAbsent, GPU nodes scaled to zero and back",
     ),
     AlertCase(
         "GpuProfilerDown",
@@ -334,7 +355,7 @@ def unit_test_document() -> dict[str, Any]:
         rule = rules[case.alert]
         tests.append(
             {
-                "name": case.alert,
+                "name": case.name or case.alert,
                 "interval": case.interval,
                 "input_series": case.input_series,
                 "alert_rule_test": [

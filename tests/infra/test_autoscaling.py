@@ -86,6 +86,35 @@ def test_example_deployment_requests_a_gpu_on_gpu_nodes(eks_run: ProgramRun) -> 
         "kubernetes:monitoring.coreos.com/v1:PodMonitor", "example-workload-pod-monitor"
     ).inputs
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics"}]
+
+
+def test_the_example_starts_as_a_user_without_a_passwd_entry(eks_run: ProgramRun) -> None:
+    """Issue 24, item 4: uid 10001 has no passwd entry in the image; getpass.getuser() (PyTorch
+    Inductor's cache) reads USER first, else raises KeyError."""
+    deployment = example(eks_run)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert env["USER"] == "vllm"
+    assert env["HOME"] == "/cache"  # writable: a volume
+    # A 10 GB image, then the model's download and compilation: 20 minutes to the first /health,
+    # 45 for the Deployment's progress with the pull.
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 20 * 60
+    assert startup["httpGet"] == {"path": "/health", "port": "http"}
+    assert deployment["spec"]["progressDeadlineSeconds"] == 45 * 60
+
+
+def test_pulumi_up_does_not_wait_for_the_example(eks_run: ProgramRun) -> None:
+    """Issue 24, item 4: a first start takes up to half an hour; it must not hold or fail
+    `pulumi up`."""
+    for kind, name in (
+        ("kubernetes:apps/v1:Deployment", "example-workload"),
+        ("kubernetes:core/v1:Service", "example-workload-service"),
+    ):
+        resource = eks_run.one(kind, name)
+        assert resource.inputs["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
     namespace = eks_run.one("kubernetes:core/v1:Namespace", "example-workload-namespace")
     assert namespace.inputs["metadata"]["name"] == "inference"
 

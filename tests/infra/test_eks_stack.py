@@ -20,7 +20,7 @@ from infra.render.program import (
     mock_id,
     run_stack,
 )
-from tests.infra.conftest import EKS_STACK
+from tests.infra.conftest import CAPACITY_BLOCK_GROUP, EKS_STACK
 
 NODE_GROUP = "eks:index:ManagedNodeGroup"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -84,7 +84,7 @@ def test_nodes_run_in_private_subnets_of_the_new_vpc(eks_run: ProgramRun) -> Non
 def test_cluster_inputs(eks_run: ProgramRun) -> None:
     cluster = eks_run.one("eks:index:Cluster").inputs
     assert cluster["name"] == "gpu-dev"
-    assert cluster["version"] == "1.31"
+    assert cluster["version"] == "1.35"
     assert cluster["skipDefaultNodeGroup"] is True
     assert cluster["authenticationMode"] == "API"
     assert cluster["publicAccessCidrs"] == ["0.0.0.0/0"]  # the example narrows nothing
@@ -120,7 +120,7 @@ def test_node_role_has_exactly_the_worker_policies(eks_run: ProgramRun) -> None:
 
 def test_ebs_csi_driver_has_its_own_role_for_its_service_account(eks_run: ProgramRun) -> None:
     """Prometheus' volume needs the EBS CSI driver; only its controller may call EBS."""
-    addon = eks_run.one("aws:eks/addon:Addon").inputs
+    addon = eks_run.one("aws:eks/addon:Addon", "gpu-eks-ebs-csi-driver").inputs
     assert addon["addonName"] == "aws-ebs-csi-driver"
     assert addon["clusterName"] == "gpu-dev"
     role = eks_run.one("aws:iam/role:Role", "gpu-eks-ebs-csi-role")
@@ -137,7 +137,10 @@ def test_ebs_csi_driver_has_its_own_role_for_its_service_account(eks_run: Progra
     )
     assert attachment.inputs["policyArn"].endswith("service-role/AmazonEBSCSIDriverPolicy")
     # It cannot become active before a node runs its controller.
-    depends = {eks_run.by_urn(urn).name for urn in eks_run.one("aws:eks/addon:Addon").dependencies}
+    depends = {
+        eks_run.by_urn(urn).name
+        for urn in eks_run.one("aws:eks/addon:Addon", "gpu-eks-ebs-csi-driver").dependencies
+    }
     assert "gpu-eks-system-nodes" in depends
 
 
@@ -257,3 +260,92 @@ def test_non_nvidia_ami_is_refused() -> None:
 def test_cluster_without_gpu_groups_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one GPU node group"):
         GpuEksClusterArgs(cluster_name="c", gpu_node_groups=())
+
+
+def test_the_node_monitoring_agent_reports_gpu_faults(eks_run: ProgramRun) -> None:
+    """Issue 24, item 14: what Karpenter's node repair acts on."""
+    agent = eks_run.one("aws:eks/addon:Addon", "gpu-eks-node-monitoring-agent").inputs
+    assert (agent["clusterName"], agent["addonName"]) == ("gpu-dev", "eks-node-monitoring-agent")
+
+
+def _launch_template(run: ProgramRun, group: str) -> dict[str, object]:
+    return run.one(
+        "aws:ec2/launchTemplate:LaunchTemplate", f"gpu-eks-{group}-launch-template"
+    ).inputs
+
+
+def test_a_capacity_block_group_with_efa_and_raid0() -> None:
+    """Issue 24, items 13 and 14: a p5.48xlarge Capacity Block, EFA on all 32 network cards in a
+    cluster placement group, the group's subnets those of the block's zone, NVMe as RAID0."""
+    run = run_stack(
+        EKS_STACK,
+        overrides={
+            "availabilityZones": ["us-west-2a", "us-west-2b"],
+            "gpuNodeGroups": [CAPACITY_BLOCK_GROUP],
+        },
+    )
+    group = run.one(NODE_GROUP, "gpu-eks-h100-nodes").inputs
+    assert group["capacityType"] == "CAPACITY_BLOCK"
+    assert group["subnetIds"] == [mock_id(SUBNET, "gpu-eks-network-private-1")]
+    assert group["labels"]["gpu-cluster.io/efa"] == "true"
+    template = _launch_template(run, "h100")
+    assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert template["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    }
+    placement = run.one("aws:ec2/placementGroup:PlacementGroup").inputs
+    assert placement["strategy"] == "cluster"
+    assert template["placement"] == {"groupName": placement["name"]}
+    interfaces = template["networkInterfaces"]
+    assert isinstance(interfaces, list)
+    assert len(interfaces) == 32
+    assert interfaces[0] == {
+        "networkCardIndex": 0,
+        "deviceIndex": 0,
+        "interfaceType": "efa",
+        "securityGroups": ["sg-0123456789abcdef0"],
+        "deleteOnTermination": "true",
+    }
+    assert {
+        (i["networkCardIndex"], i["deviceIndex"], i["interfaceType"]) for i in interfaces[1:]
+    } == {(card, 1, "efa-only") for card in range(1, 32)}
+    user_data = email.message_from_bytes(base64.b64decode(str(template["userData"])))
+    parts = {part.get_content_type(): part.get_payload() for part in user_data.get_payload()}
+    assert "strategy: RAID0" in parts["application/node.eks.aws"]
+    assert "nvidia-ctk config" in parts["text/x-shellscript"]
+    efa = run.release("aws-efa-k8s-device-plugin").inputs
+    assert efa["values"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_a_targeted_on_demand_reservation() -> None:
+    spec = {**CAPACITY_BLOCK_GROUP, "capacityType": "ON_DEMAND", "efa": False}
+    run = run_stack(EKS_STACK, overrides={"gpuNodeGroups": [spec]})
+    template = _launch_template(run, "h100")
+    assert "instanceMarketOptions" not in template
+    assert template["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    }
+    assert "networkInterfaces" not in template
+    assert [r for r in run.releases() if "efa" in r.inputs["chart"]] == []
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        (
+            {"capacityType": "RESERVED"},
+            "capacityType must be one of ON_DEMAND, SPOT, CAPACITY_BLOCK",
+        ),
+        ({"capacityType": "CAPACITY_BLOCK"}, "CAPACITY_BLOCK needs capacityReservationId"),
+        ({"capacityType": "SPOT", "capacityReservationId": "cr-1"}, "is not spot capacity"),
+        ({"efa": True}, "efa needs availabilityZone"),
+        ({"availabilityZone": "eu-west-1a"}, "availabilityZone eu-west-1a has no private subnet"),
+    ],
+)
+def test_capacity_and_efa_mistakes_are_one_clear_error(
+    group: dict[str, object], message: str
+) -> None:
+    with pytest.raises(pulumi.RunError, match=message):
+        run_stack(EKS_STACK, overrides={"gpuNodeGroups": [{"name": "h100", **group}]})

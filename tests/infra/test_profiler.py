@@ -8,6 +8,8 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pulumi
+import pytest
 from psycopg import pq
 
 from infra import versions
@@ -161,6 +163,31 @@ def test_postgres_store_url_comes_from_a_secret() -> None:
     assert "s3cret" not in str(run.one(DAEMON_SET).inputs)
 
 
+def test_a_private_image_is_pulled_with_the_given_secrets(eks_run: ProgramRun) -> None:
+    """Issue 24, item 5: GHCR makes a new package private; nodes then need credentials."""
+    assert "imagePullSecrets" not in pod_spec(eks_run)
+    config = '{"auths": {"ghcr.io": {"auth": "dXNlcjp0b2tlbg=="}}}'
+    run = run_stack(
+        EKS_STACK,
+        overrides={"profilerImagePullSecrets": ["ghcr-pull"]},
+        secrets={"profilerRegistryCredentials": config},
+    )
+    assert pod_spec(run)["imagePullSecrets"] == [
+        {"name": "ghcr-pull"},
+        {"name": "gpu-profiler-registry"},
+    ]
+    secret = run.one("kubernetes:core/v1:Secret", "profiler-registry-secret")
+    assert secret.inputs["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret.inputs["stringData"] == {".dockerconfigjson": config}
+    assert "stringData" in secret.secret_paths
+    assert secret.inputs["metadata"]["namespace"] == "gpu-profiler"
+
+
+def test_pull_secrets_must_be_a_list_of_names() -> None:
+    with pytest.raises(pulumi.RunError, match="profilerImagePullSecrets must be a list"):
+        run_stack(EKS_STACK, overrides={"profilerImagePullSecrets": {"name": "ghcr-pull"}})
+
+
 def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
     service = eks_run.one("kubernetes:core/v1:Service", "profiler-metrics-service").inputs
     assert service["spec"]["clusterIP"] == "None"
@@ -218,3 +245,33 @@ def test_default_image_is_the_one_the_release_workflow_publishes(eks_run: Progra
 
 def test_profiler_reads_the_node_label_the_exporter_series_carry(eks_run: ProgramRun) -> None:
     assert env_of(eks_run)["GPU_PROFILER_NODE_LABEL"] == versions.DCGM_NODE_LABEL == "Hostname"
+
+
+COMMAND = "command:local:Command"
+
+
+def test_destroy_runs_unprotect_after_the_daemon_set_and_its_pods_are_gone(
+    eks_run: ProgramRun,
+) -> None:
+    """The command does nothing on `pulumi up`; its delete step runs `gpu-profiler unprotect`
+    with the cluster's kubeconfig (a secret). The DaemonSet depends on it, so Pulumi deletes the
+    DaemonSet first, in the foreground: its deletion ends only once its pods are gone."""
+    unprotect = eks_run.one(COMMAND, "profiler-unprotect")
+    assert "create" not in unprotect.inputs
+    assert unprotect.inputs["delete"].endswith(" -m infra.unprotect_run")
+    assert unprotect.inputs["dir"] == str(REPO_ROOT)
+    environment = unprotect.inputs["environment"]
+    assert environment["GPU_CLUSTER_KUBECONFIG"]  # the stack's kubeconfig
+    assert environment["GPU_PROFILER_ANNOTATION_DOMAIN"] == "ai.centaurus.io"
+    assert any("GPU_CLUSTER_KUBECONFIG" in path for path in unprotect.secret_paths)
+    daemon_set = eks_run.one(DAEMON_SET)
+    assert unprotect.urn in daemon_set.dependencies
+    assert daemon_set.get("metadata.annotations") == {
+        "pulumi.com/deletionPropagationPolicy": "foreground"
+    }
+
+
+def test_protection_turned_off_makes_the_daemons_release_their_marks() -> None:
+    run = run_stack(EKS_STACK, {"profilerProtectTraining": False})
+    assert env_of(run)["GPU_PROFILER_PROTECT_TRAINING"] == "release"
+    assert run.one(COMMAND, "profiler-unprotect")  # destroy still cleans up after it

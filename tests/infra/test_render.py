@@ -19,13 +19,15 @@ from typing import Any
 
 import pytest
 
-from infra import monitoring, platform
+from infra import monitoring, platform, versions
 from infra.kubeadm_inventory import read_nodes
 from infra.render.checks import CHECKS, run_checks
 from infra.render.graph import K8sObject, ObjectGraph, build_graph
 from infra.render.program import ProgramRun, run_stack
 from infra.scheduling import NodePool, PodPlacement, Taint, misfit
-from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
+from tests.infra.conftest import CAPACITY_BLOCK_GROUP, EKS_STACK, H100_POOL, KUBEADM_STACK
+
+pytestmark = pytest.mark.charts
 
 NO_FINDINGS = {name: [] for name in CHECKS}
 VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
@@ -46,7 +48,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
     "eks-hpa": (EKS_STACK, {"workloadAutoscaler": "hpa"}, {}),
     "eks-karpenter-only": (
         EKS_STACK,
-        {"gpuNodeGroups": [], "karpenter": {"capacityTypes": ["spot", "on-demand"]}},
+        {"gpuNodeGroups": [], "karpenter": {"capacityTypes": ["spot", "on-demand"], "gpuLimit": 8}},
         {},
     ),
     "eks-without-karpenter": (EKS_STACK, {"karpenter": {"enabled": False}}, {}),
@@ -112,6 +114,25 @@ def pod_spec(obj: K8sObject) -> dict[str, Any]:
 # -- the graph ----------------------------------------------------------------------------------
 
 
+H100_CONFIG: dict[str, Any] = {
+    "availabilityZones": ["us-west-2a", "us-west-2b"],
+    "gpuNodeGroups": [CAPACITY_BLOCK_GROUP],
+    "karpenter": H100_POOL,
+}
+
+
+@pytest.mark.charts(versions.EFA_DEVICE_PLUGIN)
+def test_every_check_passes_on_h100_capacity_with_efa() -> None:
+    """Capacity Blocks, reservations, EFA and RAID0 (issue 24, items 13 and 14): the node class
+    is valid for the pinned CRDs, and the EFA device plugin reaches both EFA pools."""
+    graph = build_graph(run_stack(EKS_STACK, overrides=H100_CONFIG))
+    assert run_checks(graph) == NO_FINDINGS
+    plugin = one(graph, "DaemonSet", "aws-efa-k8s-device-plugin")
+    placement = PodPlacement.of(pod_spec(plugin))
+    efa_pools = [p.name for p in graph.platform.pools if misfit(placement, p) is None]
+    assert efa_pools == ["gpu-eks-h100-nodes", "karpenter/gpu"]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_check_passes(variant: str) -> None:
     stack, overrides, secrets = VARIANTS[variant]
@@ -153,7 +174,7 @@ def test_the_graph_holds_what_helm_install_creates(eks_graph: ObjectGraph) -> No
     # Capabilities as the cluster would report them: the adapter's APIServices are rendered.
     apis = {o.name for o in eks_graph.of_kind("APIService")}
     assert "v1beta1.custom.metrics.k8s.io" in apis
-    assert eks_graph.platform.kube_version == "v1.31.0"
+    assert eks_graph.platform.kube_version == "v1.35.0"
 
 
 def test_services_the_smoke_suite_reaches(eks_graph: ObjectGraph) -> None:
@@ -452,7 +473,7 @@ def test_schema_checks_built_in_kinds_crd_kinds_and_unknown_kinds(eks_graph: Obj
         in findings["PrometheusRule monitoring/gpu-rules"]
     )
     assert findings["Widget w"] == (
-        "Widget w (stack): no schema for example.com/v1 Widget in Kubernetes v1.31.0, and no "
+        "Widget w (stack): no schema for example.com/v1 Widget in Kubernetes v1.35.0, and no "
         "CRD for it in the stack"
     )
 
@@ -489,6 +510,10 @@ def test_dcgm_exporter_as_rendered(eks_graph: ObjectGraph) -> None:
     assert annotations["checksum/dcgm-counters"] == counters
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["GOMEMLIMIT"] == "768MiB"
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "1024Mi"}
+    (gomaxprocs,) = (e for e in container["env"] if e["name"] == "GOMAXPROCS")
+    assert gomaxprocs["valueFrom"]["resourceFieldRef"]["resource"] == "limits.cpu"
     # SYS_ADMIN: profiling fields, and the toolkit honours its NVIDIA_VISIBLE_DEVICES.
     assert container["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN"]
     monitor = one(eks_graph, "ServiceMonitor", "dcgm-exporter")

@@ -8,12 +8,16 @@ repositories, which cannot be reached here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import http.server
+import io
 import json
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +40,7 @@ def render(*args: str | Path) -> int:
     return command.main([str(a) for a in args])
 
 
+@pytest.mark.charts
 def test_writes_every_object_into_a_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,6 +69,7 @@ def test_writes_every_object_into_a_folder(
     assert not [f for f in files if FAKE_PASSWORD in (out / f).read_text()]
 
 
+@pytest.mark.charts
 def test_rewrites_its_own_folder_and_refuses_others(tmp_path: Path) -> None:
     out = tmp_path / "rendered"
     assert render(KUBEADM_STACK, "--out", out) == 0
@@ -78,6 +84,7 @@ def test_rewrites_its_own_folder_and_refuses_others(tmp_path: Path) -> None:
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.charts
 def test_yaml_stream_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     assert render(KUBEADM_STACK) == 0
     documents = list(yaml.load_all(capsys.readouterr().out, Loader=LOADER))
@@ -86,6 +93,7 @@ def test_yaml_stream_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(documents) > 150
 
 
+@pytest.mark.charts
 def test_check_passes_on_the_example_stack_as_a_command() -> None:
     """The real entry point, in its own process, as a user runs it."""
     result = subprocess.run(
@@ -102,6 +110,7 @@ def test_check_passes_on_the_example_stack_as_a_command() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.charts
 def test_check_reports_findings_and_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,7 +145,8 @@ def test_bad_stack_config_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object], message: str
 ) -> None:
     stack_file = tmp_path / "Pulumi.bad.yaml"
-    stack_file.write_text(yaml.safe_dump({"config": {"aws:region": "us-west-2", **config}}))
+    base = {"aws:region": "us-west-2", "gpu-cluster-eks:karpenter": {"gpuLimit": 8}}
+    stack_file.write_text(yaml.safe_dump({"config": {**base, **config}}))
     assert render(EKS_STACK, "--config", stack_file) == 2
     err = capsys.readouterr().err
     assert err.startswith("render: error: ")
@@ -157,6 +167,7 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "must hold a YAML mapping" in capsys.readouterr().err
 
 
+@pytest.mark.charts
 def test_encrypted_config_values_become_placeholders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -196,14 +207,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         type(self).requests.append(self.path)
 
 
+def served_charts() -> tuple[versions.HelmChart, ...]:
+    """The pinned charts the chart cache holds (every one the stacks install by default)."""
+    return tuple(c for c in versions.PINNED_CHARTS if (chart_cache() / c.archive).is_file())
+
+
 @pytest.fixture
-def chart_repository(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
-    """The pinned charts served as a Helm repository on localhost; yields its URL and requests."""
+def chart_repository(tmp_path: Path) -> Iterator[tuple[str, list[str], Path]]:
+    """The cached pinned charts served as a Helm repository on localhost; yields its URL, the
+    requests it answered and the folder it serves."""
     served = tmp_path / "repository"
     served.mkdir()
-    for chart in versions.PINNED_CHARTS:
-        name = f"{chart.name}-{chart.version}.tgz"
-        shutil.copy(chart_cache() / name, served / name)
+    for chart in served_charts():
+        shutil.copy(chart_cache() / chart.archive, served / chart.archive)
     port = free_port()
     helm.repo_index_generate(served, base_url=f"http://127.0.0.1:{port}")
     handler = type("Handler", (_QuietHandler,), {"requests": []})
@@ -213,32 +229,95 @@ def chart_repository(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{port}", handler.requests
+        yield f"http://127.0.0.1:{port}", handler.requests, served
     finally:
         server.shutdown()
         server.server_close()
 
 
+def _from(url: str) -> tuple[versions.HelmChart, ...]:
+    """The served charts, pinned as they are, but in the local repository."""
+    return tuple(dataclasses.replace(c, repo=url) for c in served_charts())
+
+
+@pytest.mark.charts
 def test_pull_charts_fills_the_cache_once(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    chart_repository: tuple[str, list[str]],
+    chart_repository: tuple[str, list[str], Path],
 ) -> None:
-    url, requests = chart_repository
-    pinned = tuple(
-        versions.HelmChart(name=c.name, repo=url, version=c.version) for c in versions.PINNED_CHARTS
-    )
+    url, requests, _ = chart_repository
+    pinned = _from(url)
     source = chart_cache()
     monkeypatch.setattr(versions, "PINNED_CHARTS", pinned)
     cache = tmp_path / "cache"
     monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
     assert render("--pull-charts") == 0
     for chart in pinned:
-        name = f"{chart.name}-{chart.version}.tgz"
-        assert (cache / name).read_bytes() == (source / name).read_bytes()
-    assert {r for r in requests if r.endswith(".tgz")} == {
-        f"/{c.name}-{c.version}.tgz" for c in pinned
-    }
+        assert (cache / chart.archive).read_bytes() == (source / chart.archive).read_bytes()
+    assert {r for r in requests if r.endswith(".tgz")} == {f"/{c.archive}" for c in pinned}
     requests.clear()
     assert render("--pull-charts", KUBEADM_STACK, "--check") == 0
     assert requests == []  # everything was cached
+
+
+def _repackage(folder: Path, chart: versions.HelmChart) -> str:
+    """Rewrite the chart's archive with one file more (same chart, another archive, as a
+    repository republishing the version would); returns the new digest."""
+    path = folder / chart.archive
+    with tarfile.open(path) as original:
+        members = [(m, original.extractfile(m) if m.isfile() else None) for m in original]
+        contents = [(m, f.read() if f else None) for m, f in members]
+    with tarfile.open(path, "w:gz") as rewritten:
+        for member, data in contents:
+            rewritten.addfile(member, io.BytesIO(data) if data is not None else None)
+        extra = tarfile.TarInfo(f"{chart.name}/EXTRA.txt")
+        extra.size = 3
+        rewritten.addfile(extra, io.BytesIO(b"new"))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.charts
+def test_pull_refuses_an_archive_the_repository_serves_that_is_not_pinned(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    chart_repository: tuple[str, list[str], Path],
+) -> None:
+    url, _, served = chart_repository
+    digest = _repackage(served, versions.PROMETHEUS_ADAPTER)
+    helm.repo_index_generate(served, base_url=url)
+    monkeypatch.setattr(versions, "PINNED_CHARTS", _from(url))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
+    assert render("--pull-charts") == 2
+    err = capsys.readouterr().err
+    archive = cache / versions.PROMETHEUS_ADAPTER.archive
+    assert err == (
+        f"render: error: {archive} has sha256 {digest}, which "
+        f"infra/versions.py does not pin for prometheus-adapter 5.3.0 (pinned: "
+        f"{versions.PROMETHEUS_ADAPTER.sha256[0]}); not kept\n"
+    )
+    assert not archive.exists()  # never where the render checks would read it
+    assert (cache / versions.KEDA.archive).is_file()  # the others are kept
+
+
+@pytest.mark.charts
+def test_a_cached_archive_that_is_not_pinned_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for chart in served_charts():
+        shutil.copy(chart_cache() / chart.archive, cache / chart.archive)
+    digest = _repackage(cache, versions.KEDA)
+    monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
+    assert render(EKS_STACK, "--check") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"render: error: {cache / versions.KEDA.archive} has sha256 {digest}, which "
+        "infra/versions.py does not pin for "
+        "keda 2.20.2 (pinned: "
+    )
+    assert "remove it and run `python -m infra.render --pull-charts`" in err
+    assert len(err.splitlines()) == 1

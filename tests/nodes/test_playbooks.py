@@ -60,6 +60,41 @@ def test_run_with_vendor_repositories_down_fails_half_way(provisioned: Provision
     assert "Could not fetch signed_by key" in run.output
 
 
+def test_gpu_hosts_whose_driver_is_not_loaded_stop_before_joining(
+    provisioned: Provisioned,
+) -> None:
+    """Issue 24, item 6: after a fresh driver install without a reboot (the module cannot be
+    loaded here: these nodes' kernel loads no modules), neither GPU worker joins, and each stops
+    with one message saying what to do."""
+    run = provisioned.unloaded_run
+    assert run.returncode != 0, run.describe()
+    failures = [line for line in run.output.splitlines() if line.startswith(("fatal:", "failed:"))]
+    assert len(failures) == len(WORKERS), run.describe()
+    for host in WORKERS:
+        assert run.recap[host]["failed"] == 1, run.describe()
+        (line,) = [f for f in failures if f"[{host}]" in f]
+        assert f"NVIDIA driver not loaded on {host}" in line
+        assert "couldn't communicate with the NVIDIA driver" in line
+        assert "so it does not join the cluster" in line
+        assert "Reboot it" in line
+        assert "\\n" not in line  # one line: no newline escaped in Ansible's JSON
+    assert "Join the cluster with kubeadm." not in run.output
+    assert "could not be loaded without a reboot" in run.output  # the install's own report
+
+
+def test_an_nvswitch_host_without_fabric_manager_stops_before_joining(
+    provisioned: Provisioned,
+) -> None:
+    run = provisioned.fabric_mismatch_run
+    assert run.returncode != 0, run.describe()
+    failures = [line for line in run.output.splitlines() if line.startswith(("fatal:", "failed:"))]
+    assert len(failures) == 1, run.describe()
+    assert "NVIDIA Fabric Manager is not active on gpu-worker-2, an NVSwitch system" in failures[0]
+    assert "systemctl status" in failures[0]
+    assert "nvidia-fabricmanager" in failures[0]
+    assert "kubeadm" not in failures[0]
+
+
 def test_a_failed_kubeadm_init_stops_the_run_with_kubeadms_error_and_no_token(
     provisioned: Provisioned,
 ) -> None:

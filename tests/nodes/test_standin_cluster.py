@@ -82,8 +82,8 @@ def test_kubernetes_is_pinned_below_the_newest_version_available(
     for package in ("kubelet", "kubeadm", "kubectl"):
         installed = node.run(f"dpkg-query -W -f '${{Version}}' {package}").stdout
         available = node.run(f"apt-cache madison {package}").stdout
-        assert installed == "1.31.2-1.1"
-        assert "1.31.3-1.1" in available
+        assert installed == "1.35.9-1.1"
+        assert "1.35.10-1.1" in available
 
 
 @pytest.mark.parametrize("name", DEBIAN_NODES)
@@ -199,10 +199,9 @@ def test_fabric_manager_is_installed_and_enabled_where_asked(provisioned: Provis
         in nvswitch.run("dpkg-query -W -f '${Status}' nvidia-fabricmanager-580").stdout
     )
     assert nvswitch.run("systemctl is-enabled nvidia-fabricmanager").stdout.strip() == "enabled"
-    # No driver is loaded here, so it starts at the reboot, not now (it would fail without one).
-    assert nvswitch.run("systemctl is-active nvidia-fabricmanager", check=False).stdout.strip() != (
-        "active"
-    )
+    # Started once the driver was loaded (the check before joining starts it).
+    assert nvswitch.run("systemctl is-active nvidia-fabricmanager").stdout.strip() == "active"
+    assert "nvidia-smi:" not in provisioned.converge_run.output
     # "auto" on a PCI bus without NVSwitches installs nothing.
     for name in ("gpu-cp-1", "gpu-worker-1"):
         node = provisioned.cluster.node(name)
@@ -248,7 +247,7 @@ def test_kubeadm_init_that_failed_was_reset_and_retried_once(control_plane: Node
     ]
     cluster = documents["ClusterConfiguration"]
     assert cluster["clusterName"] == "gct"
-    assert cluster["kubernetesVersion"] == "v1.31.2"
+    assert cluster["kubernetesVersion"] == "v1.35.9"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
     assert documents["KubeletConfiguration"]["cgroupDriver"] == "systemd"
 

@@ -75,7 +75,7 @@ def test_kubernetes_repo_offers_three_patch_versions_with_real_package_names(www
     for name in ("kubelet", "kubeadm", "kubectl"):
         for upstream in standin_repo.KUBERNETES_VERSIONS:
             assert (name, f"{upstream}-1.1") in versions
-    assert ("cri-tools", "1.31.1-1.1") in versions
+    assert ("cri-tools", "1.35.0-1.1") in versions
     for package in packages:
         assert (www / standin_repo.KUBERNETES_REPO / package["Filename"]).is_file()
 

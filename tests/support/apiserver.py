@@ -4,12 +4,20 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
 127.0.0.1, the handful of requests ``profiler_app.kube``, ``sources.kube_pods`` and
 ``sinks.kubernetes`` send, shaped like the real API server's answers:
 
-- ``GET/PATCH /api/v1/nodes/{name}`` and ``GET/PATCH /api/v1/namespaces/{ns}/pods/{name}``;
-  PATCH requires ``Content-Type: application/strategic-merge-patch+json`` (else 415) and a JSON
-  object body (else 400); maps merge, ``null`` deletes a key (lists are replaced: the real
-  strategic merge treats some lists specially, which the profiler never patches). Annotation
+- ``GET/PATCH /api/v1/nodes/{name}`` and ``GET/PATCH /api/v1/namespaces/{ns}/pods/{name}``.
+  PATCH takes a strategic merge or merge patch (a JSON object: maps merge, ``null`` deletes a
+  key; lists are replaced, where the real strategic merge treats some specially, which the
+  profiler never patches) or a JSON patch (RFC 6902 ``add``, ``remove``, ``replace``, ``test``);
+  another Content-Type is 415, a malformed body 400. Then, as the real server's patch handler
+  and registry do: a JSON patch that does not apply (a failed ``test`` too) is 422 with the
+  generic "the server rejected our request" Status; a patched object whose
+  ``metadata.resourceVersion`` differs from the stored one (the patch carried a stale one: a
+  precondition) is 409 Conflict; a changed ``metadata.name`` 400; a changed ``metadata.uid``
+  (the patch carried another object's: a UID precondition) 422 "field is immutable". Annotation
   values must be strings and keys qualified names (else 422), and the total annotation size is
-  capped at 256 KiB, as the real server validates.
+  capped at 256 KiB, as the real server validates. Every stored change gets a new
+  ``resourceVersion``; ``recreate_pod`` deletes a pod and creates one of the same name with a
+  new UID, as a StatefulSet or a training operator does.
 - ``GET /api/v1/pods?fieldSelector=spec.nodeName=X`` lists pods with a ``resourceVersion``;
   with ``watch=true`` it streams watch events as chunked JSON lines from that version on, ends
   after ``timeoutSeconds``, and answers an ERROR event with code 410 (Gone) when the version
@@ -21,10 +29,12 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
   ``expire_list_tokens``) answers 410 Expired.
 - Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
 
-Every request is recorded (``requests``) so tests can count calls per cycle, and faults can be
-injected per method and path: an error status N times or forever (``fail``), or a hang longer
-than the client's timeout (``hang``). Not modelled: TLS, label selectors, other resource kinds,
-admission, and optimistic concurrency.
+Every request is recorded (``requests``, and the status of each answer in ``answers``) so
+tests can count calls per cycle, and faults can be injected per method and path: an error status
+N times or forever (``fail``), a hang longer than the client's timeout (``hang``), or someone
+else's change landing just before the request is answered (``before``). Not modelled: TLS,
+label selectors, other resource kinds, admission, server-side apply, and JSON patch ``move``
+and ``copy``.
 """
 
 from __future__ import annotations
@@ -51,6 +61,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import yaml
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+PATCH_TYPES = (STRATEGIC_MERGE_PATCH, MERGE_PATCH, JSON_PATCH)
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -59,6 +72,7 @@ _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _PODS_PATH = "/api/v1/pods"
 _NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_KIND_NAMES = {"pods": "Pod", "nodes": "Node"}
 
 Json = dict[str, Any]
 
@@ -87,6 +101,7 @@ class _Fault:
     remaining: int | None  # None: forever
     retry_after: int | None = None
     hang_seconds: float = 0.0
+    action: Callable[[], None] | None = None  # run before answering normally (``before``)
 
 
 @dataclass
@@ -103,6 +118,7 @@ class _State:
     open_watches: int = 0
     faults: list[_Fault] = field(default_factory=list)
     recorded: list[RecordedRequest] = field(default_factory=list)
+    answered: list[tuple[RecordedRequest, int]] = field(default_factory=list)
     # Paged lists in progress: continue token -> (resourceVersion, the items still to send).
     list_snapshots: dict[str, tuple[str, list[Json]]] = field(default_factory=dict)
 
@@ -129,21 +145,36 @@ def pod_manifest(
     phase: str = "Running",
     uid: str | None = None,
     start_time: datetime | None = None,
+    annotations: dict[str, str] | None = None,
+    owner: tuple[str, str] | None = None,
 ) -> Json:
-    """A minimal but well-formed Pod, optionally requesting ``gpus`` NVIDIA GPUs."""
+    """A minimal but well-formed Pod, optionally requesting ``gpus`` NVIDIA GPUs; ``owner`` is
+    its controller's (kind, name)."""
     resources: Json = {}
     if gpus:
         resources = {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}}
     started = start_time or datetime(2026, 1, 1, tzinfo=UTC)
+    metadata: Json = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid or str(uuid.uuid4()),
+        "annotations": dict(annotations or {}),
+    }
+    if owner is not None:
+        kind, owner_name = owner
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1" if kind == "Job" else "kubeflow.org/v1",
+                "kind": kind,
+                "name": owner_name,
+                "uid": str(uuid.uuid4()),
+                "controller": True,
+            }
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid or str(uuid.uuid4()),
-            "annotations": {},
-        },
+        "metadata": metadata,
         "spec": {
             "nodeName": node,
             "containers": [{"name": "main", "image": "busybox", "resources": resources}],
@@ -170,6 +201,87 @@ def _drop_nulls(mapping: Json) -> None:
     for value in mapping.values():
         if isinstance(value, dict):
             _drop_nulls(value)
+
+
+class JsonPatchError(Exception):
+    """A JSON patch that does not apply (422) or is malformed (``malformed``: 400)."""
+
+    def __init__(self, message: str, *, malformed: bool = False) -> None:
+        super().__init__(message)
+        self.malformed = malformed
+
+
+def patch_not_applied(message: str) -> Json:
+    """The real server's answer to a JSON patch that does not apply (a failed ``test`` too):
+    a generic 422 whose cause carries the patch library's message."""
+    status = status_object(
+        422, "Invalid", "the server rejected our request due to an error in our request"
+    )
+    status["details"] = {"causes": [{"reason": "UnexpectedServerResponse", "message": message}]}
+    return status
+
+
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise JsonPatchError(f"invalid JSON pointer {path!r}", malformed=True)
+    return [part.replace("~1", "/").replace("~0", "~") for part in path.split("/")[1:]]
+
+
+def _parent(document: Any, parts: list[str], op: str, path: str) -> tuple[Any, str]:
+    """The container holding the pointer's last part, and that part."""
+    if not parts:
+        raise JsonPatchError(f"{op} operation on the whole document is not supported here")
+    container = document
+    for part in parts[:-1]:
+        if isinstance(container, dict) and part in container:
+            container = container[part]
+        elif isinstance(container, list) and part.isdigit() and int(part) < len(container):
+            container = container[int(part)]
+        else:
+            raise JsonPatchError(f'{op} operation does not apply: doc is missing path: "{path}"')
+    return container, parts[-1]
+
+
+def apply_json_patch(document: Json, operations: list[Json]) -> Json:
+    """RFC 6902 ``add``, ``remove``, ``replace`` and ``test`` on object members and list items,
+    as the API server's patch library applies them. Its one departure from the RFC is kept:
+    ``test`` with value null passes when the member is missing."""
+    for operation in operations:
+        op, path = operation.get("op"), operation.get("path")
+        if op not in ("add", "remove", "replace", "test"):
+            raise JsonPatchError(f"unsupported operation {op!r}", malformed=True)
+        if op in ("add", "replace", "test") and "value" not in operation:
+            raise JsonPatchError(f"{op} operation without a value", malformed=True)
+        container, last = _parent(document, _pointer(path), op, str(path))
+        if isinstance(container, list):
+            index = len(container) if last == "-" else int(last) if last.isdigit() else -1
+            present = 0 <= index < len(container)
+            value = container[index] if present else None
+        elif isinstance(container, dict):
+            present = last in container
+            value = container.get(last)
+        else:
+            raise JsonPatchError(f'{op} operation does not apply: doc is missing path: "{path}"')
+        if op == "test":
+            if value != operation["value"]:  # a missing member reads as null
+                raise JsonPatchError(f"testing value {path} failed: test failed")
+            continue
+        if op in ("remove", "replace") and not present:
+            raise JsonPatchError(f'{op} operation does not apply: doc is missing key: "{path}"')
+        if isinstance(container, list):
+            if op == "add" and 0 <= index <= len(container):
+                container.insert(index, copy.deepcopy(operation["value"]))
+            elif op == "add":
+                raise JsonPatchError(f'add operation does not apply: index out of range: "{path}"')
+            elif op == "remove":
+                del container[index]
+            else:
+                container[index] = copy.deepcopy(operation["value"])
+        elif op == "remove":
+            del container[last]
+        else:
+            container[last] = copy.deepcopy(operation["value"])
+    return document
 
 
 def _annotation_problem(annotations: Any) -> str | None:
@@ -242,10 +354,13 @@ class _Handler(BaseHTTPRequestHandler):
         if request.authorization != f"Bearer {self.state.token}":
             self._send_status(401, "Unauthorized", "Unauthorized")
             return
+        self._request = request
         if fault is not None:
             if fault.status is None:
                 if self.state.stopping.wait(fault.hang_seconds):
                     return
+                if fault.action is not None:
+                    fault.action()
             else:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 reason = HTTPStatus(fault.status).phrase.replace(" ", "")
@@ -267,6 +382,10 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _send_json(self, code: int, payload: Json, headers: dict[str, str] | None = None) -> None:
+        request = getattr(self, "_request", None)
+        if request is not None:
+            with self.state.lock:
+                self.state.answered.append((request, code))
         data = json.dumps(payload).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -313,9 +432,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._patch_object(request, kind, key, current)
 
     def _patch_object(self, request: RecordedRequest, kind: str, key: Any, current: Json) -> None:
-        """Validate and apply a strategic merge patch (the caller holds the lock)."""
+        """Validate and apply a strategic merge, merge or JSON patch (the caller holds the lock),
+        then check what the patched object says against the stored one, in the real server's
+        order: resourceVersion (409 Conflict), name (400), uid (422), annotations (422)."""
         name = current["metadata"]["name"]
-        if (request.content_type or "").split(";")[0].strip() != STRATEGIC_MERGE_PATCH:
+        content_type = (request.content_type or "").split(";")[0].strip()
+        if content_type not in PATCH_TYPES:
             message = f"the body of the request was in an unknown format: {request.content_type}"
             self._send_status(415, "UnsupportedMediaType", message)
             return
@@ -324,17 +446,62 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:
             self._send_status(400, "BadRequest", f"invalid JSON patch: {error}")
             return
-        if not isinstance(patch, dict):
-            self._send_status(400, "BadRequest", "a strategic merge patch must be an object")
-            return
         patched = copy.deepcopy(current)
-        _merge_patch(patched, patch)
-        problem = _annotation_problem(patched.get("metadata", {}).get("annotations", {}))
-        if problem:
-            self._send_status(422, "Invalid", f'{kind} "{name}" is invalid: {problem}')
+        if content_type == JSON_PATCH:
+            if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
+                self._send_status(400, "BadRequest", "a JSON patch must be a list of operations")
+                return
+            try:
+                patched = apply_json_patch(patched, patch)
+            except JsonPatchError as error:
+                if error.malformed:
+                    self._send_status(400, "BadRequest", str(error))
+                else:
+                    self._send_json(422, patch_not_applied(str(error)))
+                return
+        elif isinstance(patch, dict):
+            _merge_patch(patched, patch)
+        else:
+            self._send_status(400, "BadRequest", "a merge patch must be an object")
+            return
+        if not self._patched_object_acceptable(kind, name, current, patched):
             return
         self.server.commit(kind, key, patched)
         self._send_json(200, patched)
+
+    def _patched_object_acceptable(
+        self, kind: str, name: str, current: Json, patched: Json
+    ) -> bool:
+        """False, with the real server's answer sent, when the patched object cannot be stored."""
+        meta, stored = patched.get("metadata") or {}, current["metadata"]
+        if str(meta.get("resourceVersion", "")) != stored["resourceVersion"]:
+            # A resourceVersion in the patch is a precondition (optimistic concurrency).
+            message = (
+                f'Operation cannot be fulfilled on {kind} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again"
+            )
+            self._send_status(409, "Conflict", message)
+            return False
+        if meta.get("name") != name:
+            message = (
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+                f"({name})"
+            )
+            self._send_status(400, "BadRequest", message)
+            return False
+        if meta.get("uid", stored.get("uid")) != stored.get("uid"):
+            # The uid is immutable: a patch carrying another pod's uid is refused.
+            message = (
+                f'{_KIND_NAMES[kind]} "{name}" is invalid: metadata.uid: Invalid value: '
+                f'"{meta.get("uid")}": field is immutable'
+            )
+            self._send_status(422, "Invalid", message)
+            return False
+        problem = _annotation_problem(meta.get("annotations", {}))
+        if problem:
+            self._send_status(422, "Invalid", f'{kind} "{name}" is invalid: {problem}')
+            return False
+        return True
 
     def _pods_collection(self, request: RecordedRequest) -> None:
         selector = request.query.get("fieldSelector", "")
@@ -573,6 +740,22 @@ class StandInApiServer:
         with self._state.lock:
             return copy.deepcopy(self._state.pods[(namespace, name)])
 
+    def pods(self, node: str | None = None) -> list[Json]:
+        """Every pod (on ``node``), as a list would return them."""
+        with self._state.lock:
+            return [copy.deepcopy(pod) for pod in self._state.pods.values() if _on_node(pod, node)]
+
+    def recreate_pod(self, manifest: Json) -> Json:
+        """Delete the pod of ``manifest``'s name, if any, then create ``manifest`` (give it a new
+        ``uid``): a watch sees DELETED, then ADDED."""
+        key = (manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        with self._state.lock:
+            if key in self._state.pods:
+                self._server.commit("pods", key, self._state.pods[key], event="DELETED")
+            pod = copy.deepcopy(manifest)
+            self._server.commit("pods", key, pod, event="ADDED")
+            return copy.deepcopy(pod)
+
     def delete_pod_quietly(self, namespace: str, name: str) -> None:
         """Remove a pod without a watch event, as if the event was missed during a 410 gap."""
         with self._state.lock:
@@ -639,6 +822,14 @@ class StandInApiServer:
         with self._state.lock:
             self._state.faults.append(_Fault(method, path, None, times, hang_seconds=seconds))
 
+    def before(
+        self, method: str, path: str, action: Callable[[], None], *, times: int | None = 1
+    ) -> None:
+        """Run ``action`` (a change made by someone else) when ``method path`` arrives, before
+        answering it: the change lands between the client's read and its write."""
+        with self._state.lock:
+            self._state.faults.append(_Fault(method, path, None, times, action=action))
+
     def clear_faults(self) -> None:
         with self._state.lock:
             self._state.faults.clear()
@@ -655,9 +846,20 @@ class StandInApiServer:
                 and (path is None or request.path == path)
             ]
 
+    def answers(self, method: str | None = None, path: str | None = None) -> list[int]:
+        """The status codes of the answers sent (not watch streams), in order."""
+        with self._state.lock:
+            return [
+                code
+                for request, code in self._state.answered
+                if (method is None or request.method == method)
+                and (path is None or request.path == path)
+            ]
+
     def clear_requests(self) -> None:
         with self._state.lock:
             self._state.recorded.clear()
+            self._state.answered.clear()
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig for this server: plain http, bearer token authentication."""

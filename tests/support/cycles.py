@@ -36,6 +36,8 @@ def gpu_profile(
     hostname: str = "node-a",
     confidence: float | None = 0.9,
     reasons: tuple[str, ...] | None = None,
+    engine: str | None = None,
+    framework: str | None = None,
 ) -> GpuProfile:
     """A profile with GPU_UTIL stats ``util`` = (max, p95, mean, idle fraction); its reasons
     default to typical ones for its job type."""
@@ -55,11 +57,14 @@ def gpu_profile(
         confidence=confidence,
         reasons=REASONS.get(job_type, ()) if reasons is None else reasons,
         basis={"training": "util-loop", "idle": "idle"}.get(job_type, "steady"),
+        engine=engine,
+        framework=framework,
     )
 
 
 def sample_cycle(node: str = "node-a") -> CycleResult:
-    """Two GPUs: a training pod on GPU 0, nothing on GPU 1; host readings and one pod."""
+    """Two GPUs: a training pod on GPU 0 (torchrun, PyTorch), nothing on GPU 1; host readings
+    and one pod."""
     return CycleResult(
         node=node,
         at=AT,
@@ -71,6 +76,8 @@ def sample_cycle(node: str = "node-a") -> CycleResult:
                 period=12.5,
                 namespace="ml",
                 pod="trainer-0",
+                engine="torchrun",
+                framework="pytorch",
             ),
             gpu_profile(
                 "1",

@@ -329,3 +329,104 @@ def bare_metal_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
         util = np.stack([signals.steady_serving(n, rng, level=80) for _ in range(4)])
         verdicts = [signals.INFERENCE] * 4
         yield _bare(f"bare-steady-servers-{window}", util, None, verdicts)
+
+
+# -- Offline inference that loops: the shapes of ../shared/traces' ei-* windows -----------------
+
+
+def generate_calls(
+    n: int,
+    rng: np.random.Generator,
+    *,
+    lengths: tuple[float, float] = (76.0, 76.0),
+    low: float = 62.0,
+    high: float = 97.0,
+    jitter: float = 1.0,
+) -> tuple[signals.Signal, signals.Signal]:
+    """``generate()`` called over and over without a KV cache, and its power: every token
+    recomputes the whole sequence, so utilisation climbs through each call from ``low`` towards
+    ``high`` (a sawtooth), and drops when the next call starts from the prompt alone. Calls
+    take ``lengths[0]`` seconds in the first half of the window and ``lengths[1]`` in the second
+    (the run moves on to longer outputs: the period drifts), with ``jitter`` seconds of noise.
+    Power sits at the board's cap and dips for a second between calls. The GPU never rests."""
+    util = np.empty(n)
+    power = np.empty(n)
+    position = 0
+    while position < n:
+        later = position >= n // 2  # the run moves on to longer outputs half way
+        length = max(4, round(lengths[int(later)] + rng.normal(0, jitter)))
+        time = np.arange(length)
+        climb = high - (high - low) * np.exp(-time / (length / 5))
+        stop = min(n, position + length)
+        util[position:stop] = climb[: stop - position]
+        power[position:stop] = 250.0
+        power[position] = 185.0
+        position = stop
+    return (
+        np.clip(util + rng.normal(0, 0.8, n), 0, 100),
+        power + rng.normal(0, 1.5, n),
+    )
+
+
+def request_cadence(
+    n: int, rng: np.random.Generator, *, period: float = 4.0
+) -> tuple[signals.Signal, signals.Signal]:
+    """Short ``generate()`` calls back to back every ``period`` seconds: utilisation 88-100 %
+    with a shallow dip as each call ends, power swinging with it; no pause anywhere."""
+    phase = (np.arange(n) + rng.uniform(0, period)) % period
+    util = np.where(phase < 1, 86.0, 97.0) + rng.normal(0, 2.0, n)
+    power = FLOOR + (LIMIT - FLOOR) * np.where(phase < 1, 0.2, 0.3) + rng.normal(0, 6.0, n)
+    return np.clip(util, 0, 100), power
+
+
+def layer_split_inference(
+    n: int, gpus: int, rng: np.random.Generator, *, calls: tuple[float, float] = (11.0, 17.0)
+) -> tuple[np.ndarray, np.ndarray]:
+    """A model split layer by layer over ``gpus`` GPUs, ``generate()`` called over and over:
+    one GPU works at a time, so each reads about 1/``gpus`` of the time busy (20-30 % for four),
+    and all of them stall together for a second or two between calls (each run's fixed prompts
+    take 11-17 s). Their stalls coincide like synchronous ranks, at a steady rhythm; their level
+    and power say they take turns."""
+    stalled = np.zeros(n, dtype=bool)
+    length = rng.uniform(*calls)  # the prompts are fixed: every call takes about as long
+    position = float(rng.integers(0, 5))
+    while position < n:
+        position += length + rng.normal(0, 0.3)
+        start = round(position)
+        stalled[start : start + int(rng.integers(2, 4))] = True
+        position += 2.5
+    share = 100.0 / gpus
+    util = np.stack(
+        [
+            np.where(stalled, rng.uniform(1, 6, n), rng.uniform(0.8, 1.2, n) * share)
+            for _ in range(gpus)
+        ]
+    )
+    power = FLOOR + (LIMIT - FLOOR) * 0.45 * util / 100.0 + rng.normal(0, 5.0, util.shape)
+    return np.clip(util, 0, 100), power
+
+
+def offline_inference_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
+    """Offline inference that loops, in windows of 15 and 30 minutes at 1 s, with no workload
+    context (a bare-metal exporter, a bare pod) and as a Deployment: every GPU is inference."""
+    rng = np.random.default_rng(seed)
+    inference = signals.INFERENCE
+    for n in (900, 1800):
+        window = f"{n // 60}m@1s"
+        for name, lengths in (("steady", (76.0, 76.0)), ("drifting", (24.0, 40.0))):
+            util, power = generate_calls(n, rng, lengths=lengths)
+            for context in ({}, DEPLOYMENT):
+                suffix = "-deployment" if context else ""
+                yield _job(
+                    f"generate-sawtooth-{name}-{window}{suffix}",
+                    util[None],
+                    power[None],
+                    (inference, None),
+                    context=context,
+                )
+        util, power = request_cadence(n, rng)
+        yield _job(f"generate-4s-cadence-{window}", util[None], power[None], (inference, None))
+        util, power = layer_split_inference(n, 4, rng)
+        yield _job(f"layer-split-4gpu-pod-{window}", util, power, (inference, None))
+        yield _bare(f"layer-split-4gpu-bare-{window}", util, power, [inference] * 4)
+        yield _bare(f"layer-split-4gpu-bare-no-power-{window}", util, None, [inference] * 4)

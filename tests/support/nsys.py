@@ -13,11 +13,17 @@ A ``ReportBuilder`` writes a file with the tables, columns and enum values of a 
 - CUDA API names as the export stores them, with their ``_vNNNN`` suffix
   (``cudaLaunchKernel_v7000``); ``globalTid``/``globalPid`` serialised as
   ``(pid << 24) | tid`` (hardware and VM ids 0), so ``globalTid & ~0xFFFFFF`` is the process;
+- NCCL kernels (``add_collectives``) named and launched as a real PyTorch capture on two H100s
+  shows them (Nsight Systems 2026.2, public test data of the nsys-ai project);
 - shapes seen in real exports (Nsight Systems 2022.2 and 2024.5, public test data of the pipit
   project): the metadata table's older name ``EXPORT_META_DATA`` (schema 2.9.1), CUDA
   backtrace rows (``add_cuda_backtraces``), NVTX ranges in a named domain, such as the
   ``MPI`` domain of Nsight Systems' MPI trace (``add_ranges(domain=...)``), and GPUs whose
   ``TARGET_INFO_GPU`` id is not their CUDA device id (``cuda_devices``, ``process_devices``).
+
+``tamper`` then alters a written export the way a damaged or hand-made one could be: values
+Nsight Systems never writes (NULL or reals where integers belong), with the table's NOT NULL
+constraints dropped where needed.
 
 Tables exist only when their data does, as in real exports: ``write`` creates a table only
 when rows were added to it (or ``omit`` removes one). Rows are written in a shuffled order
@@ -50,6 +56,15 @@ PAGEABLE, PINNED, DEVICE = 0, 1, 2
 NVTX_PUSH_POP, NVTX_START_END = 59, 60
 NVTX_DOMAIN_CREATE = 75
 CUDA_RUNTIME, CUDA_BACKTRACE = 0, 67  # ENUM_NSYS_EVENT_CLASS
+# NCCL kernels as Nsight Systems names them: SendRecv as a real PyTorch capture on two H100s
+# shows it (the nsys-ai project's export), AllReduce as public profiles of NCCL 2.19 and later
+# show it, and the ncclKernel_ names of older NCCL releases (in an `nsys stats` table).
+NCCL_SEND_RECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+NCCL_ALL_REDUCE = (
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+)
+NCCL_OLD_ALL_REDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm *, ncclWorkElem)"
+NCCL_LAUNCH = "cuLaunchKernelEx"  # how the real capture's NCCL kernels were launched
 
 MEMCPY_KINDS = [
     (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
@@ -285,6 +300,23 @@ class ReportBuilder:
             demangledName=self.string(name),
             shortName=self.string(_base_name(name)),
             gridId=np.arange(np.size(starts)) + 1,
+        )
+
+    def add_collectives(
+        self,
+        name: str,
+        starts: Any,
+        durations: Any,
+        *,
+        device: int = 0,
+        stream: int = 7,
+        pid: int = PID,
+    ) -> None:
+        """NCCL kernels ``name`` (``NCCL_*``), launched as the real capture's were: by the
+        driver's ``cuLaunchKernelEx``, on the compute stream unless ``stream`` says otherwise
+        (PyTorch puts collectives on a stream of their own when it overlaps them)."""
+        self.add_kernels(
+            name, starts, durations, device=device, stream=stream, launch=NCCL_LAUNCH, pid=pid
         )
 
     def add_graph(
@@ -564,3 +596,26 @@ class ReportBuilder:
         connection.executemany(
             f"INSERT INTO {table} ({','.join(names)}) VALUES ({marks})", zip(*data, strict=True)
         )
+
+
+def tamper(path: Path, *statements: str, loosen: Iterable[str] = ()) -> Path:
+    """Run SQL ``statements`` on the export at ``path``, after recreating each table of
+    ``loosen`` without its NOT NULL constraints (a hostile or damaged export's rows: NULL or
+    real values where Nsight Systems writes integers)."""
+    connection = sqlite3.connect(path)
+    try:
+        for table in loosen:
+            connection.execute(f"ALTER TABLE {table} RENAME TO strict_{table}")
+            connection.execute(f"CREATE TABLE {table} ({_without_not_null(TABLES[table])})")
+            connection.execute(f"INSERT INTO {table} SELECT * FROM strict_{table}")
+            connection.execute(f"DROP TABLE strict_{table}")
+        for statement in statements:
+            connection.execute(statement)
+        connection.commit()
+    finally:
+        connection.close()
+    return path
+
+
+def _without_not_null(definition: str) -> str:
+    return definition.replace(" NOT NULL", "")

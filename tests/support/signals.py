@@ -112,6 +112,33 @@ def spikes(
     return _finish(clean, noise, rng)
 
 
+def short_steps(
+    seconds: float,
+    rng: np.random.Generator,
+    *,
+    step: float = 1.8,
+    busy: float = 0.45,
+    jitter: float = 0.2,
+    resolution: float = 0.1,
+    high: float = 95.0,
+    low: float = 3.0,
+    noise: float = 2.0,
+) -> Signal:
+    """Sub-second-to-second training steps as the driver samples them every ``resolution``
+    seconds: each step lasts ``step`` seconds ± ``jitter`` (a share; sequence lengths vary)
+    and keeps the GPU at ``high`` for its first ``busy`` seconds, at ``low`` while the host
+    prepares the next batch. The defaults are a LoRA fine-tune's: 1.8 s steps, busy a quarter of
+    the time, which one reading a second averages into a flat 25 %."""
+    count = round(seconds / resolution)
+    edges = np.cumsum(step * (1 + rng.uniform(-jitter, jitter, math.ceil(seconds / step) * 2)))
+    edges = np.concatenate(([0.0], edges))
+    # Eight points per sample: each sample is the busy share of its interval.
+    points = (np.arange(count * 8) + 0.5) * resolution / 8
+    phase = points - edges[np.searchsorted(edges, points, side="right") - 1]
+    share = (phase < busy).reshape(count, 8).mean(axis=1)
+    return _finish(low + (high - low) * share, noise, rng)
+
+
 def with_jitter(values: Signal, period: float, jitter: float, rng: np.random.Generator) -> Signal:
     """Time-warp a periodic signal so each iteration lasts ``period * (1 ± jitter)`` samples.
 

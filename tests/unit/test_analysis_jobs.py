@@ -4,6 +4,8 @@ combine the evidence: power against the GPU's range, siblings, owner priors."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from tests.support import jobs, signals
 
 JOBS = list(jobs.labelled_jobs())
 BARE = list(jobs.bare_metal_jobs())
+OFFLINE = list(jobs.offline_inference_jobs())
 
 
 @pytest.mark.parametrize("job", JOBS, ids=[job.name for job in JOBS])
@@ -33,6 +36,50 @@ def test_bare_metal_gpus_are_one_job_only_when_their_stalls_coincide(
     results = classify_matrix(job.util, job.step_seconds, job.context())
 
     assert all(job.rights(results)), [(r.job_type, r.reasons) for r in results]
+
+
+@pytest.mark.parametrize("job", OFFLINE, ids=[job.name for job in OFFLINE])
+def test_offline_inference_that_loops_is_not_training(job: jobs.LabelledJob) -> None:
+    """generate() sawtooths (steady and drifting), a 4 s request cadence, a model split layer by
+    layer over four GPUs (coupled stalls at 25 %): each loops, none is training, and each says
+    why."""
+    results = classify_matrix(job.util, job.step_seconds, job.context())
+
+    assert all(job.rights(results)), [(r.job_type, r.reasons) for r in results]
+    looped = [r for r in results if r.basis is Basis.CADENCE]
+    assert looped, [r.reasons for r in results]
+    for result in looped:
+        assert result.reasons[0].startswith("period ")
+        assert {
+            "no pause in the loop",
+            "loop in a serving workload",
+        } & set(result.reasons) or any(
+            reason.startswith(("period drifts", "job peaks at util", "util peaks at"))
+            for reason in result.reasons
+        )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_offline_inference_drawn_with_other_seeds_stays_inference(seed: int) -> None:
+    for job in jobs.offline_inference_jobs(seed):
+        results = classify_matrix(job.util, job.step_seconds, job.context())
+        assert all(job.rights(results)), (job.name, [r.reasons for r in results])
+
+
+def test_a_training_owner_keeps_offline_generation_training_without_a_period() -> None:
+    """Context decides the ambiguity both ways: the same sawtooth in a Job is training (the
+    owner says so), but its loop is still no iteration period."""
+    util, power = jobs.generate_calls(1800, np.random.default_rng(8))
+    context = Context(power=power[None], priors=[Prior.TRAINING], prior_reasons=["owner Job"])
+
+    [result] = classify_matrix(util[None], 1.0, context)
+
+    assert (result.job_type, result.basis, result.period_seconds) == (
+        JobType.TRAINING,
+        Basis.PRIOR,
+        None,
+    )
+    assert "no pause in the loop" in result.reasons
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -208,27 +255,68 @@ def test_sm_activity_also_tells_waiting_and_a_serving_owner_outweighs_it() -> No
     assert serves.reasons[-1] == "owner Deployment"
 
 
-def test_priors_never_override_an_idle_gpu_or_a_clear_loop() -> None:
+def test_context_decides_a_loop_and_a_flat_gpu_both_ways_but_never_an_idle_one() -> None:
+    """A training workload keeps a loop (with more confidence) and a flat GPU training; a serving
+    workload makes the same loop a request cadence; an idle GPU stays idle whatever the owner."""
     rng = np.random.default_rng(3)
     idle = np.zeros(600)
     loop = jobs.checkpointing_ranks(600, 1, 60.0, rng)[0][0]
     flat = np.full(600, 95.0)
     context = Context(
-        priors=[Prior.TRAINING, Prior.SERVING, Prior.TRAINING, Prior.SERVING],
-        prior_reasons=["owner Job", "owner Deployment", "owner Job", "owner Deployment"],
+        priors=[Prior.TRAINING, Prior.SERVING, Prior.TRAINING, Prior.SERVING, Prior.TRAINING],
+        prior_reasons=["owner Job", "owner Deployment", "owner Job", "owner Deployment", ""],
     )
 
-    results = classify_matrix(np.stack([idle, loop, flat, flat]), 1.0, context)
+    results = classify_matrix(np.stack([idle, loop, flat, flat, loop]), 1.0, context)
 
     assert [r.job_type for r in results] == [
         JobType.IDLE,
-        JobType.TRAINING,
+        JobType.INFERENCE,
         JobType.TRAINING,
         JobType.INFERENCE,
+        JobType.TRAINING,
     ]
-    assert results[1].confidence < classify_matrix(loop[None], 1.0)[0].confidence
+    served = results[1]
+    assert served.basis is Basis.CADENCE
+    assert served.period_seconds is None
+    assert served.reasons == (
+        "period 60s in util",
+        "loop in a serving workload",
+        "owner Deployment",
+    )
     assert results[2].basis is Basis.PRIOR
     assert results[2].period_seconds is None
+    trained, alone = results[4], classify_matrix(loop[None], 1.0)[0]
+    assert trained.basis is alone.basis is Basis.UTIL_LOOP
+    assert alone.reasons == ("period 60s in util", "no workload context")
+    assert trained.confidence > alone.confidence
+
+
+def test_a_loop_with_waiting_ranks_is_training_even_in_a_serving_workload() -> None:
+    """The one waveform a serving engine does not make: a checkpoint loop whose ranks spin in a
+    collective at near-idle power meanwhile. It outweighs the owner, with a reason saying so."""
+    rng = np.random.default_rng(5)
+    util, power = jobs.checkpointing_ranks(600, 4, 60.0, rng)
+    context = Context(
+        power=power,
+        power_floor=np.full(4, jobs.FLOOR),
+        power_limit=np.full(4, jobs.LIMIT),
+        groups=np.zeros(4, dtype=np.intp),
+        priors=[Prior.SERVING] * 4,
+        prior_reasons=["owner Deployment"] * 4,
+    )
+
+    results = classify_matrix(util, 1.0, context)
+
+    assert {r.job_type for r in results} == {JobType.TRAINING}
+    assert results[0].basis is Basis.UTIL_LOOP
+    assert "loop and waiting ranks: training evidence" in results[0].reasons
+    assert (
+        results[0].confidence
+        < classify_matrix(util, 1.0, replace(context, priors=None, prior_reasons=None))[
+            0
+        ].confidence
+    )
 
 
 def test_siblings_take_the_period_of_the_strongest_evidence_in_their_group() -> None:
@@ -248,7 +336,7 @@ def test_siblings_take_the_period_of_the_strongest_evidence_in_their_group() -> 
         Basis.STEADY,
         Basis.STEADY,
     ]
-    assert results[2].reasons == ("sibling a periodic",)
+    assert results[2].reasons == ("sibling a periodic", "no workload context")
     assert results[2].period_seconds == results[0].period_seconds
     assert results[2].confidence < results[0].confidence
 

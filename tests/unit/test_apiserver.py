@@ -14,6 +14,8 @@ import requests
 import yaml
 
 from tests.support.apiserver import (
+    JSON_PATCH,
+    MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     StandInApiServer,
     pod_manifest,
@@ -66,9 +68,16 @@ def test_strategic_merge_patch_merges_and_deletes_with_null(
 @pytest.mark.parametrize(
     ("body", "content_type", "status"),
     [
-        ({"metadata": {}}, "application/merge-patch+json", 415),
-        ([{"op": "add", "path": "/x", "value": 1}], "application/json-patch+json", 415),
+        ({"metadata": {}}, "application/apply-patch+yaml", 415),
         ([{"op": "add"}], STRATEGIC_MERGE_PATCH, 400),
+        ({"op": "add"}, JSON_PATCH, 400),
+        ([{"op": "move", "from": "/a", "path": "/b"}], JSON_PATCH, 400),
+        ([{"op": "add", "path": "/metadata/labels/x", "value": "1"}], JSON_PATCH, 422),
+        ([{"op": "remove", "path": "/metadata/annotations/nope"}], JSON_PATCH, 422),
+        ([{"op": "test", "path": "/metadata/annotations/keep", "value": "you"}], JSON_PATCH, 422),
+        ({"metadata": {"resourceVersion": "1"}}, STRATEGIC_MERGE_PATCH, 409),
+        ({"metadata": {"uid": "someone-else"}}, MERGE_PATCH, 422),
+        ({"metadata": {"name": "node-b"}}, STRATEGIC_MERGE_PATCH, 400),
         ({"metadata": {"annotations": {"a.io/x": 1}}}, STRATEGIC_MERGE_PATCH, 422),
         ({"metadata": {"annotations": {"bad key!": "1"}}}, STRATEGIC_MERGE_PATCH, 422),
         ({"metadata": {"annotations": {"a.io/big": "x" * 300_000}}}, STRATEGIC_MERGE_PATCH, 422),
@@ -86,6 +95,97 @@ def test_rejects_what_the_real_server_rejects(
     assert answer.status_code == status
     assert answer.json()["code"] == status
     assert apiserver.node("node-a")["metadata"]["annotations"] == {"keep": "me"}
+
+
+POD_PATH = "/api/v1/namespaces/ml/pods/worker-0"
+DND = "karpenter.sh~1do-not-disrupt"
+
+
+def test_json_patch_tests_guard_the_operations_that_follow(
+    apiserver: StandInApiServer, http: requests.Session
+) -> None:
+    """As the real server's patch library: a failed ``test`` is a 422 and changes nothing; a
+    ``test`` of null passes on a missing member (its departure from RFC 6902)."""
+    pod = apiserver.add_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    uid = pod["metadata"]["uid"]
+    guarded = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": f"/metadata/annotations/{DND}", "value": None},
+        {"op": "add", "path": f"/metadata/annotations/{DND}", "value": "true"},
+    ]
+    assert patch(http, apiserver.url + POD_PATH, guarded, JSON_PATCH).status_code == 200
+    assert apiserver.pod("ml", "worker-0")["metadata"]["annotations"] == {
+        "karpenter.sh/do-not-disrupt": "true"
+    }
+
+    again = patch(http, apiserver.url + POD_PATH, guarded, JSON_PATCH)  # no longer missing
+    assert again.status_code == 422
+    assert again.json()["reason"] == "Invalid"
+    assert again.json()["message"] == (
+        "the server rejected our request due to an error in our request"
+    )
+    assert "testing value" in again.json()["details"]["causes"][0]["message"]
+
+    recreated = apiserver.recreate_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    removal = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "remove", "path": f"/metadata/annotations/{DND}"},
+    ]
+    assert patch(http, apiserver.url + POD_PATH, removal, JSON_PATCH).status_code == 422
+    assert apiserver.pod("ml", "worker-0")["metadata"]["uid"] == recreated["metadata"]["uid"]
+
+
+def test_a_stale_resource_version_in_a_patch_is_a_409_conflict(
+    apiserver: StandInApiServer, http: requests.Session
+) -> None:
+    read = apiserver.add_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    version = read["metadata"]["resourceVersion"]
+    apiserver.update_pod(
+        "ml", "worker-0", lambda pod: pod["metadata"]["annotations"].update({"person": "was here"})
+    )
+    body = {"metadata": {"resourceVersion": version, "annotations": {"a.io/x": "1"}}}
+
+    answer = patch(http, apiserver.url + POD_PATH, body, STRATEGIC_MERGE_PATCH)
+
+    assert answer.status_code == 409
+    assert answer.json()["reason"] == "Conflict"
+    assert "the object has been modified" in answer.json()["message"]
+    assert apiserver.pod("ml", "worker-0")["metadata"]["annotations"] == {"person": "was here"}
+    current = apiserver.pod("ml", "worker-0")["metadata"]["resourceVersion"]
+    body["metadata"]["resourceVersion"] = current
+    assert patch(http, apiserver.url + POD_PATH, body, STRATEGIC_MERGE_PATCH).status_code == 200
+
+
+def test_a_uid_precondition_fails_on_a_recreated_pod_of_the_same_name(
+    apiserver: StandInApiServer, http: requests.Session
+) -> None:
+    first = apiserver.add_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    second = apiserver.recreate_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    body = {"metadata": {"uid": first["metadata"]["uid"], "annotations": {"a.io/x": "1"}}}
+
+    answer = patch(http, apiserver.url + POD_PATH, body, STRATEGIC_MERGE_PATCH)
+
+    assert answer.status_code == 422
+    assert "metadata.uid" in answer.json()["message"]
+    assert "field is immutable" in answer.json()["message"]
+    assert apiserver.pod("ml", "worker-0")["metadata"]["annotations"] == {}
+    body["metadata"]["uid"] = second["metadata"]["uid"]
+    assert patch(http, apiserver.url + POD_PATH, body, STRATEGIC_MERGE_PATCH).status_code == 200
+
+
+def test_recreating_a_pod_is_deleted_then_added_on_a_watch(apiserver: StandInApiServer) -> None:
+    apiserver.add_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    since = apiserver.pod("ml", "worker-0")["metadata"]["resourceVersion"]
+    apiserver.recreate_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    url = (
+        f"{apiserver.url}/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a&watch=true"
+        f"&resourceVersion={since}&timeoutSeconds=1"
+    )
+    with requests.get(url, headers={"Authorization": "Bearer t0ken"}, timeout=5) as answer:
+        events = [json.loads(line) for line in answer.iter_lines() if line]
+    assert [event["type"] for event in events] == ["DELETED", "ADDED"]
+    assert events[0]["object"]["metadata"]["uid"] != events[1]["object"]["metadata"]["uid"]
 
 
 def test_not_json_body_is_bad_request(apiserver: StandInApiServer, http: requests.Session) -> None:

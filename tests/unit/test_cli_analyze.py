@@ -255,6 +255,8 @@ def one_error_line(capsys: pytest.CaptureFixture[str], arguments: list[str], exp
             "not a Prometheus",
         ),
         ('{"status": "error", "error": "x"}', "not a Prometheus query_range document"),
+        ("[" * 100_000 + "]" * 100_000, "is nested too deeply to be a query_range answer"),
+        ('{"a":' * 5_000 + "1" + "}" * 5_000, "is nested too deeply to be a query_range answer"),
     ],
 )
 def test_bad_input_files(

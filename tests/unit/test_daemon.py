@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +25,9 @@ from profiler_app.daemon import Daemon
 from profiler_app.errors import RetryLaterError, SourceError
 from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
+from profiler_app.sinks.store import TableStore
 from profiler_app.sources.kube_pods import PodInfo
+from profiler_app.sources.kube_pods import pod_info as parse_pod
 from tests.support import signals
 from tests.support.clock import FakeClock
 
@@ -216,6 +220,91 @@ def test_the_pods_owner_is_the_prior_for_a_flat_busy_gpu() -> None:
     assert [(pod.pod, pod.gpus, pod.owner_kind) for pod in result.pods] == [
         ("trainer-0", ("0", "1"), "PyTorchJob")
     ]
+
+
+def manifest(owner: tuple[str, str] | None, image: str, *, args: list[str]) -> dict[str, object]:
+    """GPU 0's pod (uid ``POD_UID``) as the API server lists it."""
+    metadata: dict[str, object] = {
+        "uid": POD_UID,
+        "namespace": "ml",
+        "name": "gen-0",
+        "labels": {"pod-template-hash": "5d8f"},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    container = {
+        "name": "main",
+        "image": image,
+        "args": args,
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "metadata": metadata,
+        "spec": {
+            "nodeName": "node-a",
+            "containers": [container, {"name": "proxy", "image": "envoy"}],
+        },
+        "status": {"phase": "Running", "startTime": "2026-11-22T03:00:00Z"},
+    }
+
+
+def run_with_pod(pod: PodInfo) -> CycleResult:
+    store = RecordingSink("store")
+    daemon, _ = make_daemon(ScriptedSource(), store, pods=lambda: [pod])
+    assert daemon.run_cycle()
+    (result,) = store.received
+    return result
+
+
+def test_without_workload_context_a_loop_is_training_that_says_so() -> None:
+    gpu = run_with_pod(pod_info()).gpus[0]
+    assert (gpu.job_type, gpu.basis) == ("training", "util-loop")
+    assert gpu.reasons[-1] == "no workload context"
+    assert (gpu.engine, gpu.framework) == (None, None)
+
+
+def test_a_serving_owner_makes_the_daemons_loop_a_request_cadence() -> None:
+    """The pod's controller is a Deployment's ReplicaSet: the same loop is requests arriving
+    at a steady rhythm, not training iterations."""
+    pod = parse_pod(manifest(("ReplicaSet", "gen-5d8f"), "registry.example.com/gen:1", args=[]))
+
+    gpu = run_with_pod(pod).gpus[0]
+
+    assert (gpu.job_type, gpu.basis, gpu.period_seconds) == ("inference", "cadence", None)
+    assert gpu.reasons[-2:] == ("loop in a serving workload", "owner Deployment")
+    assert (gpu.owner_kind, gpu.owner_name) == ("Deployment", "gen")
+
+
+def test_a_serving_engine_in_the_image_outweighs_a_training_owner() -> None:
+    """Offline generation in a Job: the owner says training, the vLLM image says serving, and the
+    engine wins. Engine and framework reach the profile (and so JSON, annotations, metrics and
+    the store)."""
+    pod = parse_pod(
+        manifest(("Job", "batch-gen"), "vllm/vllm-openai:v0.6.3", args=["--model", "m"])
+    )
+    assert pod.identity is not None
+    assert pod.identity.engine == "vllm"
+
+    gpu = run_with_pod(pod).gpus[0]
+
+    assert (gpu.job_type, gpu.basis) == ("inference", "cadence")
+    assert (gpu.engine, gpu.framework) == ("vllm", "pytorch")
+    assert gpu.reasons[-3:] == ("loop in a serving workload", "engine vllm (serving)", "owner Job")
+
+
+def test_a_training_launcher_in_the_command_keeps_a_deployments_loop_training() -> None:
+    pod = parse_pod(
+        manifest(
+            ("ReplicaSet", "gen-5d8f"),
+            "nvcr.io/nvidia/pytorch:24.08-py3",
+            args=["torchrun", "--nproc-per-node=8", "train.py"],
+        )
+    )
+
+    gpu = run_with_pod(pod).gpus[0]
+
+    assert (gpu.job_type, gpu.engine, gpu.framework) == ("training", "torchrun", "pytorch")
+    assert gpu.reasons[-2:] == ("engine torchrun (training)", "owner Deployment")
 
 
 def test_a_failing_sink_does_not_stop_the_others_and_backs_off() -> None:
@@ -421,3 +510,62 @@ def test_heartbeat_goes_stale_while_a_cycle_hangs() -> None:
         daemon.stop()
         thread.join(5)
         source.block.set()
+
+
+def test_a_gpu_first_seen_on_a_node_ten_minutes_old_is_credited_ten_minutes(
+    tmp_path: Path,
+) -> None:
+    """The window is 30 minutes but the node (and its exporter) started 10 minutes ago: the
+    GPU's first stored row must not claim the 20 minutes before its first sample."""
+
+    class YoungNode(ScriptedSource):
+        def read(self, window_seconds: float) -> list[SeriesMatrix]:
+            timestamps = time.time() - STEP * np.arange(POINTS)[::-1]
+            young = []
+            for matrix in super().read(window_seconds):
+                values = matrix.values.copy()
+                values[:, : POINTS - 60] = np.nan  # samples for the last 60 steps only
+                young.append(replace(matrix, timestamps=timestamps, values=values))
+            return young
+
+    database = tmp_path / "profiler.db"
+    store = TableStore(f"sqlite:///{database}")
+    daemon, _ = make_daemon(YoungNode(), store)  # type: ignore[arg-type]
+    assert daemon.run_cycle()
+    store.close()
+
+    with sqlite3.connect(database) as connection:
+        covered = connection.execute("SELECT gpu, covers_seconds FROM gpu_window").fetchall()
+    assert [gpu for gpu, _ in covered] == ["0", "1"]
+    assert [seconds for _, seconds in covered] == [pytest.approx(59 * STEP, abs=5)] * 2
+
+
+def test_until_the_first_pod_list_no_pod_is_reported_and_health_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listed: list[PodInfo] | None = None
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store, pods=lambda: listed)
+
+    assert daemon.run_cycle()
+    first = store.received[-1]
+    assert (first.pods, first.node_pods) == ([], None)
+    assert [gpu.job_type for gpu in first.gpus] == ["training", "idle"]  # GPUs go on
+    assert "no pod list from Kubernetes for" in metrics.health_summary()
+
+    listed = [pod_info()]
+    with caplog.at_level(logging.INFO):
+        assert daemon.run_cycle()
+    second = store.received[-1]
+    assert [pod.pod for pod in second.pods] == ["trainer-0"]
+    assert second.node_pods == (pod_info(),)
+    assert "no pod list" not in metrics.health_summary()
+    assert "pod list arrived from Kubernetes" in caplog.text
+
+
+def test_without_kubernetes_there_are_no_node_pods_and_no_waiting() -> None:
+    store = RecordingSink("store")
+    daemon, metrics = make_daemon(ScriptedSource(), store)
+    assert daemon.run_cycle()
+    assert store.received[-1].node_pods is None
+    assert "no pod list" not in metrics.health_summary()

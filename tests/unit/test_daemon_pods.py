@@ -161,3 +161,20 @@ def test_pods_from_dcgm_labels_without_kubernetes() -> None:
     assert [(u.namespace, u.pod, u.gpus, u.start_time) for u in usage] == [
         ("s", "api", ("0",), None)
     ]
+
+
+def test_with_kubernetes_only_listed_pods_that_started_are_reported() -> None:
+    """A pod the series name but the watcher does not list on this node (not listed yet, moved
+    away, deleted) has no known start time: it is not this node's to store or annotate."""
+    profiles = [
+        gpu_profile("0", "training", namespace="ml", pod="trainer"),
+        gpu_profile("1", "training", namespace="ml", pod="moved-away"),
+        gpu_profile("2", "idle", namespace="ml", pod="pending"),
+    ]
+    pods = [pod("trainer", "u1"), pod("pending", "u2", phase="Pending", start_time=None)]
+
+    listed = pod_usage(profiles, pods, {}, "node-a", listed_only=True)
+    assert [(u.pod, u.start_time) for u in listed] == [("trainer", START)]
+
+    unlisted = pod_usage(profiles, pods, {}, "node-a")  # Kubernetes off: the series' names
+    assert sorted(u.pod for u in unlisted) == ["moved-away", "pending", "trainer"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.eval_traces import Perturbation, score, variants
+from benchmarks.eval_traces import Perturbation, confusion_table, score, variants
 from tests.support import jobs
 
 SAMPLES = 600
@@ -83,3 +83,28 @@ def test_a_job_is_scored_by_its_recorded_pod_whatever_labels_are_removed(
     for result in (recorded, bare):
         assert result.share("training") == (2, 2), result.misses
         assert (result.jobs, result.consistent) == (1, 1)
+
+
+def test_the_confusion_matrix_counts_each_label_against_the_job_types_said(
+    document: dict[str, object], tmp_path: Path
+) -> None:
+    """Two ranks that are training, one labelled "other" on purpose: the matrix shows where each
+    label went, a miss included."""
+    (tmp_path / "ranks.json").write_text(json.dumps(document))
+    truth = {"ranks|node-a|0": "training", "ranks|node-a|1": "other", "ranks|node-a|7": "idle"}
+    (tmp_path / "truth.json").write_text(json.dumps(truth))
+
+    result = score(tmp_path, Perturbation(), None)
+
+    assert dict(result.confusion) == {
+        ("training", "training"): 1,
+        ("other", "training"): 1,
+        ("idle", "not profiled"): 1,
+    }
+    assert confusion_table(result) == [
+        "| label \\ said | idle | training | inference | bursty | not profiled |",
+        "| --- | --- | --- | --- | --- | --- |",
+        "| idle | 0 | 0 | 0 | 0 | 1 |",
+        "| training | 0 | 1 | 0 | 0 | 0 |",
+        "| other | 0 | 1 | 0 | 0 | 0 |",
+    ]

@@ -347,3 +347,28 @@ def test_pod_without_uid_is_skipped_not_fatal(
 
     assert wait_until(lambda: "ml/fine" in names(watcher))
     assert "ml/broken" not in names(watcher)
+
+
+def test_listed_is_none_until_the_first_list_and_keeps_only_the_asked_annotations(
+    apiserver: StandInApiServer, connection: KubeConnection
+) -> None:
+    apiserver.update_pod(
+        "ml",
+        "trainer-0",
+        lambda pod: pod["metadata"]["annotations"].update(
+            {"karpenter.sh/do-not-disrupt": "true", "kubectl.kubernetes.io/last-applied": "{}"}
+        ),
+    )
+    apiserver.hang("GET", PODS_PATH, 1.0, times=1)
+    watcher = PodWatcher(
+        connection, NODE, backoff_initial=0.05, annotation_keys=["karpenter.sh/do-not-disrupt"]
+    )
+    watcher.start()
+    try:
+        assert watcher.listed() is None  # not "no pods": nothing is known yet
+        assert watcher.wait_until_synced(5)
+        listed = {pod.name: pod for pod in watcher.listed() or []}
+    finally:
+        watcher.stop()
+    assert listed["trainer-0"].annotations == {"karpenter.sh/do-not-disrupt": "true"}
+    assert listed["frontend"].annotations == {}

@@ -91,6 +91,8 @@ def test_first_cycle_reads_node_once_and_writes_one_strategic_merge_patch(
         f"{D}/gpu-0-fb-used-max-mib": "30000",
         f"{D}/gpu-0-confidence": "0.90",
         f"{D}/gpu-0-reasons": "period 12s in util; owner PyTorchJob",
+        f"{D}/gpu-0-engine": "torchrun",
+        f"{D}/gpu-0-framework": "pytorch",
         f"{D}/gpu-1-job-type": "idle",
         f"{D}/gpu-1-util-max": "0",
         f"{D}/gpu-1-mem-copy-util-max": "0",
@@ -204,7 +206,15 @@ def test_unchanged_cycle_costs_zero_requests(
     noisy = dataclasses.replace(
         result,
         gpus=[
-            gpu_profile("0", "training", period=12.52, util=(90.3, 85, 60, 0.1), mem_util_max=39.8),
+            gpu_profile(
+                "0",
+                "training",
+                period=12.52,
+                util=(90.3, 85, 60, 0.1),
+                mem_util_max=39.8,
+                engine="torchrun",
+                framework="pytorch",
+            ),
             result.gpus[1],
         ],
     )
@@ -243,13 +253,16 @@ def test_keys_of_vanished_gpus_and_stale_period_are_removed_with_null(
 ) -> None:
     result = published_baseline(sink, apiserver)
 
-    # GPU 1 gone; GPU 0 no longer training, so its period must go too.
+    # GPU 1 gone; GPU 0 no longer training, so its period must go too, and nothing is known of
+    # what runs on it any more.
     sink.publish(dataclasses.replace(result, gpus=[gpu_profile("0", "bursty")]))
 
     patch = apiserver.requests(method="PATCH", path=NODE_PATH)[0].json()["metadata"]
     removed = {key for key, value in patch["annotations"].items() if value is None}
     assert removed == {
         f"{D}/gpu-0-period-seconds",
+        f"{D}/gpu-0-engine",
+        f"{D}/gpu-0-framework",
         f"{D}/gpu-1-job-type",
         f"{D}/gpu-1-util-max",
         f"{D}/gpu-1-mem-copy-util-max",
@@ -493,7 +506,15 @@ def test_heartbeat_repairs_annotations_edited_by_hand(
 def with_gpu0(
     result: CycleResult, *, period: float = 12.5, util: float = 90.0, fb: float = 30_000.0
 ) -> CycleResult:
-    gpu0 = gpu_profile("0", "training", period=period, util=(util, 85, 60, 0.1), fb_used_max=fb)
+    gpu0 = gpu_profile(
+        "0",
+        "training",
+        period=period,
+        util=(util, 85, 60, 0.1),
+        fb_used_max=fb,
+        engine="torchrun",
+        framework="pytorch",
+    )
     return dataclasses.replace(result, gpus=[gpu0, *result.gpus[1:]])
 
 

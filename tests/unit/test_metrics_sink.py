@@ -82,7 +82,15 @@ def test_gpu_metrics_of_the_latest_cycle(served: tuple[MetricsSink, str]) -> Non
         if name == "gpu_profiler_gpu_basis" and ("gpu", "0") in labels
     }
     assert bases == dict.fromkeys(BASES, 0.0) | {"util-loop": 1.0}
-    assert len(BASES) == 8  # a bounded label: never the free-text reasons
+    assert len(BASES) == 9  # a bounded label: never the free-text reasons
+    engine = gpu_labels("0", engine="torchrun", framework="pytorch")
+    assert samples["gpu_profiler_gpu_engine_info", engine] == 1.0
+    # Nothing known of GPU 1: no info series rather than one with empty labels.
+    assert not [
+        key
+        for key in samples
+        if key[0] == "gpu_profiler_gpu_engine_info" and ("gpu", "1") in key[1]
+    ]
 
 
 def test_series_of_a_vanished_gpu_are_removed(served: tuple[MetricsSink, str]) -> None:

@@ -1,8 +1,9 @@
 """Local GPU sampling through NVML.
 
 This machine has no NVIDIA driver, so the no-driver path runs against the real ``pynvml``.
-The multi-GPU sampling logic runs against ``FakeNvml``, a test double that mimics the parts of
-``pynvml`` the sampler calls (same function names, return shapes and exception classes).
+The multi-GPU sampling logic runs against ``FakeNvml`` (tests/support/nvml.py), a test double
+that mimics the parts of ``pynvml`` the sampler calls (same function names, return shapes and
+exception classes), and replays 0.1 s utilisation waveforms as the driver's buffered samples.
 """
 
 from __future__ import annotations
@@ -10,101 +11,23 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pynvml
 import pytest
 
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, SeriesMatrix
+from profiler_app.profiles import build_profiles
 from profiler_app.sources.nvml import POWER_USAGE, NvmlSource, SampleRing
+from tests.support import signals
+from tests.support.nvml import Clock, FakeGpu, FakeNvml
 
 UID = "0b6a4e0c-5d2f-4c6e-9a3e-2f1b7c8d9e01"
 CID = "4c1f0e8a3b2d5f6e7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f"
-
-
-@dataclass
-class FakeGpu:
-    uuid: str
-    name: str
-    util: float = 0.0
-    mem_util: float = 0.0
-    used_bytes: int = 0
-    total_bytes: int = 80 * 1024**3
-    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes)
-    power_supported: bool = True
-
-
-class FakeNvml:
-    """Test double for ``pynvml``: real exception classes, scripted devices."""
-
-    NVMLError = pynvml.NVMLError
-    NVMLError_LibraryNotFound = pynvml.NVMLError_LibraryNotFound
-    NVMLError_DriverNotLoaded = pynvml.NVMLError_DriverNotLoaded
-    NVMLError_NotFound = pynvml.NVMLError_NotFound
-    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
-
-    def __init__(self, gpus: list[FakeGpu]) -> None:
-        self.gpus = gpus
-        self.shutdown_called = False
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlShutdown(self) -> None:
-        self.shutdown_called = True
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
-        return self.gpus[index]
-
-    def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> bytes:
-        return gpu.uuid.encode()  # older bindings return bytes
-
-    def nvmlDeviceGetName(self, gpu: FakeGpu) -> str:
-        return gpu.name
-
-    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> SimpleNamespace:
-        return SimpleNamespace(gpu=gpu.util, memory=gpu.mem_util)
-
-    def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> SimpleNamespace:
-        return SimpleNamespace(
-            used=gpu.used_bytes, free=gpu.total_bytes - gpu.used_bytes, total=gpu.total_bytes
-        )
-
-    def nvmlDeviceGetTemperature(self, gpu: FakeGpu, sensor: int) -> int:
-        return 60
-
-    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
-        if not gpu.power_supported:
-            # NVMLError(code) is the subclass for the code in every nvidia-ml-py release; old
-            # ones (the declared floor) give the subclasses no argument.
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return 250_000
-
-    def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[SimpleNamespace]:
-        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
-
-    def nvmlDeviceGetProcessUtilization(self, gpu: FakeGpu, since: int) -> list[SimpleNamespace]:
-        if not gpu.processes:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        return [
-            SimpleNamespace(pid=pid, smUtil=gpu.util, memUtil=gpu.mem_util, timeStamp=since + 1)
-            for pid, _ in gpu.processes
-        ]
-
-
-class Clock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_no_driver_is_reported_once_for_real(caplog: pytest.LogCaptureFixture) -> None:
@@ -259,3 +182,174 @@ def test_close_keeps_nvml_while_the_sampler_is_stuck_in_a_call() -> None:
     source._thread.join(5)
     source.close()
     assert fake.shutdown_called
+
+
+def _sampled(
+    gpus: list[FakeGpu], seconds: int, fields: tuple[str, ...] = (GPU_UTIL, MEM_COPY_UTIL, FB_USED)
+) -> NvmlSource:
+    """A source over ``gpus`` after ``seconds`` sampler ticks, one a second."""
+    clock = Clock()
+    source = NvmlSource("n", seconds, 1.0, fields=fields, nvml=FakeNvml(gpus, clock), clock=clock)
+    assert source.open()
+    for _ in range(seconds):
+        clock.now += 1.0
+        source.sample()
+    return source
+
+
+def _replayed(util: SeriesMatrix, waveform: np.ndarray) -> np.ndarray:
+    """What the grid should hold: at each tick, the driver's sample taken at that time (sample
+    i at the start + 0.1 (i + 1) s), NaN before the first."""
+    taken = np.round((util.timestamps - Clock().now) * 10).astype(int) - 1
+    return np.where(taken >= 0, np.round(waveform[np.clip(taken, 0, waveform.size - 1)]), np.nan)
+
+
+def test_buffered_samples_show_the_loop_one_reading_a_second_averages_away() -> None:
+    """A LoRA-like fine-tune (1.8 s steps, busy a quarter of each) replayed by the stand-in
+    driver at 0.1 s: read through the buffered samples it is a 1.8 s training loop; where the GPU
+    buffers nothing (MIG) the same work, one reading a second, is a flat 25 %."""
+    steps = signals.short_steps(900, np.random.default_rng(11))
+    buffered = _sampled([FakeGpu("GPU-a", "NVIDIA A100-SXM4-80GB", waveform=steps)], 900)
+
+    class WithoutSamples(FakeNvml):
+        def nvmlDeviceGetSamples(self, gpu: FakeGpu, kind: int, since: int) -> Any:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # MIG: no samples
+
+    clock = Clock()
+    fallback = NvmlSource(
+        "n",
+        900,
+        1.0,
+        nvml=WithoutSamples([FakeGpu("GPU-a", "NVIDIA A100-SXM4-80GB", waveform=steps)], clock),
+        clock=clock,
+    )
+    assert fallback.open()
+    for _ in range(900):
+        clock.now += 1.0
+        fallback.sample()
+
+    fine = {matrix.field: matrix for matrix in buffered.read(900)}[GPU_UTIL]
+    coarse = {matrix.field: matrix for matrix in fallback.read(900)}[GPU_UTIL]
+    assert (fine.step_seconds, coarse.step_seconds) == (0.1, 1.0)
+    assert fine.values.shape == (1, 9000)
+    assert np.isfinite(fine.values[0, :-10]).all()
+    # The driver's own samples, replayed on the grid.
+    assert np.array_equal(fine.values[0, :-10], _replayed(fine, steps)[:-10])
+    [loop] = build_profiles(buffered.read(900))
+    [flat] = build_profiles(fallback.read(900))
+    assert loop.job_type == "training"
+    assert loop.period_seconds == pytest.approx(1.8, rel=0.05)
+    assert flat.job_type == "inference"
+    assert flat.stats[GPU_UTIL].mean == pytest.approx(26, abs=2)
+    assert flat.stats[GPU_UTIL].p95 < 60  # averaged: no sample near the 95 % of the steps
+
+
+def test_a_gpu_without_buffered_samples_holds_its_readings_beside_one_with_them() -> None:
+    """Mixed GPUs (one under MIG): one utilisation grid, the second GPU's column holding its one
+    reading a second; the other fields keep one reading a second and are held on that grid by
+    the analysis (power beside utilisation)."""
+    steps = signals.short_steps(120, np.random.default_rng(2))
+    gpus = [
+        FakeGpu("GPU-a", "NVIDIA H100 80GB HBM3", waveform=steps),
+        FakeGpu("GPU-b", "NVIDIA H100 80GB HBM3", util=40.0),
+    ]
+    source = _sampled(gpus, 120, (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE))
+    matrices = {matrix.field: matrix for matrix in source.read(120)}
+
+    util = matrices[GPU_UTIL]
+    assert util.step_seconds == pytest.approx(0.1)
+    assert np.isfinite(util.values[:, :-10]).all()
+    assert set(util.values[1, :-10].tolist()) == {40.0}
+    assert matrices[MEM_COPY_UTIL].step_seconds == 1.0
+    profiles = build_profiles(list(matrices.values()))
+    assert [p.gpu for p in profiles] == ["0", "1"]
+    assert profiles[1].job_type == "inference"
+
+
+def test_older_bindings_or_drivers_without_the_call_keep_one_reading_per_tick() -> None:
+    class OldBindings(FakeNvml):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "nvmlDeviceGetSamples":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    clock = Clock()
+    gpu = FakeGpu("GPU-a", "Tesla T4", waveform=signals.short_steps(30, np.random.default_rng(3)))
+    source = NvmlSource("n", 30, 1.0, nvml=OldBindings([gpu], clock), clock=clock)
+    assert source.open()
+    for _ in range(30):
+        clock.now += 1.0
+        source.sample()
+    util = {matrix.field: matrix for matrix in source.read(30)}[GPU_UTIL]
+    assert util.step_seconds == 1.0
+    assert source.utilisation_step == 1.0
+    assert np.isfinite(util.values).all()
+
+
+def test_a_gap_in_the_drivers_samples_is_filled_by_the_ticks_readings() -> None:
+    """NOT_FOUND for a while (nothing new in the buffer): the grid still has no hole, and a
+    sample that comes back is used again."""
+    steps = signals.short_steps(60, np.random.default_rng(4))
+    gpu = FakeGpu("GPU-a", "NVIDIA L4", waveform=steps)
+    clock = Clock()
+    source = NvmlSource("n", 60, 1.0, nvml=FakeNvml([gpu], clock), clock=clock)
+    assert source.open()
+    for second in range(60):
+        gpu.silent = 20 <= second < 30
+        clock.now += 1.0
+        source.sample()
+    util = {matrix.field: matrix for matrix in source.read(60)}[GPU_UTIL]
+    assert np.isfinite(util.values[0, :-10]).all()
+    # Before the gap and well after it: the driver's samples, one per tick.
+    expected = _replayed(util, steps)
+    assert np.array_equal(util.values[0, :190], expected[:190])
+    assert np.array_equal(util.values[0, 400:590], expected[400:590])
+
+
+def test_a_gpu_that_stops_supporting_samples_falls_back_for_good(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gpu = FakeGpu(
+        "GPU-a", "NVIDIA A100", waveform=signals.short_steps(40, np.random.default_rng(5))
+    )
+    clock = Clock()
+    source = NvmlSource("n", 40, 1.0, nvml=FakeNvml([gpu], clock), clock=clock)
+    assert source.open()
+    for second in range(40):
+        if second == 20:
+            gpu.waveform = None  # e.g. MIG mode switched on under the profiler
+        clock.now += 1.0
+        with caplog.at_level(logging.WARNING):
+            source.sample()
+    util = {matrix.field: matrix for matrix in source.read(40)}[GPU_UTIL]
+    assert util.step_seconds == pytest.approx(0.1)
+    assert np.isfinite(util.values[0, :-10]).all()
+    assert "buffered utilisation samples stopped" in caplog.text
+
+
+def test_a_failing_samples_call_is_said_once_and_the_ticks_reading_stands_in(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Flaky(FakeNvml):
+        def nvmlDeviceGetSamples(self, gpu: FakeGpu, kind: int, since: int) -> Any:
+            if 10 <= self.clock.now - self.start < 20:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            return super().nvmlDeviceGetSamples(gpu, kind, since)
+
+    steps = signals.short_steps(40, np.random.default_rng(6))
+    clock = Clock()
+    source = NvmlSource(
+        "n", 40, 1.0, nvml=Flaky([FakeGpu("G", "L4", waveform=steps)], clock), clock=clock
+    )
+    assert source.open()
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(40):
+            clock.now += 1.0
+            source.sample()
+    util = {matrix.field: matrix for matrix in source.read(40)}[GPU_UTIL]
+    assert util.step_seconds == pytest.approx(0.1)
+    assert np.isfinite(util.values[0, :-10]).all()
+    failures = [
+        r for r in caplog.records if "reading buffered utilisation samples failed" in r.message
+    ]
+    assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 9

@@ -290,7 +290,7 @@ def test_pods_of_one_workload_are_one_job(rng: np.random.Generator) -> None:
     assert (second.owner_kind, second.owner_name) == ("PyTorchJob", "llama")
 
 
-def test_the_owner_decides_flat_busy_gpus_but_never_idle_ones_or_clear_loops(
+def test_the_owner_decides_flat_busy_gpus_and_loops_but_never_idle_ones(
     rng: np.random.Generator,
 ) -> None:
     flat = np.clip(92 + rng.normal(0, 2, N), 0, 100)
@@ -315,7 +315,9 @@ def test_the_owner_decides_flat_busy_gpus_but_never_idle_ones_or_clear_loops(
     assert (trainer.job_type, trainer.reasons[-1]) == ("training", "owner PyTorchJob")
     assert trainer.period_seconds is None
     assert trainer_idle.job_type == "idle"
-    assert (server.job_type, server.reasons[-1]) == ("training", "owner Deployment")
+    # A loop in a serving workload is a request cadence, not training iterations.
+    assert (server.job_type, server.basis) == ("inference", "cadence")
+    assert server.reasons[-2:] == ("loop in a serving workload", "owner Deployment")
     assert server_flat.job_type == "inference"
     assert server_flat.confidence is not None
     assert trainer.confidence is not None

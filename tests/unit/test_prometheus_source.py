@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -399,3 +400,27 @@ def test_credentials_never_reach_messages() -> None:
         without_credentials("postgresql://db/gpus?sslmode=require&password=hunter2&sslpassword=k")
         == "postgresql://db/gpus?sslmode=require&password=***&sslpassword=***"
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1]:9090", "https://prometheus.monitoring.svc", "HTTP://10.0.0.1:9090/prom/"],
+)
+def test_urls_that_can_work_are_accepted(url: str) -> None:
+    PrometheusSource(url, "node-a").close()
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://", "no host"),
+        ("http://a b", "a space"),
+        ("http://%zz", "a % not followed by two hex digits"),
+        ("http://[::zz]:9090", "IPv6 address"),
+        ("http://bad,host:9090", "is not a host name"),
+        ("ftp://prometheus", "not http:// or https://"),
+    ],
+)
+def test_urls_that_cannot_work_are_refused_with_the_reason(url: str, problem: str) -> None:
+    with pytest.raises(UserError, match=f"invalid Prometheus URL .*{re.escape(problem)}"):
+        PrometheusSource(url, "node-a")

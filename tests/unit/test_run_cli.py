@@ -208,17 +208,29 @@ def test_protect_training_is_off_unless_the_flag_or_environment_says_so(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = ("--store-url", "none")
-    assert not RunConfig.from_args(parse(*store)).protect_training
+    assert RunConfig.from_args(parse(*store)).protect_training == "off"
     flagged = RunConfig.from_args(parse(*store, "--protect-training"))
-    assert flagged.protect_training
-    assert " protect-training" in flagged.describe()
-    for value, expected in (("true", True), ("1", True), ("false", False), ("off", False)):
+    assert flagged.protect_training == "on"
+    assert " protect-training=on" in flagged.describe()
+    released = RunConfig.from_args(parse(*store, "--protect-training=release"))
+    assert released.protect_training == "release"
+    for value, expected in (
+        ("true", "on"),
+        ("1", "on"),
+        ("false", "off"),
+        ("off", "off"),
+        ("release", "release"),
+        ("Release ", "release"),
+    ):
         monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", value)
-        assert RunConfig.from_args(parse(*store)).protect_training is expected, value
+        assert RunConfig.from_args(parse(*store)).protect_training == expected, value
     monkeypatch.setenv("GPU_PROFILER_PROTECT_TRAINING", "maybe")
     assert main(["run", "--once", *store]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpu-profiler: error: GPU_PROFILER_PROTECT_TRAINING='maybe': use true")
+    assert err == (
+        "gpu-profiler: error: --protect-training / GPU_PROFILER_PROTECT_TRAINING 'maybe': "
+        "use on (true), off (false) or release\n"
+    )
 
 
 def test_a_long_window_is_fine_when_prometheus_keeps_the_samples() -> None:
@@ -341,3 +353,33 @@ def test_the_host_sampler_runs_only_in_local_mode(
         finally:
             assert daemon.close()
     assert "host-sampler" not in {thread.name for thread in threading.enumerate()}
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://", "no host"),
+        ("http://a b", "it contains a space or a control character"),
+        ("http://%zz", "a % not followed by two hex digits"),
+        ("https://:9090", "no host"),
+        ("http://prometheus:9090/x y", "it contains a space or a control character"),
+    ],
+)
+def test_a_prometheus_url_that_cannot_work_stops_the_daemon_at_start(
+    url: str, problem: str
+) -> None:
+    """Not --once: such a URL used to pass the start-up check and be retried for ever."""
+    done = subprocess.run(
+        [sys.executable, "-m", "profiler_app", "run", "--prometheus-url", url],
+        env=environment_without_settings() | {"GPU_PROFILER_STORE_URL": "none"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"gpu-profiler: error: invalid Prometheus URL {url!r} ({problem}): expected "
+        "http://HOST:PORT"
+    )
+    assert "Traceback" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from profiler_app.model import (
     PodUsage,
 )
 from profiler_app.sinks.store import StoreError, TableStore, default_store_url
+from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine, head_revisions
 from profiler_app.sinks.store.models import gpu_window, metadata, pod_usage
 from profiler_app.sinks.store.schema import SCHEMA_HEAD
@@ -64,6 +67,8 @@ def profile(gpu: str, job_type: str = "training", util_max: float = 90.0) -> Gpu
         basis="util-loop",
         owner_kind="PyTorchJob",
         owner_name="llama",
+        engine="torchrun" if job_type == "training" else None,
+        framework="pytorch" if job_type == "training" else None,
     )
 
 
@@ -224,6 +229,8 @@ def test_gpu_windows_are_written_with_their_statistics(store: TableStore, store_
     assert [tuple(row) for row in evidence] == [
         (0.8, "util-loop", "period 12s in util; owner PyTorchJob", "PyTorchJob", "llama")
     ]
+    running = fetch(store_url, "SELECT gpu, engine, framework FROM gpu_window ORDER BY gpu")
+    assert [tuple(row) for row in running] == [("0", "torchrun", "pytorch"), ("1", None, None)]
 
 
 def test_missing_statistics_are_stored_as_null(store: TableStore, store_url: str) -> None:
@@ -344,6 +351,37 @@ def test_migration_0003_keeps_memory_copy_values(store_url: str) -> None:
     with raw.connect() as connection:
         rows = connection.execute(sa.text("SELECT mem_copy_util_max, confidence FROM gpu_window"))
         assert [tuple(row) for row in rows] == [(42.0, None)]
+    raw.dispose()
+
+
+def test_the_engine_revision_adds_empty_columns_to_rows_written_before(store_url: str) -> None:
+    """Rows written at revision 0003 keep everything and read NULL for engine and framework;
+    downgrading drops the two columns again."""
+    config = alembic_config()
+    raw = create_store_engine(parse_store_url(store_url), create_file=True)
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0003")
+        connection.execute(
+            sa.text(
+                "INSERT INTO gpu_window (at, node, gpu, uuid, job_type, window_seconds,"
+                " covers_seconds, basis) VALUES (:at, 'n', '0', 'u', 'idle', 60, 60, 'idle')"
+            ),
+            {"at": T0.replace(tzinfo=None)},
+        )
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    with raw.connect() as connection:
+        rows = connection.execute(sa.text("SELECT basis, engine, framework FROM gpu_window"))
+        assert [tuple(row) for row in rows] == [("idle", None, None)]
+    with raw.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+    with raw.connect() as connection:
+        columns = {column["name"] for column in sa.inspect(connection).get_columns("gpu_window")}
+        assert "engine" not in columns
+        assert "basis" in columns
     raw.dispose()
 
 
@@ -550,3 +588,43 @@ def test_postgres_fixture_skips_without_binaries(monkeypatch: pytest.MonkeyPatch
         postgres_support.running_postgres(),
     ):
         pass
+
+
+# -- Stored hours that stay true ----------------------------------------------------------------
+
+
+def test_a_commit_whose_answer_was_lost_is_not_counted_twice(
+    store: TableStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server committed the cycle but the connection broke before it said so: the next row
+    must cover the time since that committed row, not since the one before it."""
+    store.publish(cycle(T0, [profile("0")]))
+    original = Database.transaction
+
+    @contextlib.contextmanager
+    def commit_then_lose_the_answer(self: Database) -> Iterator[Any]:
+        with original(self) as cursor:
+            yield cursor
+        raise self.errors[0]("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(Database, "transaction", commit_then_lose_the_answer)
+    with pytest.raises(StoreError, match="closed the connection"):
+        store.publish(cycle(T0 + timedelta(seconds=30), [profile("0")]))
+    monkeypatch.undo()
+    store.publish(cycle(T0 + timedelta(seconds=60), [profile("0")]))
+
+    rows = fetch(store_url, "SELECT covers_seconds FROM gpu_window ORDER BY at")
+    assert [row[0] for row in rows] == [WINDOW, 30.0, 30.0]
+
+
+def test_two_daemons_writing_one_node_count_each_moment_once(store_url: str) -> None:
+    """During a rolling update (or beside a hand-started `run`), two processes write rows for
+    the same GPU: together they must cover the elapsed time once."""
+    old, new = TableStore(store_url), TableStore(store_url)
+    for seconds, writer in ((0, old), (10, new), (30, old), (40, new), (60, old), (70, new)):
+        writer.publish(cycle(T0 + timedelta(seconds=seconds), [profile("0")]))
+    old.close()
+    new.close()
+
+    rows = fetch(store_url, "SELECT covers_seconds FROM gpu_window ORDER BY at")
+    assert [row[0] for row in rows] == [WINDOW, 10.0, 20.0, 10.0, 20.0, 10.0]

@@ -1,4 +1,4 @@
-"""Revision 0005_rollups on a store written before it: up, down and up again, on SQLite and a
+"""Revision 0007_rollups on a store written before it: up, down and up again, on SQLite and a
 real PostgreSQL (``integration``). The rollups the migration's SQL builds from the existing rows
 must be those the writer's Python (``rollups.py``) would have built; the rows survive both ways;
 on PostgreSQL ``gpu_window`` becomes partitioned by day and back."""
@@ -31,7 +31,7 @@ from profiler_app.sinks.store.urls import parse_store_url
 pytest_plugins = ["tests.support.postgres"]
 
 T0 = datetime(2026, 10, 31, 22, 50, tzinfo=UTC)  # the end of a month and of a day
-BEFORE = "0004_trial_result"
+BEFORE = "0006"
 
 
 def old_rows() -> list[dict[str, Any]]:

@@ -45,9 +45,12 @@ def test_table_and_log_lines_say_how_sure_and_why() -> None:
     gpu0 = next(line for line in output.splitlines() if "training" in line)
     assert "0.90" in gpu0
     assert "period 12s in util; owner PyTorchJob" in gpu0
-    assert summary_lines(sample_cycle())[0].endswith(
-        "confidence 0.90 (period 12s in util; owner PyTorchJob)"
+    first, second = summary_lines(sample_cycle())[:2]
+    assert first.endswith(
+        "pod ml/trainer-0 runs torchrun (pytorch) confidence 0.90 "
+        "(period 12s in util; owner PyTorchJob)"
     )
+    assert " runs " not in second  # nothing known of what GPU 1 runs
 
 
 def test_no_gpus_shows_the_notice_and_the_host() -> None:

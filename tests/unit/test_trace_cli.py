@@ -27,7 +27,7 @@ from profiler_app.reporting import view_columns
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url
-from tests.support.nsys import HTOD, PAGEABLE, ReportBuilder
+from tests.support.nsys import HTOD, NCCL_ALL_REDUCE, PAGEABLE, ReportBuilder
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -270,4 +270,64 @@ def test_migration_0002_adds_trace_gpu_after_0001_and_removes_only_it(store_url:
     assert "trace_gpu" not in migrate(command.downgrade, "0001")
     with engine.connect() as connection:
         assert connection.execute(sa.text("SELECT count(*) FROM gpu_window")).scalar() == 1
+    engine.dispose()
+
+
+def communication_report(path: Path) -> Path:
+    """Each 16 ms step: 10 ms of GEMM, then an all-reduce of 6 ms on the same stream."""
+    report = ReportBuilder()
+    starts = np.arange(20) * 16 * MS
+    report.add_kernels("sm90_xmma_gemm", starts, 10 * MS)
+    report.add_collectives(NCCL_ALL_REDUCE, starts + 10 * MS, 6 * MS)
+    return report.write(path)
+
+
+def test_a_communication_bound_verdict_is_stored_whole(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """19 characters: more than trace_gpu.verdict held before revision 0005
+    (PostgreSQL refused the row)."""
+    path = communication_report(tmp_path / "r.sqlite")
+    status, _, err = run(capsys, "trace", str(path), "--store-url", store_url, "--pod", "ml/w-0")
+    assert (status, err) == (0, "")
+    assert fetch(store_url, "SELECT verdict FROM trace_gpu") == [("communication-bound",)]
+    window = ["--since", "1h", "--until", "2026-01-01T00:30:00Z", "--output", "json"]
+    _, out, _ = by_trace(capsys, store_url, *window)
+    assert [row["verdict"] for row in json.loads(out)["rows"]] == ["communication-bound"]
+
+
+def test_the_verdict_column_widens_and_narrows_again(store_url: str) -> None:
+    engine = create_store_engine(parse_store_url(store_url), create_file=True)
+    config = alembic_config()
+
+    def migrate(action: Any, revision: str) -> None:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            action(config, revision)
+
+    def verdict_length() -> int | None:
+        with engine.connect() as connection:
+            columns = sa.inspect(connection).get_columns("trace_gpu")
+        (column,) = [c for c in columns if c["name"] == "verdict"]
+        return getattr(column["type"], "length", None)
+
+    migrate(command.upgrade, "0003")
+    assert verdict_length() == 16
+    migrate(command.upgrade, "0005")
+    assert verdict_length() == 32
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "INSERT INTO trace_gpu (namespace, pod, node, started_at, device, report, "
+                "recorded_at, span_seconds, busy_fraction, idle_gap_count, idle_total_seconds, "
+                "idle_longest_seconds, kernel_count, kernel_seconds, memory_seconds, memory_bytes, "
+                "pageable_seconds, launch_api_seconds, sync_api_seconds, verdict, evidence) "
+                "VALUES ('', '', '', :at, 0, 'r', :at, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, "
+                "'communication-bound', '')"
+            ),
+            {"at": STARTED},
+        )
+    migrate(command.downgrade, "0003")
+    assert verdict_length() == 16
+    assert fetch(store_url, "SELECT verdict FROM trace_gpu") == [("communication-bo",)]
     engine.dispose()

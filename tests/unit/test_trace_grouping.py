@@ -1,13 +1,12 @@
-"""Grouping without sorting (``profiler_app.trace.grouping``) and its general fallbacks.
+"""Grouping event rows with numpy (``profiler_app.trace.grouping`` and ``groups``).
 
 Reports are built with ``tests.support.nsys.ReportBuilder`` (test doubles of Nsight Systems
-exports, documented schema 3.16.1; no GPU or nsys here). The fast path packs each group's
-columns into one integer key, exactly (processes by their slot, so two processes with the same
-24-bit pid on different virtual machines stay apart); exports beyond the key's bounds (a device
-id over 255, a kernel's process that made no CUDA API call, more than 64 calling processes,
-correlation ids beyond 32 bits) must give the same figures through the slower general queries.
-``grouping.aggregate`` is wrapped (a spy, not a stand-in: it runs unchanged) to prove which
-path ran.
+exports, documented schema 3.16.1; no GPU or nsys here). Keys become dense codes by a presence
+table (small ranges) or by ``np.unique`` (process ids); the launch join indexes a table by
+(process, correlationId) when the ids are dense, else searches a sorted array. Every shape
+must give the same exact figures: two processes with the same 24-bit pid on different virtual
+machines, a device id over 255, a kernel's process that made no CUDA API call, more than 64
+calling processes, correlation ids beyond 32 bits or far apart.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler_app.trace import grouping, queries
+from profiler_app.trace import events, grouping, groups
+from profiler_app.trace.columns import MISSING
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
 from tests.support.nsys import PID, ReportBuilder
@@ -27,28 +27,12 @@ MS = 1_000_000
 OTHER_VM = PID + (1 << 24)  # the same 24-bit process id, serialised with VM id 1 above it
 
 
-@pytest.fixture
-def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
-    """table -> whether its packed-key aggregation succeeded, for the summaries run."""
-    outcomes: dict[str, bool] = {}
-    original = grouping.aggregate
-
-    def spy(*args: object, **kwargs: object) -> bool:
-        outcomes[str(kwargs["table"])] = result = original(*args, **kwargs)  # type: ignore[arg-type]
-        return result
-
-    monkeypatch.setattr(grouping, "aggregate", spy)
-    return outcomes
-
-
 def summary_of(path: Path) -> TraceSummary:
     with open_report(str(path)) as export:
         return summarise(export)
 
 
-def test_groups_are_the_same_in_any_row_order_on_the_fast_path(
-    tmp_path: Path, fast_paths: dict[str, bool]
-) -> None:
+def test_groups_are_the_same_in_any_row_order(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     report = ReportBuilder(gpus={0: "a", 1: "b"})
     for device, pid in ((0, 100), (1, 200)):
@@ -60,7 +44,6 @@ def test_groups_are_the_same_in_any_row_order_on_the_fast_path(
     ordered = to_json(summary_of(report.write(tmp_path / "ordered.sqlite", shuffle=False)))
     shuffled = to_json(summary_of(report.write(tmp_path / "shuffled.sqlite")))
     assert {**shuffled, "report": None} == {**ordered, "report": None}
-    assert set(fast_paths.values()) == {True}
     gpus = summary_of(tmp_path / "shuffled.sqlite").gpus
     assert [(g.launches, g.launch_ns) for g in gpus] == [(1000, 1000 * 4 * US)] * 2
     assert [[(k.name, k.count) for k in g.kernels] for g in gpus] == [
@@ -68,9 +51,7 @@ def test_groups_are_the_same_in_any_row_order_on_the_fast_path(
     ] * 2
 
 
-def test_processes_sharing_a_24_bit_pid_are_grouped_apart(
-    tmp_path: Path, fast_paths: dict[str, bool]
-) -> None:
+def test_processes_sharing_a_24_bit_pid_are_grouped_apart(tmp_path: Path) -> None:
     report = ReportBuilder()
     report.add_kernels("k", [0, 2 * MS], MS, launch_ns=3 * US, pid=PID)
     report.next_correlation = 1  # each process numbers its own calls
@@ -78,9 +59,6 @@ def test_processes_sharing_a_24_bit_pid_are_grouped_apart(
     launch = "cudaLaunchKernel_v7000"
     report.add_api_calls(launch, [3 * MS], [3 * MS + 7 * US], [1], pid=OTHER_VM, thread=PID)
     result = summary_of(report.write(tmp_path / "r.sqlite"))
-    # both keyed by the process's slot among the callers: exact, so no clash
-    assert fast_paths["temp.trace_kernel_groups"] is True
-    assert fast_paths["temp.trace_api_groups"] is True
     gpu = result.gpus[0]
     (kernel,) = gpu.kernels
     assert (kernel.count, kernel.total_ns, kernel.min_ns, kernel.max_ns) == (3, 4 * MS, MS, 2 * MS)
@@ -89,10 +67,10 @@ def test_processes_sharing_a_24_bit_pid_are_grouped_apart(
     (api,) = result.api
     assert (api.name, api.count, api.total_ns) == ("cudaLaunchKernel", 3, 13 * US)
     with open_report(str(tmp_path / "r.sqlite")) as export:
-        callers = queries.api_callers(export)
-        groups = queries.api_groups(export, callers)
-        kernels = queries.kernel_groups(export, 0, callers)
-    assert sorted((g.pid, g.durations.count) for g in groups) == [
+        loaded = events.load(export)
+    calls = groups.api_groups(loaded.calls)
+    kernels = groups.kernel_groups(loaded.kernels, loaded.calls, 0, same_process=True)
+    assert sorted((g.pid, g.durations.count) for g in calls) == [
         (PID << 24, 2),
         (OTHER_VM << 24, 1),
     ]
@@ -103,8 +81,8 @@ def test_processes_sharing_a_24_bit_pid_are_grouped_apart(
 
 
 @pytest.mark.parametrize("outside", ["device id over 255", "process without API calls"])
-def test_kernels_outside_the_key_bounds_are_grouped_the_general_way(
-    tmp_path: Path, fast_paths: dict[str, bool], outside: str
+def test_kernels_of_any_device_and_process_are_grouped_exactly(
+    tmp_path: Path, outside: str
 ) -> None:
     report = ReportBuilder()
     report.add_kernels("k", [0, 2 * MS], MS, launch_ns=3 * US)
@@ -113,7 +91,6 @@ def test_kernels_outside_the_key_bounds_are_grouped_the_general_way(
     else:
         report.add_kernels("k", [4 * MS], 2 * MS, launch=None, pid=PID + 1)
     result = summary_of(report.write(tmp_path / "r.sqlite"))
-    assert fast_paths["temp.trace_kernel_groups"] is False
     figures = [
         (gpu.device, [(k.count, k.total_ns) for k in gpu.kernels], gpu.launches, gpu.launch_ns)
         for gpu in result.gpus
@@ -124,15 +101,12 @@ def test_kernels_outside_the_key_bounds_are_grouped_the_general_way(
         assert figures == [(0, [(3, 4 * MS)], 2, 6 * US)]
 
 
-def test_api_calls_of_more_processes_than_slots_are_grouped_the_general_way(
-    tmp_path: Path, fast_paths: dict[str, bool]
-) -> None:
+def test_api_calls_of_many_processes_are_grouped_exactly(tmp_path: Path) -> None:
     report = ReportBuilder()
     report.add_kernels("k", [0], MS, launch_ns=2 * US)
     for pid in range(1000, 1065):  # 65 processes, one more than the slots
         report.add_api_calls("cudaMemGetInfo_v3020", [2 * MS], [2 * MS + pid], pid=pid)
     result = summary_of(report.write(tmp_path / "r.sqlite"))
-    assert "temp.trace_api_groups" not in fast_paths
     calls = {s.name: (s.count, s.total_ns, s.min_ns, s.max_ns) for s in result.api}
     assert calls == {
         "cudaMemGetInfo": (65, sum(range(1000, 1065)), 1000, 1064),
@@ -140,15 +114,45 @@ def test_api_calls_of_more_processes_than_slots_are_grouped_the_general_way(
     }
 
 
-def test_correlation_ids_beyond_32_bits_are_joined_the_general_way(
-    tmp_path: Path, fast_paths: dict[str, bool]
-) -> None:
+def test_correlation_ids_beyond_32_bits_are_joined(tmp_path: Path) -> None:
     report = ReportBuilder()
     report.next_correlation = (1 << 32) - 1
     report.add_kernels("k", [0, 2 * MS, 4 * MS], MS, launch_ns=5 * US)
     gpu = summary_of(report.write(tmp_path / "r.sqlite")).gpus[0]
-    assert "temp.trace_launch" not in fast_paths  # never built: the ids do not fit its key
     assert (gpu.launches, gpu.launch_ns) == (3, 15 * US)
+
+
+def test_correlation_ids_far_apart_are_joined_by_searching(tmp_path: Path) -> None:
+    """Ids spread over 32 bits make a launch table too sparse to index: it is searched."""
+    report = ReportBuilder()
+    for first in (5, 3_000_000_000, 4_000_000_000):
+        report.next_correlation = first
+        report.add_kernels("k", [first // 1000], MS, launch_ns=first % 7 + US)
+    gpu = summary_of(report.write(tmp_path / "r.sqlite")).gpus[0]
+    assert (gpu.launches, gpu.launch_ns) == (3, 3 * US + 5 + 3_000_000_000 % 7 + 4_000_000_000 % 7)
+
+
+def test_factorise_by_presence_table_and_by_sorting() -> None:
+    for values in (
+        np.array([7, 3, 7, 9, 3], np.int64),  # a small range: presence table
+        np.array([7 << 40, 3, 7 << 40, MISSING, 3], np.int64),  # a wide one: np.unique
+        np.array([5, 5, 5], np.int64),
+        np.empty(0, np.int64),
+    ):
+        codes, uniques = grouping.factorise(values)
+        assert np.array_equal(uniques, np.unique(values))
+        assert np.array_equal(uniques[codes], values)
+
+
+def test_combine_orders_groups_by_their_keys() -> None:
+    device = np.array([1, 0, 1, 0, 1], np.int64)
+    process = np.array([MISSING, 5 << 24, MISSING, 6 << 24, 7 << 24], np.int64)
+    name = np.array([3, 3, 3, 2, 9], np.int64)
+    codes, (devices, processes, names) = grouping.combine(device, process, name)
+    rows = list(zip(device.tolist(), process.tolist(), name.tolist(), strict=True))
+    seen = list(zip(devices.tolist(), processes.tolist(), names.tolist(), strict=True))
+    assert seen == sorted(set(rows))
+    assert [seen[c] for c in codes] == rows
 
 
 def test_a_kernel_counts_once_when_two_calls_share_its_correlation_id(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from profiler_app.trace import iterations, queries
+from profiler_app.trace import events, iterations, timeline
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
 from tests.support.nsys import (
@@ -278,15 +278,17 @@ def test_the_busy_signal_per_bin_is_exact(tmp_path: Path) -> None:
     report.add_kernels("b", starts[1::2], lengths[1::2], stream=8)  # overlaps stream 7 at times
     with open_report(str(report.write(tmp_path / "r.sqlite"))) as export:
         summary = summarise(export)
-        gpu = summary.gpus[0]
-        width = gpu.span_ns // iterations.FINE_BINS
-        idle = queries.idle_by_bin(
-            export, 0, gpu.first_ns - summary.origin_ns, width, iterations.FINE_BINS
-        )
+        kernels = events.load(export).kernels
+    gpu = summary.gpus[0]
+    gaps = timeline.build(
+        kernels.device, kernels.start, kernels.end, summary.origin_ns, summary.span_ns
+    ).of(0)
+    width = gpu.span_ns // iterations.FINE_BINS
+    idle = gaps.idle_by_bin(gpu.first_ns - summary.origin_ns, width, iterations.FINE_BINS)
     busy = iterations.busy_signal(idle, width)
     # Brute force: every busy nanosecond of the GPU's span, summed per bin
-    timeline = np.zeros(iterations.FINE_BINS * width, dtype=bool)
+    timeline_ns = np.zeros(iterations.FINE_BINS * width, dtype=bool)
     for start, length in zip(starts - gpu.first_ns, lengths, strict=True):
-        timeline[max(start, 0) : start + length] = True
-    expected = timeline.reshape(iterations.FINE_BINS, width).sum(axis=1)
+        timeline_ns[max(start, 0) : start + length] = True
+    expected = timeline_ns.reshape(iterations.FINE_BINS, width).sum(axis=1)
     assert np.array_equal(busy, expected.astype(np.float64))

@@ -1,224 +1,475 @@
-"""``karpenter.sh/do-not-disrupt`` on training pods (sinks/kubernetes/protection.py), through
-KubernetesSink with ``protect_training``, against the stand-in API server (a test double, see
-tests/support/apiserver.py: real HTTP, strategic-merge PATCH with null deleting a key) through the
-real Kubernetes client. Time for back-off is a fake clock."""
+"""``karpenter.sh/do-not-disrupt`` on training pods (sinks/kubernetes/protection.py), against the
+stand-in API server (a test double, see tests/support/apiserver.py: real HTTP, real pod objects
+with UIDs, nodeName and resourceVersions; strategic-merge and JSON patches with the real
+server's preconditions) through the real Kubernetes client.
+
+Each cycle's ``node_pods`` is what a synced pod watcher shows: the stand-in's pods on the node,
+parsed as the watcher parses them (``watched``), or an older view where a test needs the
+watcher to lag behind the server."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
 from profiler_app.kube import KubeConnection, KubernetesError
-from profiler_app.model import CycleResult, PodUsage
-from profiler_app.sinks.kubernetes import KubernetesSink
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
-from tests.support.clock import FakeClock
-from tests.support.cycles import AT, gpu_profile, sample_cycle
+from profiler_app.model import CycleResult, PodInfo
+from profiler_app.sinks.kubernetes.protection import TrainingProtector, watched_annotations
+from profiler_app.sources.kube_pods import pod_info
+from tests.support.apiserver import (
+    JSON_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    StandInApiServer,
+    pod_manifest,
+    running_apiserver,
+)
+from tests.support.cycles import AT, gpu_profile
 
 NODE = "node-a"
+DOMAIN = "ai.centaurus.io"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
-MARKER = "ai.centaurus.io/do-not-disrupt"
+MARKER = f"{DOMAIN}/do-not-disrupt"
 TRAINER_PATH = "/api/v1/namespaces/ml/pods/trainer-0"
 PROTECTED = {DO_NOT_DISRUPT: "true", MARKER: "training"}
+WINDOW = 1800.0
+STARTED = AT - timedelta(hours=2)  # longer ago than the window: the classifier has judged it
 
 
 @pytest.fixture
 def apiserver() -> Iterator[StandInApiServer]:
     with running_apiserver() as server:
         server.add_node(NODE)
-        server.add_pod(pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=AT))
+        server.add_pod(pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=STARTED))
         yield server
 
 
-def make_sink(
-    connection: KubeConnection, clock: FakeClock, *, protect: bool = True
-) -> KubernetesSink:
-    return KubernetesSink(connection, NODE, clock=clock, protect_training=protect)
-
-
 @pytest.fixture
-def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
-    return make_sink(connection, clock)
+def protector(connection: KubeConnection) -> TrainingProtector:
+    return TrainingProtector(connection, NODE, domain=DOMAIN)
 
 
-def trainer_as(job_type: str) -> CycleResult:
-    """The sample cycle with trainer-0's GPU classified as ``job_type`` (the pod still on it)."""
-    result = sample_cycle(NODE)
-    gpu0 = gpu_profile("0", job_type, namespace="ml", pod="trainer-0")
-    return dataclasses.replace(result, gpus=[gpu0, result.gpus[1]])
+def watched(apiserver: StandInApiServer, node: str = NODE) -> tuple[PodInfo, ...]:
+    """The node's pods as a synced watcher has them now."""
+    keys = watched_annotations(DOMAIN)
+    return tuple(pod_info(pod, keys) for pod in apiserver.pods(node))
 
 
-def with_pod(result: CycleResult, usage: PodUsage, *, job_type: str = "training") -> CycleResult:
-    """``result`` plus ``usage``'s pod, current on a GPU 2 classified as ``job_type``."""
-    gpu = gpu_profile("2", job_type, namespace=usage.namespace, pod=usage.pod)
-    return dataclasses.replace(result, gpus=[*result.gpus, gpu], pods=[*result.pods, usage])
-
-
-def annotations(apiserver: StandInApiServer, namespace: str, pod: str) -> dict[str, str]:
-    return dict(apiserver.pod(namespace, pod)["metadata"].get("annotations") or {})
-
-
-def patches(apiserver: StandInApiServer, path: str = TRAINER_PATH) -> list[dict[str, object]]:
-    """The annotation patches sent to ``path`` that touch do-not-disrupt."""
-    sent = [
-        request.json()["metadata"]["annotations"] for request in apiserver.requests("PATCH", path)
+def cycle(
+    apiserver: StandInApiServer,
+    training: tuple[str, ...] = ("trainer-0",),
+    *,
+    view: tuple[PodInfo, ...] | None = None,
+    at_offset: float = 0.0,
+) -> CycleResult:
+    """A cycle in which the pods named in ``training`` (namespace ml) are on training GPUs and
+    every other pod of the node on an idle one."""
+    pods = watched(apiserver) if view is None else view
+    names = sorted({pod.name for pod in pods} | set(training))
+    gpus = [
+        gpu_profile(
+            str(index),
+            "training" if name in training else "idle",
+            namespace="ml",
+            pod=name,
+        )
+        for index, name in enumerate(names)
     ]
-    return [patch for patch in sent if DO_NOT_DISRUPT in patch]
+    return CycleResult(
+        node=NODE,
+        at=AT + timedelta(seconds=at_offset),
+        window_seconds=WINDOW,
+        gpus=gpus,
+        node_pods=pods,
+    )
 
 
-def test_training_pod_gets_do_not_disrupt_with_the_profilers_marker(
-    apiserver: StandInApiServer, sink: KubernetesSink
+def annotations(apiserver: StandInApiServer, pod: str = "trainer-0") -> dict[str, str]:
+    return dict(apiserver.pod("ml", pod)["metadata"].get("annotations") or {})
+
+
+def set_annotations(
+    apiserver: StandInApiServer, changes: dict[str, str | None], pod: str = "trainer-0"
 ) -> None:
-    sink.publish(trainer_as("training"))
+    def change(manifest: dict[str, object]) -> None:
+        current = manifest["metadata"]["annotations"]  # type: ignore[index]
+        for key, value in changes.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
 
-    on_pod = annotations(apiserver, "ml", "trainer-0")
-    assert {key: on_pod.get(key) for key in PROTECTED} == PROTECTED
-    assert patches(apiserver) == [PROTECTED]
-    # The usage annotations are written as without the flag.
-    assert on_pod["ai.centaurus.io/gpu-util-max"] == "90"
+    apiserver.update_pod("ml", pod, change)
 
 
-def test_protection_is_removed_when_the_job_stops_training(
-    apiserver: StandInApiServer, sink: KubernetesSink
+def methods(apiserver: StandInApiServer, path: str = TRAINER_PATH) -> list[str]:
+    return [request.method for request in apiserver.requests(path=path)]
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def test_a_training_pod_is_read_then_protected_with_uid_and_version_preconditions(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    sink.publish(trainer_as("training"))
+    pod = apiserver.pod("ml", "trainer-0")
+
+    protector.publish(cycle(apiserver))
+
+    assert annotations(apiserver) == PROTECTED
+    get, patch = apiserver.requests(path=TRAINER_PATH)
+    assert (get.method, patch.method, patch.content_type) == ("GET", "PATCH", STRATEGIC_MERGE_PATCH)
+    assert patch.json() == {
+        "metadata": {
+            "uid": pod["metadata"]["uid"],
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "annotations": PROTECTED,
+        }
+    }
+
+
+def test_protection_is_removed_with_a_json_patch_that_tests_what_was_read(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    protector.publish(cycle(apiserver))
     apiserver.clear_requests()
 
-    sink.publish(trainer_as("idle"))  # allocated but idle: the job has stopped
+    protector.publish(cycle(apiserver, training=()))  # allocated but idle: the job stopped
 
-    on_pod = annotations(apiserver, "ml", "trainer-0")
-    assert DO_NOT_DISRUPT not in on_pod
-    assert MARKER not in on_pod
-    assert patches(apiserver) == [{DO_NOT_DISRUPT: None, MARKER: None}]
-    # Read once before removing: whoever took the marker away took the annotation over.
-    assert [r.method for r in apiserver.requests(path=TRAINER_PATH)] == ["GET", "PATCH"]
-
-
-def test_protection_is_removed_when_the_pod_leaves_the_gpus(
-    apiserver: StandInApiServer, sink: KubernetesSink
-) -> None:
-    sink.publish(trainer_as("training"))
-
-    sink.publish(dataclasses.replace(trainer_as("idle"), gpus=[], pods=[]))
-
-    assert DO_NOT_DISRUPT not in annotations(apiserver, "ml", "trainer-0")
+    assert annotations(apiserver) == {}
+    get, patch = apiserver.requests(path=TRAINER_PATH)
+    assert (get.method, patch.content_type) == ("GET", JSON_PATCH)
+    uid = apiserver.pod("ml", "trainer-0")["metadata"]["uid"]
+    assert patch.json() == [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {
+            "op": "test",
+            "path": "/metadata/annotations/ai.centaurus.io~1do-not-disrupt",
+            "value": "training",
+        },
+        {
+            "op": "test",
+            "path": "/metadata/annotations/karpenter.sh~1do-not-disrupt",
+            "value": "true",
+        },
+        {"op": "remove", "path": "/metadata/annotations/karpenter.sh~1do-not-disrupt"},
+        {"op": "remove", "path": "/metadata/annotations/ai.centaurus.io~1do-not-disrupt"},
+    ]
 
 
 @pytest.mark.parametrize("job_type", ["idle", "inference", "bursty"])
-def test_gpus_that_do_not_train_get_no_protection(
-    apiserver: StandInApiServer, sink: KubernetesSink, job_type: str
+def test_gpus_that_do_not_train_cost_no_request(
+    apiserver: StandInApiServer, protector: TrainingProtector, job_type: str
 ) -> None:
-    sink.publish(trainer_as(job_type))
-    sink.publish(trainer_as(job_type))
+    result = cycle(apiserver, training=())
+    result = dataclasses.replace(
+        result, gpus=[dataclasses.replace(gpu, job_type=job_type) for gpu in result.gpus]
+    )
+    protector.publish(result)
+    protector.publish(result)
 
-    assert DO_NOT_DISRUPT not in annotations(apiserver, "ml", "trainer-0")
-    assert patches(apiserver) == []
-    # One read, the first time the pod is seen (it might carry an earlier run's protection).
-    assert [r.method for r in apiserver.requests("GET", TRAINER_PATH)] == ["GET"]
+    assert annotations(apiserver) == {}
+    assert apiserver.requests(path=TRAINER_PATH) == []  # the watcher's view says it all
 
 
-def test_pods_without_gpus_are_never_touched(
-    apiserver: StandInApiServer, sink: KubernetesSink
+def test_unchanged_cycles_send_nothing(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    apiserver.add_pod(pod_manifest("web", "frontend", NODE))
-    cpu_only = PodUsage("web", "frontend", NODE, AT, gpus=(), cpu_util_max=50.0)
-
-    sink.publish(with_pod(trainer_as("training"), cpu_only))
-    sink.publish(with_pod(trainer_as("idle"), cpu_only))
-
-    assert apiserver.requests(path="/api/v1/namespaces/web/pods/frontend") == []
-    assert annotations(apiserver, "web", "frontend") == {}
-
-
-def test_unchanged_cycles_send_no_patch(apiserver: StandInApiServer, sink: KubernetesSink) -> None:
-    sink.publish(trainer_as("training"))
+    protector.publish(cycle(apiserver))
     apiserver.clear_requests()
-
     for _ in range(3):
-        sink.publish(trainer_as("training"))
+        protector.publish(cycle(apiserver))
+    assert apiserver.requests() == []
 
-    assert apiserver.requests(path=TRAINER_PATH) == []
+
+def test_pods_without_gpus_and_finished_pods_are_not_protected(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    apiserver.add_pod(pod_manifest("ml", "frontend", NODE, start_time=STARTED))
+    apiserver.add_pod(
+        pod_manifest("ml", "done", NODE, gpus=1, phase="Succeeded", start_time=STARTED)
+    )
+    protector.publish(cycle(apiserver, training=("trainer-0", "frontend", "done")))
+
+    assert annotations(apiserver, "frontend") == {}
+    assert annotations(apiserver, "done") == {}
+    assert apiserver.requests(path="/api/v1/namespaces/ml/pods/frontend") == []
+
+
+def test_a_pod_that_finished_is_released(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    protector.publish(cycle(apiserver))
+    apiserver.update_pod("ml", "trainer-0", lambda pod: pod["status"].update(phase="Succeeded"))
+
+    protector.publish(cycle(apiserver))  # its GPU's last samples still say training
+
+    assert annotations(apiserver) == {}
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_a_do_not_disrupt_someone_else_set_is_never_changed(
+    apiserver: StandInApiServer, protector: TrainingProtector, value: str
+) -> None:
+    set_annotations(apiserver, {DO_NOT_DISRUPT: value})
+
+    protector.publish(cycle(apiserver))
+    protector.publish(cycle(apiserver, training=()))
+    protector.publish(cycle(apiserver))
+
+    assert annotations(apiserver) == {DO_NOT_DISRUPT: value}
     assert apiserver.requests("PATCH") == []
 
 
-def test_a_do_not_disrupt_someone_else_set_is_left_alone(
-    apiserver: StandInApiServer, sink: KubernetesSink
+def test_a_persons_annotation_the_watcher_has_not_seen_yet_is_read_and_left_alone(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    apiserver.update_pod(
-        "ml",
-        "trainer-0",
-        lambda pod: pod["metadata"]["annotations"].update({DO_NOT_DISRUPT: "true"}),
+    """The first sight was not training; a person set do-not-disrupt; the watcher still shows
+    the pod without it when training starts: the read before the write finds it."""
+    protector.publish(cycle(apiserver, training=()))
+    stale = watched(apiserver)
+    set_annotations(apiserver, {DO_NOT_DISRUPT: "true"})
+
+    protector.publish(cycle(apiserver, view=stale))
+    protector.publish(cycle(apiserver, training=()))
+
+    assert annotations(apiserver) == {DO_NOT_DISRUPT: "true"}
+    assert apiserver.requests("PATCH") == []
+    assert methods(apiserver) == ["GET"]
+
+
+def test_a_change_between_the_read_and_the_write_fails_the_patch_with_409(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    """A person's annotation lands after the protector read the pod: the strategic merge
+    carrying the read resourceVersion is refused (409), the pod is read again, and the person's
+    annotation stays."""
+    apiserver.before(
+        "PATCH", TRAINER_PATH, lambda: set_annotations(apiserver, {DO_NOT_DISRUPT: "false"})
     )
 
-    sink.publish(trainer_as("training"))
-    sink.publish(trainer_as("idle"))
-    sink.publish(dataclasses.replace(trainer_as("idle"), gpus=[], pods=[]))
+    protector.publish(cycle(apiserver))
 
-    on_pod = annotations(apiserver, "ml", "trainer-0")
-    assert on_pod[DO_NOT_DISRUPT] == "true"
-    assert MARKER not in on_pod
-    assert patches(apiserver) == []
+    assert apiserver.answers(path=TRAINER_PATH) == [200, 409, 200]
+    assert methods(apiserver) == ["GET", "PATCH", "GET"]
+    assert annotations(apiserver) == {DO_NOT_DISRUPT: "false"}
 
 
 def test_taking_the_marker_away_takes_the_annotation_over(
-    apiserver: StandInApiServer, sink: KubernetesSink
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    sink.publish(trainer_as("training"))
-    apiserver.update_pod("ml", "trainer-0", lambda pod: pod["metadata"]["annotations"].pop(MARKER))
+    protector.publish(cycle(apiserver))
+    set_annotations(apiserver, {MARKER: None})
 
-    sink.publish(trainer_as("idle"))
+    protector.publish(cycle(apiserver, training=()))
 
-    assert annotations(apiserver, "ml", "trainer-0")[DO_NOT_DISRUPT] == "true"
-    assert patches(apiserver) == [PROTECTED]  # only the first cycle's
+    assert annotations(apiserver) == {DO_NOT_DISRUPT: "true"}
 
 
-def test_a_restarted_profiler_adopts_and_clears_what_an_earlier_run_set(
-    apiserver: StandInApiServer, connection: KubeConnection, clock: FakeClock
+def test_a_marker_beside_someone_elses_value_is_removed_alone(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    make_sink(connection, clock).publish(trainer_as("training"))
+    protector.publish(cycle(apiserver))
+    set_annotations(apiserver, {DO_NOT_DISRUPT: "false"})  # a person said otherwise
+
+    protector.publish(cycle(apiserver))
+
+    assert annotations(apiserver) == {DO_NOT_DISRUPT: "false"}
+
+
+def test_protection_taken_away_while_training_comes_back(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    protector.publish(cycle(apiserver))
+    set_annotations(apiserver, {DO_NOT_DISRUPT: None, MARKER: None})
+
+    protector.publish(cycle(apiserver))
+
+    assert annotations(apiserver) == PROTECTED
+
+
+def test_a_restarted_profiler_adopts_then_clears_what_an_earlier_run_set(
+    apiserver: StandInApiServer, protector: TrainingProtector, connection: KubeConnection
+) -> None:
+    protector.publish(cycle(apiserver))
     apiserver.clear_requests()
 
-    restarted = make_sink(connection, clock)
-    restarted.publish(trainer_as("training"))
-    assert patches(apiserver) == []  # still training: adopted as it is
+    restarted = TrainingProtector(connection, NODE, domain=DOMAIN)
+    restarted.publish(cycle(apiserver))
+    assert apiserver.requests() == []  # still training: adopted as it is
 
-    restarted.publish(trainer_as("inference"))
-    assert DO_NOT_DISRUPT not in annotations(apiserver, "ml", "trainer-0")
+    restarted.publish(cycle(apiserver, training=()))
+    assert annotations(apiserver) == {}
 
 
-def test_without_the_flag_do_not_disrupt_is_never_written_or_read(
-    apiserver: StandInApiServer, connection: KubeConnection, clock: FakeClock
+# -- pods are addressed by UID, on this node only ----------------------------------------------
+
+
+def test_a_pod_recreated_under_the_same_name_is_protected_on_its_own(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    sink = make_sink(connection, clock, protect=False)
-    sink.publish(trainer_as("training"))
+    protector.publish(cycle(apiserver))
+    old_view = watched(apiserver)
+    later = STARTED + timedelta(minutes=5)
+    apiserver.recreate_pod(pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=later))
+    apiserver.clear_requests()
 
-    assert DO_NOT_DISRUPT not in annotations(apiserver, "ml", "trainer-0")
-    assert apiserver.requests("GET", TRAINER_PATH) == []
+    protector.publish(cycle(apiserver, view=old_view, training=()))  # the watcher lags
+    assert annotations(apiserver) == {}  # the new pod was not touched for the old one
+    assert apiserver.requests("PATCH") == []
+
+    protector.publish(cycle(apiserver))
+    assert annotations(apiserver) == PROTECTED
 
 
-def test_a_pod_deleted_meanwhile_is_forgotten_quietly(
-    apiserver: StandInApiServer, sink: KubernetesSink
+def test_a_pod_recreated_between_the_read_and_the_write_is_not_released(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    sink.publish(trainer_as("training"))
+    """The JSON patch tests the UID read: a pod of the same name created in between (and
+    protected by someone) makes it fail with 422, and the read after finds another pod."""
+    protector.publish(cycle(apiserver))
+    successor = pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=AT)
+    successor["metadata"]["annotations"] = dict(PROTECTED)
+    apiserver.before("PATCH", TRAINER_PATH, lambda: apiserver.recreate_pod(successor))
+
+    protector.publish(cycle(apiserver, training=()))
+
+    assert apiserver.answers("PATCH", TRAINER_PATH)[-1] == 422
+    assert annotations(apiserver) == PROTECTED
+    assert apiserver.pod("ml", "trainer-0")["metadata"]["uid"] == successor["metadata"]["uid"]
+
+
+def test_a_pod_of_the_same_name_on_another_node_is_never_read_or_written(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    protector.publish(cycle(apiserver))
+    old_view = watched(apiserver)
+    moved = pod_manifest("ml", "trainer-0", "node-b", gpus=1, start_time=AT)
+    moved["metadata"]["annotations"] = dict(PROTECTED)  # node-b's profiler protects it
+    apiserver.recreate_pod(moved)
+    apiserver.clear_requests()
+
+    protector.publish(cycle(apiserver, view=old_view, training=()))  # a lagging watcher
+    protector.publish(cycle(apiserver, training=()))  # it no longer lists the pod
+
+    assert annotations(apiserver) == PROTECTED
+    assert apiserver.requests("PATCH") == []
+    assert methods(apiserver) == ["GET"]  # the lagging view's one read, which found node-b
+
+
+def test_nothing_is_done_before_the_watchers_first_list(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    protector.publish(dataclasses.replace(cycle(apiserver), node_pods=None))
+    assert apiserver.requests() == []
+
+
+# -- protecting early, by the owner ------------------------------------------------------------
+
+
+def owned_pod(apiserver: StandInApiServer, kind: str, started: float) -> None:
+    apiserver.add_pod(
+        pod_manifest(
+            "ml",
+            "worker-0",
+            NODE,
+            gpus=1,
+            start_time=AT - timedelta(seconds=started),
+            owner=(kind, "llama"),
+        )
+    )
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "Job"])
+def test_a_training_workloads_pod_is_protected_from_its_first_cycle(
+    apiserver: StandInApiServer, protector: TrainingProtector, kind: str
+) -> None:
+    owned_pod(apiserver, kind, started=60)  # a minute old, still loading its data
+
+    protector.publish(cycle(apiserver, training=()))
+    assert annotations(apiserver, "worker-0") == {DO_NOT_DISRUPT: "true", MARKER: "owner"}
+
+    protector.publish(cycle(apiserver, training=("worker-0",)))  # the classifier confirms
+    assert annotations(apiserver, "worker-0") == {DO_NOT_DISRUPT: "true", MARKER: "training"}
+    patch = apiserver.requests("PATCH", "/api/v1/namespaces/ml/pods/worker-0")[-1]
+    assert patch.content_type == JSON_PATCH
+    assert patch.json()[-1] == {
+        "op": "replace",
+        "path": "/metadata/annotations/ai.centaurus.io~1do-not-disrupt",
+        "value": "training",
+    }
+
+
+def test_owner_based_protection_ends_when_a_whole_window_did_not_train(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    owned_pod(apiserver, "PyTorchJob", started=WINDOW - 60)
+    protector.publish(cycle(apiserver, training=()))
+    assert annotations(apiserver, "worker-0")[MARKER] == "owner"
+
+    protector.publish(cycle(apiserver, training=(), at_offset=120))  # judged: it idles
+
+    assert annotations(apiserver, "worker-0") == {}
+
+
+def test_serving_workloads_are_not_protected_early(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    owned_pod(apiserver, "ReplicaSet", started=60)
+    protector.publish(cycle(apiserver, training=()))
+    assert annotations(apiserver, "worker-0") == {}
+
+
+# -- release mode, failures ---------------------------------------------------------------------
+
+
+def test_release_mode_removes_the_profilers_marks_and_sets_none(
+    apiserver: StandInApiServer, protector: TrainingProtector, connection: KubeConnection
+) -> None:
+    protector.publish(cycle(apiserver))
+    apiserver.add_pod(pod_manifest("ml", "person", NODE, gpus=1, start_time=STARTED))
+    set_annotations(apiserver, {DO_NOT_DISRUPT: "true"}, pod="person")
+
+    TrainingProtector(connection, NODE, domain=DOMAIN, release_only=True).publish(
+        cycle(apiserver, training=("trainer-0", "person"))
+    )
+
+    assert annotations(apiserver) == {}
+    assert annotations(apiserver, "person") == {DO_NOT_DISRUPT: "true"}
+
+
+def test_a_pod_deleted_meanwhile_is_skipped_quietly(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    view = watched(apiserver)
     apiserver.delete_pod("ml", "trainer-0")
-
-    sink.publish(trainer_as("idle"))  # the GET before removing answers 404
-    sink.publish(trainer_as("idle"))
-
-    assert len(apiserver.requests("GET", TRAINER_PATH)) == 2  # first sight, then once more
+    protector.publish(cycle(apiserver, view=view))  # the GET answers 404
+    assert apiserver.requests("PATCH") == []
 
 
-def test_api_failure_backs_off_then_protects(
-    apiserver: StandInApiServer, sink: KubernetesSink, clock: FakeClock
+def test_one_pods_refusal_does_not_stop_the_others(
+    apiserver: StandInApiServer, protector: TrainingProtector
 ) -> None:
-    apiserver.fail("GET", TRAINER_PATH, 503, times=1)
+    apiserver.add_pod(pod_manifest("ml", "trainer-1", NODE, gpus=1, start_time=STARTED))
+    apiserver.fail("PATCH", TRAINER_PATH, 403)
 
-    with pytest.raises(KubernetesError, match="503"):
-        sink.publish(trainer_as("training"))
-    assert DO_NOT_DISRUPT not in annotations(apiserver, "ml", "trainer-0")
+    with pytest.raises(KubernetesError, match=r"trainer-0.*403"):
+        protector.publish(cycle(apiserver, training=("trainer-0", "trainer-1")))
 
-    clock.now += 10
-    sink.publish(trainer_as("training"))
-    assert annotations(apiserver, "ml", "trainer-0")[DO_NOT_DISRUPT] == "true"
+    assert annotations(apiserver, "trainer-1") == PROTECTED
+
+
+def test_a_server_failure_raises_at_once_and_the_next_cycle_protects(
+    apiserver: StandInApiServer, protector: TrainingProtector
+) -> None:
+    apiserver.fail("GET", TRAINER_PATH, 503, times=1, retry_after=7)
+
+    with pytest.raises(KubernetesError, match="503") as raised:
+        protector.publish(cycle(apiserver))
+    assert raised.value.retry_after == 7
+    assert annotations(apiserver) == {}
+
+    protector.publish(cycle(apiserver))
+    assert annotations(apiserver) == PROTECTED

@@ -1,6 +1,6 @@
 """``gpu-profiler trial`` in-process: bad input is one line and exit 2, before anything is created;
 a plan from a file and saved nodes; a dry run; results in the table store (migration
-0004_trial_result) read back by ``trial report`` and ``report --by trial``."""
+0004) read back by ``trial report`` and ``report --by trial``."""
 
 from __future__ import annotations
 

@@ -7,10 +7,12 @@ for the node plus one per pod whose values changed; the first cycle and each hea
 - ``names``: the annotation names and limits;
 - ``values``: the annotations a cycle's result calls for;
 - ``changes``: which differences are worth a request (tolerances);
-- ``api``: the GET and PATCH calls (409 retried);
+- ``api``: the GET and PATCH calls (409 retried for the usage annotations);
 - ``node`` and ``pods``: what each object carries and what was last written to it;
-- ``protection``: ``karpenter.sh/do-not-disrupt`` on training pods (``--protect-training``);
-- ``sink``: ``KubernetesSink``, which runs them and backs off when the API fails.
+- ``sink``: ``KubernetesSink``, which runs them and backs off when the API fails;
+- ``protection``: ``TrainingProtector``, a sink of its own with its own back-off:
+  ``karpenter.sh/do-not-disrupt`` on this node's training pods (``--protect-training``), and
+  ``release_all`` for ``gpu-profiler unprotect``.
 """
 
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain

@@ -1,4 +1,4 @@
-"""The API calls the sink makes: read a node's or a pod's annotations, PATCH an object's."""
+"""The API calls the sinks make: read a node's annotations or a pod, PATCH an object."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from profiler_app.sinks.kubernetes.changes import Patch
 log = logging.getLogger(__name__)
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"  # RFC 6902: its `test` operations are preconditions
 NODE_PATH = "/api/v1/nodes/{name}"
 POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 
@@ -30,12 +31,6 @@ class AnnotationApi:
         document = self._connection.get_json(NODE_PATH, path_params={"name": node})
         annotations = (document.get("metadata") or {}).get("annotations") or {}
         return dict(annotations)
-
-    def pod_annotations(self, namespace: str, pod: str) -> dict[str, Any]:
-        """The pod's annotations as the server has them (all of them, not only ours)."""
-        params = {"namespace": namespace, "name": pod}
-        document = self._connection.get_json(POD_PATH, path_params=params)
-        return dict((document.get("metadata") or {}).get("annotations") or {})
 
     def patch_node(self, node: str, patch: Patch) -> None:
         self._patch(NODE_PATH, {"name": node}, patch)
@@ -62,3 +57,32 @@ class AnnotationApi:
                     raise
                 log.debug("409 Conflict patching annotations; retry %d", attempt + 1)
                 time.sleep(0.05 * (attempt + 1))
+
+
+class PodApi:
+    """One pod read, one PATCH: no retry here; 404 on a read is None (the pod is gone). Other
+    failures raise one of ``kube.TRANSPORT_ERRORS`` (a failed precondition: 409 or 422)."""
+
+    def __init__(self, connection: KubeConnection) -> None:
+        self._connection = connection
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._connection.get_json(
+                POD_PATH, path_params={"namespace": namespace, "name": name}
+            )
+        except TRANSPORT_ERRORS as error:
+            if error_status(error) == 404:
+                return None
+            raise
+
+    def patch(self, namespace: str, name: str, body: object, content_type: str) -> None:
+        release(
+            self._connection.request(
+                "PATCH",
+                POD_PATH,
+                path_params={"namespace": namespace, "name": name},
+                body=body,
+                content_type=content_type,
+            )
+        )

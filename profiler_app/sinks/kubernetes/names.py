@@ -9,7 +9,7 @@ import re
 
 DEFAULT_HEARTBEAT_SECONDS = 600.0
 # Kubernetes rejects objects whose annotations exceed 256 KiB in total, ours included with
-# everyone else's. Our share stays far below: at most MAX_GPUS x 7 keys, checked against a budget.
+# everyone else's. Our share stays far below: at most MAX_GPUS x 9 keys, checked against a budget.
 MAX_GPUS = 64
 ANNOTATION_BUDGET_BYTES = 32 * 1024
 
@@ -26,6 +26,9 @@ JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
 # past ANNOTATION_BUDGET_BYTES.
 CONFIDENCE, REASONS = "confidence", "reasons"
 REASONS_MAX_CHARS = 160
+# What runs on the GPU (profiler_app.engines): the engine (vllm, torchrun, ...) and the
+# framework (pytorch, jax, ...), each present only where known.
+ENGINE, FRAMEWORK = "engine", "framework"
 # Node key, once per node.
 PROFILED_AT = "profiled-at"
 
@@ -50,6 +53,8 @@ _NODE_GPU_NAMES = (
     FB_USED_MAX,
     CONFIDENCE,
     REASONS,
+    ENGINE,
+    FRAMEWORK,
     *LEGACY_NODE_NAMES,
 )
 

@@ -1,51 +1,95 @@
 """Training pods protected from voluntary disruption (``run --protect-training``).
 
-Karpenter never consolidates, drifts or expires a node away from under a pod annotated
-``karpenter.sh/do-not-disrupt: "true"`` (https://karpenter.sh/docs/concepts/disruption/). The
-profiler sets it on each GPU pod whose GPU it classifies as training (the GPU's current pod),
-and removes it (null) once the pod stops training, so consolidation never evicts a running
-training job yet reclaims the node as soon as the job is done. Idle, allocated-but-idle,
-inference and bursty GPUs get no protection.
+Karpenter's graceful disruption (consolidation, drift) leaves a node alone while a pod on it
+carries ``karpenter.sh/do-not-disrupt: "true"``; forceful disruption (expiration, interruption)
+does not wait for it (https://karpenter.sh/docs/concepts/disruption/). The profiler sets it on
+the GPU pods of its own node that train, with the marker ``<domain>/do-not-disrupt`` saying why
+(``training`` or ``owner``), and removes both once they stop. The rules
+(docs/daemon.md, "Protecting training from consolidation"):
 
-It changes only the annotation it owns: with it, it writes the marker ``<domain>/do-not-disrupt:
-training``, and it removes ``karpenter.sh/do-not-disrupt`` only while that marker is there. A
-do-not-disrupt annotation that anyone else set (no marker) is left alone for the pod's lifetime;
-removing the marker hands the annotation over to whoever did.
+- Only pods the pod watcher lists on this node (``CycleResult.node_pods``): nothing while its
+  first list has not come, and never a pod of the same name on another node.
+- A pod is wanted protected while its GPU is classified ``training`` (mark ``training``), and,
+  before its GPUs have been classified over one whole window, while its workload is a training
+  kind with a GPU request (mark ``owner``; ``workloads.TRAINING_KINDS``). Otherwise, and once it
+  has finished, it is not.
+- The annotation is the profiler's only while the marker is there and the value is "true". A
+  do-not-disrupt anyone else set (no marker, or another value) is never changed; a marker
+  beside someone else's value is removed alone.
+- Every write follows a fresh read (GET) of the pod, checked for the watcher's UID and this
+  node, and carries preconditions, so a change since that read fails the PATCH instead of being
+  overwritten: setting is a strategic merge carrying ``metadata.resourceVersion`` and
+  ``metadata.uid`` (409 Conflict when the pod changed since, which a pod recreated under the
+  same name has too); changing or removing is a JSON patch that first ``test``s the UID and the
+  values read (422 when they moved). A failed precondition is read again and retried, at most
+  ``conflict_retries`` times a cycle.
 
-Requests: one GET per GPU pod, the first time this process sees it (to learn who owns what it
-carries, also after a restart), and one more before each removal (the marker may have been
-taken away); one PATCH per change. Nothing while a pod stays as it is. A 404 means the pod is
-gone: it is not tried again, and forgotten once the cycles no longer list it.
+Requests: none while the watcher shows every pod as wanted; a GET and a PATCH per change.
+``release_all`` (``gpu-profiler unprotect``) removes every mark of the profiler's, cluster-wide.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import Enum
+from typing import Any
 
 from profiler_app.analysis.basis import JobType
-from profiler_app.kube import TRANSPORT_ERRORS, error_status
-from profiler_app.model import CycleResult
-from profiler_app.sinks.kubernetes.api import AnnotationApi
-from profiler_app.sinks.kubernetes.changes import Patch
+from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.kube import (
+    TRANSPORT_ERRORS,
+    KubeConnection,
+    KubernetesError,
+    describe,
+    error_status,
+    retry_after_seconds,
+)
+from profiler_app.model import CycleResult, PodInfo
+from profiler_app.sinks.kubernetes.api import JSON_PATCH, STRATEGIC_MERGE_PATCH, PodApi
+from profiler_app.workloads import TRAINING_KINDS, workload_from_owner
 
 log = logging.getLogger(__name__)
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MARKER = "do-not-disrupt"  # <domain>/do-not-disrupt: why the profiler set DO_NOT_DISRUPT
-MARKER_VALUE = "training"
+TRAINING = "training"  # the classifier says the pod's GPU trains
+OWNER = "owner"  # its workload is a training kind, its GPUs not yet classified for a window
+PROTECTED = "true"
 
-PodKey = tuple[str, str, datetime | None]  # namespace, name, start time: one pod's lifetime
+
+class Change(Enum):
+    """What a pod's annotations need, given what they are and what is wanted."""
+
+    PROTECT = "set do-not-disrupt and the marker"
+    REMARK = "change the marker"
+    RELEASE = "remove do-not-disrupt and the marker"
+    UNMARK = "remove the marker alone"
 
 
-class Holder(Enum):
-    """Who holds the pod's do-not-disrupt annotation, as far as this process knows."""
+def marker_key(domain: str) -> str:
+    return f"{domain}/{MARKER}"
 
-    NOBODY = "nobody"
-    PROFILER = "profiler"
-    SOMEONE_ELSE = "someone else"
-    GONE = "gone"  # the API answered 404: not tried again while the cycles still list it
+
+def watched_annotations(domain: str) -> tuple[str, str]:
+    """The annotations the pod watcher keeps of each pod for the protector."""
+    return DO_NOT_DISRUPT, marker_key(domain)
+
+
+def needed_change(annotations: Mapping[str, str], marker: str, wanted: str | None) -> Change | None:
+    """The change that turns ``annotations`` into what ``wanted`` (a mark, or None for no
+    protection) calls for without touching anyone else's do-not-disrupt."""
+    value, mark = annotations.get(DO_NOT_DISRUPT), annotations.get(marker)
+    ours = mark is not None and value == PROTECTED
+    if wanted is not None and value is None:
+        return Change.PROTECT
+    if wanted is not None and ours:
+        return Change.REMARK if mark != wanted else None
+    if ours:
+        return Change.RELEASE
+    return Change.UNMARK if mark is not None else None
 
 
 def training_pods(result: CycleResult) -> set[tuple[str, str]]:
@@ -57,70 +101,239 @@ def training_pods(result: CycleResult) -> set[tuple[str, str]]:
     }
 
 
-class TrainingProtector:
-    """Keeps ``karpenter.sh/do-not-disrupt`` on the node's training pods, and only there."""
+def wanted_mark(pod: PodInfo, training: set[tuple[str, str]], judged_since: datetime) -> str | None:
+    """The mark ``pod`` should carry, or None: the classifier's verdict once the pod's GPUs
+    have been classified over a whole window (it started before ``judged_since``), and its
+    owner's kind before."""
+    if pod.finished or not pod.uses_gpus:
+        return None
+    if (pod.namespace, pod.name) in training:
+        return TRAINING
+    judged = pod.start_time is not None and pod.start_time <= judged_since
+    workload = workload_from_owner(pod.owner_kind, pod.owner_name, pod.labels)
+    if not judged and workload is not None and workload.kind in TRAINING_KINDS:
+        return OWNER
+    return None
 
-    def __init__(self, api: AnnotationApi, domain: str) -> None:
-        self._api = api
-        self._marker = f"{domain}/{MARKER}"
-        self._holders: dict[PodKey, Holder] = {}
+
+@dataclass(frozen=True)
+class PodRead:
+    """A pod as a GET returned it: what a guarded write needs."""
+
+    uid: str
+    node: str
+    resource_version: str
+    annotations: dict[str, str]
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any]) -> PodRead:
+        metadata = document.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        return cls(
+            uid=str(metadata.get("uid") or ""),
+            node=str((document.get("spec") or {}).get("nodeName") or ""),
+            resource_version=str(metadata.get("resourceVersion") or ""),
+            annotations={str(key): str(value) for key, value in annotations.items()},
+        )
+
+
+def _pointer(key: str) -> str:
+    """The JSON pointer of one annotation (RFC 6901 escapes ~ and /)."""
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def guarded_patch(
+    read: PodRead, marker: str, change: Change, wanted: str | None
+) -> tuple[object, str]:
+    """The PATCH body and its content type for ``change``, with preconditions on what was
+    read: the server refuses it if the pod changed since (409 or 422)."""
+    if change is Change.PROTECT:
+        metadata = {
+            "uid": read.uid,
+            "resourceVersion": read.resource_version,
+            "annotations": {DO_NOT_DISRUPT: PROTECTED, marker: wanted},
+        }
+        return {"metadata": metadata}, STRATEGIC_MERGE_PATCH
+    operations: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": read.uid},
+        {"op": "test", "path": _pointer(marker), "value": read.annotations[marker]},
+    ]
+    if change is Change.REMARK:
+        operations += [
+            {"op": "test", "path": _pointer(DO_NOT_DISRUPT), "value": PROTECTED},
+            {"op": "replace", "path": _pointer(marker), "value": wanted},
+        ]
+    elif change is Change.RELEASE:
+        operations += [
+            {"op": "test", "path": _pointer(DO_NOT_DISRUPT), "value": PROTECTED},
+            {"op": "remove", "path": _pointer(DO_NOT_DISRUPT)},
+            {"op": "remove", "path": _pointer(marker)},
+        ]
+    else:
+        operations.append({"op": "remove", "path": _pointer(marker)})
+    return operations, JSON_PATCH
+
+
+def _server_wide(error: BaseException) -> bool:
+    """A failure of the API server itself (down, slow, throttling), not of one pod."""
+    status = error_status(error)
+    return status is None or status == 429 or status >= 500
+
+
+class Converger:
+    """Brings one pod's annotations to what is wanted: read, decide, guarded write."""
+
+    def __init__(
+        self, connection: KubeConnection, domain: str, *, conflict_retries: int = 2
+    ) -> None:
+        self._api = PodApi(connection)
+        self.marker = marker_key(domain)
+        self._retries = conflict_retries
+
+    def converge(self, pod: PodInfo, wanted: str | None, node: str | None) -> Change | None:
+        """What was changed on ``pod`` (None: nothing needed, or it is gone, replaced, not on
+        ``node``, or kept changing). Raises one of TRANSPORT_ERRORS for other failures."""
+        where = f"pod {pod.namespace}/{pod.name}"
+        for attempt in range(self._retries + 1):
+            document = self._api.get(pod.namespace, pod.name)
+            if document is None:
+                return None
+            read = PodRead.of(document)
+            if read.uid != pod.uid or (node is not None and read.node != node):
+                log.debug("%s is another pod now (recreated or moved); leaving it", where)
+                return None
+            change = needed_change(read.annotations, self.marker, wanted)
+            if change is None:
+                return None
+            body, content_type = guarded_patch(read, self.marker, change, wanted)
+            try:
+                self._api.patch(pod.namespace, pod.name, body, content_type)
+            except TRANSPORT_ERRORS as error:
+                status = error_status(error)
+                if status == 404:
+                    return None
+                if status not in (409, 422):
+                    raise
+                log.debug(
+                    "%s changed since it was read (HTTP %s), attempt %d", where, status, attempt
+                )
+                continue
+            return change
+        log.info("%s kept changing while being patched; the next cycle tries again", where)
+        return None
+
+
+class TrainingProtector:
+    """Sink keeping ``karpenter.sh/do-not-disrupt`` on this node's training pods, and only
+    there. ``release_only``: protect nothing, remove what the profiler set (the DaemonSet's
+    mode once the option is turned off)."""
+
+    name = "protection"
+
+    def __init__(
+        self,
+        connection: KubeConnection,
+        node: str,
+        *,
+        domain: str = DEFAULT_DOMAIN,
+        release_only: bool = False,
+        conflict_retries: int = 2,
+    ) -> None:
+        self.node = node
+        self._release_only = release_only
+        self._converger = Converger(
+            connection, validate_domain(domain), conflict_retries=conflict_retries
+        )
 
     def publish(self, result: CycleResult) -> None:
+        if result.node_pods is None:  # Kubernetes has not listed the node's pods yet
+            return
         training = training_pods(result)
-        current: set[PodKey] = set()
-        for usage in result.pods:
-            if not usage.gpus:
+        judged_since = result.at - timedelta(seconds=result.window_seconds)
+        failed: tuple[PodInfo, BaseException] | None = None
+        for pod in result.node_pods:
+            if pod.node != self.node:
                 continue
-            key = (usage.namespace, usage.pod, usage.start_time)
-            current.add(key)
-            self._sync(key, (usage.namespace, usage.pod) in training)
-        # A protected pod that left the cycle's pods (it stopped using GPUs) loses protection.
-        for key, holder in list(self._holders.items()):
-            if key not in current and holder is Holder.PROFILER:
-                self._sync(key, protect=False)
-        self._holders = {key: h for key, h in self._holders.items() if key in current}
+            wanted = None if self._release_only else wanted_mark(pod, training, judged_since)
+            if needed_change(pod.annotations, self._converger.marker, wanted) is None:
+                continue  # as the watcher sees it: no request
+            try:
+                change = self._converger.converge(pod, wanted, self.node)
+            except TRANSPORT_ERRORS as error:
+                if _server_wide(error):
+                    raise _failure(pod, error) from None
+                failed = failed or (pod, error)  # this pod only: the others go on
+                continue
+            if change is not None:
+                _log_change(pod, change, wanted, self._release_only)
+        if failed is not None:
+            raise _failure(*failed)
 
-    def _sync(self, key: PodKey, protect: bool) -> None:
-        holder = self._holders.get(key)
-        if holder is None or (holder is Holder.PROFILER and not protect):
-            holder = self._read(key)
-        if protect and holder is Holder.NOBODY:
-            holder = self._write(key, {DO_NOT_DISRUPT: "true", self._marker: MARKER_VALUE})
-        elif not protect and holder is Holder.PROFILER:
-            holder = self._write(key, {DO_NOT_DISRUPT: None, self._marker: None})
-        self._holders[key] = holder
+    def close(self) -> None:
+        """Nothing to release: the caller owns the connection."""
 
-    def _read(self, key: PodKey) -> Holder:
-        """Who holds the annotation on the server."""
-        namespace, pod, _ = key
-        try:
-            annotations = self._api.pod_annotations(namespace, pod)
-        except TRANSPORT_ERRORS as error:
-            if error_status(error) != 404:
-                raise
-            return Holder.GONE
-        if annotations.get(self._marker) is not None and DO_NOT_DISRUPT in annotations:
-            return Holder.PROFILER
-        if DO_NOT_DISRUPT in annotations:
-            return Holder.SOMEONE_ELSE
-        return Holder.NOBODY
 
-    def _write(self, key: PodKey, patch: Patch) -> Holder:
-        """Set (values) or remove (nulls) our annotation; who holds it after."""
-        namespace, pod, _ = key
-        try:
-            self._api.patch_pod(namespace, pod, patch)
-        except TRANSPORT_ERRORS as error:
-            if error_status(error) != 404:
-                raise
-            return Holder.GONE
-        protected = patch[DO_NOT_DISRUPT] is not None
+def _failure(pod: PodInfo, error: BaseException) -> KubernetesError:
+    retry_after = retry_after_seconds(error)
+    return KubernetesError(
+        f"protecting pod {pod.namespace}/{pod.name} failed ({describe(error)})",
+        retry_after=retry_after,
+    )
+
+
+def _log_change(pod: PodInfo, change: Change, wanted: str | None, release_only: bool) -> None:
+    where = f"pod {pod.namespace}/{pod.name}"
+    if change is Change.PROTECT:
+        why = "it trains" if wanted == TRAINING else "its workload trains (not yet classified)"
+        log.info("set %s on %s: %s", DO_NOT_DISRUPT, where, why)
+    elif change is Change.REMARK:
+        log.info("%s keeps %s: marked %s now", where, DO_NOT_DISRUPT, wanted)
+    elif change is Change.RELEASE:
+        why = "protection is being released" if release_only else "it no longer trains"
+        if pod.finished:
+            why = "it has finished"
+        log.info("removed %s from %s: %s", DO_NOT_DISRUPT, where, why)
+    else:
         log.info(
-            "%s %s on pod %s/%s: %s",
-            "set" if protected else "removed",
-            DO_NOT_DISRUPT,
-            namespace,
-            pod,
-            "it trains" if protected else "it no longer trains",
+            "removed the profiler's marker from %s: the %s there is not its", where, DO_NOT_DISRUPT
         )
-        return Holder.PROFILER if protected else Holder.NOBODY
+
+
+@dataclass(frozen=True)
+class Released:
+    """What ``release_all`` did (or, in a dry run, would do) to one pod."""
+
+    pod: PodInfo
+    change: Change | None  # None: nothing after all (it changed meanwhile, or is gone)
+    error: str | None = None
+
+
+def release_all(
+    connection: KubeConnection,
+    pods: Iterable[PodInfo],
+    *,
+    domain: str = DEFAULT_DOMAIN,
+    dry_run: bool = False,
+    report: Callable[[Released], None] = lambda released: None,
+) -> list[Released]:
+    """Removes the profiler's marks from ``pods`` (listed with the do-not-disrupt and marker
+    annotations): ``gpu-profiler unprotect``. Every pod is tried; failures are reported, not
+    raised, except a failure of the API server itself."""
+    converger = Converger(connection, validate_domain(domain))
+    done = []
+    for pod in pods:
+        change = needed_change(pod.annotations, converger.marker, None)
+        if change is None:
+            continue
+        if dry_run:
+            released = Released(pod, change)
+        else:
+            try:
+                released = Released(pod, converger.converge(pod, None, node=None))
+            except TRANSPORT_ERRORS as error:
+                if _server_wide(error):
+                    raise
+                released = Released(pod, change, describe(error))
+        report(released)
+        done.append(released)
+    return done

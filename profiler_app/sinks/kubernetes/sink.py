@@ -1,8 +1,9 @@
-"""The Kubernetes sink: the node's annotations (node.py), with ``protect_training`` the training
-pods' ``karpenter.sh/do-not-disrupt`` (protection.py), then the GPU pods' (pods.py).
+"""The Kubernetes sink: the node's annotations (node.py) and the GPU pods' (pods.py). Training
+protection (protection.py) is a sink of its own, so that neither waits out the other's back-off.
 
 Failures: a pod's 404 and a 409 are handled where they happen; 429, 5xx, timeouts and anything
-else raise ``KubernetesError``, carrying the server's Retry-After. The sink keeps no back-off of
+else raise ``KubernetesError``, carrying the server's Retry-After, once both parts were tried (a
+node PATCH that keeps failing does not stop the pods' annotations). The sink keeps no back-off of
 its own: the daemon waits it out (``profiler_app.backoff``, the one policy) and does not call
 ``publish`` meanwhile, so a wait is never mistaken for a success.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.kube import (
@@ -25,7 +27,8 @@ from profiler_app.sinks.kubernetes.api import AnnotationApi
 from profiler_app.sinks.kubernetes.names import DEFAULT_HEARTBEAT_SECONDS
 from profiler_app.sinks.kubernetes.node import NodeAnnotator
 from profiler_app.sinks.kubernetes.pods import PodAnnotator
-from profiler_app.sinks.kubernetes.protection import TrainingProtector
+
+T = TypeVar("T")
 
 
 class KubernetesSink:
@@ -42,7 +45,6 @@ class KubernetesSink:
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
         conflict_retries: int = 2,
         clock: Callable[[], float] = time.monotonic,
-        protect_training: bool = False,
     ) -> None:
         self.node = node
         self.domain = validate_domain(domain)
@@ -51,20 +53,30 @@ class KubernetesSink:
             api, node, self.domain, heartbeat_seconds=heartbeat_seconds, clock=clock
         )
         self._pods = PodAnnotator(api, self.domain)
-        self._protector = TrainingProtector(api, self.domain) if protect_training else None
 
     def publish(self, result: CycleResult) -> None:
-        try:
-            self._node.publish(result)
-            if self._protector is not None:  # before the usage annotations: it matters more
-                self._protector.publish(result)
-            self._pods.publish(result.pods)
-        except TRANSPORT_ERRORS as error:
-            retry_after = retry_after_seconds(error)
-            asked = "" if retry_after is None else f", Retry-After {retry_after:g}s"
-            raise KubernetesError(
-                f"Kubernetes API call failed ({describe(error)}{asked})", retry_after=retry_after
-            ) from None
+        # A node PATCH that fails (an RBAC 403, say) does not keep the pods' annotations from
+        # being written, nor the other way round; the first failure is raised once both ran.
+        node_failure = _attempt(self._node.publish, result)
+        pods_failure = _attempt(self._pods.publish, result.pods)
+        failure = node_failure or pods_failure
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
         """Nothing to release: the caller owns the connection."""
+
+
+def _attempt(publish: Callable[[T], None], value: T) -> KubernetesError | None:
+    """``publish(value)``; its failure as a KubernetesError (with the server's Retry-After)."""
+    try:
+        publish(value)
+    except KubernetesError as error:
+        return error
+    except TRANSPORT_ERRORS as error:
+        retry_after = retry_after_seconds(error)
+        asked = "" if retry_after is None else f", Retry-After {retry_after:g}s"
+        return KubernetesError(
+            f"Kubernetes API call failed ({describe(error)}{asked})", retry_after=retry_after
+        )
+    return None

@@ -13,7 +13,9 @@ from profiler_app.sinks import field_stat
 from profiler_app.sinks.kubernetes.names import (
     ANNOTATION_BUDGET_BYTES,
     CONFIDENCE,
+    ENGINE,
     FB_USED_MAX,
+    FRAMEWORK,
     JOB_TYPE,
     MAX_GPUS,
     MEM_COPY_UTIL_MAX,
@@ -81,6 +83,8 @@ def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS)
             MEM_COPY_UTIL_MAX: _whole(field_stat(profile, MEM_COPY_UTIL)),
             FB_USED_MAX: _whole(field_stat(profile, FB_USED)),
             CONFIDENCE: None if profile.confidence is None else f"{profile.confidence:.2f}",
+            ENGINE: profile.engine,
+            FRAMEWORK: profile.framework,
         }
         annotations.update({prefix + name: value for name, value in values.items() if value})
         if text := _reasons(profile.reasons):

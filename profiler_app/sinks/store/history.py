@@ -223,7 +223,8 @@ def _raw(
     covered: ColumnElement[Any] = exact
     if reach_before is not None:
         inside = start + timedelta(seconds=reach_before) + _ONE_MICROSECOND
-        covered = sql_case((and_(c.at >= inside, c.at <= end), c.covers_seconds), else_=exact)
+        whole = cast(covers_us, Float) / float(MICROSECONDS)  # as rounded, like the rollups
+        covered = sql_case((and_(c.at >= inside, c.at <= end), whole), else_=exact)
     return select(
         c.node,
         c.gpu,

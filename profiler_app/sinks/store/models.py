@@ -107,10 +107,13 @@ gpu_window = Table(
     _optional("reasons", String(REASONS_LENGTH)),
     _optional("owner_kind", String(63)),
     _optional("owner_name", String(253)),
+    # Revision 0006: what ran on the GPU (profiler_app.engines' names).
+    _optional("engine", String(32)),
+    _optional("framework", String(32)),
     # The report filters on time (optionally node) and walks each GPU's rows in time order.
     Index(None, "at"),
     Index(None, "node", "gpu", "at"),
-    # Revision 0005: one partition per UTC day on PostgreSQL (partitions.py), whose primary key
+    # Revision 0007: one partition per UTC day on PostgreSQL (partitions.py), whose primary key
     # is (id, at) there: a partitioned table's unique keys hold its partition column.
     postgresql_partition_by="RANGE (at)",
 )
@@ -166,7 +169,7 @@ trace_gpu = Table(
     _required("sync_api_seconds", Float),
     _optional("iteration_seconds", Float),
     _optional("profiler_period_seconds", Float),
-    _required("verdict", String(16)),
+    _required("verdict", String(32)),  # revision 0005
     _required("evidence", Text),
     _optional("top_kernel", Text),
     Index(None, "started_at"),
@@ -207,7 +210,7 @@ trial_result = Table(
 
 
 def _rollup(name: str, bucket: str, *columns: Column[Any]) -> Table:
-    """A rollup table (revision 0005): its bucket start first in the key; on PostgreSQL one
+    """A rollup table (revision 0007): its bucket start first in the key; on PostgreSQL one
     partition per UTC month (partitions.py)."""
     return Table(
         name,

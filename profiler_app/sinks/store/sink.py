@@ -75,8 +75,6 @@ class TableStore:
         )
         self._store_interval = store_interval_seconds
         self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
-        # Last row time per node and GPU (index and UUID), loaded from the store once per node.
-        self._last_at: dict[str, dict[tuple[str, str], datetime]] = {}
         # Per node: this process's last committed cycle, and the latest one not written yet.
         self._written_at: dict[str, datetime] = {}
         self._pending: dict[str, CycleResult] = {}
@@ -125,7 +123,7 @@ class TableStore:
             if self._partitions is not None:
                 self._partitions.ensure(database, _partitions_needed(result))
             with database.transaction() as cursor:
-                last_at = self._load_last_at(cursor, result.node, result)
+                last_at = self._load_last_at(cursor, result)
                 rows = [
                     _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
                     for profile in result.gpus
@@ -137,10 +135,6 @@ class TableStore:
             if self._partitions is not None:
                 self._partitions.forget()
             raise StoreError(f"store {self.url}: {describe_driver_error(error)}") from error
-        # Only a committed cycle moves the covered-time bookkeeping forward.
-        node_last = self._last_at.setdefault(result.node, last_at)
-        for profile in result.gpus:
-            node_last[profile.gpu, profile.uuid] = result.at
         self._written_at[result.node] = result.at
         self._pending.pop(result.node, None)
         if self._retention is not None and self._retention.due():
@@ -174,27 +168,25 @@ class TableStore:
             raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
-    def _load_last_at(
-        self, cursor: Any, node: str, result: CycleResult
-    ) -> dict[tuple[str, str], datetime]:
-        cached = self._last_at.get(node)
-        if cached is not None:
-            return dict(cached)
-        # Only rows within the window matter: an older one caps the next row at the window,
-        # as no row does. The bound keeps this to the newest partition(s) and index entries.
+    def _load_last_at(self, cursor: Any, result: CycleResult) -> dict[tuple[str, str], datetime]:
+        """Each GPU's last row time within the window, read in the cycle's transaction: the
+        store, not this process, knows what was committed (a commit whose answer was lost,
+        another process writing the same node during a rolling update). One lookup per GPU on
+        the (node, gpu, at) index: at most a window of rows, however large the table."""
         param = self._database.param  # placeholders, not values
-        cursor.execute(
-            f"SELECT gpu, uuid, max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
-            f" AND at > {param('since')} GROUP BY gpu, uuid",
-            self._database.bind(
-                {"node": node, "since": result.at - timedelta(seconds=result.window_seconds)}
-            ),
+        statement = (
+            f"SELECT max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
+            f" AND gpu = {param('gpu')} AND at > {param('since')} AND uuid = {param('uuid')}"
         )
-        return {
-            (gpu, uuid): self._database.read_time(at)
-            for gpu, uuid, at in cursor.fetchall()
-            if at is not None
-        }
+        since = result.at - timedelta(seconds=result.window_seconds)
+        last_at = {}
+        for profile in result.gpus:
+            key = {"node": result.node, "gpu": profile.gpu, "uuid": profile.uuid, "since": since}
+            cursor.execute(statement, self._database.bind(key))
+            (at,) = cursor.fetchone()
+            if at is not None:
+                last_at[profile.gpu, profile.uuid] = self._database.read_time(at)
+        return last_at
 
     def _statement(self, build: Callable[..., str], table: Any, columns: Iterable[str]) -> str:
         """``build(database, table, columns)``, made once per table and column set."""
@@ -274,11 +266,11 @@ def _partitions_needed(result: CycleResult) -> list[tuple[str, datetime]]:
 def _gpu_window_row(
     result: CycleResult, profile: GpuProfile, previous_at: datetime | None
 ) -> dict[str, Any]:
-    if previous_at is None:
-        covers = result.window_seconds
-    else:
-        since_previous = (result.at - previous_at).total_seconds()
-        covers = min(max(since_previous, 0.0), result.window_seconds)
+    covers = result.window_seconds
+    if previous_at is not None:
+        covers = min(max((result.at - previous_at).total_seconds(), 0.0), covers)
+    if profile.first_sample is not None:  # a node (or exporter) younger than the window
+        covers = min(max(result.at.timestamp() - profile.first_sample, 0.0), covers)
     return {
         "at": result.at,
         "node": result.node,
@@ -301,6 +293,8 @@ def _gpu_window_row(
         "reasons": "; ".join(profile.reasons)[:REASONS_LENGTH] or None,
         "owner_kind": profile.owner_kind,
         "owner_name": profile.owner_name,
+        "engine": profile.engine,
+        "framework": profile.framework,
     }
 
 

@@ -27,7 +27,7 @@ from profiler_app.sources.prometheus.grid import (
     grid_ending_at,
 )
 from profiler_app.sources.prometheus.promql import promql_selector
-from profiler_app.urls import has_valid_port, without_credentials
+from profiler_app.urls import http_url_problem, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,11 @@ class PrometheusSource:
         session: requests.Session | None = None,
         optional_fields: Collection[str] = (),
     ) -> None:
-        if not url.startswith(("http://", "https://")) or not has_valid_port(url):
+        if problem := http_url_problem(url):
             shown = without_credentials(url)
-            raise UserError(f"invalid Prometheus URL {shown!r}: expected http://HOST:PORT")
+            raise UserError(
+                f"invalid Prometheus URL {shown!r} ({problem}): expected http://HOST:PORT"
+            )
         if not fields:
             raise UserError("no fields to read: give at least one --field")
         if step_seconds is not None and not step_seconds > 0:
@@ -159,7 +161,7 @@ def _document_of(response: requests.Response, url: str, query: str) -> object:
     """The JSON answer, after mapping HTTP errors to SourceError (transient) or UserError."""
     try:
         document = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested thousands deep
         document = None
     error = document.get("error") if isinstance(document, dict) else None
     if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUSES:

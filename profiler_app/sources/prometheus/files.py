@@ -29,6 +29,8 @@ def load_query_range(
         raise UserError(f"cannot read {path}: {error.strerror or error}") from error
     except (ValueError, UnicodeDecodeError) as error:
         raise UserError(f"{path} is not valid JSON: {error}") from error
+    except RecursionError:  # arrays or objects nested thousands deep: no query_range answer
+        raise UserError(f"{path} is nested too deeply to be a query_range answer") from None
     wanted = list(fields) if fields else fields_in_document(document, path)
     if not wanted:
         raise UserError(f"{path}: series carry no __name__ label; say which field with --field")

@@ -1,11 +1,14 @@
 """The session's playbook runs against the booted nodes, done once and shared by every test.
 
 Order: a --check run on the fresh nodes; a run with the stand-in vendor repositories stopped,
-which fails half-way (on Debian after the driver is installed); a run whose first kubeadm init
+which fails half-way (on Debian after the driver is installed); a run of the Ubuntu workers alone,
+whose driver is then installed but not loaded (they must stop before joining); then the driver is
+"loaded" (the stand-in for the reboot the operator is told to do); a run whose first kubeadm init
 fails (the stand-in kubeadm told to, after writing admin.conf like a real failed init); the
 converging run, on a cluster where the last worker carries the remains of a join that failed
 half-way (kubelet.conf written, the node never registered); an idempotent rerun. Then a Docker
-image is imported on each node for the `docker run` checks.
+image is imported on each node for the `docker run` checks, and a last run of the NVSwitch node
+finds its Fabric Manager unable to start.
 """
 
 from __future__ import annotations
@@ -36,11 +39,19 @@ TEST_VARS: dict[str, Any] = {
 # Per node: the Ubuntu 24.04 worker takes the other kernel module flavour and Fabric Manager
 # (as on an NVSwitch system; the PCI bus here has none), the others the defaults (open, auto).
 NODE_VARS: dict[str, dict[str, Any]] = {
+    # Debian's real nvidia-smi cannot work without a GPU: the check before joining runs on the
+    # Ubuntu nodes, against the stand-in driver.
+    "gpu-cp-1": {"nvidia_driver_verify_before_join": False},
     "gpu-worker-2": {
         "nvidia_driver_kernel_modules": "proprietary",
         "nvidia_driver_fabricmanager": True,
     },
 }
+# What stands for a loaded driver on the Ubuntu nodes (the stand-in nvidia-smi reads it), and for
+# a Fabric Manager that does not match the driver (the stand-in daemon exits).
+DRIVER_LOADED = "/run/nvidia-standin/driver-loaded"
+FABRIC_MISMATCH = "/run/nvidia-standin/fabric-mismatch"
+STANDIN_DRIVER_NODES = WORKERS  # the Ubuntu nodes
 FAIL_NEXT_INIT = "/var/lib/kubeadm-standin/fail-next-init"
 # What a kubeadm join that failed after writing kubelet.conf leaves on a worker.
 HALF_JOINED_WORKER = WORKERS[-1]
@@ -53,10 +64,12 @@ class Provisioned:
     inventory: Path
     check_run: RunResult
     interrupted_run: RunResult
+    unloaded_run: RunResult  # the GPU workers' driver installed, not loaded: they must not join
     failed_init_run: RunResult
     converge_run: RunResult
     rerun: RunResult
     image: str
+    fabric_mismatch_run: RunResult  # Fabric Manager not matching the driver on the NVSwitch node
 
 
 def inventory_for(cluster: Cluster, path: Path, names: list[str] | None = None) -> Path:
@@ -98,6 +111,12 @@ def provision(cluster: Cluster, workdir: Path) -> Provisioned:
         interrupted_run = run_playbook("site.yml", inventory, log=workdir / "interrupted.log")
     finally:
         cluster.repo.start()
+    limit = ",".join(STANDIN_DRIVER_NODES)
+    unloaded_run = run_playbook(
+        "site.yml", inventory, "--limit", limit, log=workdir / "unloaded.log"
+    )
+    for name in STANDIN_DRIVER_NODES:  # the operator reboots them: the driver is loaded
+        cluster.node(name).run(f"mkdir -p {Path(DRIVER_LOADED).parent} && touch {DRIVER_LOADED}")
     control_plane = cluster.node(CONTROL_PLANE[0])
     control_plane.run(f"mkdir -p {Path(FAIL_NEXT_INIT).parent} && touch {FAIL_NEXT_INIT}")
     failed_init_run = run_playbook("site.yml", inventory, log=workdir / "failed-init.log")
@@ -107,13 +126,33 @@ def provision(cluster: Cluster, workdir: Path) -> Provisioned:
     converge_run = run_playbook("site.yml", inventory, log=workdir / "converge.log")
     rerun = run_playbook("site.yml", inventory, log=workdir / "rerun.log")
     image = import_image(cluster) if converge_run.returncode == 0 else ""
+    fabric_mismatch_run = fabric_mismatch(cluster, inventory, workdir)
     return Provisioned(
         cluster,
         inventory,
         check_run,
         interrupted_run,
+        unloaded_run,
         failed_init_run,
         converge_run,
         rerun,
         image,
+        fabric_mismatch_run,
     )
+
+
+def fabric_mismatch(cluster: Cluster, inventory: Path, workdir: Path) -> RunResult:
+    """Fabric Manager stops and cannot start again (another version than the driver's): the
+    NVSwitch node's next run stops before the join step. The node is healthy again afterwards."""
+    node = cluster.node("gpu-worker-2")
+    node.run(f"touch {FABRIC_MISMATCH} && systemctl stop nvidia-fabricmanager")
+    try:
+        return run_playbook(
+            "kubeadm_cluster.yml",
+            inventory,
+            "--limit",
+            node.name,
+            log=workdir / "fabric-mismatch.log",
+        )
+    finally:
+        node.run(f"rm -f {FABRIC_MISMATCH} && systemctl start nvidia-fabricmanager")

@@ -30,11 +30,11 @@ from pathlib import Path
 PAYLOADS = Path(__file__).resolve().parent.parent / "standin"
 NVIDIA_REPO = "libnvidia-container/stable/deb/amd64"
 NVIDIA_KEY = "libnvidia-container/gpgkey"
-KUBERNETES_MINOR = "1.31"
+KUBERNETES_MINOR = "1.35"
 KUBERNETES_REPO = f"core:/stable:/v{KUBERNETES_MINOR}/deb"
 KUBERNETES_KEY = f"{KUBERNETES_REPO}/Release.key"
 CNI_MANIFEST = "cni/standin-cni.yaml"
-KUBERNETES_VERSIONS = ("1.31.1", "1.31.2", "1.31.3")
+KUBERNETES_VERSIONS = ("1.35.8", "1.35.9", "1.35.10")
 NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0")
 # NVIDIA's CUDA repositories (flat, one per Ubuntu release) and the driver branches they offer.
 CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
@@ -272,7 +272,7 @@ def repackage_as_docker_ce(source: Path, codename: str, cache: Path) -> Path:
 
 def kubernetes_packages() -> list[Package]:
     packages = [
-        Package("cri-tools", "1.31.1-1.1", files={"/usr/bin/crictl": ("record-args", 0o755)}),
+        Package("cri-tools", "1.35.0-1.1", files={"/usr/bin/crictl": ("record-args", 0o755)}),
         Package(
             "kubernetes-cni", "1.5.1-1.1", files={"/opt/cni/bin/standin": ("record-args", 0o755)}
         ),

@@ -11,6 +11,7 @@ server must serve honest and small.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,41 @@ class ForbiddenError(ApiError):
     """The kubeconfig's user may not do what the suite needs: no amount of waiting helps."""
 
 
+class CredentialsError(ForbiddenError):
+    """The API server does not accept the kubeconfig's credentials (401): they expired (an AWS
+    session's end stops ``aws eks get-token``) or are not this cluster's. Waiting does not help."""
+
+
+class _CredentialPluginFailures(logging.Handler):
+    """What the client's exec credential plugin (``aws eks get-token``) last said when it failed:
+    the client logs it and sends the request with the credentials it had."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("exec:"):
+            self.last = message
+
+
+def unauthorized_message(method: str, path: str, plugin_failure: str | None) -> str:
+    """A 401, told apart: expired credentials (what to renew), or credentials of another cluster."""
+    said = f" (the credential plugin failed: {plugin_failure})" if plugin_failure else ""
+    if plugin_failure and "expired" in plugin_failure.lower():
+        return (
+            f"{method} {path} answered 401 Unauthorized: the credentials expired{said}; renew "
+            "them (AWS: a new session, e.g. `aws sts get-caller-identity` must work; in CI a role "
+            "session at least as long as the job, role-duration-seconds), then run the suite again"
+        )
+    return (
+        f"{method} {path} answered 401 Unauthorized: the API server does not accept the "
+        f"kubeconfig's credentials{said}; they are expired or of another cluster (AWS: `aws eks "
+        "update-kubeconfig`, or a fresh `pulumi stack output kubeconfig`)"
+    )
+
+
 def _status_message(body: bytes) -> str:
     """The ``message`` of a Status body, or the start of whatever else came back."""
     text = body.decode("utf-8", errors="replace").strip()
@@ -76,6 +112,8 @@ class Cluster:
 
     def __init__(self, connection: KubeConnection) -> None:
         self._connection = connection
+        self._plugin_failures = _CredentialPluginFailures()
+        logging.getLogger().addHandler(self._plugin_failures)
 
     @classmethod
     def from_kubeconfig(cls, path: str) -> Cluster:
@@ -87,6 +125,7 @@ class Cluster:
         return cls(connection)
 
     def close(self) -> None:
+        logging.getLogger().removeHandler(self._plugin_failures)
         self._connection.close()
 
     def _exchange(
@@ -115,8 +154,17 @@ class Cluster:
         status, data = self._exchange(method, path, **kwargs)
         if 200 <= status <= 299:
             return data
+        if status == 401:
+            failure = self._plugin_failures.last
+            raise CredentialsError(unauthorized_message(method, path, failure), status)
         message = f"{method} {path} answered {status}: {_status_message(data)}"
-        raise (ForbiddenError if status in (401, 403) else ApiError)(message, status)
+        if status == 403:
+            raise ForbiddenError(
+                f"{message}: the credentials are valid, but their user may not do this (RBAC): "
+                "use the cluster admin's kubeconfig, or grant what tests/smoke/README.md lists",
+                status,
+            )
+        raise ApiError(message, status)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Json:
         data = self._call(method, path, **kwargs)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.smoke.checks.cluster import Cluster, SmokeError
 from tests.smoke.checks.layout import SMOKE_LABEL, SmokeSettings
-from tests.smoke.checks.pods import HOLD_SECONDS, PodRun, pod_manifest, run_pod
+from tests.smoke.checks.pods import HOLD_SECONDS, PodRun, cuda_pod_manifest, run_pod
 from tests.smoke.checks.prometheus import Prometheus
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +36,7 @@ SETTINGS_OPTIONS: list[tuple[str, str, type, str]] = [
     ("--profiler-namespace", "profiler_namespace", str, "the stack's profilerNamespace"),
     ("--annotation-domain", "annotation_domain", str, "the stack's annotationDomain"),
     ("--min-gpu-nodes", "min_gpu_nodes", int, "fail with fewer GPU nodes than this"),
-    ("--smoke-image", "image", str, "image of the GPU test pods, without nvidia-smi of its own"),
+    ("--smoke-image", "image", str, "image of the test pods (python3; pin it by digest)"),
     ("--smoke-timeout", "timeout_seconds", float, "seconds each check waits for the cluster"),
     ("--smoke-pod-timeout", "pod_timeout_seconds", float, "seconds a test pod may take"),
     (
@@ -78,12 +78,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="a NodePort or LoadBalancer Service you configured on purpose; repeat for several",
     )
     group.addoption(
+        "--nvswitch-node",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="a GPU node with NVSwitches (HGX) whose GPUs must copy peer to peer; EKS nodes of "
+        "p4d, p5 and p6 instance types are found by themselves (repeatable)",
+    )
+    group.addoption(
+        "--expect-active",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="a ScaledObject whose trigger is above its activation threshold now (repeatable)",
+    )
+    group.addoption(
+        "--storage-class",
+        default=None,
+        help="the StorageClass a test volume is made of (default: the cluster's default class; "
+        "EKS: gp3-encrypted)",
+    )
+    group.addoption(
         "--scaling",
         action="store_true",
         default=False,
         help="run the scaling check: on a cluster scaled to zero GPU nodes, a GPU pod brings a "
         "Karpenter node, which goes away once empty (default: skipped)",
     )
+
+
+# Fixtures that run a test pod, each waiting up to --smoke-pod-timeout.
+POD_FIXTURES = ("cuda_pod", "gpu_holder_pod", "no_gpu_pod")
+# Beyond the suite's own time limits: requests, pod deletion, reporting.
+TIMEOUT_MARGIN_SECONDS = 300.0
+
+
+def own_time_limit(item: pytest.Item, settings: SmokeSettings) -> float:
+    """The longest a check can take by the suite's own limits, before it reports what to fix."""
+    if item.name.startswith("test_a_gpu_pod_brings_a_gpu_node"):  # the scaling check
+        return settings.scale_up_timeout_seconds + 2 * settings.scale_down_timeout_seconds
+    pods = sum(1 for fixture in POD_FIXTURES if fixture in getattr(item, "fixturenames", ()))
+    if "nvswitch" in item.name or "volume" in item.name:
+        pods += 1
+    return settings.timeout_seconds + pods * settings.pod_timeout_seconds
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The smoke checks' own time limits govern them: pytest-timeout's (pyproject's 600 s) only
+    stops a check that has overrun its own limits by TIMEOUT_MARGIN_SECONDS, so the check's
+    message saying what to fix always comes first."""
+    settings = settings_from(config)
+    for item in items:
+        if item.get_closest_marker("smoke") and not item.get_closest_marker("timeout"):
+            limit = own_time_limit(item, settings) + TIMEOUT_MARGIN_SECONDS
+            item.add_marker(pytest.mark.timeout(limit))
 
 
 def _covers(argument: str, root: Path, target: Path) -> bool:
@@ -101,13 +149,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args.append(str(NODE_CHECKS))
 
 
-@pytest.fixture(scope="session")
-def settings(request: pytest.FixtureRequest) -> SmokeSettings:
-    option = request.config.getoption
+def settings_from(config: pytest.Config) -> SmokeSettings:
+    option = config.getoption
     chosen = {field: option(_dest(flag)) for flag, field, _, _ in SETTINGS_OPTIONS}
     return SmokeSettings(
-        **chosen, allowed_exposed=frozenset(option("allow_exposed")), scaling=option("scaling")
+        **chosen,
+        allowed_exposed=frozenset(option("allow_exposed")),
+        scaling=option("scaling"),
+        nvswitch_nodes=frozenset(option("nvswitch_node")),
+        expect_active=frozenset(option("expect_active")),
+        storage_class=option("storage_class"),
     )
+
+
+@pytest.fixture(scope="session")
+def settings(request: pytest.FixtureRequest) -> SmokeSettings:
+    return settings_from(request.config)
 
 
 @pytest.fixture(scope="session")
@@ -147,9 +204,12 @@ def smoke_namespace(cluster: Cluster) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def nvidia_smi_pod(cluster: Cluster, smoke_namespace: str, settings: SmokeSettings) -> PodRun:
-    """A pod that requests one GPU and runs ``nvidia-smi -L`` to completion."""
-    manifest = pod_manifest("gpu-smoke-nvidia-smi", settings.image, ["nvidia-smi", "-L"], gpus=1)
+def cuda_pod(cluster: Cluster, smoke_namespace: str, settings: SmokeSettings) -> PodRun:
+    """A pod that requests one GPU and runs the CUDA program: one GPU visible, a kernel's sums
+    right."""
+    manifest = cuda_pod_manifest(
+        "gpu-smoke-cuda", settings.image, ["--expect-devices", "1"], gpus=1
+    )
     return run_pod(
         cluster,
         smoke_namespace,
@@ -161,15 +221,15 @@ def nvidia_smi_pod(cluster: Cluster, smoke_namespace: str, settings: SmokeSettin
 
 @pytest.fixture(scope="session")
 def gpu_holder_pod(
-    cluster: Cluster, smoke_namespace: str, settings: SmokeSettings, nvidia_smi_pod: PodRun
+    cluster: Cluster, smoke_namespace: str, settings: SmokeSettings, cuda_pod: PodRun
 ) -> Iterator[PodRun]:
     """A pod that holds one GPU while the monitoring checks look for it, and says which GPU.
 
-    Created after the nvidia-smi pod has finished: a cluster with a single GPU has room for one
-    at a time.
+    Created after the CUDA pod has finished: a cluster with a single GPU has room for one at a
+    time.
     """
-    command = ["sh", "-c", f"nvidia-smi -L; exec sleep {HOLD_SECONDS}"]
-    manifest = pod_manifest("gpu-smoke-holder", settings.image, command, gpus=1)
+    arguments = ["--expect-devices", "1", "--hold", str(HOLD_SECONDS)]
+    manifest = cuda_pod_manifest("gpu-smoke-holder", settings.image, arguments, gpus=1)
     run = run_pod(
         cluster,
         smoke_namespace,
@@ -184,10 +244,11 @@ def gpu_holder_pod(
 @pytest.fixture(scope="session")
 def no_gpu_pod(cluster: Cluster, smoke_namespace: str, settings: SmokeSettings) -> PodRun:
     """A pod on a GPU node that requests no GPU, yet asks the runtime for all of them."""
-    manifest = pod_manifest(
+    manifest = cuda_pod_manifest(
         "gpu-smoke-no-gpu",
         settings.image,
-        ["nvidia-smi", "-L"],
+        ["--expect-devices", "0"],
+        gpus=0,
         env={"NVIDIA_VISIBLE_DEVICES": "all"},
     )
     return run_pod(

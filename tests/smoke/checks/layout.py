@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from infra import monitoring, versions
+from infra.autoscaling import KEDA_NAMESPACE
 from infra.gpu import (
     GPU_NODE_LABEL_KEY,
     GPU_NODE_LABEL_VALUE,
@@ -44,6 +45,7 @@ __all__ = [
     "GPU_TAINT_VALUE",
     "GRAFANA_PORT",
     "GRAFANA_SERVICE",
+    "KEDA_NAMESPACE",
     "NODE_CLAIMS_PATH",
     "NODE_POOL_LABEL",
     "PROFILED_AT",
@@ -78,11 +80,29 @@ GRAFANA_CHART_DEFAULT_PASSWORD = "prom-operator"
 CUSTOM_METRICS_API = "custom.metrics.k8s.io/v1beta1"
 CUSTOM_METRICS_API_SERVICE = "v1beta1.custom.metrics.k8s.io"
 
-# A CUDA base image: the NVIDIA container toolkit mounts nvidia-smi into it when it exposes GPUs.
-GPU_TEST_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+# The test pods' image, pinned by digest (a multi-architecture index: amd64 and arm64 nodes). The
+# CUDA program (cuda_check.py) needs only Python: the NVIDIA container toolkit mounts the driver's
+# libcuda into a container it hands GPUs to, and the driver compiles the program's PTX kernel.
+TEST_IMAGE = (
+    "docker.io/library/python:3.12-slim-bookworm"
+    "@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254"
+)
 # Karpenter's API and the label it puts on the nodes of a NodePool (https://karpenter.sh/docs/).
 NODE_CLAIMS_PATH = "/apis/karpenter.sh/v1/nodeclaims"
 NODE_POOL_LABEL = "karpenter.sh/nodepool"
+# EC2 instance types whose GPUs are connected by NVSwitches (HGX boards).
+NVSWITCH_INSTANCE_TYPES = frozenset(
+    {
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+    }
+)
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Labels every object the smoke suite creates, so a leftover can be found and deleted.
 SMOKE_LABEL = {"app.kubernetes.io/part-of": "gpu-cluster-smoke"}
 
@@ -116,13 +136,17 @@ class SmokeSettings:
     profiler_namespace: str = PROFILER_NAMESPACE
     device_plugin_namespace: str = DEVICE_PLUGIN_NAMESPACE
     min_gpu_nodes: int = 1
-    image: str = GPU_TEST_IMAGE
+    image: str = TEST_IMAGE
     timeout_seconds: float = 300.0  # for the cluster to reach a checked state
     pod_timeout_seconds: float = 600.0  # for a test pod to finish, image pull included
     allowed_exposed: frozenset[str] = frozenset()  # "namespace/name" of Services meant to be
     annotation_domain: str = DEFAULT_DOMAIN
     annotation_max_age_seconds: float = ANNOTATION_MAX_AGE_SECONDS
     scaling: bool = False  # run the opt-in scaling check (test_scaling.py)
+    nvswitch_nodes: frozenset[str] = frozenset()  # besides nodes of NVSWITCH_INSTANCE_TYPES
+    # "namespace/name" of ScaledObjects whose trigger is above its activation threshold now.
+    expect_active: frozenset[str] = frozenset()
+    storage_class: str | None = None  # None: the cluster's default StorageClass
     # A GPU instance's launch, boot and device plugin registration, image pull included.
     scale_up_timeout_seconds: float = 900.0
     # The GPU NodePool's consolidateAfter, plus draining and terminating the instance.

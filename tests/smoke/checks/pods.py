@@ -1,16 +1,20 @@
 """The pods the smoke suite runs on GPU nodes, and waiting for them.
 
-Every test pod targets GPU nodes (their label, and a toleration of their taint) so that the pod
+Every GPU test pod targets GPU nodes (their label, and a toleration of their taint) so that the pod
 that requests no GPU lands where GPUs are and could leak. That pod also sets
 ``NVIDIA_VISIBLE_DEVICES=all``, as CUDA images do in their environment: a container runtime that
 honours the variable for unprivileged pods hands every GPU to any pod that asks.
+
+The GPU pods run the CUDA program of cuda_check.py (its source, with ``python3 -c``), which ends
+its log with one JSON line: the GPUs it saw, their UUIDs and what went wrong.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from infra.gpu import gpu_node_selector, gpu_tolerations
@@ -19,9 +23,16 @@ from tests.smoke.checks.layout import GPU_RESOURCE, SMOKE_LABEL
 from tests.smoke.checks.scheduling import is_ready, why_not_running
 
 Json = dict[str, Any]
-# `nvidia-smi -L`: "GPU 0: NVIDIA A10G (UUID: GPU-5e2f...)", one line per GPU it can see.
-NVIDIA_SMI_GPU_LINE = re.compile(r"^GPU \d+: .+ \(UUID: (GPU-[0-9A-Fa-f-]+)\)\s*$", re.MULTILINE)
 HOLD_SECONDS = 3600  # a holder pod's sleep; activeDeadlineSeconds ends it if the suite dies
+CUDA_CHECK_SOURCE = Path(__file__).with_name("cuda_check.py").read_text(encoding="utf-8")
+# The toolkit mounts the driver's compute libraries only for this capability (CUDA images set it;
+# the test image does not).
+DRIVER_CAPABILITIES = {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+
+
+def cuda_command(*arguments: str) -> list[str]:
+    """The container command that runs the CUDA program with these arguments."""
+    return ["python3", "-c", CUDA_CHECK_SOURCE, *arguments]
 
 
 def pod_manifest(
@@ -32,8 +43,9 @@ def pod_manifest(
     gpus: int = 0,
     env: dict[str, str] | None = None,
     deadline_seconds: int = HOLD_SECONDS,
+    on_gpu_nodes: bool = True,
 ) -> Json:
-    """A one-container pod on a GPU node, restartPolicy Never."""
+    """A one-container pod, on a GPU node unless told otherwise, restartPolicy Never."""
     resources: Json = {}
     if gpus:
         resources = {"limits": {GPU_RESOURCE: str(gpus)}}
@@ -46,19 +58,33 @@ def pod_manifest(
     }
     if env:
         container["env"] = [{"name": key, "value": value} for key, value in env.items()]
+    spec: Json = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": deadline_seconds,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [container],
+    }
+    if on_gpu_nodes:
+        spec |= {"nodeSelector": gpu_node_selector(), "tolerations": gpu_tolerations()}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pod_name, "labels": dict(SMOKE_LABEL)},
-        "spec": {
-            "restartPolicy": "Never",
-            "activeDeadlineSeconds": deadline_seconds,
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": gpu_node_selector(),
-            "tolerations": gpu_tolerations(),
-            "containers": [container],
-        },
+        "spec": spec,
     }
+
+
+def cuda_pod_manifest(
+    pod_name: str, image: str, arguments: list[str], *, gpus: int, env: dict[str, str] | None = None
+) -> Json:
+    """A pod on a GPU node running the CUDA program."""
+    return pod_manifest(
+        pod_name,
+        image,
+        cuda_command(*arguments),
+        gpus=gpus,
+        env={**DRIVER_CAPABILITIES, **(env or {})},
+    )
 
 
 @dataclass(frozen=True)
@@ -90,9 +116,26 @@ class PodRun:
                 return int(ended.get("exitCode", -1))
         return None
 
+    def result(self) -> Json | None:
+        """The CUDA program's result: the last line of the log that is a JSON object."""
+        for line in reversed(self.log.splitlines()):
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(document, dict):
+                return document
+        return None
+
+    def result_field(self, key: str) -> Any:
+        return (self.result() or {}).get(key)
+
     def gpu_uuids(self) -> list[str]:
-        """The GPUs ``nvidia-smi -L`` listed in the pod's log."""
-        return NVIDIA_SMI_GPU_LINE.findall(self.log)
+        """The GPUs the CUDA program saw, by UUID (NVML's, which dcgm-exporter reports)."""
+        return [str(uuid) for uuid in (self.result() or {}).get("uuids") or []]
+
+    def cuda_problems(self) -> list[str]:
+        return [str(problem) for problem in (self.result() or {}).get("problems") or []]
 
     def describe(self) -> str:
         where = f" on {self.node}" if self.node else ""

@@ -17,6 +17,9 @@ from tests.smoke.checks.layout import (
     GPU_TAINT_EFFECT,
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
+    INSTANCE_TYPE_LABEL,
+    NVSWITCH_INSTANCE_TYPES,
+    SmokeSettings,
 )
 
 Json = dict[str, Any]
@@ -70,6 +73,14 @@ def is_gpu_node(node: Json) -> bool:
         has_gpu_label(node)
         or any(taint.get("key") == GPU_TAINT_KEY for taint in taints(node))
         or bool(gpu_count(node, "capacity"))
+    )
+
+
+def is_nvswitch_node(node: Json, settings: SmokeSettings) -> bool:
+    """A node whose GPUs hang off NVSwitches: an HGX instance type, or named on the command line."""
+    return (
+        labels(node).get(INSTANCE_TYPE_LABEL) in NVSWITCH_INSTANCE_TYPES
+        or name(node) in settings.nvswitch_nodes
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.smoke.checks.cluster import Cluster, SmokeError, eventually, fail_on
 from tests.smoke.checks.layout import SmokeSettings
-from tests.smoke.checks.pods import HOLD_SECONDS, pod_manifest, run_pod
+from tests.smoke.checks.pods import HOLD_SECONDS, cuda_pod_manifest, run_pod
 from tests.smoke.checks.scaling import (
     claim_of,
     gpu_nodes_present,
@@ -47,8 +47,8 @@ def test_a_gpu_pod_brings_a_gpu_node_that_goes_away_when_empty(
         "The cluster is not scaled to zero GPU nodes",
     )
 
-    command = ["sh", "-c", f"nvidia-smi -L; exec sleep {HOLD_SECONDS}"]
-    manifest = pod_manifest("gpu-smoke-scale-up", settings.image, command, gpus=1)
+    arguments = ["--expect-devices", "1", "--hold", str(HOLD_SECONDS)]
+    manifest = cuda_pod_manifest("gpu-smoke-scale-up", settings.image, arguments, gpus=1)
     run = run_pod(
         cluster,
         smoke_namespace,

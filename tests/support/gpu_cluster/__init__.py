@@ -58,7 +58,10 @@ from tests.support.gpu_cluster.backends import RULES_FILE, prometheus_config, ru
 from tests.support.gpu_cluster.scenario import (
     GpuNode,
     Karpenter,
+    Keda,
     Scenario,
+    Storage,
+    StoreDatabase,
     Taint,
     TrainingModel,
     Unready,
@@ -69,8 +72,11 @@ from tests.support.prometheus import PrometheusServer
 __all__ = [
     "GpuNode",
     "Karpenter",
+    "Keda",
     "Scenario",
     "StandInGpuCluster",
+    "Storage",
+    "StoreDatabase",
     "Taint",
     "TrainingModel",
     "Unready",

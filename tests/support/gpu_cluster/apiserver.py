@@ -14,7 +14,8 @@ from urllib.parse import urlencode
 
 import requests
 
-from tests.smoke.checks.layout import CUSTOM_METRICS_API, CUSTOM_METRICS_API_SERVICE
+from tests.smoke.checks.layout import CUSTOM_METRICS_API, CUSTOM_METRICS_API_SERVICE, KEDA_NAMESPACE
+from tests.smoke.checks.services import EXTERNAL_METRICS_API_SERVICE
 from tests.support.apiserver import RecordedRequest, StandInApiServer, _Handler, status_object
 from tests.support.dcgm import Gpu
 from tests.support.gpu_cluster import controllers, objects
@@ -24,9 +25,14 @@ from tests.support.gpu_cluster.backends import (
     custom_metric_values,
 )
 from tests.support.gpu_cluster.batch import BatchControllers
-from tests.support.gpu_cluster.controllers import ADAPTER, DCGM_EXPORTER, NAMES
+from tests.support.gpu_cluster.controllers import (
+    ADAPTER,
+    DCGM_EXPORTER,
+    KEDA_METRICS_SERVER,
+    NAMES,
+)
 from tests.support.gpu_cluster.karpenter import API_VERSION as KARPENTER_API
-from tests.support.gpu_cluster.karpenter import StandInKarpenter
+from tests.support.gpu_cluster.karpenter import NODE_CLASS_API, StandInKarpenter
 from tests.support.gpu_cluster.kubelet import PodLifecycle, Reply, not_found
 from tests.support.gpu_cluster.objects import Json
 from tests.support.gpu_cluster.scenario import Scenario
@@ -60,6 +66,15 @@ ROUTES = [
     ("*", rf"/api/v1/namespaces/{_NAME}/(configmaps|resourcequotas)(?:/{_NAME})?", "batch_objects"),
     ("*", rf"/apis/scheduling\.k8s\.io/v1/()(priorityclasses)(?:/{_NAME})?", "batch_objects"),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims/{_NAME}", "node_claim"),
+    ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodepools", "list_node_pools"),
+    ("GET", rf"/apis/{re.escape(NODE_CLASS_API)}/ec2nodeclasses", "list_node_classes"),
+    ("GET", rf"/apis/apps/v1/namespaces/{_NAME}/deployments/{_NAME}", "deployment"),
+    ("GET", r"/apis/keda\.sh/v1alpha1/scaledobjects", "list_scaled_objects"),
+    ("GET", r"/apis/storage\.k8s\.io/v1/storageclasses", "list_storage_classes"),
+    ("POST", rf"/api/v1/namespaces/{_NAME}/persistentvolumeclaims", "create_claim"),
+    ("GET", rf"/api/v1/namespaces/{_NAME}/persistentvolumeclaims/{_NAME}", "claim"),
+    ("GET", rf"/api/v1/namespaces/{_NAME}/events", "list_events"),
+    ("GET", rf"/apis/postgresql\.cnpg\.io/v1/namespaces/{_NAME}/clusters", "list_databases"),
 ]
 _ROUTES = [(method, re.compile(f"^{path}$"), name) for method, path, name in ROUTES]
 
@@ -127,10 +142,18 @@ class StandInGpuCluster(StandInApiServer):
         self.scenario = scenario
         self.prometheus_url = prometheus_url
         self.gpu_nodes = {node.name: node for node in scenario.gpu_nodes}
-        self.namespaces = {"default", "kube-system", *NAMES.gpu_layer_namespaces()}
+        self.namespaces = {
+            "default",
+            "kube-system",
+            KEDA_NAMESPACE,
+            *NAMES.gpu_layer_namespaces(),
+        }
         self.pods = PodLifecycle(self)
         self.batch = BatchControllers(self)
-        self.exporter = StandInDcgmExporter(self.reported_gpus, self.gpu_values)
+        self._store_errors = 0
+        self.exporter = StandInDcgmExporter(
+            self.reported_gpus, self.gpu_values, self.profiler_metrics
+        )
         self.grafana = StandInGrafana(scenario.grafana_admin_password)
         backends = {
             "prometheus": prometheus_url,
@@ -201,6 +224,18 @@ class StandInGpuCluster(StandInApiServer):
 
     def _ready(self, app: str, node: str | None = None) -> bool:
         return objects.ready_pod_of(list(self._state.pods.values()), app, node)
+
+    def profiler_metrics(self) -> list[str]:
+        """The profiler's store error counter, rising at every scrape while its writes fail."""
+        store = self.scenario.store
+        if store is None:
+            return []
+        if store.failing_writes:
+            self._store_errors += 1
+        return [
+            "# TYPE gpu_profiler_errors_total counter",
+            f'gpu_profiler_errors_total{{kind="store"}} {self._store_errors}',
+        ]
 
     def reported_gpus(self) -> list[tuple[Gpu, bool]]:
         """What dcgm-exporter reports: every GPU of the nodes where it runs, attributed to the
@@ -322,18 +357,22 @@ class StandInGpuCluster(StandInApiServer):
         return (200, copy.deepcopy(found)) if found else not_found("daemonsets.apps", name)
 
     def api_service(self, request: RecordedRequest, name: str) -> Reply:
-        if name != CUSTOM_METRICS_API_SERVICE:
+        backend = {
+            CUSTOM_METRICS_API_SERVICE: ADAPTER,
+            EXTERNAL_METRICS_API_SERVICE: KEDA_METRICS_SERVER if self.scenario.keda else None,
+        }.get(name)
+        if backend is None:
             return not_found("apiservices.apiregistration.k8s.io", name)
         with self.lock:
-            available = self._ready(ADAPTER)
+            available = self._ready(backend)
         condition = {"type": "Available", "status": "True", "reason": "Passed"}
         if not available:
             condition = {
                 "type": "Available",
                 "status": "False",
                 "reason": "MissingEndpoints",
-                "message": f'endpoints for service/{ADAPTER} in "{NAMES.monitoring_namespace}" '
-                'have no addresses with port name "https"',
+                "message": f"endpoints for service/{backend} have no addresses with port name "
+                '"https"',
             }
         return 200, {
             "apiVersion": "apiregistration.k8s.io/v1",
@@ -401,17 +440,82 @@ class StandInGpuCluster(StandInApiServer):
 
     def list_node_claims(self, request: RecordedRequest) -> Reply:
         if self.karpenter is None:
-            return _no_karpenter()
+            return _not_served()
         with self.lock:
             return self.karpenter.list_node_claims()
 
     def node_claim(self, request: RecordedRequest, name: str) -> Reply:
         if self.karpenter is None:
-            return _no_karpenter()
+            return _not_served()
         with self.lock:
             return self.karpenter.node_claim(name)
 
+    def list_node_pools(self, request: RecordedRequest) -> Reply:
+        return self.karpenter.list_node_pools() if self.karpenter else _not_served()
 
-def _no_karpenter() -> Reply:
+    def list_node_classes(self, request: RecordedRequest) -> Reply:
+        return self.karpenter.list_node_classes() if self.karpenter else _not_served()
+
+    def deployment(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        """A Deployment of the scenario's workloads, its status from its pods."""
+        workload = next(
+            (
+                w
+                for w in controllers.workloads_of(self.scenario)
+                if (w.kind, w.namespace, w.name) == ("Deployment", namespace, name)
+            ),
+            None,
+        )
+        if workload is None:
+            return not_found("deployments.apps", name)
+        with self.lock:
+            ready = sum(
+                1
+                for (ns, _), pod in self._state.pods.items()
+                if ns == namespace
+                and pod["metadata"].get("labels", {}).get("app.kubernetes.io/name") == workload.app
+                and objects.is_ready(pod)
+            )
+        return 200, objects.deployment_manifest(workload, ready)
+
+    def list_scaled_objects(self, request: RecordedRequest) -> Reply:
+        keda = self.scenario.keda
+        if keda is None:
+            return _not_served()
+        return _listing("ScaledObject", [objects.scaled_object_manifest(keda)])
+
+    def list_storage_classes(self, request: RecordedRequest) -> Reply:
+        name = self.scenario.storage.default_class
+        return _listing("StorageClass", [objects.storage_class_manifest(name)] if name else [])
+
+    def create_claim(self, request: RecordedRequest, namespace: str) -> Reply:
+        with self.lock:
+            return self.pods.create_claim(namespace, request.json())
+
+    def claim(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        with self.lock:
+            found = self.pods.claims.get((namespace, name))
+        if found is None:
+            return not_found("persistentvolumeclaims", name)
+        return 200, copy.deepcopy(found)
+
+    def list_events(self, request: RecordedRequest, namespace: str) -> Reply:
+        with self.lock:
+            events = self.pods.claim_events(namespace)
+        return _listing("Event", events)
+
+    def list_databases(self, request: RecordedRequest, namespace: str) -> Reply:
+        store = self.scenario.store
+        if store is None:
+            return _not_served()
+        items = (
+            [objects.database_manifest(namespace, store)]
+            if namespace == NAMES.profiler_namespace
+            else []
+        )
+        return _listing("Cluster", items)
+
+
+def _not_served() -> Reply:
     """What the real API server answers for a group no CRD serves."""
     return 404, status_object(404, "NotFound", "the server could not find the requested resource")

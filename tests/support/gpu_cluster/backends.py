@@ -99,12 +99,20 @@ GpuValues = Callable[[Gpu], dict[str, float]]  # a GPU's fields where they diffe
 
 
 class StandInDcgmExporter(HttpStub):
-    """dcgm-exporter's /metrics for what ``source`` says is there (see the module docstring)."""
+    """dcgm-exporter's /metrics for what ``source`` says is there (see the module docstring), with
+    ``values`` (the trials' waveforms) where given; ``more`` adds lines of other exporters the
+    same Prometheus job stands in for (the profiler's store errors)."""
 
-    def __init__(self, source: GpuSource, values: GpuValues | None = None) -> None:
+    def __init__(
+        self,
+        source: GpuSource,
+        values: GpuValues | None = None,
+        more: Callable[[], list[str]] | None = None,
+    ) -> None:
         self._types = _counter_types()
         self._source = source
         self._values = values
+        self._more = more or list
         super().__init__(self._respond)
 
     def _respond(self, method: str, path: str, query: dict[str, str], body: bytes) -> Answer:
@@ -129,7 +137,7 @@ class StandInDcgmExporter(HttpStub):
                 value = overrides[device].get(field, value)
                 labels = ",".join(f'{key}="{text}"' for key, text in device.labels().items())
                 lines.append(f"{field}{{{labels}}} {value:g}")
-        return "\n".join(lines) + "\n"
+        return "\n".join([*lines, *self._more()]) + "\n"
 
 
 class StandInGrafana(HttpStub):

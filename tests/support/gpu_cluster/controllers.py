@@ -10,17 +10,29 @@ from dataclasses import dataclass
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_RESOURCE
 from infra.platform import GRAFANA_SERVICE, PROMETHEUS_SERVICE
 from profiler_app.sinks.kubernetes import PROFILED_AT
-from tests.smoke.checks.layout import DEFAULT_DOMAIN, SmokeSettings
+from tests.smoke.checks.layout import (
+    DEFAULT_DOMAIN,
+    INSTANCE_TYPE_LABEL,
+    KEDA_NAMESPACE,
+    SmokeSettings,
+)
+from tests.smoke.checks.services import KARPENTER_DEPLOYMENT, KEDA_DEPLOYMENTS
 from tests.support.gpu_cluster import objects
 from tests.support.gpu_cluster.objects import Json, Workload
 from tests.support.gpu_cluster.scenario import GpuNode, Scenario
 
 NAMES = SmokeSettings()  # the namespaces and DaemonSets the stacks create, by default
+STORE_URL_FROM_SECRET = {
+    "name": "GPU_PROFILER_STORE_URL",
+    "valueFrom": {"secretKeyRef": {"name": "gpu-profiler-store", "key": "store-url"}},
+}
 _DAEMON_SETS = NAMES.daemon_sets()
 DEVICE_PLUGIN = _DAEMON_SETS["device-plugin"].name
 DCGM_EXPORTER = _DAEMON_SETS["dcgm-exporter"].name
 PROFILER = _DAEMON_SETS["profiler"].name
 ADAPTER = "prometheus-adapter"
+KARPENTER = KARPENTER_DEPLOYMENT[1]
+KEDA_METRICS_SERVER = KEDA_DEPLOYMENTS[1]
 WORKLOADS = (
     *(
         Workload("DaemonSet", ref.namespace, ref.name, ref.name, on_gpu_nodes=True)
@@ -35,6 +47,19 @@ WORKLOADS = (
     ),
     Workload("Deployment", NAMES.monitoring_namespace, ADAPTER, ADAPTER),
 )
+KARPENTER_WORKLOAD = Workload("Deployment", *KARPENTER_DEPLOYMENT, KARPENTER)
+KEDA_WORKLOADS = tuple(
+    Workload("Deployment", KEDA_NAMESPACE, name, name) for name in KEDA_DEPLOYMENTS
+)
+
+
+def workloads_of(scenario: Scenario) -> tuple[Workload, ...]:
+    """The GPU layer's workloads, and Karpenter's and KEDA's where the scenario has them."""
+    return (
+        *WORKLOADS,
+        *((KARPENTER_WORKLOAD,) if scenario.karpenter else ()),
+        *(KEDA_WORKLOADS if scenario.keda else ()),
+    )
 
 
 def nodes(scenario: Scenario) -> dict[str, Json]:
@@ -43,7 +68,7 @@ def nodes(scenario: Scenario) -> dict[str, Json]:
     for gpu_node in scenario.gpu_nodes:
         labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE} if gpu_node.labelled else {}
         if gpu_node.instance_type:
-            labels["node.kubernetes.io/instance-type"] = gpu_node.instance_type
+            labels[INSTANCE_TYPE_LABEL] = gpu_node.instance_type
         taints = [taint.manifest() for taint in gpu_node.taints]
         made[gpu_node.name] = objects.node_manifest(gpu_node.name, labels=labels, taints=taints)
     for name in scenario.system_nodes:
@@ -62,7 +87,7 @@ def workloads(scenario: Scenario, cluster_nodes: dict[str, Json]) -> tuple[list[
     """The GPU layer's pods and DaemonSets: a DaemonSet's pod on every node that admits it, a
     Deployment's or StatefulSet's one pod on the first node that does, or Pending."""
     pods, daemon_sets = [], []
-    for workload in WORKLOADS:
+    for workload in workloads_of(scenario):
         owner_uid = objects.suffix(workload.kind, workload.namespace, workload.name, length=12)
         fits, reasons = [], []
         for name, node in sorted(cluster_nodes.items()):
@@ -87,7 +112,12 @@ def workloads(scenario: Scenario, cluster_nodes: dict[str, Json]) -> tuple[list[
         pods += made
         if workload.kind == "DaemonSet":
             ready = sum(1 for pod in made if objects.is_ready(pod))
-            daemon_sets.append(objects.daemon_set_manifest(workload, owner_uid, len(made), ready))
+            daemon_set = objects.daemon_set_manifest(workload, owner_uid, len(made), ready)
+            if workload.name == PROFILER and scenario.store is not None:
+                # The store URL from a Secret: the profiler keeps its rows in a database.
+                container = daemon_set["spec"]["template"]["spec"]["containers"][0]
+                container["env"] = [STORE_URL_FROM_SECRET]
+            daemon_sets.append(daemon_set)
     return pods, daemon_sets
 
 

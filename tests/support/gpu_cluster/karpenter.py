@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from tests.support.gpu_cluster.apiserver import StandInGpuCluster
 
 API_VERSION = "karpenter.sh/v1"
+NODE_CLASS_API = "karpenter.k8s.aws/v1"
 NODE_POOL = "gpu"
 NODE_POOL_LABEL = "karpenter.sh/nodepool"
 TICK_SECONDS = 0.05
@@ -118,6 +119,8 @@ class StandInKarpenter:
 
     def _provision(self, now: float) -> None:
         """A NodeClaim for every unschedulable GPU pod that the NodePool admits."""
+        if not self._config.launches:
+            return
         shape = self._prospective_node("prospective")
         for key, pod in self._cluster.state.pods.items():
             spec = pod.get("spec") or {}
@@ -237,6 +240,43 @@ class StandInKarpenter:
             "metadata": {},
             "items": items,
         }
+
+    def _with_ready(self, obj: Json, not_ready: tuple[str, str] | None) -> Json:
+        ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": ""}
+        if not_ready is not None:
+            ready = {
+                "type": "Ready",
+                "status": "False",
+                "reason": not_ready[0],
+                "message": not_ready[1],
+            }
+        return {**obj, "status": {"conditions": [ready]}}
+
+    def list_node_pools(self) -> Reply:
+        pool = {
+            "apiVersion": API_VERSION,
+            "kind": "NodePool",
+            "metadata": {"name": NODE_POOL},
+            "spec": {"template": {"spec": {"nodeClassRef": {"name": NODE_POOL}}}},
+        }
+        items = [self._with_ready(pool, self._config.node_pool_not_ready)]
+        return 200, {
+            "apiVersion": API_VERSION,
+            "kind": "NodePoolList",
+            "metadata": {},
+            "items": items,
+        }
+
+    def list_node_classes(self) -> Reply:
+        node_class = {
+            "apiVersion": NODE_CLASS_API,
+            "kind": "EC2NodeClass",
+            "metadata": {"name": NODE_POOL},
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}]},
+        }
+        items = [self._with_ready(node_class, self._config.node_class_not_ready)]
+        listing = {"apiVersion": NODE_CLASS_API, "kind": "EC2NodeClassList", "metadata": {}}
+        return 200, {**listing, "items": items}
 
     def node_claim(self, name: str) -> Reply:
         found = self.node_claims.get(name)

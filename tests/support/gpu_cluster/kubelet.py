@@ -55,6 +55,7 @@ class PodLifecycle:
         self._started: dict[PodKey, float] = {}  # training containers: when they started
         self._due: list[tuple[float, Callable[..., None], tuple[Any, ...]]] = []
         self._unbound: set[PodKey] = set()  # created here, left Pending by the scheduler
+        self.claims: dict[PodKey, Json] = {}  # PersistentVolumeClaims, by (namespace, name)
 
     def stop(self) -> None:
         self._due.clear()
@@ -104,6 +105,61 @@ class PodLifecycle:
             self._unbound.add((namespace, name))
         self._cluster.commit("pods", (namespace, name), pod, event="ADDED")
         return 201, copy.deepcopy(pod)
+
+    def create_claim(self, namespace: str, manifest: Json) -> Reply:
+        """A PersistentVolumeClaim: Pending until a pod that uses it is scheduled
+        (WaitForFirstConsumer), then Bound if the storage provisions it."""
+        name = manifest.get("metadata", {}).get("name")
+        if namespace not in self._cluster.namespaces:
+            return not_found("namespaces", namespace)
+        if (namespace, name) in self.claims:
+            return 409, status_object(
+                409, "AlreadyExists", f'persistentvolumeclaims "{name}" exists'
+            )
+        claim = copy.deepcopy(manifest)
+        claim["metadata"] |= {"namespace": namespace, "uid": str(uuid.uuid4())}
+        claim["status"] = {"phase": "Pending"}
+        self.claims[namespace, name] = claim
+        return 201, copy.deepcopy(claim)
+
+    def claim_events(self, namespace: str) -> list[Json]:
+        """The provisioner's warnings about the namespace's claims that could not bind."""
+        storage = self._cluster.scenario.storage
+        failure = "rpc error: code = Internal desc = Could not create volume: UnauthorizedOperation"
+        return [
+            {
+                "type": "Warning",
+                "reason": "ProvisioningFailed",
+                "message": f"failed to provision volume with StorageClass "
+                f'"{claim["spec"].get("storageClassName")}": {failure}',
+                "involvedObject": {"kind": "PersistentVolumeClaim", "name": name},
+            }
+            for (ns, name), claim in self.claims.items()
+            if ns == namespace
+            and claim["status"]["phase"] == "Pending"
+            and claim.get("wanted")
+            and not storage.provisions
+        ]
+
+    def _volume_problem(self, key: PodKey, spec: Json) -> str | None:
+        """Why the pod's claims cannot be bound (None: bound now, or no claims)."""
+        storage = self._cluster.scenario.storage
+        for volume in spec.get("volumes") or []:
+            claim_name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim_name:
+                continue
+            claim = self.claims.get((key[0], claim_name))
+            if claim is None:
+                return f'persistentvolumeclaim "{claim_name}" not found'
+            claim["wanted"] = True
+            class_name = claim["spec"].get("storageClassName")
+            if not storage.provisions or class_name != storage.default_class:
+                return (
+                    'running PreBind plugin "VolumeBinding": binding volumes: provisioning failed '
+                    f'for PVC "{claim_name}"'
+                )
+            claim["status"] = {"phase": "Bound"}
+        return None
 
     def bind_pending(self) -> None:
         """The scheduler's retry when a node joins: bind the pods it left Pending, if they fit."""
@@ -219,6 +275,19 @@ class PodLifecycle:
     def _schedule(self, key: PodKey, pod: Json) -> Json:
         """Bind the pod (setting spec.nodeName) and return its status, or leave it Pending."""
         spec = pod["spec"]
+        volume_problem = self._volume_problem(key, spec)
+        if volume_problem is not None:
+            return {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "SchedulerError",
+                        "message": volume_problem,
+                    }
+                ],
+            }
         nodes = sorted(self._cluster.state.nodes.items())
         placed = [
             other
@@ -275,14 +344,27 @@ class PodLifecycle:
             pod = self._cluster.state.pods.get(key)
             if pod is None:
                 return
+            scenario = self._cluster.scenario
             container = pod["spec"]["containers"][0]
+            failure = next((f for f in scenario.start_failures if f[0] == key[1]), None)
+            if failure is not None:  # the runtime could not start it: no log, exit 128
+                ended = {
+                    "terminated": {"exitCode": 128, "reason": failure[1], "message": failure[2]}
+                }
+                self._set_state(key, "Failed", ended, ready=False)
+                return
             node = self._cluster.gpu_nodes.get(pod["spec"]["nodeName"])
-            visible = []
+            visible = None
             allocation = self._allocations.get(key)
             if node is not None:
                 allocated = [objects.gpu(node, i) for i in (allocation.gpus if allocation else [])]
-                visible = objects.visible_gpus(self._cluster.scenario, node, container, allocated)
-            self._logs[key], exit_code = objects.run_container(container, visible)
+                visible = objects.visible_gpus(scenario, node, container, allocated)
+        # The program runs outside the lock: the stand-in driver takes a moment.
+        log, exit_code = objects.run_container(container, visible, scenario)
+        with self._cluster.lock:
+            if key not in self._cluster.state.pods:
+                return
+            self._logs[key] = log
             now = self._cluster.clock()
             self._started[key] = now
             running = {"running": {"startedAt": objects.now_rfc3339(now=now)}}

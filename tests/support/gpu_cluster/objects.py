@@ -13,8 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from infra.gpu import GPU_RESOURCE, gpu_node_selector, gpu_tolerations
+from tests.smoke.checks.pods import CUDA_CHECK_SOURCE
+from tests.smoke.checks.volumes import VOLUME_CHECK_SOURCE
 from tests.support.dcgm import Gpu
-from tests.support.gpu_cluster.scenario import GpuNode, Scenario
+from tests.support.fake_cuda import run_cuda_program
+from tests.support.gpu_cluster.scenario import GpuNode, Keda, Scenario, StoreDatabase
+
+# What the volume check prints when it wrote its file and read it back.
+VOLUME_CHECK_OUTPUT = "wrote and read back /data/smoke-check\n"
 
 Json = dict[str, Any]
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -165,6 +171,65 @@ def daemon_set_manifest(workload: Workload, uid: str, scheduled: int, ready: int
     }
 
 
+def deployment_manifest(workload: Workload, ready: int) -> Json:
+    """A one-replica Deployment whose status counts its ready pods."""
+    selector = {"app.kubernetes.io/name": workload.app}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": workload.name, "namespace": workload.namespace, "generation": 1},
+        "spec": {"replicas": 1, "selector": {"matchLabels": selector}},
+        "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": ready},
+    }
+
+
+def scaled_object_manifest(keda: Keda) -> Json:
+    """The example workload's ScaledObject, with KEDA's Ready and Active conditions."""
+    ready = {"type": "Ready", "status": "True", "reason": "ScaledObjectReady", "message": ""}
+    if keda.scaled_object_not_ready is not None:
+        reason, message = keda.scaled_object_not_ready
+        ready = {"type": "Ready", "status": "False", "reason": reason, "message": message}
+    active = {"type": "Active", "status": keda.active, "reason": "ScalerNotActive"}
+    if keda.active == "True":
+        active["reason"] = "ScalerActive"
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "llm-server", "namespace": "inference"},
+        "spec": {"scaleTargetRef": {"name": "llm-server"}},
+        "status": {"conditions": [ready, active]},
+    }
+
+
+def storage_class_manifest(name: str) -> Json:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": name,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+
+
+def database_manifest(namespace: str, store: StoreDatabase) -> Json:
+    """The profiler's CloudNativePG cluster, healthy or with an instance down."""
+    phase = (
+        "Cluster in healthy state"
+        if store.healthy
+        else "Waiting for the instances to become active"
+    )
+    return {
+        "apiVersion": "postgresql.cnpg.io/v1",
+        "kind": "Cluster",
+        "metadata": {"name": "gpu-profiler-store", "namespace": namespace},
+        "spec": {"instances": 2},
+        "status": {"phase": phase, "readyInstances": 2 if store.healthy else 1},
+    }
+
+
 def service_manifest(namespace: str, name: str, port: int, kind: str = "ClusterIP") -> Json:
     port_entry: Json = {"name": "http", "port": port, "protocol": "TCP"}
     if kind != "ClusterIP":
@@ -300,41 +365,73 @@ def gpu(node: GpuNode, index: int, holder: tuple[str, str] | None = None) -> Gpu
     )
 
 
-_MODELLED_COMMAND = re.compile(r"\bnvidia-smi -L\b|\bsleep\b|\btrain\b")
-TRAINING_COMMAND = re.compile(r"\btrain\b")
+TRAINING_COMMAND = re.compile(r"\btrain\b")  # a trial's workload (TrainingModel)
+_KEEPS_RUNNING = re.compile(r"\bsleep\b|\btrain\b")
 
 
 def command_line(container: Json) -> str:
     return " ".join([*(container.get("command") or []), *(container.get("args") or [])])
 
 
+def _argv(container: Json) -> list[str]:
+    return [*(container.get("command") or []), *(container.get("args") or [])]
+
+
+def is_cuda_program(container: Json) -> bool:
+    """The smoke suite's CUDA program (cuda_check.py run as ``python3 -c <its source>``)."""
+    argv = _argv(container)
+    return argv[:2] == ["python3", "-c"] and len(argv) > 2 and argv[2] == CUDA_CHECK_SOURCE
+
+
+def is_volume_program(container: Json) -> bool:
+    """The smoke suite's volume check (volumes.py)."""
+    argv = _argv(container)
+    return argv[:2] == ["python3", "-c"] and len(argv) > 2 and argv[2] == VOLUME_CHECK_SOURCE
+
+
 def is_modelled(container: Json) -> bool:
-    return bool(_MODELLED_COMMAND.search(command_line(container)))
+    return (
+        is_cuda_program(container)
+        or is_volume_program(container)
+        or bool(_KEEPS_RUNNING.search(command_line(container)))
+    )
 
 
-def run_container(container: Json, visible: list[Gpu]) -> tuple[str, int | None]:
-    """What a container prints and its exit code (None: it keeps running) in this model:
-    ``nvidia-smi -L`` lists the GPUs the container can see, or says none were found (exit 6,
-    as the real tool does); a ``sleep`` keeps it running until the pod is deleted."""
-    script = command_line(container)
-    output, code = "", 0
-    if "nvidia-smi -L" in script:
-        if visible:
-            output = "".join(
-                f"GPU {index}: {device.model_name} (UUID: {device.uuid})\n"
-                for index, device in enumerate(visible)
-            )
-        else:
-            output, code = "No devices were found\n", 6
-    keeps_running = re.search(r"\bsleep\b", script) or TRAINING_COMMAND.search(script)
-    return output, None if keeps_running else code
+def run_container(
+    container: Json, visible: list[Gpu] | None, scenario: Scenario
+) -> tuple[str, int | None]:
+    """What a container prints and its exit code (None: it keeps running) in this model.
+
+    The smoke suite's CUDA program really runs, against the stand-in driver
+    (tests/support/fake_cuda.py) with the GPUs the container was handed (``visible``; None: no
+    GPU, so no driver library), failing where the scenario's CUDA fails; with ``--hold`` it keeps
+    running until the pod is deleted. The volume check prints what it wrote and read back. A
+    training script (``train``, the trials' workloads) or a ``sleep`` keeps running.
+    """
+    if is_volume_program(container):
+        return VOLUME_CHECK_OUTPUT, 0
+    if not is_cuda_program(container):
+        return "", None if _KEEPS_RUNNING.search(command_line(container)) else 0
+    arguments = _argv(container)[3:]
+    holds = "--hold" in arguments
+    if holds:
+        index = arguments.index("--hold")
+        arguments = arguments[:index] + arguments[index + 2 :]
+    output, code = run_cuda_program(
+        CUDA_CHECK_SOURCE,
+        arguments,
+        uuids=None if visible is None else [device.uuid for device in visible],
+        failure=scenario.cuda_failure,
+        peer_access=scenario.peer_access,
+    )
+    return output, None if holds else code
 
 
 def visible_gpus(
     scenario: Scenario, node: GpuNode, container: Json, allocated: list[Gpu]
-) -> list[Gpu]:
+) -> list[Gpu] | None:
     """Allocated GPUs; or every GPU of the node for a container that asks through the
-    environment, where the scenario's runtime honours that."""
+    environment, where the scenario's runtime honours that; None: the runtime hands it none."""
     if allocated:
         return allocated
     asks = any(
@@ -343,7 +440,7 @@ def visible_gpus(
     )
     if asks and scenario.runtime_honours_visible_devices_env:
         return [gpu(node, index) for index in range(node.gpus)]
-    return []
+    return None
 
 
 def is_ready(pod: Json) -> bool:
@@ -381,8 +478,8 @@ def invalid_pod(containers: list[Json]) -> str | None:
             )
         if not is_modelled(container):
             return (
-                f"{where}.command: the stand-in models only `nvidia-smi -L`, `sleep` and a "
-                "training script (`train`)"
+                f"{where}.command: the stand-in models only the smoke suite's programs, a "
+                "training script (`train`) and `sleep`"
             )
     return None
 

@@ -3,7 +3,7 @@ field away from its default breaks it in one way (see tests/smoke/test_standin_c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from infra.gpu import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE
@@ -35,7 +35,7 @@ class GpuNode:
     taints: tuple[Taint, ...] = (GPU_TAINT,)
     unhealthy_gpus: int = 0  # GPUs the device plugin holds back from allocatable
     busy_gpus: int = 0  # GPUs a production pod holds from the start (allocatable, not free)
-    instance_type: str | None = None  # node.kubernetes.io/instance-type, as a cloud sets it
+    instance_type: str | None = None  # node.kubernetes.io/instance-type (p5.48xlarge: NVSwitch)
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,36 @@ class Karpenter:
     consolidate_after_seconds: float = 0.5  # how long a node stays empty before it goes
     launch_failure: tuple[str, str] | None = None
     consolidates: bool = True
+    # False: it serves its objects and runs its controller but launches nothing (the full-suite
+    # cases, whose pending GPU pods must stay pending; the scaling cases launch).
+    launches: bool = True
+    # (reason, message) of a NodePool or EC2NodeClass whose Ready condition is False.
+    node_pool_not_ready: tuple[str, str] | None = None
+    node_class_not_ready: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Keda:
+    """KEDA's operator and metrics server, and the example workload's ScaledObject."""
+
+    scaled_object_not_ready: tuple[str, str] | None = None  # (reason, message) of Ready=False
+    active: str = "False"  # the Active condition: an idle workload's trigger is not active
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Block storage: the default StorageClass, and whether its provisioner creates volumes."""
+
+    default_class: str | None = "gp3-encrypted"
+    provisions: bool = True
+
+
+@dataclass(frozen=True)
+class StoreDatabase:
+    """The profiler's database (a CloudNativePG cluster) and whether the profiler's writes fail."""
+
+    healthy: bool = True
+    failing_writes: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,7 +122,11 @@ class TrainingModel:
 
 @dataclass(frozen=True)
 class Scenario:
-    gpu_nodes: tuple[GpuNode, ...] = (GpuNode("gpu-node-1"), GpuNode("gpu-node-2"))
+    gpu_nodes: tuple[GpuNode, ...] = (
+        GpuNode("gpu-node-1"),
+        # An NVSwitch instance type (in this model with 2 GPUs): its GPUs must copy peer to peer.
+        GpuNode("gpu-node-2", instance_type="p5.48xlarge"),
+    )
     # CPU nodes for Prometheus, Grafana, the operator and the adapter, which tolerate no taint.
     system_nodes: tuple[str, ...] = ("system-node-1",)
     unready: tuple[Unready, ...] = ()
@@ -107,8 +141,19 @@ class Scenario:
     misattributed: bool = False
     row_remap_failures: tuple[tuple[str, int], ...] = ()  # (node, GPU index): a failed GPU
     node_port_services: tuple[str, ...] = ()  # "namespace/name" of extra NodePort Services
-    karpenter: Karpenter | None = None  # None: no Karpenter (the karpenter.sh API is not served)
     # GPU feature discovery labels nodes with nvidia.com/gpu.product where the device plugin runs
     # (the stacks turn it on); False: only node.kubernetes.io/instance-type names the model.
     gfd: bool = True
     training: TrainingModel = TrainingModel()
+    # None: no Karpenter (the karpenter.sh API is not served), as with keda, store.
+    karpenter: Karpenter | None = field(default_factory=lambda: Karpenter(launches=False))
+    keda: Keda | None = field(default_factory=Keda)
+    storage: Storage = field(default_factory=Storage)
+    store: StoreDatabase | None = field(default_factory=StoreDatabase)
+    # CUDA on the GPUs (the stand-in driver of tests/support/fake_libcuda.c): a driver call that
+    # fails with a CUresult, e.g. ("cuLaunchKernel", 802): the device is visible, the kernel fails
+    # (Fabric Manager down); False peer_access: GPUs cannot reach each other (NVLink down).
+    cuda_failure: tuple[str, int] | None = None
+    peer_access: bool = True
+    # Test pods whose container the runtime cannot start: (pod name, reason, message).
+    start_failures: tuple[tuple[str, str, str], ...] = ()

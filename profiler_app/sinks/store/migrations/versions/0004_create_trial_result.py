@@ -1,6 +1,6 @@
 """Create trial_result
 
-Revision ID: 0004_trial_result
+Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-26 10:40:00.000000
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004_trial_result"
+revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,8 +1,8 @@
 """Hourly and daily rollups (gpu_hour, gpu_day, pod_hour), store_horizon; on PostgreSQL
 gpu_window partitioned by day and the rollups by month
 
-Revision ID: 0005_rollups
-Revises: 0004_trial_result
+Revision ID: 0007_rollups
+Revises: 0006
 Create Date: 2026-11-26 10:00:00.000000
 
 The rollups are filled from the existing rows, by the rules the writer follows
@@ -27,8 +27,8 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_rollups"
-down_revision: str | None = "0004_trial_result"
+revision: str = "0007_rollups"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,113 @@
+"""The pinned Kubernetes versions are supported today, and every place that names them agrees.
+
+The support dates are a table in infra/versions.py (sources in docs/kubernetes-versions.md): this
+test starts failing on the day a pinned minor leaves EKS standard support or upstream support, so
+that the pin moves before users deploy an unsupported version.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra import versions
+from infra.versions import KubernetesMinor
+from tests.nodes.harness import standin_repo
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def support_problems(pinned: str, kubeadm: str, today: date) -> list[str]:
+    """Why the pinned EKS minor and kubeadm version are not supported on ``today``."""
+    minor = versions.KUBERNETES_SUPPORT.get(pinned)
+    if minor is None:
+        return [f"Kubernetes {pinned} is not in infra/versions.py's KUBERNETES_SUPPORT table"]
+    problems = []
+    if today > minor.eks_end_of_standard_support:
+        problems.append(
+            f"EKS standard support for Kubernetes {pinned} ended on "
+            f"{minor.eks_end_of_standard_support}: move KUBERNETES_VERSION to a newer minor"
+        )
+    kubeadm_minor = versions.KUBERNETES_SUPPORT.get(kubeadm.rpartition(".")[0])
+    if kubeadm_minor is None:
+        problems.append(f"kubeadm's {kubeadm} is of no minor in KUBERNETES_SUPPORT")
+    elif today > kubeadm_minor.upstream_end_of_life:
+        problems.append(
+            f"Kubernetes {kubeadm_minor.minor} reached its upstream end of life on "
+            f"{kubeadm_minor.upstream_end_of_life}: kubeadm clusters get no more patches"
+        )
+    elif kubeadm != kubeadm_minor.latest_patch:
+        problems.append(f"kubeadm pins {kubeadm}, not the latest {kubeadm_minor.latest_patch}")
+    return problems
+
+
+def test_the_pinned_versions_are_supported_today() -> None:
+    assert (
+        support_problems(versions.KUBERNETES_VERSION, versions.KUBEADM_KUBERNETES_VERSION, today())
+        == []
+    )
+
+
+def today() -> date:
+    return date.today()
+
+
+def test_the_check_fails_once_support_ends() -> None:
+    minor = versions.KUBERNETES_SUPPORT[versions.KUBERNETES_VERSION]
+    after_eks = support_problems(
+        minor.minor, minor.latest_patch, minor.eks_end_of_standard_support.replace(year=2100)
+    )
+    assert any("EKS standard support" in p for p in after_eks)
+    assert any("upstream end of life" in p for p in after_eks)
+    assert support_problems("1.30", minor.latest_patch, date(2026, 1, 1)) == [
+        "Kubernetes 1.30 is not in infra/versions.py's KUBERNETES_SUPPORT table"
+    ]
+    older_patch = f"{minor.minor}.0"
+    assert support_problems(minor.minor, older_patch, versions.KUBERNETES_SUPPORT_CHECKED) == [
+        f"kubeadm pins {older_patch}, not the latest {minor.latest_patch}"
+    ]
+
+
+@pytest.mark.parametrize("minor", versions.KUBERNETES_SUPPORT.values(), ids=str)
+def test_the_table_is_consistent(minor: KubernetesMinor) -> None:
+    assert minor.latest_patch.startswith(f"{minor.minor}.")
+    assert minor.latest_patch_released <= versions.KUBERNETES_SUPPORT_CHECKED
+    assert minor.eks_end_of_standard_support < minor.eks_end_of_extended_support
+
+
+def _yaml(path: Path) -> dict[str, object]:
+    document = yaml.safe_load(path.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def test_every_place_that_names_the_versions_agrees() -> None:
+    eks_config = _yaml(ROOT / "stacks" / "eks" / "Pulumi.dev.yaml")["config"]
+    assert isinstance(eks_config, dict)
+    assert eks_config["gpu-cluster-eks:kubernetesVersion"] == versions.KUBERNETES_VERSION
+    kubeadm = versions.KUBEADM_KUBERNETES_VERSION
+    for path in (
+        PLAYBOOKS / "roles" / "kubernetes_node" / "defaults" / "main.yml",
+        PLAYBOOKS / "inventory" / "group_vars" / "all.yml",
+    ):
+        assert _yaml(path)["kubernetes_node_version"] == kubeadm, path
+    for role in ("kubeadm_worker", "kubeadm_control_plane"):
+        defaults = (PLAYBOOKS / "roles" / role / "defaults" / "main.yml").read_text()
+        assert f"default('{kubeadm}')" in defaults, role
+    # The node tests' stand-in repository offers the pin and a newer patch it must not take.
+    assert standin_repo.KUBERNETES_MINOR == versions.KUBERNETES_VERSION
+    assert kubeadm in standin_repo.KUBERNETES_VERSIONS
+    assert standin_repo.KUBERNETES_VERSIONS[-1] != kubeadm
+
+
+@pytest.mark.parametrize("chart", versions.PINNED_CHARTS, ids=lambda c: c.name)
+def test_every_chart_pins_its_archive_digests(chart: versions.HelmChart) -> None:
+    assert chart.sha256, f"{chart.archive}: no sha256 pinned"
+    assert all(HEX_DIGEST.match(digest) for digest in chart.sha256), chart.sha256
+    assert len(set(chart.sha256)) == len(chart.sha256)
