@@ -36,7 +36,8 @@ WINDOW_SECONDS = 60.0
 
 @pytest.fixture(scope="module")
 def live_prometheus() -> Iterator[tuple[PrometheusServer, Dataset]]:
-    dataset = standard_dataset(nodes=1, gpus_per_node=4, hours=0.5, end=time.time() + 1800)
+    # From an hour ago (a node older than the window) to half an hour ahead.
+    dataset = standard_dataset(nodes=1, gpus_per_node=4, hours=1.5, end=time.time() + 1800)
     with PrometheusServer(dataset.openmetrics) as server:
         yield server, dataset
 
