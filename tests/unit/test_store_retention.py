@@ -20,6 +20,7 @@ from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_window, store_horizon
+from profiler_app.sinks.store.partitions import SCHEMES
 from profiler_app.sinks.store.retention import Retention
 from profiler_app.sinks.store.urls import parse_store_url
 
@@ -113,6 +114,20 @@ def test_raw_rows_older_than_the_retention_go_by_whole_days_and_the_rollups_stay
     assert counts(engine) == (6, 6)
 
 
+def made_by_the_migration(
+    raw_cutoff: datetime | None = None, rollup_cutoff: datetime | None = None
+) -> set[str]:
+    """The partitions the migration creates for today (and tomorrow, and the next month), still
+    there after retention with these cutoffs."""
+    now = datetime.now(UTC)
+    raw = [SCHEMES["gpu_window"].partition(now + timedelta(days=days)) for days in (0, 1)]
+    months = (now, now.replace(day=1) + timedelta(days=32))
+    rollups = [SCHEMES[table].partition(month) for table in ROLLUPS for month in months]
+    return {p.name for p in raw if raw_cutoff is None or p.upper > raw_cutoff} | {
+        p.name for p in rollups if rollup_cutoff is None or p.upper > rollup_cutoff
+    }
+
+
 @pytest.mark.integration
 def test_postgresql_drops_whole_partitions(postgres_server: PostgresServer) -> None:
     url = postgres_server.create_database()
@@ -122,13 +137,19 @@ def test_postgresql_drops_whole_partitions(postgres_server: PostgresServer) -> N
     try:
         days = {f"gpu_window_p202611{day}" for day in range(20, 25)}  # 24th: created ahead
         months = {f"{table}_p2026{month}" for table in ROLLUPS for month in ("11", "12")}
-        assert partition_names(engine) == days | months
+        assert partition_names(engine) == days | months | made_by_the_migration()
+        cutoff = datetime(2026, 11, 21, tzinfo=UTC)
         Retention(2 * DAY).prune(database, NOW + timedelta(hours=12))  # cutoff 21 Nov 00:00
-        assert partition_names(engine) == days - {"gpu_window_p20261120"} | months
+        assert partition_names(engine) == (
+            days - {"gpu_window_p20261120"} | months | made_by_the_migration(cutoff)
+        )
         assert counts(engine) == (6, 4)
         # Rollups: a month goes once all of it is older than the cutoff (12 December here).
         Retention(2 * DAY, 20 * DAY).prune(database, datetime(2027, 1, 1, tzinfo=UTC))
-        assert partition_names(engine) == {f"{table}_p202612" for table in ROLLUPS}
+        cutoffs = datetime(2026, 12, 30, tzinfo=UTC), datetime(2026, 12, 12, tzinfo=UTC)
+        assert partition_names(engine) == (
+            {f"{table}_p202612" for table in ROLLUPS} | made_by_the_migration(*cutoffs)
+        )
         assert counts(engine) == (0, 0)
     finally:
         database.close()

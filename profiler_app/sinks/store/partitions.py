@@ -23,9 +23,12 @@ from profiler_app.sinks.store.dbapi import Database
 
 # Any fixed number: one daemon at a time drops partitions (retention.py).
 PARTITION_LOCK_ID = 0x67707570617274
-# How long DDL waits for a lock before giving up until the next cycle, so that writers queued
-# behind it (a DROP waits for running reports) are never held longer.
-DDL_LOCK_TIMEOUT = "1s"
+# How long a daemon creating the partition its rows need waits for others creating partitions
+# of the same table (each holds the lock for milliseconds).
+CREATE_LOCK_TIMEOUT = "5s"
+# How long retention's DROP waits for its lock (a running report holds one) before giving up
+# until the next hour: writers queue behind a waiting DROP, never longer than this.
+DROP_LOCK_TIMEOUT = "1s"
 # The rollups' current bucket rows are updated every cycle: room on each page for HOT updates.
 ROLLUP_FILLFACTOR = 70
 
@@ -106,6 +109,12 @@ SCHEMES = {
 }
 
 
+def is_partition(name: str) -> bool:
+    """Whether a table name is one of the partitions (Alembic's autogenerate leaves them out:
+    they are made by the writer, not by the models)."""
+    return any(scheme.parse(name) is not None for scheme in SCHEMES.values())
+
+
 def _literal(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S+00")
 
@@ -117,42 +126,60 @@ class PartitionKeeper:
         self._known: set[str] = set()  # names of partitions seen or created
 
     def ensure(self, database: Database, needs: Iterable[tuple[str, datetime]]) -> None:
-        """Makes sure each (table, time) of ``needs`` has its partition, and the one after."""
-        wanted: dict[str, Partition] = {}
+        """Makes sure each (table, time) of ``needs`` has its partition, waiting for the lock
+        if another daemon holds it, and tries to create the one after each too, ahead of time:
+        that one only if its lock is free at once (another daemon is creating it otherwise),
+        so that a thousand daemons crossing midnight together queue for nothing."""
+        needed: dict[str, Partition] = {}
+        ahead: dict[str, Partition] = {}
         for table, moment in needs:
             partition = SCHEMES[table].partition(moment)
-            for each in (partition, partition.following()):
-                if each.name not in self._known:
-                    wanted[each.name] = each
-        if not wanted:
+            needed[partition.name] = partition
+            ahead[partition.following().name] = partition.following()
+        for name in needed:
+            ahead.pop(name, None)
+        unknown = [name for name in (*needed, *ahead) if name not in self._known]
+        if not unknown:
             return
         present = {
             name
             for (name,) in database.query(
                 "SELECT name FROM unnest(%(names)s::text[]) AS name"
                 " WHERE to_regclass(name) IS NOT NULL",
-                {"names": list(wanted)},
+                {"names": unknown},
             )
         }
-        missing = [partition for name, partition in wanted.items() if name not in present]
+        self._known.update(present)
+        missing = [p for name, p in needed.items() if name not in self._known]
         if missing:
-            with database.transaction() as cursor:
-                cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
-                for table in sorted({partition.scheme.table for partition in missing}):
-                    # The lock ATTACH takes anyway: it serialises daemons creating partitions
-                    # of this table (not its writers or readers), and once held, the lookups
-                    # below see what another daemon created meanwhile.
-                    cursor.execute(f"LOCK TABLE {table} IN SHARE UPDATE EXCLUSIVE MODE")
-                    for partition in missing:
-                        if partition.scheme.table != table:
-                            continue
-                        cursor.execute(
-                            "SELECT to_regclass(%(name)s) IS NOT NULL", {"name": partition.name}
-                        )
-                        if not cursor.fetchone()[0]:
-                            for statement in partition.create_statements():
-                                cursor.execute(statement)
-        self._known.update(wanted)
+            self._create(database, missing, wait=True)
+        later = [p for name, p in ahead.items() if name not in self._known]
+        if later:
+            try:
+                self._create(database, later, wait=False)
+            except database.errors as error:
+                if type(error).__name__ != "LockNotAvailable":  # someone else is at it
+                    raise
+
+    def _create(self, database: Database, partitions: list[Partition], *, wait: bool) -> None:
+        """Creates ``partitions`` where still missing, under each parent's ATTACH lock: it
+        serialises daemons creating partitions of one table (not its writers or readers), and
+        once held, the lookups below see what another daemon created meanwhile."""
+        with database.transaction() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{CREATE_LOCK_TIMEOUT}'")
+            for table in sorted({partition.scheme.table for partition in partitions}):
+                nowait = "" if wait else " NOWAIT"
+                cursor.execute(f"LOCK TABLE {table} IN SHARE UPDATE EXCLUSIVE MODE{nowait}")
+                for partition in partitions:
+                    if partition.scheme.table != table:
+                        continue
+                    cursor.execute(
+                        "SELECT to_regclass(%(name)s) IS NOT NULL", {"name": partition.name}
+                    )
+                    if not cursor.fetchone()[0]:
+                        for statement in partition.create_statements():
+                            cursor.execute(statement)
+        self._known.update(partition.name for partition in partitions)
 
     def forget(self) -> None:
         """After a failed write: a partition may have been dropped under this daemon."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.partitions import (
-    DDL_LOCK_TIMEOUT,
+    DROP_LOCK_TIMEOUT,
     PARTITION_LOCK_ID,
     RAW,
     SCHEMES,
@@ -148,7 +148,7 @@ class _Steps:
 
 def _drop_partitions(database: Database, table: str, cutoff: datetime) -> None:
     """Drops each partition of ``table`` wholly before ``cutoff``, one per transaction, by one
-    daemon at a time; a lock not had within ``DDL_LOCK_TIMEOUT`` (a long report reading the
+    daemon at a time; a lock not had within ``DROP_LOCK_TIMEOUT`` (a long report reading the
     table) leaves the rest for the next call."""
     with database.transaction() as cursor:
         expired = [
@@ -161,7 +161,7 @@ def _drop_partitions(database: Database, table: str, cutoff: datetime) -> None:
             cursor.execute(f"SELECT pg_try_advisory_xact_lock({PARTITION_LOCK_ID})")
             if not cursor.fetchone()[0]:
                 return  # another daemon is at it
-            cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
+            cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
             if table == RAW.table:  # no raw row before the cutoff once this one is gone
                 _record_horizon(database, cursor, table, cutoff)
             cursor.execute(f"DROP TABLE IF EXISTS {partition.name}")

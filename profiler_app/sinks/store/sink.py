@@ -172,21 +172,33 @@ class TableStore:
         """Each GPU's last row time within the window, read in the cycle's transaction: the
         store, not this process, knows what was committed (a commit whose answer was lost,
         another process writing the same node during a rolling update). One lookup per GPU on
-        the (node, gpu, at) index: at most a window of rows, however large the table."""
+        the (node, gpu, at) index: at most a window of rows, however large the table; all in
+        one statement, one round trip through a pooler."""
+        if not result.gpus:
+            return {}
         param = self._database.param  # placeholders, not values
-        statement = (
-            f"SELECT max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
-            f" AND gpu = {param('gpu')} AND at > {param('since')} AND uuid = {param('uuid')}"
+        gpus = ", ".join(
+            f"({param(f'gpu{index}')}, {param(f'uuid{index}')})"
+            for index in range(len(result.gpus))
         )
-        since = result.at - timedelta(seconds=result.window_seconds)
-        last_at = {}
-        for profile in result.gpus:
-            key = {"node": result.node, "gpu": profile.gpu, "uuid": profile.uuid, "since": since}
-            cursor.execute(statement, self._database.bind(key))
-            (at,) = cursor.fetchone()
-            if at is not None:
-                last_at[profile.gpu, profile.uuid] = self._database.read_time(at)
-        return last_at
+        statement = (
+            f"WITH gpus (gpu, uuid) AS (VALUES {gpus}) SELECT gpus.gpu, gpus.uuid,"  # noqa: S608
+            " (SELECT max(at) FROM gpu_window"
+            f" WHERE node = {param('node')} AND gpu = gpus.gpu AND uuid = gpus.uuid"
+            f" AND at > {param('since')}) FROM gpus"
+        )
+        values: dict[str, Any] = {
+            "node": result.node,
+            "since": result.at - timedelta(seconds=result.window_seconds),
+        }
+        for index, profile in enumerate(result.gpus):
+            values[f"gpu{index}"], values[f"uuid{index}"] = profile.gpu, profile.uuid
+        cursor.execute(statement, self._database.bind(values))
+        return {
+            (gpu, uuid): self._database.read_time(at)
+            for gpu, uuid, at in cursor.fetchall()
+            if at is not None
+        }
 
     def _statement(self, build: Callable[..., str], table: Any, columns: Iterable[str]) -> str:
         """``build(database, table, columns)``, made once per table and column set."""

@@ -274,22 +274,30 @@ def _partition_gpu_window() -> None:
     op.execute("CREATE INDEX ix_gpu_window_node_gpu_at ON gpu_window (node, gpu, at)")
     op.execute("ALTER SEQUENCE gpu_window_id_seq OWNED BY gpu_window.id")
     span = _span("gpu_window_plain", "at")
+    # The days of the rows there are, and today's and tomorrow's: the daemons starting on the
+    # new schema together find them there instead of queueing to create them.
+    now = datetime.now(UTC)
+    days = set(_days(now, now + timedelta(days=1)))
     if span is not None:
-        for day in _days(*span):
-            _attach("gpu_window", day, day + timedelta(days=1), f"gpu_window_p{day:%Y%m%d}")
+        days.update(_days(*span))
+    for day in sorted(days):
+        _attach("gpu_window", day, day + timedelta(days=1), f"gpu_window_p{day:%Y%m%d}")
+    if span is not None:
         op.execute("INSERT INTO gpu_window SELECT * FROM gpu_window_plain")
     op.execute("DROP TABLE gpu_window_plain")
 
 
 def _partition_rollups() -> None:
-    """Monthly partitions for the rollups of the existing rows (the writer adds later ones)."""
+    """Monthly partitions for the rollups of the existing rows, this month and the next (the
+    writer adds later ones)."""
+    now = datetime.now(UTC)
+    months = set(_months(now, (now.replace(day=1) + timedelta(days=32))))
     span = _span("gpu_window", "at")
-    if span is None:
-        return
-    first, last = span
-    first -= timedelta(seconds=_longest_covers())
+    if span is not None:
+        first, last = span
+        months.update(_months(first - timedelta(seconds=_longest_covers()), last))
     for name in ("gpu_hour", "gpu_day", "pod_hour"):
-        for month in _months(first, last):
+        for month in sorted(months):
             upper = (month + timedelta(days=32)).replace(day=1)
             _attach(
                 name,
