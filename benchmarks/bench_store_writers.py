@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import multiprocessing
 import random
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -119,13 +121,14 @@ def run_daemon(index: int, plan: Plan, began: float, out: dict[str, Any]) -> Non
     backoff = Backoff(CYCLE, MAX_BACKOFF_INTERVALS * CYCLE, clock=sim_now)
     gpus, pods = profiles(index)
     store = TableStore(plan.url)
-    committed, latencies, failures = [], [], []
+    committed, latencies, failures, attempts = [], [], [], []
     for cycle in range(plan.cycles):
         due = phase + cycle * CYCLE
         time.sleep(max(0.0, (due - sim_now()) / speed))
         if not backoff.ready():
             continue  # waiting out the back-off: the cycle is not tried (as Cycle does)
         at = SIM_START + timedelta(seconds=due)
+        attempts.append(due)
         started = time.monotonic()
         try:
             store.publish(CycleResult(node_name(index), at, WINDOW, gpus, pods))
@@ -137,7 +140,12 @@ def run_daemon(index: int, plan: Plan, began: float, out: dict[str, Any]) -> Non
         committed.append(at.isoformat())
         backoff.succeeded()
     store.close()
-    out[node_name(index)] = {"committed": committed, "latencies": latencies, "failures": failures}
+    out[node_name(index)] = {
+        "committed": committed,
+        "latencies": latencies,
+        "failures": failures,
+        "attempts": attempts,
+    }
 
 
 def worker(indexes: list[int], plan: Plan, path: str) -> None:
@@ -189,6 +197,16 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
     covers_off = sum(
         abs(float(stored_covers[node]) - expected) > 1e-6 for node, expected in covers.items()
     )
+    # Continuity: each node's rows span from its first row's window to its last row with no
+    # gap longer than the window (an outage shorter than it is covered by the row after it).
+    holes = sum(
+        any((b - a).total_seconds() > WINDOW for a, b in itertools.pairwise(times))
+        for times in rows.values()
+    )
+    continuous = sum(
+        abs(covers[node] - GPUS * (WINDOW + (times[-1] - times[0]).total_seconds())) < 1e-6
+        for node, times in rows.items()
+    )
     raw_total = float(servers.psql("SELECT sum(covers_seconds) FROM gpu_window"))
     hour_total = float(servers.psql("SELECT sum(covered_seconds) FROM gpu_hour"))
     day_total = float(servers.psql("SELECT sum(covered_seconds) FROM gpu_day"))
@@ -199,6 +217,8 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
         "committed cycles missing from the store": lost,
         "stored cycles not seen committed (ambiguous commits)": extra,
         "nodes whose covered time differs from their rows' times": covers_off,
+        "nodes with a gap longer than the window": holes,
+        "nodes covered from first row to last without a hole": f"{continuous} of {len(rows)}",
         "covered GPU-hours: raw, hourly rollup, daily rollup": (
             round(raw_total / 3600, 4),
             round(hour_total / 3600, 4),
@@ -244,6 +264,8 @@ def watch(
 def report(results: dict[str, Any], connections: list[int], events: list[str]) -> None:
     latencies = sorted(t for r in results.values() for t in r["latencies"])
     failures = [f for r in results.values() for f in r["failures"]]
+    attempts = Counter(int(due // 60) for r in results.values() for due in r["attempts"])
+    failed = Counter(int(due // 60) for due, _ in failures)
     quantiles = statistics.quantiles(latencies, n=100)
     for event in events:
         print(event)
@@ -252,6 +274,15 @@ def report(results: dict[str, Any], connections: list[int], events: list[str]) -
         f" {quantiles[94] * 1000:.1f} ms, p99 {quantiles[98] * 1000:.1f} ms, max"
         f" {latencies[-1] * 1000:.1f} ms"
     )
+    print(
+        "writes tried / failed per simulated minute: "
+        + ", ".join(f"{m}: {attempts[m]}/{failed[m]}" for m in sorted(attempts))
+    )
+    by_minute: dict[tuple[int, str], int] = Counter(
+        (int(due // 60), error.split(": ", 1)[-1]) for due, error in failures
+    )
+    for (minute, error), count in sorted(by_minute.items()):
+        print(f"  minute {minute}: {count} x {error}")
     errors = sorted({f[1].split(": ", 1)[-1] for f in failures})
     print(f"failed writes: {len(failures)}, {len(errors)} distinct errors")
     for error in errors[:5]:
