@@ -196,7 +196,7 @@ def profiler_args(
         kubeconfig=kubeconfig,
         monitoring_namespace=monitoring_namespace,
         image_pull_secrets=image_pull_secrets(config),
-        registry_credentials=config.get_secret("profilerRegistryCredentials"),
+        registry_credentials=stack_config.optional_secret(config, "profilerRegistryCredentials"),
     )
 
 
