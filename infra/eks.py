@@ -19,6 +19,7 @@ import pulumi_eks as eks
 
 from infra import versions
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_TAINT_KEY, GPU_TAINT_VALUE
+from infra.gpu_sharing import CONFIG_LABEL
 from infra.stack import StorageClassSpec
 from infra.vpc import Vpc, VpcArgs
 
@@ -66,6 +67,14 @@ class GpuNodeGroupArgs(NodeGroupArgs):
     ami_type: str = "AL2023_x86_64_NVIDIA"
     disk_size_gib: int = 200  # CUDA images are large
     capacity_type: str = "ON_DEMAND"
+    # The device plugin configuration its nodes use (infra/gpu_sharing.py); None: the default.
+    device_plugin_config: str | None = None
+
+    def node_labels(self) -> dict[str, str]:
+        labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
+        if self.device_plugin_config is not None:
+            labels[CONFIG_LABEL] = self.device_plugin_config
+        return labels
 
 
 @dataclass(frozen=True)
@@ -312,7 +321,7 @@ class GpuEksCluster(pulumi.ComponentResource):
                 max_size=group.max_size,
                 desired_size=group.desired_size,
             ),
-            labels={GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE},
+            labels=group.node_labels(),
             taints=[
                 aws.eks.NodeGroupTaintArgs(
                     key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE, effect="NO_SCHEDULE"

@@ -23,6 +23,7 @@ from infra.gpu import (
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
 )
+from infra.gpu_sharing import CONFIG_LABEL
 
 NODE_CLASS_GROUP = "karpenter.k8s.aws"
 NODE_CLASS_API = f"{NODE_CLASS_GROUP}/v1"
@@ -51,6 +52,8 @@ class GpuNodePoolArgs:
     # Pin a version (al2023@v20251117) for reproducible nodes; `latest` follows AWS' releases.
     ami_alias: str = "al2023@latest"
     disk_size_gib: int = 200  # CUDA images are large
+    # The device plugin configuration its nodes use (infra/gpu_sharing.py); None: the default.
+    device_plugin_config: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.capacity_types) - set(CAPACITY_TYPES))
@@ -129,9 +132,12 @@ def node_pool_spec(pool: GpuNodePoolArgs) -> dict[str, Any]:
         ("kubernetes.io/arch", pool.architectures),
         ("kubernetes.io/os", ("linux",)),
     ]
+    labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
+    if pool.device_plugin_config is not None:
+        labels[CONFIG_LABEL] = pool.device_plugin_config
     return {
         "template": {
-            "metadata": {"labels": {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}},
+            "metadata": {"labels": labels},
             "spec": {
                 "nodeClassRef": {
                     "group": NODE_CLASS_GROUP,

@@ -18,8 +18,9 @@ from infra.eks import (
     GpuNodeGroupArgs,
     NodeGroupArgs,
 )
+from infra.gpu_sharing import GpuSharingArgs, instance_family, require_mig_capable
 from infra.karpenter import GpuKarpenter, GpuKarpenterArgs, GpuNodePoolArgs
-from infra.stack import deploy_gpu_layer, export_access
+from infra.stack import deploy_gpu_layer, export_access, gpu_sharing_args
 from infra.versions import KUBERNETES_VERSION
 from infra.vpc import VpcArgs
 
@@ -37,6 +38,7 @@ KARPENTER_FIELDS = {
     "consolidateAfter": "str",
     "amiAlias": "str",
     "diskSizeGib": "int",
+    "devicePluginConfig": "str",
 }
 GPU_GROUP_FIELDS = {
     "name": "str",
@@ -47,24 +49,47 @@ GPU_GROUP_FIELDS = {
     "desiredSize": "int",
     "diskSizeGib": "int",
     "capacityType": "str",
+    "devicePluginConfig": "str",
 }
 
 
-def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
+def pool_config(
+    sharing: GpuSharingArgs, name: str | None, families: tuple[str, ...], where: str
+) -> str | None:
+    """A node pool's ``devicePluginConfig``, checked against ``gpuSharing`` and its GPUs."""
+    if name is None:
+        return None
+    try:
+        require_mig_capable(sharing.config(name, where), families, where)
+    except ValueError as error:
+        raise stack_config.ConfigError(f"stack config {error}") from None
+    return name
+
+
+def gpu_node_group(key: str, value: Any, sharing: GpuSharingArgs) -> GpuNodeGroupArgs:
     spec = stack_config.fields(key, value, GPU_GROUP_FIELDS)
+    instance_types = spec.get("instanceTypes", ("g5.xlarge",))
     return GpuNodeGroupArgs(
         name=spec.get("name", "gpu"),
-        instance_types=spec.get("instanceTypes", ("g5.xlarge",)),
+        instance_types=instance_types,
         ami_type=spec.get("amiType", "AL2023_x86_64_NVIDIA"),
         min_size=spec.get("minSize", 0),
         max_size=spec.get("maxSize", 2),
         desired_size=spec.get("desiredSize", 1),
         disk_size_gib=spec.get("diskSizeGib", 200),
         capacity_type=spec.get("capacityType", "ON_DEMAND"),
+        device_plugin_config=pool_config(
+            sharing,
+            spec.get("devicePluginConfig"),
+            tuple(instance_family(t) for t in instance_types),
+            f"{key}.devicePluginConfig",
+        ),
     )
 
 
-def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs | None:
+def karpenter_args(
+    config: pulumi.Config, cluster_name: str, sharing: GpuSharingArgs
+) -> GpuKarpenterArgs | None:
     """``karpenter`` from stack config: on unless ``enabled: false``."""
     spec = stack_config.fields(
         "karpenter", stack_config.read_object(config, "karpenter") or {}, KARPENTER_FIELDS
@@ -90,13 +115,21 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
             consolidate_after=spec.get("consolidateAfter", defaults.consolidate_after),
             ami_alias=spec.get("amiAlias", defaults.ami_alias),
             disk_size_gib=spec.get("diskSizeGib", defaults.disk_size_gib),
+            device_plugin_config=pool_config(
+                sharing,
+                spec.get("devicePluginConfig"),
+                spec.get("instanceFamilies", defaults.instance_families),
+                "karpenter.devicePluginConfig",
+            ),
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config karpenter: {error}") from None
     return GpuKarpenterArgs(cluster_name=cluster_name, region=region, node_pools=(pool,))
 
 
-def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> GpuEksClusterArgs:
+def cluster_args(
+    config: pulumi.Config, cluster_name: str, karpenter: bool, sharing: GpuSharingArgs
+) -> GpuEksClusterArgs:
     existing_vpc_id = config.get("existingVpcId")
     system = stack_config.fields(
         "systemNodeGroup",
@@ -114,7 +147,8 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
             cluster_name=cluster_name,
             kubernetes_version=config.get("kubernetesVersion") or KUBERNETES_VERSION,
             gpu_node_groups=tuple(
-                gpu_node_group(f"gpuNodeGroups[{index}]", spec) for index, spec in enumerate(groups)
+                gpu_node_group(f"gpuNodeGroups[{index}]", spec, sharing)
+                for index, spec in enumerate(groups)
             ),
             vpc=VpcArgs(
                 cidr_block=config.get("vpcCidr") or "10.0.0.0/16",
@@ -147,10 +181,18 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
 config = pulumi.Config()
 # One name for both: Karpenter's IAM policy and node class select the cluster's resources by it.
 cluster_name = config.get("clusterName") or "gpu-cluster"
-karpenter = karpenter_args(config, cluster_name)
-cluster = GpuEksCluster("gpu-eks", cluster_args(config, cluster_name, karpenter is not None))
+# Device plugin configurations (MIG strategy, sharing) that the GPU node pools pick by label.
+sharing = gpu_sharing_args(config)
+karpenter = karpenter_args(config, cluster_name, sharing)
+cluster = GpuEksCluster(
+    "gpu-eks", cluster_args(config, cluster_name, karpenter is not None, sharing)
+)
 layer = deploy_gpu_layer(
-    config, cluster.kubeconfig, depends_on=cluster.ready, storage_class=cluster.storage_class
+    config,
+    cluster.kubeconfig,
+    depends_on=cluster.ready,
+    storage_class=cluster.storage_class,
+    gpu_sharing=sharing,
 )
 if karpenter is not None:
     # After the platform: the chart's ServiceMonitor needs the Prometheus operator's CRDs.
