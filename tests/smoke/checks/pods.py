@@ -21,6 +21,11 @@ from tests.smoke.checks.scheduling import is_ready, why_not_running
 Json = dict[str, Any]
 # `nvidia-smi -L`: "GPU 0: NVIDIA A10G (UUID: GPU-5e2f...)", one line per GPU it can see.
 NVIDIA_SMI_GPU_LINE = re.compile(r"^GPU \d+: .+ \(UUID: (GPU-[0-9A-Fa-f-]+)\)\s*$", re.MULTILINE)
+# Under its GPU's line, one per MIG device the container can use:
+# "  MIG 1g.10gb     Device  0: (UUID: MIG-5e2f...)".
+NVIDIA_SMI_MIG_LINE = re.compile(
+    r"^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[0-9A-Za-z/-]+)\)\s*$", re.MULTILINE
+)
 HOLD_SECONDS = 3600  # a holder pod's sleep; activeDeadlineSeconds ends it if the suite dies
 
 
@@ -32,11 +37,14 @@ def pod_manifest(
     gpus: int = 0,
     env: dict[str, str] | None = None,
     deadline_seconds: int = HOLD_SECONDS,
+    resource: str = GPU_RESOURCE,
+    node: str | None = None,
 ) -> Json:
-    """A one-container pod on a GPU node, restartPolicy Never."""
+    """A one-container pod on a GPU node (``node``, if given), restartPolicy Never, with
+    ``gpus`` of ``resource`` (a MIG device or shared GPU resource instead of whole GPUs)."""
     resources: Json = {}
     if gpus:
-        resources = {"limits": {GPU_RESOURCE: str(gpus)}}
+        resources = {"limits": {resource: str(gpus)}}
     container: Json = {
         "name": "main",
         "image": image,
@@ -54,7 +62,10 @@ def pod_manifest(
             "restartPolicy": "Never",
             "activeDeadlineSeconds": deadline_seconds,
             "terminationGracePeriodSeconds": 0,
-            "nodeSelector": gpu_node_selector(),
+            "nodeSelector": {
+                **gpu_node_selector(),
+                **({"kubernetes.io/hostname": node} if node else {}),
+            },
             "tolerations": gpu_tolerations(),
             "containers": [container],
         },
@@ -93,6 +104,10 @@ class PodRun:
     def gpu_uuids(self) -> list[str]:
         """The GPUs ``nvidia-smi -L`` listed in the pod's log."""
         return NVIDIA_SMI_GPU_LINE.findall(self.log)
+
+    def mig_devices(self) -> list[tuple[str, str]]:
+        """(profile, UUID) of the MIG devices ``nvidia-smi -L`` listed in the pod's log."""
+        return NVIDIA_SMI_MIG_LINE.findall(self.log)
 
     def describe(self) -> str:
         where = f" on {self.node}" if self.node else ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from infra.gpu import GPU_RESOURCE, gpu_node_selector, gpu_tolerations
 from tests.support.dcgm import Gpu
 from tests.support.gpu_cluster.scenario import GpuNode, Scenario
+from tests.support.gpu_cluster.sharing import requested as sharing_requested
 
 Json = dict[str, Any]
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -194,8 +196,11 @@ def _tolerated(taint: Json, tolerations: list[Json]) -> bool:
     return False
 
 
-def misfit(node: Json, pod_spec: Json, free_gpus: int) -> str | None:
-    """Why the scheduler would not place the pod on ``node``, in its words; None if it fits."""
+def misfit(
+    node: Json, pod_spec: Json, free_gpus: int, free_shared: Mapping[str, int] | None = None
+) -> str | None:
+    """Why the scheduler would not place the pod on ``node``, in its words; None if it fits.
+    ``free_shared``: free MIG devices and shared GPUs by resource (sharing.py)."""
     node_labels = node["metadata"]["labels"]
     selector = pod_spec.get("nodeSelector") or {}
     if any(node_labels.get(key) != value for key, value in selector.items()):
@@ -209,6 +214,9 @@ def misfit(node: Json, pod_spec: Json, free_gpus: int) -> str | None:
         return "node(s) didn't match Pod's node affinity/selector"
     if gpus_requested(pod_spec) > free_gpus:
         return f"Insufficient {GPU_RESOURCE}"
+    for resource, count in sharing_requested(pod_spec).items():
+        if count > (free_shared or {}).get(resource, 0):
+            return f"Insufficient {resource}"
     return None
 
 
@@ -312,14 +320,19 @@ def is_modelled(container: Json) -> bool:
     return bool(_MODELLED_COMMAND.search(command_line(container)))
 
 
-def run_container(container: Json, visible: list[Gpu]) -> tuple[str, int | None]:
+def run_container(
+    container: Json, visible: list[Gpu], listing: str | None = None
+) -> tuple[str, int | None]:
     """What a container prints and its exit code (None: it keeps running) in this model:
-    ``nvidia-smi -L`` lists the GPUs the container can see, or says none were found (exit 6,
-    as the real tool does); a ``sleep`` keeps it running until the pod is deleted."""
+    ``nvidia-smi -L`` lists the GPUs the container can see (``listing`` where it was given MIG
+    devices or shared GPUs), or says none were found (exit 6, as the real tool does); a
+    ``sleep`` keeps it running until the pod is deleted."""
     script = command_line(container)
     output, code = "", 0
     if "nvidia-smi -L" in script:
-        if visible:
+        if listing:
+            output = listing
+        elif visible:
             output = "".join(
                 f"GPU {index}: {device.model_name} (UUID: {device.uuid})\n"
                 for index, device in enumerate(visible)
