@@ -53,6 +53,7 @@ CLIENTS_NODE = "gpu-worker-1"
 BUSY_NODE = "gpu-worker-2"
 DEVICE_PLUGIN_CONTAINER = "3f5c0d1e9a7b"
 STANDIN_LOG = "/var/log/nvidia-mig-parted-standin.log"
+DEVICE_DIR = "/run/nvidia-mig-parted-standin"
 DCGM_UNIT = """\
 [Unit]
 Description=Stand-in NVIDIA DCGM host engine (test double: holds the GPUs open)
@@ -117,17 +118,33 @@ def start_gpu_clients(node: Node) -> None:
     (state / "containers.json").write_text(json.dumps([container, other]))
 
 
-def restore(node: Node) -> None:
+def add_gpus(node: Node) -> None:
+    """The node's stand-in GPUs: the hardware list nvidia-mig-parted reads, and the device files
+    (the stand-ins of /dev/nvidia<i>, which the driver creates) that GPU clients hold open."""
+    hardware = node.root / "etc/nvidia-mig-parted-standin/gpus.json"
+    hardware.parent.mkdir(parents=True, exist_ok=True)
+    hardware.write_text(json.dumps(HARDWARE[node.name]))
+    files = " ".join(f"nvidia{index}" for index in range(len(HARDWARE[node.name])))
+    node.run(f"mkdir -p {DEVICE_DIR} && cd {DEVICE_DIR} && touch {files}")
+
+
+def kubelet_active(node: Node) -> bool:
+    return node.run("systemctl is-active kubelet.service", check=False).stdout.strip() == "active"
+
+
+def restore(node: Node, kubelet_was_active: bool) -> None:
     """Back to a node without MIG tooling, as provisioning left it."""
     node.run(
         "systemctl disable --now nvidia-dcgm.service gpu-cluster-mig-layout.service; "
         "systemctl stop standin-device-plugin standin-workload; "
+        "systemctl reset-failed standin-device-plugin standin-workload; "
         "rm -f /etc/systemd/system/nvidia-dcgm.service /etc/systemd/system/"
         "gpu-cluster-mig-layout.service; systemctl daemon-reload; "
         "dpkg --purge nvidia-mig-manager; "
-        "rm -rf /etc/gpu-cluster /etc/nvidia-mig-parted-standin /var/lib/nvidia-mig-parted-standin "
+        "rm -rf /etc/gpu-cluster /var/cache/gpu-cluster /etc/nvidia-mig-parted-standin "
+        "/var/lib/nvidia-mig-parted-standin "
         "/var/lib/crictl-standin /run/nvidia-mig-parted-standin; "
-        "systemctl start kubelet",
+        f"systemctl {'start' if kubelet_was_active else 'stop'} kubelet",
         check=False,
     )
 
@@ -137,10 +154,11 @@ def mig(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory) -> I
     cluster = provisioned.cluster
     workdir = tmp_path_factory.mktemp("mig")
     assert cluster.repo is not None
+    # The stand-in kubeadm does not start the kubelet, as the real one does on init and join.
+    kubelet_was_active = {node.name: kubelet_active(node) for node in cluster.nodes}
     for node in cluster.nodes:
-        hardware = node.root / "etc/nvidia-mig-parted-standin/gpus.json"
-        hardware.parent.mkdir(parents=True, exist_ok=True)
-        hardware.write_text(json.dumps(HARDWARE[node.name]))
+        add_gpus(node)
+        node.run("systemctl start kubelet.service")
     inventory = inventory_for(cluster, workdir / "inventory.yml")
     document = yaml.safe_load(inventory.read_text())
     for node in cluster.nodes:
@@ -158,6 +176,7 @@ def mig(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory) -> I
             for node in cluster.nodes
             if node.run("dpkg -s nvidia-mig-manager", check=False).returncode == 0
             or (node.root / "etc/gpu-cluster").exists()
+            or (node.root / "var/cache/gpu-cluster").exists()
             or (node.root / "var/lib/nvidia-mig-parted-standin").exists()
         ]
         start_gpu_clients(cluster.node(CLIENTS_NODE))
@@ -193,7 +212,7 @@ def mig(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory) -> I
         )
     finally:
         for node in cluster.nodes:
-            restore(node)
+            restore(node, kubelet_was_active[node.name])
 
 
 def test_a_check_run_on_fresh_nodes_changes_nothing_and_says_what_it_would(mig: MigRuns) -> None:
