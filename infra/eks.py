@@ -22,6 +22,7 @@ import pulumi_eks as eks
 
 from infra import versions
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE, GPU_TAINT_KEY, GPU_TAINT_VALUE
+from infra.gpu_sharing import CONFIG_LABEL
 from infra.stack_config import ConfigError
 from infra.storage import StorageClassSpec
 from infra.vpc import Vpc, VpcArgs
@@ -100,6 +101,8 @@ class GpuNodeGroupArgs(NodeGroupArgs):
     efa: bool = False
     # Instance-store NVMe disks as one RAID0 array for pods' data and images (p4d, p5).
     instance_store_raid0: bool = False
+    # The device plugin configuration its nodes use (infra/gpu_sharing.py); None: the default.
+    device_plugin_config: str | None = None
 
     def __post_init__(self) -> None:
         if self.capacity_type not in CAPACITY_TYPES:
@@ -421,6 +424,8 @@ class GpuEksCluster(pulumi.ComponentResource):
         labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
         if group.efa:
             labels[EFA_NODE_LABEL] = "true"
+        if group.device_plugin_config is not None:
+            labels[CONFIG_LABEL] = group.device_plugin_config
         # The launch template carries the toolkit settings; with one, the disk size goes there too.
         template = aws.ec2.LaunchTemplate(
             f"{name}-{group.name}-launch-template",

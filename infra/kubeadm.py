@@ -25,6 +25,7 @@ import yaml
 
 from infra import ansible_run, kubeadm_inventory
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_NODE_LABEL_VALUE
+from infra.gpu_sharing import GpuSharingArgs
 from infra.kubeadm_inventory import InventoryError, KubeadmNode
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -196,20 +197,49 @@ def gpu_node_names(value: object) -> list[str]:
     return list(value)
 
 
-def label_gpu_nodes(node_names: list[str], provider: k8s.Provider) -> list[k8s.core.v1.NodePatch]:
-    """Give these nodes the GPU label, e.g. nodes that joined before the playbooks labelled them.
-
-    The playbooks register every ``gpu_nodes`` host with the label and the taint themselves; this
-    is for nodes they did not register. A server-side-apply patch of one label: the rest of each
-    Node stays the kubelet's.
-    """
-    return [
-        k8s.core.v1.NodePatch(
-            f"gpu-node-label-{node}",
-            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
-                name=node, labels={GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE}
-            ),
-            opts=pulumi.ResourceOptions(provider=provider),
+def gpu_node_configs(value: object, sharing: GpuSharingArgs) -> dict[str, str]:
+    """The kubeadm stack's optional ``gpuNodeConfigs``: node name -> device plugin config."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(node, str) and node and isinstance(name, str) and name
+        for node, name in value.items()
+    ):
+        raise ValueError(
+            f"gpuNodeConfigs must map Kubernetes node names to device plugin config names, "
+            f"got {value!r}"
         )
-        for node in node_names
-    ]
+    for node, name in value.items():
+        sharing.config(name, f"gpuNodeConfigs.{node}")
+    return dict(value)
+
+
+def label_gpu_nodes(
+    node_names: list[str],
+    provider: k8s.Provider,
+    node_configs: dict[str, str] | None = None,
+    sharing: GpuSharingArgs | None = None,
+) -> list[k8s.core.v1.NodePatch]:
+    """Label nodes: ``node_names`` as GPU nodes (e.g. nodes that joined before the playbooks
+    labelled them), ``node_configs``' nodes with the device plugin configuration they use.
+
+    The playbooks register every ``gpu_nodes`` host with the GPU label and taint themselves; this
+    is for nodes they did not register, and for the configuration label, which the device plugin
+    follows whenever it changes. One server-side-apply patch of these labels per node: the rest of
+    each Node stays the kubelet's.
+    """
+    configs = node_configs or {}
+    patches = []
+    for node in sorted({*node_names, *configs}):
+        labels = {GPU_NODE_LABEL_KEY: GPU_NODE_LABEL_VALUE} if node in node_names else {}
+        labels |= (sharing or GpuSharingArgs()).node_labels(
+            configs.get(node), f"gpuNodeConfigs.{node}"
+        )
+        patches.append(
+            k8s.core.v1.NodePatch(
+                f"gpu-node-label-{node}",
+                metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=node, labels=labels),
+                opts=pulumi.ResourceOptions(provider=provider),
+            )
+        )
+    return patches

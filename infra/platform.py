@@ -19,6 +19,7 @@ import pulumi_random as random
 from infra import monitoring, versions
 from infra.chart_cache import cached_archive, missing_archive_message
 from infra.gpu import GPU_NODE_LABEL_KEY, gpu_node_selector, gpu_tolerations
+from infra.gpu_sharing import GpuSharingArgs, device_plugin_config_values, with_virtual_gpus
 from infra.store.endpoint import StoreEndpoint
 from infra.store.grafana import grafana_store_objects, grafana_values
 from infra.versions import HelmChart
@@ -83,6 +84,8 @@ class GpuPlatformArgs:
     adapter_external_metrics: bool = True
     # The profiler's PostgreSQL store, provisioned in Grafana as a data source (read-only user).
     store_datasource: StoreEndpoint | None = None
+    # Device plugin configurations node pools pick by label (MIG strategy, time-slicing, MPS).
+    gpu_sharing: GpuSharingArgs = field(default_factory=GpuSharingArgs)
     charts: dict[str, HelmChart] = field(
         default_factory=lambda: {
             "device-plugin": versions.NVIDIA_DEVICE_PLUGIN,
@@ -146,8 +149,9 @@ def namespace_name(namespace: k8s.core.v1.Namespace) -> pulumi.Output[str]:
     return namespace.metadata.apply(lambda meta: str(meta.name))
 
 
-def device_plugin_values() -> dict[str, Any]:
-    """Values of the NVIDIA device plugin chart: GPU nodes only; devices as volume mounts by UUID.
+def device_plugin_values(sharing: GpuSharingArgs | None = None) -> dict[str, Any]:
+    """Values of the NVIDIA device plugin chart: GPU nodes only; devices as volume mounts by UUID;
+    the configurations of ``sharing`` (infra/gpu_sharing.py) where node pools pick them.
 
     GPU nodes' container toolkits ignore NVIDIA_VISIBLE_DEVICES from unprivileged containers (so a
     CUDA image cannot take every GPU without requesting one) and accept the device list as volume
@@ -167,6 +171,7 @@ def device_plugin_values() -> dict[str, Any]:
         # (nvidia.com/gpu.product, ...), which `gpu-profiler trial` places trials by; it runs on
         # the chart's node-feature-discovery subchart (its worker tolerates the GPU taint).
         "gfd": {"enabled": True},
+        **device_plugin_config_values(sharing or GpuSharingArgs()),
     }
 
 
@@ -361,7 +366,7 @@ class GpuPlatform(pulumi.ComponentResource):
             "nvidia-device-plugin",
             args.charts["device-plugin"],
             namespace_name(device_plugin_ns),
-            device_plugin_values(),
+            device_plugin_values(args.gpu_sharing),
             pulumi.ResourceOptions(parent=self, depends_on=[device_plugin_ns]),
         )
 
@@ -418,7 +423,7 @@ class GpuPlatform(pulumi.ComponentResource):
             DCGM_EXPORTER_RELEASE,
             args.charts["dcgm-exporter"],
             namespace,
-            dcgm_exporter_values(args),
+            with_virtual_gpus(dcgm_exporter_values(args), args.gpu_sharing),
             after_stack,
         )
         self.prometheus_url = pulumi.Output.concat(

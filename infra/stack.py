@@ -23,6 +23,7 @@ from infra.autoscaling import (
     WorkloadAutoscaling,
     WorkloadAutoscalingArgs,
 )
+from infra.gpu_sharing import DEFAULT_CONFIG, DevicePluginConfig, GpuSharingArgs
 from infra.platform import (
     GRAFANA_PORT,
     GRAFANA_SERVICE,
@@ -128,12 +129,73 @@ def workload_autoscaler(config: pulumi.Config) -> WorkloadAutoscaler:
     )
 
 
+DEVICE_PLUGIN_CONFIG_FIELDS = {
+    "migStrategy": "str",
+    "sharing": "str",
+    "replicas": "int",
+    "renameByDefault": "bool",
+    "failRequestsGreaterThanOne": "bool",
+}
+
+
+def gpu_sharing_args(config: pulumi.Config) -> GpuSharingArgs:
+    """``gpuSharing`` from stack config: named device plugin configurations that GPU node pools
+    pick (``devicePluginConfig``), and the default of unlabelled nodes; ConfigError says what is
+    wrong with it."""
+    value = stack_config.read_object(config, "gpuSharing")
+    if value is None:
+        return GpuSharingArgs()
+    if not isinstance(value, dict) or set(value) - {"configs", "default"}:
+        raise stack_config.ConfigError(
+            f"stack config gpuSharing must be a mapping with keys configs, default, got {value!r}"
+        )
+    configs = value.get("configs") or {}
+    if not isinstance(configs, dict):
+        raise stack_config.ConfigError(
+            "stack config gpuSharing.configs must map config names to their settings "
+            f"({', '.join(DEVICE_PLUGIN_CONFIG_FIELDS)})"
+        )
+    names = {
+        "migStrategy": "mig_strategy",
+        "sharing": "sharing",
+        "replicas": "replicas",
+        "renameByDefault": "rename_by_default",
+        "failRequestsGreaterThanOne": "fail_requests_greater_than_one",
+    }
+    try:
+        parsed = tuple(
+            DevicePluginConfig(
+                name=str(name),
+                **{
+                    names[key]: item
+                    for key, item in stack_config.fields(
+                        f"gpuSharing.configs.{name}", spec or {}, DEVICE_PLUGIN_CONFIG_FIELDS
+                    ).items()
+                },
+            )
+            for name, spec in configs.items()
+        )
+        sharing = GpuSharingArgs(configs=parsed, default=str(value.get("default", DEFAULT_CONFIG)))
+    except ValueError as error:
+        raise stack_config.ConfigError(f"stack config gpuSharing: {error}") from None
+    for item in sharing.configs:
+        if item.experimental:
+            pulumi.log.warn(
+                f"gpuSharing config {item.name}: sharing {item.sharing} is experimental (the "
+                f"device plugin's MPS support; dcgm-exporter cannot name the pods of an "
+                f"MPS-shared GPU), see docs/sharing.md"
+            )
+    return sharing
+
+
 def _default(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
 def platform_args(
-    config: pulumi.Config, prometheus_storage_class: str | None = None
+    config: pulumi.Config,
+    prometheus_storage_class: str | None = None,
+    gpu_sharing: GpuSharingArgs | None = None,
 ) -> GpuPlatformArgs:
     """GpuPlatform's arguments from stack config (``prometheusStorageClass`` over the default)."""
     try:
@@ -149,6 +211,7 @@ def platform_args(
             prometheus_storage_size=config.get("prometheusStorageSize") or "50Gi",
             gpu_metrics_interval_seconds=_default(config.get_int("gpuMetricsIntervalSeconds"), 10),
             adapter_external_metrics=workload_autoscaler(config) != "keda",
+            gpu_sharing=gpu_sharing if gpu_sharing is not None else gpu_sharing_args(config),
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config: {error}") from None
@@ -196,7 +259,7 @@ def profiler_args(
         kubeconfig=kubeconfig,
         monitoring_namespace=monitoring_namespace,
         image_pull_secrets=image_pull_secrets(config),
-        registry_credentials=config.get_secret("profilerRegistryCredentials"),
+        registry_credentials=stack_config.optional_secret(config, "profilerRegistryCredentials"),
     )
 
 
@@ -263,15 +326,18 @@ def deploy_gpu_layer(
     storage_class: StorageClassSpec | None = None,
     platform_name: str = "kubeadm",
     rds_network: Callable[[], RdsNetwork] | None = None,
+    gpu_sharing: GpuSharingArgs | None = None,
 ) -> GpuLayer:
     """Monitoring, profiling and the profiler's store on the cluster behind ``kubeconfig``.
 
     ``storage_class``: created first; Prometheus' volume and the database's use it unless the stack
     config names another class (``prometheusStorageClass``, ``profilerDatabase.storageClass``).
     Without one, the database's volumes come from local-path-provisioner. ``rds_network``: where
-    ``profilerStore: rds`` puts the database (EKS), called only for that store.
+    ``profilerStore: rds`` puts the database (EKS), called only for that store. ``gpu_sharing``:
+    the device plugin configurations (default: read from ``gpuSharing``), which the stack's node
+    pools refer to.
     """
-    p_args = platform_args(config, storage_class.name if storage_class else None)
+    p_args = platform_args(config, storage_class.name if storage_class else None, gpu_sharing)
     store = store_plan(
         config, platform_name, p_args.monitoring_namespace, storage_class, rds_network
     )

@@ -23,6 +23,7 @@ from infra.gpu import (
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
 )
+from infra.gpu_sharing import CONFIG_LABEL
 
 NODE_CLASS_GROUP = "karpenter.k8s.aws"
 NODE_CLASS_API = f"{NODE_CLASS_GROUP}/v1"
@@ -79,6 +80,8 @@ class GpuNodePoolArgs:
     # long as they run). expireAfter needs a terminationGracePeriod (see EXPIRE_AFTER).
     expire_after: str = EXPIRE_AFTER
     termination_grace_period: str | None = None
+    # The device plugin configuration its nodes use (infra/gpu_sharing.py); None: the default.
+    device_plugin_config: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.capacity_types) - set(CAPACITY_TYPES))
@@ -218,6 +221,8 @@ def node_pool_spec(pool: GpuNodePoolArgs) -> dict[str, Any]:
         # A cluster placement group holds instances of one zone only.
         requirements.append((ZONE_LABEL, (pool.availability_zone,)))
         labels[EFA_NODE_LABEL] = "true"
+    if pool.device_plugin_config is not None:
+        labels[CONFIG_LABEL] = pool.device_plugin_config
     return {
         "template": {
             "metadata": {"labels": labels},

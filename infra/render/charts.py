@@ -13,6 +13,7 @@ CRDs installed before included. The chart's ``crds/`` come first, as Helm instal
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -185,9 +186,12 @@ def _package_from_source(chart: HelmChart, path: Path) -> None:
         tarball = response.read()
     packed = io.BytesIO()
     found = False
+    # No time stamp in the gzip header: the same source packages into the same bytes, so the
+    # archive's sha256 can be pinned like a published one's.
     with (
         tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as upstream,
-        tarfile.open(fileobj=packed, mode="w:gz") as archive,
+        gzip.GzipFile(fileobj=packed, mode="wb", mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w") as archive,
     ):
         for member in upstream.getmembers():
             _, _, inner = member.name.partition("/")

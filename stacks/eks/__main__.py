@@ -20,8 +20,9 @@ from infra.eks import (
     GpuNodeGroupArgs,
     NodeGroupArgs,
 )
+from infra.gpu_sharing import GpuSharingArgs, instance_family, require_mig_capable
 from infra.karpenter import GpuKarpenter, GpuKarpenterArgs, GpuNodePoolArgs
-from infra.stack import check_settings, deploy_gpu_layer, export_access
+from infra.stack import check_settings, deploy_gpu_layer, export_access, gpu_sharing_args
 from infra.store.rds import eks_rds_network
 from infra.versions import KUBERNETES_VERSION
 from infra.vpc import VpcArgs
@@ -46,6 +47,7 @@ KARPENTER_FIELDS = {
     "efa": "bool",
     "availabilityZone": "str",
     "instanceStoreRaid0": "bool",
+    "devicePluginConfig": "str",
 }
 GPU_GROUP_FIELDS = {
     "name": "str",
@@ -61,14 +63,29 @@ GPU_GROUP_FIELDS = {
     "subnetIds": "list",
     "efa": "bool",
     "instanceStoreRaid0": "bool",
+    "devicePluginConfig": "str",
 }
 
 
-def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
+def pool_config(
+    sharing: GpuSharingArgs, name: str | None, families: tuple[str, ...], where: str
+) -> str | None:
+    """A node pool's ``devicePluginConfig``, checked against ``gpuSharing`` and its GPUs."""
+    if name is None:
+        return None
+    try:
+        require_mig_capable(sharing.config(name, where), families, where)
+    except ValueError as error:
+        raise stack_config.ConfigError(f"stack config {error}") from None
+    return name
+
+
+def gpu_node_group(key: str, value: Any, sharing: GpuSharingArgs) -> GpuNodeGroupArgs:
     spec = stack_config.fields(key, value, GPU_GROUP_FIELDS)
+    instance_types = spec.get("instanceTypes", ("g5.xlarge",))
     return GpuNodeGroupArgs(
         name=spec.get("name", "gpu"),
-        instance_types=spec.get("instanceTypes", ("g5.xlarge",)),
+        instance_types=instance_types,
         ami_type=spec.get("amiType", "AL2023_x86_64_NVIDIA"),
         min_size=spec.get("minSize", 0),
         max_size=spec.get("maxSize", 2),
@@ -80,6 +97,12 @@ def gpu_node_group(key: str, value: Any) -> GpuNodeGroupArgs:
         subnet_ids=spec.get("subnetIds", ()),
         efa=spec.get("efa", False),
         instance_store_raid0=spec.get("instanceStoreRaid0", False),
+        device_plugin_config=pool_config(
+            sharing,
+            spec.get("devicePluginConfig"),
+            tuple(instance_family(t) for t in instance_types),
+            f"{key}.devicePluginConfig",
+        ),
     )
 
 
@@ -95,7 +118,9 @@ def aws_region(why: str) -> str:
     return region
 
 
-def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs | None:
+def karpenter_args(
+    config: pulumi.Config, cluster_name: str, sharing: GpuSharingArgs
+) -> GpuKarpenterArgs | None:
     """``karpenter`` from stack config: on unless ``enabled: false``."""
     spec = stack_config.fields(
         "karpenter", stack_config.read_object(config, "karpenter") or {}, KARPENTER_FIELDS
@@ -123,6 +148,12 @@ def karpenter_args(config: pulumi.Config, cluster_name: str) -> GpuKarpenterArgs
             efa=spec.get("efa", False),
             availability_zone=spec.get("availabilityZone"),
             instance_store_raid0=spec.get("instanceStoreRaid0", False),
+            device_plugin_config=pool_config(
+                sharing,
+                spec.get("devicePluginConfig"),
+                spec.get("instanceFamilies", defaults.instance_families),
+                "karpenter.devicePluginConfig",
+            ),
         )
     except ValueError as error:
         raise stack_config.ConfigError(f"stack config karpenter: {error}") from None
@@ -139,7 +170,9 @@ def existing_private_subnets(config: pulumi.Config) -> tuple[str, ...]:
     return stack_config.strings("existingPrivateSubnetIds", subnets)
 
 
-def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> GpuEksClusterArgs:
+def cluster_args(
+    config: pulumi.Config, cluster_name: str, karpenter: bool, sharing: GpuSharingArgs
+) -> GpuEksClusterArgs:
     existing_vpc_id = stack_config.optional_text(config, "existingVpcId")
     system = stack_config.fields(
         "systemNodeGroup",
@@ -154,7 +187,8 @@ def cluster_args(config: pulumi.Config, cluster_name: str, karpenter: bool) -> G
     cidrs = stack_config.read_object(config, "publicAccessCidrs")
     try:
         gpu_groups = tuple(
-            gpu_node_group(f"gpuNodeGroups[{index}]", spec) for index, spec in enumerate(groups)
+            gpu_node_group(f"gpuNodeGroups[{index}]", spec, sharing)
+            for index, spec in enumerate(groups)
         )
         return GpuEksClusterArgs(
             cluster_name=cluster_name,
@@ -198,8 +232,10 @@ check_settings(Path(__file__).resolve().parent)
 config = pulumi.Config()
 # One name for both: Karpenter's IAM policy and node class select the cluster's resources by it.
 cluster_name = config.get("clusterName") or "gpu-cluster"
-karpenter = karpenter_args(config, cluster_name)
-cluster_config = cluster_args(config, cluster_name, karpenter is not None)
+# Device plugin configurations (MIG strategy, sharing) that the GPU node pools pick by label.
+sharing = gpu_sharing_args(config)
+karpenter = karpenter_args(config, cluster_name, sharing)
+cluster_config = cluster_args(config, cluster_name, karpenter is not None, sharing)
 cluster = GpuEksCluster("gpu-eks", cluster_config)
 layer = deploy_gpu_layer(
     config,
@@ -210,6 +246,7 @@ layer = deploy_gpu_layer(
     rds_network=lambda: eks_rds_network(
         cluster, aws_region("the RDS store's CA bundle is per region")
     ),
+    gpu_sharing=sharing,
 )
 if karpenter is not None:
     # After the platform: the chart's ServiceMonitor needs the Prometheus operator's CRDs.

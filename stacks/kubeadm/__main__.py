@@ -7,8 +7,14 @@ from pathlib import Path
 import pulumi
 
 from infra import stack_config
-from infra.kubeadm import KubeadmCluster, KubeadmClusterArgs, gpu_node_names, label_gpu_nodes
-from infra.stack import check_settings, deploy_gpu_layer, export_access
+from infra.kubeadm import (
+    KubeadmCluster,
+    KubeadmClusterArgs,
+    gpu_node_configs,
+    gpu_node_names,
+    label_gpu_nodes,
+)
+from infra.stack import check_settings, deploy_gpu_layer, export_access, gpu_sharing_args
 
 STACK_DIR = Path(__file__).resolve().parent
 
@@ -30,8 +36,17 @@ def cluster_args(config: pulumi.Config) -> KubeadmClusterArgs:
 
 check_settings(STACK_DIR)
 config = pulumi.Config()
+# Device plugin configurations (MIG strategy, sharing) that gpuNodeConfigs assigns to nodes.
+sharing = gpu_sharing_args(config)
+try:
+    node_configs = gpu_node_configs(stack_config.read_object(config, "gpuNodeConfigs"), sharing)
+except ValueError as error:
+    raise stack_config.ConfigError(f"stack config {error}") from None
 cluster = KubeadmCluster("gpu-kubeadm", cluster_args(config))
-layer = deploy_gpu_layer(config, cluster.kubeconfig)
-# The playbooks label and taint the gpu_nodes hosts; gpuNodeNames (optional) labels other nodes too.
-label_gpu_nodes(gpu_node_names(config.get_object("gpuNodeNames")), layer.provider)
+layer = deploy_gpu_layer(config, cluster.kubeconfig, gpu_sharing=sharing)
+# The playbooks label and taint the gpu_nodes hosts; gpuNodeNames (optional) labels other nodes too,
+# and gpuNodeConfigs labels nodes with the device plugin configuration they use.
+label_gpu_nodes(
+    gpu_node_names(config.get_object("gpuNodeNames")), layer.provider, node_configs, sharing
+)
 export_access(cluster.cluster_name, cluster.kubeconfig, layer)

@@ -143,6 +143,7 @@ def build(end: float | None = None) -> str:
             ),
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0.0,
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1.0 if faulty else 0.0,
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": util / 100,
             "DCGM_FI_PROF_SM_ACTIVE": util / 100,
             "DCGM_FI_PROF_SM_OCCUPANCY": util / 200,
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util / 150,

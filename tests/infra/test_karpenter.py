@@ -389,7 +389,9 @@ def test_gpu_nodes_do_not_expire_under_protected_training_by_default(eks_run: Pr
 def test_a_node_lifetime_comes_with_a_termination_grace_period() -> None:
     run = run_stack(
         EKS_STACK,
-        overrides={"karpenter": {"expireAfter": "720h", "terminationGracePeriod": "48h"}},
+        overrides={
+            "karpenter": {"gpuLimit": 8, "expireAfter": "720h", "terminationGracePeriod": "48h"}
+        },
     )
     template = run.one(NODE_POOL).inputs["spec"]["template"]["spec"]
     assert (template["expireAfter"], template["terminationGracePeriod"]) == ("720h", "48h")

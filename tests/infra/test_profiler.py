@@ -13,7 +13,7 @@ import pytest
 from psycopg import pq
 
 from infra import versions
-from infra.render.program import ProgramRun, run_stack
+from infra.render.program import ProgramRun, StackFileError, run_stack
 from profiler_app.daemon import STOP_GRACE_SECONDS
 from tests.infra.conftest import EKS_STACK, REPO_ROOT
 
@@ -164,7 +164,7 @@ def test_postgres_store_url_comes_from_a_secret() -> None:
 
 
 def test_a_private_image_is_pulled_with_the_given_secrets(eks_run: ProgramRun) -> None:
-    """Issue 24, item 5: GHCR makes a new package private; nodes then need credentials."""
+    """GHCR makes a new package private; nodes then need credentials."""
     assert "imagePullSecrets" not in pod_spec(eks_run)
     config = '{"auths": {"ghcr.io": {"auth": "dXNlcjp0b2tlbg=="}}}'
     run = run_stack(
@@ -184,8 +184,11 @@ def test_a_private_image_is_pulled_with_the_given_secrets(eks_run: ProgramRun) -
 
 
 def test_pull_secrets_must_be_a_list_of_names() -> None:
-    with pytest.raises(pulumi.RunError, match="profilerImagePullSecrets must be a list"):
+    # Pulumi.yaml declares it an array of strings: the CLI refuses anything else, as render does.
+    with pytest.raises(StackFileError, match="profilerImagePullSecrets must be of type array"):
         run_stack(EKS_STACK, overrides={"profilerImagePullSecrets": {"name": "ghcr-pull"}})
+    with pytest.raises(pulumi.RunError, match="profilerImagePullSecrets must be a list"):
+        run_stack(EKS_STACK, overrides={"profilerImagePullSecrets": [""]})
 
 
 def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:

@@ -61,6 +61,44 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
         },
         {},
     ),
+    # MIG mixed on the A100 group, time-slicing on the g5 group and Karpenter's pool.
+    "eks-gpu-sharing": (
+        EKS_STACK,
+        {
+            "gpuSharing": {
+                "configs": {
+                    "mig-mixed": {"migStrategy": "mixed"},
+                    "shared-4": {"sharing": "time-slicing", "replicas": 4},
+                }
+            },
+            "gpuNodeGroups": [
+                {"name": "g5", "instanceTypes": ["g5.2xlarge"], "devicePluginConfig": "shared-4"},
+                {
+                    "name": "p4d",
+                    "instanceTypes": ["p4d.24xlarge"],
+                    "devicePluginConfig": "mig-mixed",
+                },
+            ],
+            "karpenter": {"devicePluginConfig": "shared-4"},
+        },
+        {},
+    ),
+    # Per-node configs on kubeadm, MPS (experimental) among them, time-sliced nodes by default.
+    "kubeadm-gpu-sharing": (
+        KUBEADM_STACK,
+        {
+            "gpuSharing": {
+                "default": "shared-2",
+                "configs": {
+                    "mig-mixed": {"migStrategy": "mixed"},
+                    "shared-2": {"sharing": "time-slicing", "replicas": 2},
+                    "mps-4": {"sharing": "mps", "replicas": 4},
+                },
+            },
+            "gpuNodeConfigs": {"gpu-1": "mig-mixed", "gpu-2": "mps-4"},
+        },
+        {},
+    ),
     "kubeadm-with-options": (
         KUBEADM_STACK,
         {
@@ -535,7 +573,10 @@ def test_changed_counters_roll_the_exporters(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_device_plugin_as_rendered(eks_graph: ObjectGraph) -> None:
     plugin = one(eks_graph, "DaemonSet", "nvidia-device-plugin")
-    (container,) = pod_spec(plugin)["containers"]
+    # Beside it runs the config-manager sidecar that follows the node's config label.
+    (container,) = [
+        c for c in pod_spec(plugin)["containers"] if c["name"] == "nvidia-device-plugin-ctr"
+    ]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["DEVICE_LIST_STRATEGY"] == "volume-mounts"
     assert env["DEVICE_ID_STRATEGY"] == "uuid"

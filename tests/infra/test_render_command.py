@@ -208,8 +208,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def served_charts() -> tuple[versions.HelmChart, ...]:
-    """The pinned charts the chart cache holds (every one the stacks install by default)."""
-    return tuple(c for c in versions.PINNED_CHARTS if (chart_cache() / c.archive).is_file())
+    """The pinned charts a Helm repository publishes that the chart cache holds (every one the
+    stacks install by default but those packaged from source: tests/infra/test_store_tools.py)."""
+    return tuple(
+        c
+        for c in versions.PINNED_CHARTS
+        if not c.from_source and (chart_cache() / c.archive).is_file()
+    )
 
 
 @pytest.fixture
@@ -236,8 +241,20 @@ def chart_repository(tmp_path: Path) -> Iterator[tuple[str, list[str], Path]]:
 
 
 def _from(url: str) -> tuple[versions.HelmChart, ...]:
-    """The served charts, pinned as they are, but in the local repository."""
-    return tuple(dataclasses.replace(c, repo=url) for c in served_charts())
+    """The served charts, pinned as they are, but in the local repository; and the charts
+    packaged from source, as they are."""
+    from_source = tuple(c for c in versions.PINNED_CHARTS if c.from_source)
+    return tuple(dataclasses.replace(c, repo=url) for c in served_charts()) + from_source
+
+
+def cache_with_source_charts(cache: Path) -> Path:
+    """A chart cache holding the charts packaged from source, as an earlier --pull-charts left
+    them (packaging them needs GitHub: tests/infra/test_store_tools.py does it locally)."""
+    cache.mkdir()
+    for chart in versions.PINNED_CHARTS:
+        if chart.from_source:
+            shutil.copy(chart_cache() / chart.archive, cache / chart.archive)
+    return cache
 
 
 @pytest.mark.charts
@@ -247,15 +264,15 @@ def test_pull_charts_fills_the_cache_once(
     chart_repository: tuple[str, list[str], Path],
 ) -> None:
     url, requests, _ = chart_repository
-    pinned = _from(url)
+    pinned, served = _from(url), served_charts()
     source = chart_cache()
+    cache = cache_with_source_charts(tmp_path / "cache")
     monkeypatch.setattr(versions, "PINNED_CHARTS", pinned)
-    cache = tmp_path / "cache"
     monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
     assert render("--pull-charts") == 0
     for chart in pinned:
         assert (cache / chart.archive).read_bytes() == (source / chart.archive).read_bytes()
-    assert {r for r in requests if r.endswith(".tgz")} == {f"/{c.archive}" for c in pinned}
+    assert {r for r in requests if r.endswith(".tgz")} == {f"/{c.archive}" for c in served}
     requests.clear()
     assert render("--pull-charts", KUBEADM_STACK, "--check") == 0
     assert requests == []  # everything was cached
@@ -287,8 +304,8 @@ def test_pull_refuses_an_archive_the_repository_serves_that_is_not_pinned(
     url, _, served = chart_repository
     digest = _repackage(served, versions.PROMETHEUS_ADAPTER)
     helm.repo_index_generate(served, base_url=url)
+    cache = cache_with_source_charts(tmp_path / "cache")
     monkeypatch.setattr(versions, "PINNED_CHARTS", _from(url))
-    cache = tmp_path / "cache"
     monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
     assert render("--pull-charts") == 2
     err = capsys.readouterr().err

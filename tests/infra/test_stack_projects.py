@@ -117,6 +117,8 @@ def minimal_stack_file(stack: Path, tmp_path: Path) -> Path:
     """A stack file that sets only what a stack needs: each declared default then applies."""
     project = yaml.safe_load((stack / "Pulumi.yaml").read_text())["name"]
     required = {"aws:region": "us-west-2"} if stack == EKS_STACK else {}
+    # Karpenter's GPU limit bounds what it may cost: it has no default, so a stack must set it.
+    required |= {f"{project}:karpenter": {"gpuLimit": 8}} if stack == EKS_STACK else {}
     inventory = (stack / "inventory.example.ini").resolve()
     required |= {f"{project}:inventory": str(inventory)} if stack == KUBEADM_STACK else {}
     path = tmp_path / "Pulumi.minimal.yaml"

@@ -9,8 +9,10 @@ source repository holds it, and rendered with Helm's own engine.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import http.server
 import io
 import tarfile
@@ -159,8 +161,18 @@ def test_a_chart_published_only_as_source_is_packaged_into_the_cache(
         source_tarball(chart, cached_archive(pinned))
     )
     cache = tmp_path / "cache"
+    # Packaged here, the archive is not the published one: refused, naming its digest...
+    with pytest.raises(
+        ChartError, match=r"has sha256 \w+, which infra/versions.py does not pin"
+    ) as refused:
+        pull_charts([chart], cache)
+    assert not (cache / chart.archive).exists()
+    digest = str(refused.value).split("has sha256 ", 1)[1].split(",", 1)[0]
+    # ...and kept once that digest is pinned (packaging the same source gives the same bytes).
+    chart = dataclasses.replace(chart, sha256=(digest,))
     (archive,) = pull_charts([chart], cache)
     assert archive == cache / "local-path-provisioner-0.0.37.tgz"
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == digest
     with tarfile.open(archive) as packaged, tarfile.open(cached_archive(pinned)) as original:
         assert sorted(packaged.getnames()) == sorted(original.getnames())
         values = [

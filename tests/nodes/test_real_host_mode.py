@@ -54,5 +54,7 @@ def test_checks_run_against_hosts_given_on_the_command_line(provisioned: Provisi
     assert output.count("run against GPU hosts with --real-gpu") >= 1
     summary = re.search(r"(\d+) passed, (\d+) skipped", output)
     assert summary is not None, output[-2000:]
-    # Three `gpu` checks per host, plus the control-plane config check on each worker.
-    assert int(summary[2]) == 3 * len(cluster.nodes) + len(WORKERS)
+    # Four `gpu` checks per host, the MIG layout check per host (no layout applied: test_mig.py
+    # removes its own), plus the control-plane config check on each worker.
+    assert int(summary[2]) == 5 * len(cluster.nodes) + len(WORKERS)
+    assert "no MIG layout configured on this host" in output

@@ -67,6 +67,16 @@ ANNOTATIONS = "test_profiler::test_every_gpu_node_has_fresh_profiler_annotations
 EXPOSURE = "test_exposure::test_no_service_is_exposed_unless_configured"
 GPU_LAYER_PODS = "test_workloads::test_every_pod_of_the_gpu_layer_runs"
 SCALING = "test_scaling::test_a_gpu_pod_brings_a_gpu_node_that_goes_away_when_empty"
+MIG_POD = "test_gpu_sharing::test_a_pod_requesting_one_mig_device_sees_exactly_one"
+SHARED_GPU = "test_gpu_sharing::test_two_pods_share_one_time_sliced_gpu"
+SHARING = (MIG_POD, SHARED_GPU)
+# A whole-GPU node, an A100 80GB split into 7 x 1g.10gb and 3 x 2g.20gb (migStrategy mixed), and a
+# node whose 2 GPUs are time-sliced 4 ways (nvidia.com/gpu.shared).
+SHARED_NODES = (
+    GpuNode("gpu-node-1"),
+    GpuNode("mig-node-1", model="NVIDIA A100-SXM4-80GB", mig=(("1g.10gb",) * 7, ("2g.20gb",) * 3)),
+    GpuNode("shared-node-1", time_slicing_replicas=4),
+)
 
 
 def daemon_set(component: str) -> str:
@@ -88,11 +98,14 @@ NO_PROMETHEUS = 'no endpoints available for service "kube-prometheus-stack-prome
 @dataclass(frozen=True)
 class Case:
     """A scenario, and the checks that must fail on it with (fragments of) their messages.
-    A scaling case runs the opt-in scaling check alone (``--scaling``), as its users do."""
+    A scaling case runs the opt-in scaling check alone (``--scaling``), as its users do; a sharing
+    case runs the MIG and time-slicing checks alone (the others do not know MIG devices and
+    shared GPUs yet: allocatable and DCGM series count whole GPUs)."""
 
     scenario: Scenario
     failures: dict[str, tuple[str, ...]] = field(default_factory=dict)
     scaling: bool = False
+    sharing: bool = False  # runs the MIG and time-slicing checks alone
 
 
 CASES: dict[str, Case] = {
@@ -374,6 +387,31 @@ CASES: dict[str, Case] = {
         },
         scaling=True,
     ),
+    # MIG devices and time-sliced GPUs (checks/test_gpu_sharing.py), on their own.
+    "sharing": Case(Scenario(gpu_nodes=SHARED_NODES), sharing=True),
+    "sharing-mig-device-leak": Case(
+        Scenario(gpu_nodes=SHARED_NODES, mig_devices_leak=True),
+        {
+            MIG_POD: (
+                "nvidia-smi -L listed 7 MIG device(s)",
+                "not the one 1g.10gb requested as nvidia.com/mig-1g.10gb (offered on mig-node-1)",
+                "deviceListStrategy volume-mounts",
+            )
+        },
+        sharing=True,
+    ),
+    "sharing-config-not-applied": Case(
+        Scenario(gpu_nodes=SHARED_NODES, sharing_not_applied=True),
+        {
+            SHARED_GPU: (
+                "shared-node-1 is labelled time-slicing with 4 replicas of its 2 GPU(s), but "
+                "offers 2 nvidia.com/gpu.shared",
+                "the device plugin did not apply the sharing config",
+                "Insufficient nvidia.com/gpu.shared",
+            )
+        },
+        sharing=True,
+    ),
     "scaling-from-a-gpu-node": Case(
         Scenario(karpenter=Karpenter()),
         {SCALING: ("not scaled to zero GPU nodes", "GPU node gpu-node-1 is up")},
@@ -393,7 +431,10 @@ class Verdict:
 
 
 def _selection(case: Case) -> list[str]:
-    """What a case runs: the whole suite, or the scaling check alone with ``--scaling``."""
+    """What a case runs: the whole suite, the sharing checks alone, or the scaling check alone
+    with ``--scaling``."""
+    if case.sharing:
+        return ["tests/smoke/checks/test_gpu_sharing.py"]
     if not case.scaling:
         return ["tests/smoke/checks"]
     return [
@@ -476,11 +517,22 @@ def test_exactly_the_checks_that_must_notice_fail_and_say_why(
     results, output = verdicts[name]
     case = CASES[name]
     expected = case.failures
-    ran = {SCALING} if case.scaling else set(verdicts["healthy"][0]) - {SCALING}
-    assert set(results) - {SCALING} == ran - {SCALING}, output[-3000:]
-    if not case.scaling:  # opt-in: skipped, saying how to run it
+    if case.scaling:
+        ran = {SCALING}
+    elif case.sharing:
+        ran = set(SHARING)
+    else:
+        ran = set(verdicts["healthy"][0]) - {SCALING, *SHARING}
+    assert set(results) - {SCALING, *SHARING} == ran - {SCALING, *SHARING}, output[-3000:]
+    if not case.scaling and not case.sharing:
+        # Opt-in: skipped, saying how to run it; no MIG or time-sliced node: skipped, saying so.
         assert results[SCALING].outcome == "skipped", output[-3000:]
         assert "runs only with --scaling" in results[SCALING].message
+        if all(not node.mig and not node.time_slicing_replicas for node in case.scenario.gpu_nodes):
+            assert results[MIG_POD].outcome == "skipped", output[-3000:]
+            assert "no GPU node offers MIG devices" in results[MIG_POD].message
+            assert results[SHARED_GPU].outcome == "skipped", output[-3000:]
+            assert "no GPU node is time-sliced" in results[SHARED_GPU].message
         results = {check: verdict for check, verdict in results.items() if check in ran}
     failed = {check for check, verdict in results.items() if verdict.outcome == "failed"}
     assert failed == set(expected), output[-6000:]
@@ -496,7 +548,7 @@ def test_exactly_the_checks_that_must_notice_fail_and_say_why(
 def test_every_check_can_fail(verdicts: dict[str, tuple[dict[str, Verdict], str]]) -> None:
     """No check of the suite passes whatever the cluster does: some case breaks each one."""
     checks = set(verdicts["healthy"][0])
-    assert len(checks) == 22, sorted(checks)
+    assert len(checks) == 24, sorted(checks)
     broken = {check for case in CASES.values() for check in case.failures}
     assert checks - broken == set()
 

@@ -40,6 +40,8 @@ NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0")
 CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
 CUDA_KEY_NAME = "3bf863cc.pub"
 DRIVER_VERSIONS = {"570": "570.195.03", "580": "580.95.05"}
+# NVIDIA's MIG manager package, published as a GitHub release asset.
+MIG_MANAGER_VERSION = "0.14.5"
 # Docker CE's repository for Ubuntu: dists/<codename>/stable.
 DOCKER_REPO = "linux/ubuntu"
 DOCKER_KEY = f"{DOCKER_REPO}/gpg"
@@ -63,6 +65,8 @@ class Package:
     files: dict[str, tuple[str, int]] = field(default_factory=dict)
     conflicts: str = ""
     directories: tuple[str, ...] = ()
+    # Maintainer scripts: DEBIAN name ("postinst") -> payload file.
+    scripts: dict[str, str] = field(default_factory=dict)
 
     def build(self, outdir: Path, workdir: Path) -> Path:
         tree = workdir / f"{self.name}_{self.version}"
@@ -88,6 +92,9 @@ class Package:
         ]
         conffiles = [path for path in self.files if path.startswith("/etc/")]
         (tree / "DEBIAN/control").write_text("\n".join(control) + "\n")
+        for script, payload in self.scripts.items():
+            (tree / "DEBIAN" / script).write_text((PAYLOADS / payload).read_text())
+            (tree / "DEBIAN" / script).chmod(0o755)
         if conffiles:
             (tree / "DEBIAN/conffiles").write_text("\n".join(conffiles) + "\n")
         deb = outdir / f"{self.name}_{self.version}_amd64.deb"
@@ -270,9 +277,39 @@ def repackage_as_docker_ce(source: Path, codename: str, cache: Path) -> Path:
     return target
 
 
+def mig_manager_package() -> Package:
+    """NVIDIA's nvidia-mig-manager .deb (a release asset of github.com/NVIDIA/mig-parted, in no apt
+    repository): nvidia-mig-parted and the package's boot service, as stand-ins."""
+    return Package(
+        "nvidia-mig-manager",
+        f"{MIG_MANAGER_VERSION}-1",
+        depends="python3, python3-yaml",
+        files={
+            "/usr/bin/nvidia-mig-parted": ("nvidia-mig-parted", 0o755),
+            "/usr/lib/systemd/system/nvidia-mig-manager.service": (
+                "nvidia-mig-manager.service",
+                0o644,
+            ),
+            "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf": (
+                "nvidia-mig-manager-override.conf",
+                0o644,
+            ),
+            "/etc/nvidia-mig-manager/config.yaml": ("nvidia-mig-manager-config.yaml", 0o644),
+        },
+        scripts={"postinst": "nvidia-mig-manager.postinst"},
+    )
+
+
+def mig_manager_release(version: str = "") -> str:
+    """Where the package lies, as on GitHub: <owner>/<repo>/releases/download/v<version>/<file>."""
+    version = version or MIG_MANAGER_VERSION
+    package = f"nvidia-mig-manager_{version}-1_amd64.deb"
+    return f"NVIDIA/mig-parted/releases/download/v{version}/{package}"
+
+
 def kubernetes_packages() -> list[Package]:
     packages = [
-        Package("cri-tools", "1.35.0-1.1", files={"/usr/bin/crictl": ("record-args", 0o755)}),
+        Package("cri-tools", "1.35.0-1.1", files={"/usr/bin/crictl": ("crictl", 0o755)}),
         Package(
             "kubernetes-cni", "1.5.1-1.1", files={"/opt/cni/bin/standin": ("record-args", 0o755)}
         ),
@@ -443,6 +480,10 @@ def build_repositories(www: Path, docker_engine: Path | None = None) -> None:
                     shutil.copy(repacked, pool / f"docker-ce_{codename}_amd64.deb")
                 write_docker_repository(docker, key, codename)
             (www / DOCKER_KEY).write_text(key.export_armored())
+            release = www / mig_manager_release()
+            release.parent.mkdir(parents=True, exist_ok=True)
+            built = mig_manager_package().build(release.parent, Path(scratch) / "mig")
+            built.rename(release)
         (www / CNI_MANIFEST).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PAYLOADS / "standin-cni.yaml", www / CNI_MANIFEST)
     finally:

@@ -12,6 +12,7 @@ its log with one JSON line: the GPUs it saw, their UUIDs and what went wrong.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,13 @@ from tests.smoke.checks.layout import GPU_RESOURCE, SMOKE_LABEL
 from tests.smoke.checks.scheduling import is_ready, why_not_running
 
 Json = dict[str, Any]
+# `nvidia-smi -L`: "GPU 0: NVIDIA A10G (UUID: GPU-5e2f...)", one line per GPU it can see.
+NVIDIA_SMI_GPU_LINE = re.compile(r"^GPU \d+: .+ \(UUID: (GPU-[0-9A-Fa-f-]+)\)\s*$", re.MULTILINE)
+# Under its GPU's line, one per MIG device the container can use:
+# "  MIG 1g.10gb     Device  0: (UUID: MIG-5e2f...)".
+NVIDIA_SMI_MIG_LINE = re.compile(
+    r"^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[0-9A-Za-z/-]+)\)\s*$", re.MULTILINE
+)
 HOLD_SECONDS = 3600  # a holder pod's sleep; activeDeadlineSeconds ends it if the suite dies
 CUDA_CHECK_SOURCE = Path(__file__).with_name("cuda_check.py").read_text(encoding="utf-8")
 # The toolkit mounts the driver's compute libraries only for this capability (CUDA images set it;
@@ -44,11 +52,14 @@ def pod_manifest(
     env: dict[str, str] | None = None,
     deadline_seconds: int = HOLD_SECONDS,
     on_gpu_nodes: bool = True,
+    resource: str = GPU_RESOURCE,
+    node: str | None = None,
 ) -> Json:
-    """A one-container pod, on a GPU node unless told otherwise, restartPolicy Never."""
+    """A one-container pod, on a GPU node (``node``, if given) unless told otherwise, restartPolicy
+    Never, with ``gpus`` of ``resource`` (a MIG device or shared GPU resource, not whole GPUs)."""
     resources: Json = {}
     if gpus:
-        resources = {"limits": {GPU_RESOURCE: str(gpus)}}
+        resources = {"limits": {resource: str(gpus)}}
     container: Json = {
         "name": "main",
         "image": image,
@@ -66,6 +77,8 @@ def pod_manifest(
     }
     if on_gpu_nodes:
         spec |= {"nodeSelector": gpu_node_selector(), "tolerations": gpu_tolerations()}
+    if node:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": node}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -136,6 +149,14 @@ class PodRun:
 
     def cuda_problems(self) -> list[str]:
         return [str(problem) for problem in (self.result() or {}).get("problems") or []]
+
+    def listed_gpu_uuids(self) -> list[str]:
+        """The GPUs ``nvidia-smi -L`` listed in the pod's log."""
+        return NVIDIA_SMI_GPU_LINE.findall(self.log)
+
+    def mig_devices(self) -> list[tuple[str, str]]:
+        """(profile, UUID) of the MIG devices ``nvidia-smi -L`` listed in the pod's log."""
+        return NVIDIA_SMI_MIG_LINE.findall(self.log)
 
     def describe(self) -> str:
         where = f" on {self.node}" if self.node else ""

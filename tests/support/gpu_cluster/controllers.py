@@ -17,7 +17,7 @@ from tests.smoke.checks.layout import (
     SmokeSettings,
 )
 from tests.smoke.checks.services import KARPENTER_DEPLOYMENT, KEDA_DEPLOYMENTS
-from tests.support.gpu_cluster import objects
+from tests.support.gpu_cluster import objects, sharing
 from tests.support.gpu_cluster.objects import Json, Workload
 from tests.support.gpu_cluster.scenario import GpuNode, Scenario
 
@@ -138,8 +138,12 @@ def published_node(node: Json, gpu_node: GpuNode, pods: list[Json], scenario: Sc
         updated["status"]["capacity"][GPU_RESOURCE] = str(gpu_node.gpus)
         allocatable = gpu_node.gpus - gpu_node.unhealthy_gpus
         updated["status"]["allocatable"][GPU_RESOURCE] = str(allocatable)
+        if sharing.shares(gpu_node):  # MIG devices or time-sliced replicas instead
+            for field in ("capacity", "allocatable"):
+                updated["status"][field].pop(GPU_RESOURCE)
+                updated["status"][field] |= sharing.resources(gpu_node, scenario)
         if scenario.gfd:  # GPU feature discovery runs with the device plugin (its chart)
-            updated["metadata"]["labels"] |= gfd_labels(gpu_node)
+            updated["metadata"]["labels"] |= gfd_labels(gpu_node) | sharing.gfd_labels(gpu_node)
     if objects.ready_pod_of(pods, PROFILER, gpu_node.name):
         stamp = objects.now_rfc3339(scenario.profile_age_seconds)
         updated["metadata"]["annotations"] = {

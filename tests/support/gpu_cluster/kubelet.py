@@ -17,11 +17,11 @@ import copy
 import hashlib
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tests.support.apiserver import status_object
-from tests.support.gpu_cluster import objects
+from tests.support.gpu_cluster import objects, sharing
 from tests.support.gpu_cluster.controllers import DEVICE_PLUGIN
 from tests.support.gpu_cluster.objects import Json
 from tests.support.gpu_cluster.scenario import GpuNode
@@ -38,6 +38,7 @@ PodKey = tuple[str, str]
 class Allocation:
     node: GpuNode
     gpus: list[int]
+    shared: list[sharing.Device] = field(default_factory=list)  # MIG devices, shared GPUs
 
 
 def not_found(kind: str, name: str) -> Reply:
@@ -268,9 +269,23 @@ class PodLifecycle:
         }
         return [
             index
-            for index in range(node.gpus - node.unhealthy_gpus)
+            for index in sharing.whole_gpus(node)
             if index not in taken and index not in taken_by_production
         ]
+
+    def _free_shared(self, node: GpuNode) -> list[sharing.Device]:
+        """MIG devices and shared GPU replicas the device plugin can still hand out."""
+        pods = self._cluster.state.pods
+        if not objects.ready_pod_of(list(pods.values()), DEVICE_PLUGIN, node.name):
+            return []
+        taken = {
+            device
+            for key, allocation in self._allocations.items()
+            if allocation.node is node
+            and pods.get(key, {}).get("status", {}).get("phase") in ("Pending", "Running")
+            for device in allocation.shared
+        }
+        return [d for d in sharing.devices(node, self._cluster.scenario) if d not in taken]
 
     def _schedule(self, key: PodKey, pod: Json) -> Json:
         """Bind the pod (setting spec.nodeName) and return its status, or leave it Pending."""
@@ -303,15 +318,20 @@ class PodLifecycle:
         for name, node in nodes:
             gpu_node = self._cluster.gpu_nodes.get(name)
             free = self._free_gpus(gpu_node) if gpu_node else []
-            reason = objects.misfit(node, spec, free_gpus=len(free)) or objects.layout_misfit(
-                name, pod, placed, domains
-            )
+            shared = self._free_shared(gpu_node) if gpu_node else []
+            reason = objects.misfit(
+                node, spec, free_gpus=len(free), free_shared=sharing.free_counts(shared)
+            ) or objects.layout_misfit(name, pod, placed, domains)
             if reason:
                 reasons.append(reason)
                 continue
             spec["nodeName"] = name
             if gpu_node is not None:
-                self._allocations[key] = Allocation(gpu_node, free[: objects.gpus_requested(spec)])
+                self._allocations[key] = Allocation(
+                    gpu_node,
+                    free[: objects.gpus_requested(spec)],
+                    sharing.allocate(shared, sharing.requested(spec)),
+                )
             self._later(KUBELET_DELAY_SECONDS, self._start, key)
             container = spec["containers"][0]["name"]
             waiting = {"waiting": {"reason": "ContainerCreating"}}
@@ -359,8 +379,13 @@ class PodLifecycle:
             if node is not None:
                 allocated = [objects.gpu(node, i) for i in (allocation.gpus if allocation else [])]
                 visible = objects.visible_gpus(scenario, node, container, allocated)
+            listing = None
+            if node is not None and allocation is not None and allocation.shared:
+                listing = sharing.nvidia_smi_listing(
+                    node, allocation.shared, scenario, lambda index: objects.gpu(node, index).uuid
+                )
         # The program runs outside the lock: the stand-in driver takes a moment.
-        log, exit_code = objects.run_container(container, visible, scenario)
+        log, exit_code = objects.run_container(container, visible, scenario, listing)
         with self._cluster.lock:
             if key not in self._cluster.state.pods:
                 return

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from tests.smoke.checks.volumes import VOLUME_CHECK_SOURCE
 from tests.support.dcgm import Gpu
 from tests.support.fake_cuda import run_cuda_program
 from tests.support.gpu_cluster.scenario import GpuNode, Keda, Scenario, StoreDatabase
+from tests.support.gpu_cluster.sharing import requested as sharing_requested
 
 # What the volume check prints when it wrote its file and read it back.
 VOLUME_CHECK_OUTPUT = "wrote and read back /data/smoke-check\n"
@@ -259,8 +261,11 @@ def _tolerated(taint: Json, tolerations: list[Json]) -> bool:
     return False
 
 
-def misfit(node: Json, pod_spec: Json, free_gpus: int) -> str | None:
-    """Why the scheduler would not place the pod on ``node``, in its words; None if it fits."""
+def misfit(
+    node: Json, pod_spec: Json, free_gpus: int, free_shared: Mapping[str, int] | None = None
+) -> str | None:
+    """Why the scheduler would not place the pod on ``node``, in its words; None if it fits.
+    ``free_shared``: free MIG devices and shared GPUs by resource (sharing.py)."""
     node_labels = node["metadata"]["labels"]
     selector = pod_spec.get("nodeSelector") or {}
     if any(node_labels.get(key) != value for key, value in selector.items()):
@@ -274,6 +279,9 @@ def misfit(node: Json, pod_spec: Json, free_gpus: int) -> str | None:
         return "node(s) didn't match Pod's node affinity/selector"
     if gpus_requested(pod_spec) > free_gpus:
         return f"Insufficient {GPU_RESOURCE}"
+    for resource, count in sharing_requested(pod_spec).items():
+        if count > (free_shared or {}).get(resource, 0):
+            return f"Insufficient {resource}"
     return None
 
 
@@ -389,16 +397,22 @@ def is_volume_program(container: Json) -> bool:
     return argv[:2] == ["python3", "-c"] and len(argv) > 2 and argv[2] == VOLUME_CHECK_SOURCE
 
 
+def is_gpu_listing(container: Json) -> bool:
+    """``nvidia-smi -L`` (the MIG and time-slicing checks)."""
+    return not is_cuda_program(container) and "nvidia-smi -L" in command_line(container)
+
+
 def is_modelled(container: Json) -> bool:
     return (
         is_cuda_program(container)
         or is_volume_program(container)
+        or is_gpu_listing(container)
         or bool(_KEEPS_RUNNING.search(command_line(container)))
     )
 
 
 def run_container(
-    container: Json, visible: list[Gpu] | None, scenario: Scenario
+    container: Json, visible: list[Gpu] | None, scenario: Scenario, listing: str | None = None
 ) -> tuple[str, int | None]:
     """What a container prints and its exit code (None: it keeps running) in this model.
 
@@ -407,9 +421,13 @@ def run_container(
     GPU, so no driver library), failing where the scenario's CUDA fails; with ``--hold`` it keeps
     running until the pod is deleted. The volume check prints what it wrote and read back. A
     training script (``train``, the trials' workloads) or a ``sleep`` keeps running.
+    ``nvidia-smi -L`` lists the GPUs the container can see (``listing`` where it was given MIG
+    devices or shared GPUs), or says none were found (exit 6, as the real tool does).
     """
     if is_volume_program(container):
         return VOLUME_CHECK_OUTPUT, 0
+    if is_gpu_listing(container):
+        return _nvidia_smi_listing(container, visible, listing)
     if not is_cuda_program(container):
         return "", None if _KEEPS_RUNNING.search(command_line(container)) else 0
     arguments = _argv(container)[3:]
@@ -425,6 +443,22 @@ def run_container(
         peer_access=scenario.peer_access,
     )
     return output, None if holds else code
+
+
+def _nvidia_smi_listing(
+    container: Json, visible: list[Gpu] | None, listing: str | None
+) -> tuple[str, int | None]:
+    output, code = "", 0
+    if listing:
+        output = listing
+    elif visible:
+        output = "".join(
+            f"GPU {index}: {device.model_name} (UUID: {device.uuid})\n"
+            for index, device in enumerate(visible)
+        )
+    else:
+        output, code = "No devices were found\n", 6
+    return output, None if _KEEPS_RUNNING.search(command_line(container)) else code
 
 
 def visible_gpus(
@@ -479,7 +513,7 @@ def invalid_pod(containers: list[Json]) -> str | None:
         if not is_modelled(container):
             return (
                 f"{where}.command: the stand-in models only the smoke suite's programs, a "
-                "training script (`train`) and `sleep`"
+                "training script (`train`), `nvidia-smi -L` and `sleep`"
             )
     return None
 

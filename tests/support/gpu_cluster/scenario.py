@@ -36,6 +36,11 @@ class GpuNode:
     unhealthy_gpus: int = 0  # GPUs the device plugin holds back from allocatable
     busy_gpus: int = 0  # GPUs a production pod holds from the start (allocatable, not free)
     instance_type: str | None = None  # node.kubernetes.io/instance-type (p5.48xlarge: NVSwitch)
+    # MIG devices per GPU (profile names; empty: a whole GPU): the device plugin runs migStrategy
+    # mixed on the node (sharing.py).
+    mig: tuple[tuple[str, ...], ...] = ()
+    # Time-slicing: each GPU offered this many times as nvidia.com/gpu.shared (0: not shared).
+    time_slicing_replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,3 +162,7 @@ class Scenario:
     peer_access: bool = True
     # Test pods whose container the runtime cannot start: (pod name, reason, message).
     start_failures: tuple[tuple[str, str, str], ...] = ()
+    # True: a container given one MIG device sees every MIG device of its GPU (sharing.py).
+    mig_devices_leak: bool = False
+    # True: GFD labels say time-slicing, but the device plugin offers each GPU once.
+    sharing_not_applied: bool = False
