@@ -3,6 +3,8 @@ so back-off, heartbeats and outages of many minutes run in milliseconds."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 class FakeClock:
     def __init__(self, start: float = 1000.0) -> None:
@@ -13,3 +15,10 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def rfc3339_nano(seconds: float) -> str:
+    """A kubelet log timestamp: RFC 3339 with nanoseconds."""
+    whole = int(seconds // 1)
+    stamp = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{round((seconds - whole) * 1e9):09d}Z"

@@ -23,7 +23,7 @@ from profiler_app.trial.estimators import (
 from profiler_app.trial.model import Point, confident_prediction, features, fit_points
 from profiler_app.trial.placement import Placement
 from profiler_app.trial.results import OK, PREDICTED, TrialResult, pareto_front, summarise
-from tests.support.gpu_cluster.objects import rfc3339_nano
+from tests.support.clock import rfc3339_nano
 
 START = 1_790_000_000.0
 

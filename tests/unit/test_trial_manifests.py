@@ -1,6 +1,6 @@
 """Trial manifests: a Job, a PyTorchJob and a Pod rewritten for placements, against golden files
-that are themselves validated, strictly, against Kubernetes' schemas (kubernetes-validate) and
-the Kubeflow training operator's PyTorchJob CRD schema (tests/unit/data/trial, with its source).
+that are themselves validated, strictly, against Kubernetes' schemas and the Kubeflow training
+operator's PyTorchJob CRD schema (tests/infra/test_trial_golden_files.py: the [render] extra).
 
 Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change, then read the diff.
 """
@@ -8,18 +8,13 @@ Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change, then r
 from __future__ import annotations
 
 import copy
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
-from infra.render.validity import closed
-from infra.versions import KUBERNETES_VERSION
 from profiler_app.errors import UserError
 from profiler_app.trial.manifests import (
     GLOBAL,
@@ -175,43 +170,6 @@ def test_trial_manifest_matches_its_golden_file(case: str) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(yaml.safe_dump(manifest, sort_keys=False))
     assert yaml.safe_load(golden.read_text()) == manifest
-
-
-def pytorch_job_validator() -> jsonschema.Draft7Validator:
-    schema = json.loads((DATA / "pytorchjob-v1-schema.json").read_text())
-    schema.pop("$comment")
-    schema = closed(schema)  # unknown fields are errors, as with strict field validation
-    schema["properties"]["metadata"] = {"type": "object"}
-    return jsonschema.Draft7Validator(schema)
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_golden_files_are_valid_kubernetes_objects(case: str) -> None:
-    manifest = yaml.safe_load((DATA / f"{case}.yaml").read_text())
-    if manifest["kind"] == "PyTorchJob":
-        errors = [error.message for error in pytorch_job_validator().iter_errors(manifest)]
-        assert errors == []
-        for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
-            pod_object = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "x"},
-                "spec": replica["template"]["spec"],
-            }
-            kubernetes_validate.validate(pod_object, KUBERNETES_VERSION, strict=True)
-    else:
-        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
-
-
-def test_the_validators_catch_a_wrong_field() -> None:
-    """The checks above can fail: a misplaced field is an error for both."""
-    broken = rendered("pytorchjob-2-packed")
-    broken["spec"]["runPolicy"]["activeDeadline"] = 10
-    assert list(pytorch_job_validator().iter_errors(broken))
-    job_object = rendered("job-1-gpu")
-    job_object["spec"]["backoffLimits"] = 0
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(job_object, KUBERNETES_VERSION, strict=True)
 
 
 def pod_specs_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:

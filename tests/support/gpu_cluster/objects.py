@@ -41,13 +41,6 @@ def parse_rfc3339(text: str) -> float | None:
         return None
 
 
-def rfc3339_nano(seconds: float) -> str:
-    """A kubelet log timestamp: RFC 3339 with nanoseconds."""
-    whole = int(seconds // 1)
-    stamp = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{round((seconds - whole) * 1e9):09d}Z"
-
-
 def suffix(*parts: str, length: int = 5) -> str:
     """A stable pod-name suffix, like the controllers' random ones."""
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
