@@ -79,7 +79,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
                     "devicePluginConfig": "mig-mixed",
                 },
             ],
-            "karpenter": {"devicePluginConfig": "shared-4"},
+            "karpenter": {"gpuLimit": 8, "devicePluginConfig": "shared-4"},
         },
         {},
     ),

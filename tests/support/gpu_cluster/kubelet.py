@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tests.support.apiserver import status_object
+from tests.support.clock import rfc3339_nano
 from tests.support.gpu_cluster import objects, sharing
 from tests.support.gpu_cluster.controllers import DEVICE_PLUGIN
 from tests.support.gpu_cluster.objects import Json
@@ -196,7 +197,7 @@ class PodLifecycle:
         lines += self._training_lines(key)
         kept = [(t, line) for t, line in lines if since is None or t >= since]
         if timestamps:
-            return 200, "".join(f"{objects.rfc3339_nano(t)} {line}\n" for t, line in kept)
+            return 200, "".join(f"{rfc3339_nano(t)} {line}\n" for t, line in kept)
         return 200, "".join(f"{line}\n" for _t, line in kept)
 
     def group(self, key: PodKey) -> list[PodKey]:
