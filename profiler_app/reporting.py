@@ -2,27 +2,38 @@
 the idle GPU-hours people can act on (waste), the Nsight Systems traces recorded by
 ``gpu-profiler trace``, and the trials of ``gpu-profiler trial run``.
 
-Hours per job type weight each ``gpu_window`` row by its ``covers_seconds`` (the wall time since
-the previous row of that GPU, capped at the window), clipped to the start of the range. Idle
-GPU-hours weight the same time by the row's idle fraction of GPU utilisation, so a bursty GPU that
-sat idle half the time adds half its hours. Waste splits those idle GPU-hours by who could act on
+Hours per job type are the GPUs' covered time inside the range: each ``gpu_window`` row stands
+for the time since the previous row of its GPU (``covers_seconds``, capped at the window), and
+counts for the part of it inside the range. They are read from the hourly and daily rollups for
+the whole hours and days of the range and from raw rows only for the partial hours at its edges
+(``sinks/store/history.py``): the cost grows with GPUs x hours, not with rows. Idle GPU-hours
+weight the same time by the row's idle fraction of GPU utilisation, so a bursty GPU that sat
+idle half the time adds half its hours. Waste splits those idle GPU-hours by who could act on
 them (``WASTE_KINDS``). Aggregation runs in the database.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Float, case, cast, func, literal, select
+from sqlalchemy import Connection, Float, case, cast, func, literal, select
 
-from profiler_app.analysis.basis import JobType
-from profiler_app.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.models import gpu_window, pod_usage, trace_gpu, trial_result
+from profiler_app.sinks.store.history import (
+    epoch_microseconds,
+    gpu_history,
+    larger,
+    smaller,
+)
+from profiler_app.sinks.store.models import pod_usage, trace_gpu, trial_result
+from profiler_app.sinks.store.rollups import MICROSECONDS, microseconds
 from profiler_app.sinks.store.schema import UNKNOWN_START_TIME
 
-JOB_TYPES = tuple(job_type.value for job_type in JobType)
+# The classifier's job types (analysis.basis.JobType, a test holds them equal): named here so
+# that report's start does not load the classifier and numpy.
+JOB_TYPES = ("idle", "training", "inference", "bursty")
 # Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the
 # autoscaler); a pod holds memory on it but computes nothing (a notebook, a server with no
 # traffic, a hung job); a pod holds it with nothing on it at all.
@@ -94,6 +105,7 @@ class Report:
     waste: list[WasteSummary] = field(default_factory=list)
     traces: list[dict[str, Any]] = field(default_factory=list)  # trace_gpu rows, newest first
     trials: list[dict[str, Any]] = field(default_factory=list)  # trial_result rows, newest first
+    notes: list[str] = field(default_factory=list)  # e.g. an edge estimated from a rollup
 
 
 def build_report(
@@ -104,78 +116,83 @@ def build_report(
     node: str | None = None,
     top: int | None = None,
     idle_below_percent: float = DEFAULT_IDLE_BELOW_PERCENT,
+    views: Collection[str] = (),
+    rollups: bool = True,
 ) -> Report:
-    """The report for rows in ``[since, until]`` (aware datetimes), optionally one node only.
+    """The report for ``[since, until]`` (aware datetimes), optionally one node only.
 
-    ``top`` limits the pod lists (largest GPU-hours first); idle pods are pods holding GPUs whose
-    peak GPU utilisation over their life stayed at or below ``idle_below_percent``.
+    ``views``: the ones to compute (``REPORT_VIEWS``; empty: all). ``top`` limits the pod lists
+    (largest GPU-hours first); idle pods are pods holding GPUs whose peak GPU utilisation over
+    their life stayed at or below ``idle_below_percent``. ``rollups`` False reads raw rows only
+    (the reference the rollups are tested against).
     """
-    gpus = gpu_summaries(connection, since=since, until=until, node=node)
-    pods = pod_summaries(connection, since=since, until=until, node=node)
-    idle_pods = [
-        pod
-        for pod in pods
-        if pod.gpu_util_max_percent is not None and pod.gpu_util_max_percent <= idle_below_percent
-    ]
-    return Report(
-        since=since,
-        until=until,
-        nodes=node_summaries(gpus),
-        gpus=gpus,
-        pods=pods[:top] if top else pods,
-        idle_pods=idle_pods[:top] if top else idle_pods,
-        waste=waste_summaries(connection, since=since, until=until, node=node),
-        traces=trace_rows(connection, since=since, until=until, node=node),
-        trials=trial_rows(connection, since=since, until=until),
-    )
+    wanted = set(views or REPORT_VIEWS)
+    report = Report(since=since, until=until, nodes=[], gpus=[], pods=[], idle_pods=[])
+    if connection.dialect.name == "postgresql":
+        # These queries take a second at most: compiling them first (JIT) costs a quarter of it.
+        connection.exec_driver_sql("SET LOCAL jit = off")
+    if wanted & {"node", "gpu", "waste"}:
+        history = gpu_history(connection, since=since, until=until, node=node, rollups=rollups)
+        report.notes = history.notes
+        if wanted & {"node", "gpu"}:
+            report.gpus = gpu_summaries(connection, history.relation)
+            report.nodes = node_summaries(report.gpus)
+        if "waste" in wanted:
+            report.waste = waste_summaries(connection, history.relation)
+    if "pod" in wanted:
+        report.pods = pod_summaries(connection, since=since, until=until, node=node, top=top)
+    if "idle-pods" in wanted:
+        report.idle_pods = pod_summaries(
+            connection,
+            since=since,
+            until=until,
+            node=node,
+            top=top,
+            idle_below_percent=idle_below_percent,
+        )
+    if "trace" in wanted:
+        report.traces = trace_rows(connection, since=since, until=until, node=node)
+    if "trial" in wanted:
+        report.trials = trial_rows(connection, since=since, until=until)
+    return report
 
 
-def gpu_summaries(
-    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
-) -> list[GpuSummary]:
-    covered = _covered_seconds(connection.dialect.name, since)
-    idle_fraction = func.coalesce(gpu_window.c.util_idle_fraction, literal(0.0))
-    in_range = [gpu_window.c.at >= since, gpu_window.c.at <= until]
-    if node is not None:
-        in_range.append(gpu_window.c.node == node)
-    hours_rows = connection.execute(
+def gpu_summaries(connection: Connection, history: Any) -> list[GpuSummary]:
+    """Per GPU of ``history`` (``history.gpu_history``'s relation): hours per job type, idle
+    GPU-hours and peaks."""
+    h = history.c
+    rows = connection.execute(
         select(
-            gpu_window.c.node,
-            gpu_window.c.gpu,
-            gpu_window.c.job_type,
-            func.sum(covered),
-            func.sum(covered * idle_fraction),
-        )
-        .where(*in_range)
-        .group_by(gpu_window.c.node, gpu_window.c.gpu, gpu_window.c.job_type)
+            h.node,
+            h.gpu,
+            h.job_type,
+            func.max(h.uuid),
+            func.sum(h.covered_seconds),
+            func.sum(h.idle_gpu_seconds),
+            func.max(h.util_max),
+            func.max(h.mem_copy_util_max),
+            func.max(h.fb_used_max_mib),
+        ).group_by(h.node, h.gpu, h.job_type)
     )
-    peak_rows = connection.execute(
-        select(
-            gpu_window.c.node,
-            gpu_window.c.gpu,
-            func.max(gpu_window.c.uuid),
-            func.max(gpu_window.c.util_max),
-            func.max(gpu_window.c.mem_copy_util_max),
-            func.max(gpu_window.c.fb_used_max_mib),
-        )
-        .where(*in_range)
-        .group_by(gpu_window.c.node, gpu_window.c.gpu)
-    )
-    summaries = {
-        (row[0], row[1]): GpuSummary(
-            node=row[0],
-            gpu=row[1],
-            uuid=row[2],
-            hours_by_job_type=dict.fromkeys(JOB_TYPES, 0.0),
-            idle_gpu_hours=0.0,
-            util_max_percent=row[3],
-            mem_copy_util_max_percent=row[4],
-            fb_used_max_mib=row[5],
-        )
-        for row in peak_rows
-    }
-    for node_name, gpu, job_type, seconds, idle_seconds in hours_rows:
-        summary = summaries[(node_name, gpu)]
+    summaries: dict[tuple[str, str], GpuSummary] = {}
+    for node_name, gpu, job_type, uuid, seconds, idle_seconds, util, mem_copy, fb in rows:
+        summary = summaries.get((node_name, gpu))
+        if summary is None:
+            summary = summaries[node_name, gpu] = GpuSummary(
+                node=node_name,
+                gpu=gpu,
+                uuid=uuid,
+                hours_by_job_type=dict.fromkeys(JOB_TYPES, 0.0),
+                idle_gpu_hours=0.0,
+                util_max_percent=util,
+                mem_copy_util_max_percent=mem_copy,
+                fb_used_max_mib=fb,
+            )
+        else:
+            summary.uuid = max(summary.uuid, uuid)
+            summary.util_max_percent = _larger(summary.util_max_percent, util)
+            summary.mem_copy_util_max_percent = _larger(summary.mem_copy_util_max_percent, mem_copy)
+            summary.fb_used_max_mib = _larger(summary.fb_used_max_mib, fb)
         hours = summary.hours_by_job_type
         hours[job_type] = hours.get(job_type, 0.0) + float(seconds) / _SECONDS_PER_HOUR
         summary.idle_gpu_hours += float(idle_seconds) / _SECONDS_PER_HOUR
@@ -198,75 +215,101 @@ def node_summaries(gpus: list[GpuSummary]) -> list[NodeSummary]:
 
 
 def pod_summaries(
-    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    top: int | None = None,
+    idle_below_percent: float | None = None,
 ) -> list[PodSummary]:
-    """Pods seen within the range, the most GPU-hours first."""
-    query = select(pod_usage).where(
+    """Pods seen within the range, the most GPU-hours first (the ``top`` of them); with
+    ``idle_below_percent``, only those whose peak GPU utilisation stayed at or below it."""
+    dialect = connection.dialect.name
+    seen_us = smaller(
+        dialect, epoch_microseconds(dialect, pod_usage.c.last_seen), literal(microseconds(until))
+    ) - larger(
+        dialect, epoch_microseconds(dialect, pod_usage.c.first_seen), literal(microseconds(since))
+    )
+    seen_hours = case((seen_us > 0, cast(seen_us, Float)), else_=0.0) / (
+        MICROSECONDS * _SECONDS_PER_HOUR
+    )
+    gpu_hours = (seen_hours * pod_usage.c.gpu_count).label("gpu_hours")
+    query = select(pod_usage, gpu_hours).where(
         pod_usage.c.last_seen >= since, pod_usage.c.first_seen <= until, pod_usage.c.gpu_count > 0
     )
     if node is not None:
         query = query.where(pod_usage.c.node == node)
-    pods = []
-    for row in connection.execute(query).mappings():
-        seen_from = max(row["first_seen"], since)
-        seen_to = min(row["last_seen"], until)
-        hours = max((seen_to - seen_from).total_seconds(), 0.0) / _SECONDS_PER_HOUR
-        pods.append(
-            PodSummary(
-                namespace=row["namespace"],
-                pod=row["pod"],
-                node=row["node"],
-                gpus=row["gpus"],
-                start_time=None
-                if row["pod_start_time"] == UNKNOWN_START_TIME
-                else row["pod_start_time"],
-                first_seen=row["first_seen"],
-                last_seen=row["last_seen"],
-                gpu_hours=hours * row["gpu_count"],
-                gpu_util_max_percent=row["gpu_util_max"],
-                gpu_mem_copy_util_max_percent=row["gpu_mem_copy_util_max"],
-                fb_used_max_mib=row["fb_used_max_mib"],
-                cpu_util_max_percent=row["cpu_util_max"],
-                mem_used_max_bytes=row["mem_used_max_bytes"],
-                owner_kind=row["owner_kind"],
-                owner_name=row["owner_name"],
-            )
+    if idle_below_percent is not None:
+        query = query.where(pod_usage.c.gpu_util_max <= idle_below_percent)
+    query = query.order_by(gpu_hours.desc(), pod_usage.c.namespace, pod_usage.c.pod)
+    if top:
+        query = query.limit(top)
+    return [
+        PodSummary(
+            namespace=row["namespace"],
+            pod=row["pod"],
+            node=row["node"],
+            gpus=row["gpus"],
+            start_time=None
+            if row["pod_start_time"] == UNKNOWN_START_TIME
+            else row["pod_start_time"],
+            first_seen=row["first_seen"],
+            last_seen=row["last_seen"],
+            gpu_hours=float(row["gpu_hours"]),
+            gpu_util_max_percent=row["gpu_util_max"],
+            gpu_mem_copy_util_max_percent=row["gpu_mem_copy_util_max"],
+            fb_used_max_mib=row["fb_used_max_mib"],
+            cpu_util_max_percent=row["cpu_util_max"],
+            mem_used_max_bytes=row["mem_used_max_bytes"],
+            owner_kind=row["owner_kind"],
+            owner_name=row["owner_name"],
         )
-    return sorted(pods, key=lambda p: (-p.gpu_hours, p.namespace, p.pod))
+        for row in connection.execute(query).mappings()
+    ]
 
 
-def waste_summaries(
-    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
-) -> list[WasteSummary]:
-    """Idle GPU-hours split by ``WASTE_KINDS``, each by namespace and workload, most first.
+def waste_summaries(connection: Connection, history: Any) -> list[WasteSummary]:
+    """Idle GPU-hours of ``history`` split by ``WASTE_KINDS``, each by namespace and workload,
+    most first.
 
     A row's idle time is its covered time times its idle fraction; it is memory held when the
     window's peak framebuffer reached ``HELD_MEMORY_MIB``, else allocated when a pod held the
     GPU, else unclaimed.
     """
-    covered = _covered_seconds(connection.dialect.name, since)
-    idle = covered * func.coalesce(gpu_window.c.util_idle_fraction, literal(0.0))
+    h = history.c
     kind = case(
-        (gpu_window.c.fb_used_max_mib >= HELD_MEMORY_MIB, literal(WASTE_KINDS[1])),
-        (gpu_window.c.pod.is_not(None), literal(WASTE_KINDS[2])),
+        (h.memory_held, literal(WASTE_KINDS[1])),
+        (h.has_pod, literal(WASTE_KINDS[2])),
         else_=literal(WASTE_KINDS[0]),
     ).label("kind")
-    in_range = [gpu_window.c.at >= since, gpu_window.c.at <= until]
-    if node is not None:
-        in_range.append(gpu_window.c.node == node)
-    keys = (kind, gpu_window.c.namespace, gpu_window.c.owner_kind, gpu_window.c.owner_name)
+    keys = (kind, h.namespace, h.owner_kind, h.owner_name)
+    # Per GPU first, then per group: counting GPUs as groups, not count(DISTINCT ...), which
+    # sorts every row.
+    per_gpu = (
+        select(*keys, func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds"))
+        .group_by(*keys, h.node, h.uuid)
+        .subquery("per_gpu")
+    )
+    g = per_gpu.c
     rows = connection.execute(
         select(
-            *keys,
-            func.count(func.distinct(gpu_window.c.node + literal("/") + gpu_window.c.uuid)),
-            func.sum(idle),
-        )
-        .where(*in_range)
-        .group_by(*keys)
+            g.kind,
+            g.namespace,
+            g.owner_kind,
+            g.owner_name,
+            func.count(),
+            func.sum(g.idle_gpu_seconds),
+        ).group_by(g.kind, g.namespace, g.owner_kind, g.owner_name)
     )
     summaries = [
         WasteSummary(
-            name, namespace, owner_kind, owner_name, gpus, float(seconds) / _SECONDS_PER_HOUR
+            name,
+            namespace or None,  # the rollups' '' for "no pod"
+            owner_kind or None,
+            owner_name or None,
+            gpus,
+            float(seconds) / _SECONDS_PER_HOUR,
         )
         for name, namespace, owner_kind, owner_name, gpus, seconds in rows
         if seconds
@@ -304,18 +347,8 @@ def trial_rows(connection: Connection, *, since: datetime, until: datetime) -> l
     return [dict(row) for row in connection.execute(query).mappings()]
 
 
-def _covered_seconds(dialect: str, since: datetime) -> ColumnElement[Any]:
-    """A row's covered seconds that fall after ``since``."""
-    since_value = literal(since, gpu_window.c.at.type)
-    difference: ColumnElement[Any]
-    if dialect == "postgresql":
-        difference = func.extract("epoch", gpu_window.c.at - since_value)
-    else:
-        difference = (func.julianday(gpu_window.c.at) - func.julianday(since_value)) * 86400.0
-    after_since = cast(difference, Float)
-    return case(
-        (after_since < gpu_window.c.covers_seconds, after_since), else_=gpu_window.c.covers_seconds
-    )
+def _larger(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _gpu_order(gpu: str) -> tuple[int, str]:

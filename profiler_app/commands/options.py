@@ -17,7 +17,6 @@ from typing import Any
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
-from profiler_app.sources.prometheus import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
 from profiler_app.urls import without_credentials
 
 # Every field but the classified one is optional: one a node's exporter lacks is said once
@@ -131,6 +130,12 @@ def add_prometheus_options(
     default_window: str = DEFAULT_WINDOW,
 ) -> None:
     """--prometheus-url, --node, --node-label, --field, --window and --step."""
+    # Imported here: report and trace, which take no Prometheus options, start without requests.
+    from profiler_app.sources.prometheus import (  # noqa: PLC0415
+        DEFAULT_MAX_POINTS,
+        DEFAULT_STEP_SECONDS,
+    )
+
     group = parser.add_argument_group("Prometheus (dcgm-exporter metrics)")
     add_env_option(
         group,

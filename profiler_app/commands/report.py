@@ -171,11 +171,14 @@ def handle(args: argparse.Namespace) -> int:
                 node=args.node,
                 top=args.top or None,
                 idle_below_percent=args.idle_below,
+                views=(args.by,),
             )
     except SQLAlchemyError as error:
         raise UserError(f"cannot read the store {url.display()}: {describe_error(error)}") from None
     finally:
         engine.dispose()
+    for note in report.notes:
+        print(f"gpu-profiler: note: {note}", file=sys.stderr)
     rows = report_rows(report, args.by)
     if not rows:
         where = f" on node {args.node}" if args.node else ""

@@ -49,6 +49,13 @@ DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # nothing exposed unless asked (the Daemo
 DEFAULT_INTERVAL = "30s"
 DEFAULT_SAMPLE_INTERVAL = "1s"
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+# Raw rows serve the report's edges and recent detail; the hourly and daily rollups serve
+# history (docs/store.md, "Retention").
+DEFAULT_RETENTION = "14d"
+DEFAULT_ROLLUP_RETENTION = "400d"
+# A PostgreSQL store is a cluster's, written by every GPU node: a row per GPU every 5 minutes
+# (not every 30 s cycle) is a tenth of the rows, writes and report reads, for the same hours.
+DEFAULT_POSTGRESQL_STORE_INTERVAL = 300.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROTECT_TRAINING_ENV = "GPU_PROFILER_PROTECT_TRAINING"
 # --protect-training: on (the flag alone), off, or release (protect nothing, remove what the
@@ -121,11 +128,26 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     options.add_store_url_option(group, purpose="table store", none="to keep no rows")
     add(
+        "--store-interval",
+        env="GPU_PROFILER_STORE_INTERVAL",
+        shown_default="5m for PostgreSQL (within --interval and --window), every cycle for SQLite",
+        metavar="DURATION",
+        help="write the store once per this much time, between --interval and --window; the "
+        "next row covers the cycles not written",
+    )
+    add(
         "--retention",
         env="GPU_PROFILER_RETENTION",
-        shown_default="90d for SQLite, none for PostgreSQL",
+        shown_default=DEFAULT_RETENTION,
         metavar="DURATION",
-        help="how long the store keeps the daemon's rows, or 'none' to keep them forever",
+        help="how long the store keeps raw rows (whole UTC days), or 'none' to keep them forever",
+    )
+    add(
+        "--rollup-retention",
+        env="GPU_PROFILER_ROLLUP_RETENTION",
+        shown_default=DEFAULT_ROLLUP_RETENTION,
+        metavar="DURATION",
+        help="how long the store keeps hourly and daily rollups and pods, or 'none'",
     )
     add(
         "--metrics-port",
@@ -202,7 +224,9 @@ class RunConfig:
     kubeconfig: str | None
     annotation_domain: str
     store_url: str | None  # None: no store
-    retention_seconds: float | None  # None: rows are kept forever
+    retention_seconds: float | None  # raw rows; None: kept forever
+    rollup_retention_seconds: float | None  # rollups and pods; None: kept forever
+    store_interval_seconds: float  # 0: every cycle is written
     metrics_address: str
     metrics_port: int
     cgroup_root: Path
@@ -224,6 +248,12 @@ class RunConfig:
         if step is not None and args.prometheus_url:
             grid_ending_at(0.0, window, step)  # a step too fine for the window: said now, once
         store_url = _store_url(args.store_url)
+        retention = _retention(args.retention, store_url, DEFAULT_RETENTION, "--retention")
+        rollup_retention = _retention(
+            args.rollup_retention, store_url, DEFAULT_ROLLUP_RETENTION, "--rollup-retention"
+        )
+        if retention and rollup_retention and rollup_retention < retention:
+            raise UserError("--rollup-retention must not be shorter than --retention")
         domain = args.annotation_domain
         if kubernetes_configured(args.kubeconfig):
             domain = validate_domain(domain)
@@ -239,7 +269,11 @@ class RunConfig:
             kubeconfig=args.kubeconfig,
             annotation_domain=domain,
             store_url=store_url,
-            retention_seconds=_retention(args.retention, store_url),
+            retention_seconds=retention,
+            rollup_retention_seconds=rollup_retention,
+            store_interval_seconds=_store_interval(
+                args.store_interval, store_url, interval, window
+            ),
             metrics_address=args.metrics_address,
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
@@ -259,8 +293,13 @@ class RunConfig:
             from profiler_app.sinks.store.urls import parse_store_url  # noqa: PLC0415
 
             store = parse_store_url(self.store_url).display()
-            kept = self.retention_seconds
-            store += f" retention={format_duration(kept) if kept else 'none'}"
+            for name, kept in (
+                ("retention", self.retention_seconds),
+                ("rollup-retention", self.rollup_retention_seconds),
+            ):
+                store += f" {name}={format_duration(kept) if kept else 'none'}"
+            if self.store_interval_seconds:
+                store += f" store-interval={format_duration(self.store_interval_seconds)}"
         metrics = (
             f"http://{self.metrics_address}:{self.metrics_port}/metrics"
             if self.metrics_port
@@ -356,18 +395,30 @@ def _check_bounds(
         )
 
 
-def _retention(text: str | None, store_url: str | None) -> float | None:
-    """Seconds rows stay in the store; None to keep them (PostgreSQL's default: a DBA's call)."""
+def _retention(text: str | None, store_url: str | None, default: str, flag: str) -> float | None:
+    """Seconds rows stay in the store; None to keep them."""
     if store_url is None or (text is not None and text.strip().lower() == "none"):
         return None
+    return _required_duration(text or default, flag)
+
+
+def _store_interval(
+    text: str | None, store_url: str | None, interval: float, window: float
+) -> float:
+    """Seconds between store writes; 0 when every cycle is written."""
+    if store_url is None:
+        return 0.0
     if text is None:
-        from profiler_app.sinks.store.retention import DEFAULT_SQLITE_RETENTION  # noqa: PLC0415
         from profiler_app.sinks.store.urls import parse_store_url  # noqa: PLC0415
 
-        if parse_store_url(store_url).sqlite_path() is None:
-            return None
-        text = DEFAULT_SQLITE_RETENTION
-    return _required_duration(text, "--retention")
+        if parse_store_url(store_url).sqlite_path() is not None:
+            return 0.0
+        seconds = min(max(DEFAULT_POSTGRESQL_STORE_INTERVAL, interval), window)
+    else:
+        seconds = _required_duration(text, "--store-interval")
+        if seconds < interval or seconds > window:
+            raise UserError("--store-interval must be between --interval and --window")
+    return 0.0 if seconds == interval else seconds
 
 
 def _required_duration(text: str, flag: str) -> float:
@@ -447,6 +498,8 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             TableStore(
                 config.store_url,
                 retention_seconds=config.retention_seconds,
+                rollup_retention_seconds=config.rollup_retention_seconds,
+                store_interval_seconds=config.store_interval_seconds,
                 migrate_in_child=True,  # Alembic stays out of the daemon's memory
             )
         )

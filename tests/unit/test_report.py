@@ -442,3 +442,10 @@ def test_a_finished_pod_stays_in_the_pod_report(tmp_path: Path) -> None:
     assert (row["pod"], row["gpus"]) == ("eval-7", "0")
     assert row["gpu_hours"] == pytest.approx(20 / 60)
     assert row["last_seen"] == ended
+
+
+def test_the_reports_job_types_are_the_classifiers() -> None:
+    from profiler_app.analysis.basis import JobType  # noqa: PLC0415
+    from profiler_app.reporting import JOB_TYPES  # noqa: PLC0415
+
+    assert tuple(job_type.value for job_type in JobType) == JOB_TYPES

@@ -116,6 +116,13 @@ def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--sample-interval", "1ms"], "--sample-interval must be at least 0.1s"),
         (["--interval", "2d"], "--interval must be at most 1d"),
         (["--retention", "forever"], "--retention: malformed duration 'forever'"),
+        (["--rollup-retention", "1y"], "--rollup-retention: malformed duration '1y'"),
+        (
+            ["--retention", "30d", "--rollup-retention", "7d"],
+            "--rollup-retention must not be shorter than --retention",
+        ),
+        (["--store-interval", "10s"], "--store-interval must be between --interval and --window"),
+        (["--store-interval", "1h"], "--store-interval must be between --interval and --window"),
         (
             ["--prometheus-url", "http://127.0.0.1:9", "--step", "1ms"],
             "a 30m window at a 0.001s step is 1,800,000 points per GPU",
@@ -140,21 +147,61 @@ def test_bad_input_is_one_error_line(
 @pytest.mark.parametrize(
     ("argv", "environment", "seconds"),
     [
-        (["--store-url", "sqlite:////tmp/x.db"], None, 90 * 86400.0),
-        (["--store-url", "postgresql://u@db/gpus"], None, None),  # the DBA's call
-        (["--store-url", "postgresql://u@db/gpus", "--retention", "30d"], None, 30 * 86400.0),
-        (["--store-url", "sqlite:////tmp/x.db", "--retention", "none"], None, None),
-        (["--store-url", "sqlite:////tmp/x.db"], "7d", 7 * 86400.0),
-        (["--store-url", "sqlite:////tmp/x.db", "--retention", "1d"], "7d", 86400.0),
-        (["--store-url", "none", "--retention", "1d"], None, None),
+        (["--store-url", "sqlite:////tmp/x.db"], None, (14 * 86400.0, 400 * 86400.0)),
+        (["--store-url", "postgresql://u@db/gpus"], None, (14 * 86400.0, 400 * 86400.0)),
+        (
+            ["--store-url", "postgresql://u@db/gpus", "--retention", "30d"],
+            None,
+            (30 * 86400.0, 400 * 86400.0),
+        ),
+        (
+            ["--store-url", "sqlite:////tmp/x.db", "--retention", "none"],
+            None,
+            (None, 400 * 86400.0),
+        ),
+        (["--store-url", "sqlite:////tmp/x.db"], "7d", (7 * 86400.0, 400 * 86400.0)),
+        (
+            ["--store-url", "sqlite:////tmp/x.db", "--retention", "1d"],
+            "7d",
+            (86400.0, 400 * 86400.0),
+        ),
+        (
+            ["--store-url", "sqlite:////tmp/x.db", "--rollup-retention", "none"],
+            None,
+            (14 * 86400.0, None),
+        ),
+        (["--store-url", "none", "--retention", "1d"], None, (None, None)),
     ],
 )
-def test_retention_defaults_by_store(
-    argv: list[str], environment: str | None, seconds: float | None, monkeypatch: pytest.MonkeyPatch
+def test_retention_defaults(
+    argv: list[str],
+    environment: str | None,
+    seconds: tuple[float | None, float | None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if environment:
         monkeypatch.setenv("GPU_PROFILER_RETENTION", environment)
-    assert RunConfig.from_args(parse(*argv)).retention_seconds == seconds
+    config = RunConfig.from_args(parse(*argv))
+    assert (config.retention_seconds, config.rollup_retention_seconds) == seconds
+
+
+@pytest.mark.parametrize(
+    ("argv", "seconds"),
+    [
+        (["--store-url", "sqlite:////tmp/x.db"], 0.0),  # every cycle
+        (["--store-url", "postgresql://u@db/gpus"], 300.0),  # a cluster's store: 5 minutes
+        (["--store-url", "postgresql://u@db/gpus", "--window", "2m"], 120.0),  # within it
+        (["--store-url", "postgresql://u@db/gpus", "--store-interval", "30s"], 0.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--store-interval", "30s"], 0.0),  # the cycle's
+        (["--store-url", "sqlite:////tmp/x.db", "--store-interval", "5m"], 300.0),
+        (["--store-url", "sqlite:////tmp/x.db", "--store-interval", "30m"], 1800.0),
+        (["--store-url", "none"], 0.0),
+    ],
+)
+def test_store_interval(argv: list[str], seconds: float) -> None:
+    config = RunConfig.from_args(parse(*argv))
+    assert config.store_interval_seconds == seconds
+    assert ("store-interval=" in config.describe()) == bool(seconds)
 
 
 def test_protect_training_is_off_unless_the_flag_or_environment_says_so(

@@ -102,11 +102,12 @@ class Database:
 
     def bind(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """``row`` with its datetimes as the column type wants them (aware UTC only)."""
-        return {key: self._bind_value(value) for key, value in row.items()}
+        return {
+            key: self._bind_time(value) if isinstance(value, datetime) else value
+            for key, value in row.items()
+        }
 
-    def _bind_value(self, value: Any) -> Any:
-        if not isinstance(value, datetime):
-            return value
+    def _bind_time(self, value: datetime) -> Any:
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value.isoformat()} given to the store; use UTC")
         value = value.astimezone(UTC)
@@ -134,12 +135,15 @@ class Database:
         finally:
             cursor.close()
 
-    def query(self, statement: str) -> list[Any]:
+    def query(self, statement: str, parameters: Mapping[str, Any] | None = None) -> list[Any]:
         """The rows of one read outside a transaction."""
         try:
             cursor = self._connect().cursor()
             try:
-                cursor.execute(statement)
+                if parameters is None:
+                    cursor.execute(statement)
+                else:
+                    cursor.execute(statement, parameters)
                 return list(cursor.fetchall())
             finally:
                 cursor.close()
@@ -225,5 +229,9 @@ class Database:
         }
         options.update(self.url.query)  # libpq options in the URL win
         return psycopg.connect(
-            autocommit=True, **{key: value for key, value in options.items() if value is not None}
+            autocommit=True,
+            # No server-side prepared statements: through PgBouncer in transaction mode the next
+            # transaction may run on another server connection, which never prepared them.
+            prepare_threshold=None,
+            **{key: value for key, value in options.items() if value is not None},
         )

@@ -68,9 +68,11 @@ def create_store_engine(url: StoreUrl, *, create_file: bool) -> Engine:
         pool_pre_ping=True,  # a PostgreSQL restart between uses costs no failed query
         pool_size=1,
         max_overflow=1,
-        # Defaults; libpq options in the URL win, as in the daemon's dbapi.Database.
+        # Defaults; libpq options in the URL win, as in the daemon's dbapi.Database. No
+        # server-side prepared statements, which PgBouncer's transaction mode cannot route.
         connect_args={
-            key: value for key, value in POSTGRESQL_DEFAULTS.items() if key not in url.query
+            **{key: value for key, value in POSTGRESQL_DEFAULTS.items() if key not in url.query},
+            "prepare_threshold": None,
         },
     )
 

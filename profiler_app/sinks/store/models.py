@@ -113,6 +113,9 @@ gpu_window = Table(
     # The report filters on time (optionally node) and walks each GPU's rows in time order.
     Index(None, "at"),
     Index(None, "node", "gpu", "at"),
+    # Revision 0007: one partition per UTC day on PostgreSQL (partitions.py), whose primary key
+    # is (id, at) there: a partitioned table's unique keys hold its partition column.
+    postgresql_partition_by="RANGE (at)",
 )
 
 # Peak use of one pod that held GPUs; values only ever grow (upsert keeping the max).
@@ -203,4 +206,82 @@ trial_result = Table(
     _optional("note", Text),
     _optional("recommendation", Text),  # the run's, on every row of it
     Index(None, "recorded_at"),
+)
+
+
+def _rollup(name: str, bucket: str, *columns: Column[Any]) -> Table:
+    """A rollup table (revision 0007): its bucket start first in the key; on PostgreSQL one
+    partition per UTC month (partitions.py)."""
+    return Table(
+        name,
+        metadata,
+        _required(bucket, UtcDateTime(), key=True),
+        *columns,
+        postgresql_partition_by=f"RANGE ({bucket})",
+    )
+
+
+def _gpu_rollup(name: str, bucket: str, pod: Column[Any]) -> Table:
+    """``gpu_hour`` or ``gpu_day``: the raw rows' covered time per bucket, keyed by everything
+    the report groups by (``pod``: the pod's name, or whether there was one). Text keys are ''
+    when unknown (a key column cannot be NULL)."""
+    return _rollup(
+        name,
+        bucket,
+        _required("node", String(253), key=True),
+        _required("gpu", String(32), key=True),
+        _required("uuid", String(64), key=True),
+        _required("job_type", String(16), key=True),
+        _required("memory_held", Boolean(create_constraint=False), key=True),
+        _required("namespace", String(253), key=True),
+        pod,
+        _required("owner_kind", String(63), key=True),
+        _required("owner_name", String(253), key=True),
+        _required("covered_seconds", Float),
+        _required("idle_gpu_seconds", Float),  # covered time x the window's idle fraction
+        _optional("util_max", Float),
+        _optional("mem_copy_util_max", Float),
+        _optional("fb_used_max_mib", Float),
+        _required("covers_max_seconds", Float),  # bounds the report's raw reads at the edges
+        _optional("period_seconds_min", Float),
+        _optional("period_seconds_max", Float),
+        _required("period_covered_seconds", Float),  # covered time of rows with a period
+        _required("period_weighted_sum", Float),  # sum of period x covered seconds
+    )
+
+
+# The raw rows' covered time split into UTC hours and days (rollups.py): the report reads whole
+# buckets here and only the partial ones at its range's edges from gpu_window.
+gpu_hour = _gpu_rollup("gpu_hour", "hour", _required("pod", String(253), key=True))
+# Whole days serve the report only: whether a pod held the GPU, not which (rollups.GPU_DAY_KEY).
+gpu_day = _gpu_rollup(
+    "gpu_day", "day", _required("has_pod", Boolean(create_constraint=False), key=True)
+)
+
+# Per pod and hour: the covered time of the GPUs whose current pod it was, and its peaks.
+pod_hour = _rollup(
+    "pod_hour",
+    "hour",
+    _required("node", String(253), key=True),
+    _required("namespace", String(253), key=True),
+    _required("pod", String(253), key=True),
+    _optional("owner_kind", String(63)),
+    _optional("owner_name", String(253)),
+    _required("gpus", Integer),  # the most of its GPUs seen in one cycle
+    _required("gpu_seconds", Float),
+    _required("idle_gpu_seconds", Float),
+    _optional("util_max", Float),
+    _optional("mem_copy_util_max", Float),
+    _optional("fb_used_max_mib", Float),
+    _optional("cpu_util_max", Float),
+    _optional("mem_used_max_bytes", Float),
+)
+
+# Where retention removed raw rows: gpu_window holds every row of the time after
+# ``removed_before``, so the report reads a partial hour before it from its rollup instead.
+store_horizon = Table(
+    "store_horizon",
+    metadata,
+    _required("table_name", String(63), key=True),
+    _required("removed_before", UtcDateTime()),
 )

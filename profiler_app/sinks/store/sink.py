@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,8 +13,17 @@ from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, Gp
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
+from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
 from profiler_app.sinks.store.retention import Retention
+from profiler_app.sinks.store.rollups import (
+    GPU_TIERS,
+    POD_HOUR,
+    gpu_rollup_rows,
+    pod_rollup_rows,
+    rollup_statement,
+)
 from profiler_app.sinks.store.schema import REASONS_LENGTH, UNKNOWN_START_TIME
+from profiler_app.sinks.store.statements import Merge, insert_statement, merged, upsert_statement
 from profiler_app.sinks.store.urls import parse_store_url
 
 log = logging.getLogger(__name__)
@@ -41,16 +50,35 @@ class TableStore:
     name = "store"
 
     def __init__(
-        self, url: str, *, retention_seconds: float | None = None, migrate_in_child: bool = False
+        self,
+        url: str,
+        *,
+        retention_seconds: float | None = None,
+        rollup_retention_seconds: float | None = None,
+        store_interval_seconds: float = 0.0,
+        migrate_in_child: bool = False,
     ) -> None:
-        """``migrate_in_child``: the daemon's choice, to keep Alembic and SQLAlchemy out of
-        its memory."""
+        """``retention_seconds``: how long raw rows stay, ``rollup_retention_seconds`` the
+        rollups and pods (None: for ever). ``store_interval_seconds``: write a cycle only when
+        it starts a new slot of this length (0: every cycle); the skipped cycles' time is
+        covered by the next row written. ``migrate_in_child``: the daemon's choice, to keep
+        Alembic and SQLAlchemy out of its memory."""
         parsed = parse_store_url(url)
         self.url = parsed.display()
         self._url = url  # with its password: only for the migration process's environment
         self._migrate_in_child = migrate_in_child
         self._database = Database(parsed)
-        self._retention = Retention(retention_seconds) if retention_seconds else None
+        self._retention = (
+            Retention(retention_seconds, rollup_retention_seconds)
+            if retention_seconds or rollup_retention_seconds
+            else None
+        )
+        self._store_interval = store_interval_seconds
+        self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
+        # Per node: this process's last committed cycle, and the latest one not written yet.
+        self._written_at: dict[str, datetime] = {}
+        self._pending: dict[str, CycleResult] = {}
+        self._statements: dict[tuple[Any, ...], str] = {}
         self._migrated = False
         try:
             self._migrate()
@@ -61,21 +89,56 @@ class TableStore:
             log.warning("%s; will retry on the next cycle", error)
 
     def publish(self, result: CycleResult) -> None:
+        if not self._due(result):
+            self._pending[result.node] = result
+            return
+        self._write(result)
+
+    def close(self) -> None:
+        """Writes the latest cycle not yet written (``store_interval_seconds``), so that a
+        daemon replaced between two writes leaves no gap, then closes the connection."""
+        pending, self._pending = list(self._pending.values()), {}
+        try:
+            for result in pending:
+                self._write(result)
+        except (StoreError, UserError) as error:
+            log.warning("the last cycle was not written: %s", error)
+        finally:
+            self._database.close()
+
+    def _due(self, result: CycleResult) -> bool:
+        """Whether a cycle is written: every cycle, or its node's first of each slot of
+        ``store_interval_seconds`` (slots on a fixed grid, so rows land on round times)."""
+        written = self._written_at.get(result.node)
+        if self._store_interval <= 0 or written is None:
+            return True
+        slot = self._store_interval
+        return math.floor(result.at.timestamp() / slot) != math.floor(written.timestamp() / slot)
+
+    def _write(self, result: CycleResult) -> None:
         if not self._migrated:
             self._migrate()
         database = self._database
         try:
+            if self._partitions is not None:
+                self._partitions.ensure(database, _partitions_needed(result))
             with database.transaction() as cursor:
                 last_at = self._load_last_at(cursor, result)
-                self._insert_gpu_windows(cursor, result, last_at)
+                rows = [
+                    _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
+                    for profile in result.gpus
+                ]
+                self._insert_gpu_windows(cursor, rows)
+                self._upsert_rollups(cursor, rows, result.pods)
                 self._upsert_pods(cursor, result.pods, result.at)
         except database.errors as error:
+            if self._partitions is not None:
+                self._partitions.forget()
             raise StoreError(f"store {self.url}: {describe_driver_error(error)}") from error
+        self._written_at[result.node] = result.at
+        self._pending.pop(result.node, None)
         if self._retention is not None and self._retention.due():
             self._prune(self._retention, result.at)
-
-    def close(self) -> None:
-        self._database.close()
 
     def _prune(self, retention: Retention, now: datetime) -> None:
         # The cycle's rows are committed: a failed clean-up is retried, not a failed cycle.
@@ -109,63 +172,77 @@ class TableStore:
         """Each GPU's last row time within the window, read in the cycle's transaction: the
         store, not this process, knows what was committed (a commit whose answer was lost,
         another process writing the same node during a rolling update). One lookup per GPU on
-        the (node, gpu, at) index: at most a window of rows, however large the table."""
+        the (node, gpu, at) index: at most a window of rows, however large the table; all in
+        one statement, one round trip through a pooler."""
+        if not result.gpus:
+            return {}
         param = self._database.param  # placeholders, not values
-        statement = (
-            f"SELECT max(at) FROM gpu_window WHERE node = {param('node')}"  # noqa: S608
-            f" AND gpu = {param('gpu')} AND at > {param('since')} AND uuid = {param('uuid')}"
+        gpus = ", ".join(
+            f"({param(f'gpu{index}')}, {param(f'uuid{index}')})"
+            for index in range(len(result.gpus))
         )
-        since = result.at - timedelta(seconds=result.window_seconds)
-        last_at = {}
-        for profile in result.gpus:
-            key = {"node": result.node, "gpu": profile.gpu, "uuid": profile.uuid, "since": since}
-            cursor.execute(statement, self._database.bind(key))
-            (at,) = cursor.fetchone()
-            if at is not None:
-                last_at[profile.gpu, profile.uuid] = self._database.read_time(at)
-        return last_at
+        statement = (
+            f"WITH gpus (gpu, uuid) AS (VALUES {gpus}) SELECT gpus.gpu, gpus.uuid,"  # noqa: S608
+            " (SELECT max(at) FROM gpu_window"
+            f" WHERE node = {param('node')} AND gpu = gpus.gpu AND uuid = gpus.uuid"
+            f" AND at > {param('since')}) FROM gpus"
+        )
+        values: dict[str, Any] = {
+            "node": result.node,
+            "since": result.at - timedelta(seconds=result.window_seconds),
+        }
+        for index, profile in enumerate(result.gpus):
+            values[f"gpu{index}"], values[f"uuid{index}"] = profile.gpu, profile.uuid
+        cursor.execute(statement, self._database.bind(values))
+        return {
+            (gpu, uuid): self._database.read_time(at)
+            for gpu, uuid, at in cursor.fetchall()
+            if at is not None
+        }
 
-    def _insert_gpu_windows(
-        self, cursor: Any, result: CycleResult, last_at: dict[tuple[str, str], datetime]
-    ) -> None:
-        rows = [
-            _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
-            for profile in result.gpus
-        ]
+    def _statement(self, build: Callable[..., str], table: Any, columns: Iterable[str]) -> str:
+        """``build(database, table, columns)``, made once per table and column set."""
+        key = (build, table, tuple(columns))
+        statement = self._statements.get(key)
+        if statement is None:
+            statement = self._statements[key] = build(self._database, table, key[2])
+        return statement
+
+    def _insert_gpu_windows(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         if rows:
             cursor.executemany(
-                insert_statement(self._database, "gpu_window", rows[0]),
+                self._statement(insert_statement, "gpu_window", rows[0]),
                 [self._database.bind(row) for row in rows],
             )
+
+    def _upsert_rollups(
+        self, cursor: Any, rows: list[dict[str, Any]], pods: list[PodUsage]
+    ) -> None:
+        """The cycle's rows added into the hour and day they cover (rollups.py)."""
+        for tier, upserts in (
+            *((tier, gpu_rollup_rows(tier, rows)) for tier in GPU_TIERS),
+            (POD_HOUR, pod_rollup_rows(rows, pods)),
+        ):
+            if upserts:
+                cursor.executemany(
+                    self._statement(rollup_statement, tier, upserts[0]),
+                    [self._database.bind(upsert) for upsert in upserts],
+                )
 
     def _upsert_pods(self, cursor: Any, pods: list[PodUsage], at: datetime) -> None:
         rows = _merge_duplicate_pods([_pod_row(pod, at) for pod in pods])
         if rows:
             cursor.executemany(
-                upsert_pod_statement(self._database, rows[0]),
+                self._statement(_pod_statement, "pod_usage", rows[0]),
                 [self._database.bind(row) for row in rows],
             )
 
 
-def insert_statement(database: Database, table: str, columns: Iterable[str]) -> str:
-    """INSERT of one row with these columns, in the driver's placeholders."""
-    names = list(columns)
-    values = ", ".join(database.param(name) for name in names)
-    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({values})"  # noqa: S608
-
-
 def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
     """The pod_usage upsert: peaks only grow, first/last seen widen, GPUs and owner persist."""
-    postgresql = database.backend == "postgresql"
 
     def extreme(larger: bool, column: str) -> str:
-        """The larger (or smaller) of the stored and new value; NULL only when both are."""
-        if postgresql:  # GREATEST and LEAST skip NULLs
-            return f"{'greatest' if larger else 'least'}(pod_usage.{column}, excluded.{column})"
-        return (
-            f"{'max' if larger else 'min'}(coalesce(pod_usage.{column}, excluded.{column}),"
-            f" coalesce(excluded.{column}, pod_usage.{column}))"
-        )
+        return merged(database, "pod_usage", column, Merge.LARGER if larger else Merge.SMALLER)
 
     updates = {column: extreme(True, column) for column in _PEAK_COLUMNS}
     updates["first_seen"] = extreme(False, "first_seen")
@@ -177,12 +254,25 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
             f"CASE WHEN excluded.gpu_count > 0 THEN excluded.{column} ELSE pod_usage.{column} END"
         )
     for column in ("owner_kind", "owner_name"):
-        updates[column] = f"coalesce(excluded.{column}, pod_usage.{column})"
-    assignments = ", ".join(f"{column} = {value}" for column, value in updates.items())
-    return (
-        f"{insert_statement(database, 'pod_usage', columns)}"
-        f" ON CONFLICT ({', '.join(_POD_KEY)}) DO UPDATE SET {assignments}"
-    )
+        updates[column] = merged(database, "pod_usage", column, Merge.KNOWN)
+    return upsert_statement(database, "pod_usage", columns, _POD_KEY, updates)
+
+
+def _pod_statement(database: Database, _table: str, columns: Iterable[str]) -> str:
+    return upsert_pod_statement(database, columns)
+
+
+def _partitions_needed(result: CycleResult) -> list[tuple[str, datetime]]:
+    """(table, time) of every partition the cycle's rows may go to: the raw row's day, and
+    each rollup bucket back to the start of the window (the longest a row covers)."""
+    moments = [result.at]
+    moment = result.at - timedelta(seconds=result.window_seconds)
+    while moment < result.at:
+        moments.append(moment)
+        moment += timedelta(days=1)
+    return [("gpu_window", result.at)] + [
+        (table, moment) for table in SCHEMES if table != "gpu_window" for moment in moments
+    ]
 
 
 def _gpu_window_row(

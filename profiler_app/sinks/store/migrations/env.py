@@ -9,6 +9,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from profiler_app.sinks.store.models import metadata
+from profiler_app.sinks.store.partitions import is_partition
 
 config = context.config
 target_metadata = metadata
@@ -23,8 +24,15 @@ def _url() -> str:
     return url
 
 
+def include_name(name: str | None, type_: str, parent_names: object) -> bool:
+    """Autogenerate compares the models' tables, not the partitions the writer makes."""
+    return not (type_ == "table" and name is not None and is_partition(name))
+
+
 def run_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    context.configure(
+        url=_url(), target_metadata=target_metadata, literal_binds=True, include_name=include_name
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -32,13 +40,17 @@ def run_offline() -> None:
 def run_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=target_metadata)
+        context.configure(
+            connection=connection, target_metadata=target_metadata, include_name=include_name
+        )
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = create_engine(_url())
     with engine.begin() as own_connection:
-        context.configure(connection=own_connection, target_metadata=target_metadata)
+        context.configure(
+            connection=own_connection, target_metadata=target_metadata, include_name=include_name
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

@@ -1,0 +1,294 @@
+"""The GPU time of a range as one relation, for the report: rollups for the whole days and hours
+inside the range, raw rows only for the partial hours at its edges.
+
+Every part has the rollups' shape (``GPU_COLUMNS``): a GPU, its job type, whether a pod held
+it and the pod's workload, whether its memory was held, the covered and idle seconds inside the
+part, and peaks. A raw row counts for the part of its covered time ``(at - covers_seconds, at]``
+inside the range, in whole microseconds, as ``rollups.py`` splits it into buckets, so the parts
+add up to what the raw rows alone give (``rollups=False``, the reference the tests hold the
+rollups to). A row that covers nothing counts where its ``at`` is, in ``[since, until)``.
+
+Where retention removed the raw rows of a partial edge hour (before ``store_horizon``), that
+part is estimated from its hourly rollup, in proportion to the time of the hour inside the
+range; ``History.notes`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Float,
+    Select,
+    Subquery,
+    Table,
+    and_,
+    cast,
+    false,
+    func,
+    literal,
+    not_,
+    or_,
+    select,
+    true,
+    union_all,
+)
+from sqlalchemy import case as sql_case
+
+from profiler_app.model import HELD_MEMORY_MIB
+from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, store_horizon
+from profiler_app.sinks.store.rollups import (
+    DAY_SECONDS,
+    HOUR_SECONDS,
+    MICROSECONDS,
+    bucket_start,
+    microseconds,
+)
+
+GPU_COLUMNS = (
+    "node",
+    "gpu",
+    "uuid",
+    "job_type",
+    "memory_held",
+    "namespace",
+    "has_pod",
+    "owner_kind",
+    "owner_name",
+    "covered_seconds",
+    "idle_gpu_seconds",
+    "util_max",
+    "mem_copy_util_max",
+    "fb_used_max_mib",
+)
+_OWNER_KEYS = ("owner_kind", "owner_name")
+_PEAKS = ("util_max", "mem_copy_util_max", "fb_used_max_mib")
+_ONE_MICROSECOND = timedelta(microseconds=1)
+
+Source = Literal["raw", "hour", "day", "estimate"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A part ``[start, end)`` of the range and where it is read from."""
+
+    start: datetime
+    end: datetime
+    source: Source
+
+
+def spans(since: datetime, until: datetime, *, horizon: datetime | None = None) -> list[Span]:
+    """``[since, until)`` split into raw edges, whole hours and whole days, coarsest inside.
+
+    A raw edge before ``horizon`` (retention removed its rows) is an estimate from its hour.
+    """
+    first_hour = _ceil(since, HOUR_SECONDS)
+    last_hour = bucket_start(until, HOUR_SECONDS)
+    if first_hour > last_hour:  # inside one hour
+        parts = [Span(since, until, "raw")]
+    else:  # each raw edge inside one hour
+        parts = [Span(since, first_hour, "raw")]
+        first_day, last_day = _ceil(first_hour, DAY_SECONDS), bucket_start(last_hour, DAY_SECONDS)
+        if first_day < last_day:
+            parts += [
+                Span(first_hour, first_day, "hour"),
+                Span(first_day, last_day, "day"),
+                Span(last_day, last_hour, "hour"),
+            ]
+        else:
+            parts.append(Span(first_hour, last_hour, "hour"))
+        parts.append(Span(last_hour, until, "raw"))
+    return [
+        Span(part.start, part.end, "estimate")
+        if part.source == "raw" and horizon is not None and part.start < horizon
+        else part
+        for part in parts
+        if part.start < part.end
+    ]
+
+
+@dataclass
+class History:
+    """The relation of a range's GPU time (``relation``) and what the report should say."""
+
+    relation: Subquery
+    notes: list[str] = field(default_factory=list)
+
+
+def gpu_history(
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    rollups: bool = True,
+) -> History:
+    """The GPU time of ``[since, until)`` in the rollups' shape (``GPU_COLUMNS``); with
+    ``rollups`` False, from the raw rows alone."""
+    dialect = connection.dialect.name
+    if not rollups:
+        return History(_raw(dialect, since, until, node).subquery("history"))
+    horizon = connection.execute(
+        select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
+    ).scalar()
+    parts: list[Select[Any]] = []
+    notes = []
+    for part in spans(since, until, horizon=horizon):
+        if part.source == "raw":
+            before = _longest_covers(connection, part.start - _ONE_MICROSECOND, node)
+            after = _longest_covers(connection, part.end - _ONE_MICROSECOND, node)
+            parts.append(
+                _raw(
+                    dialect,
+                    part.start,
+                    part.end,
+                    node,
+                    reach_before=before,
+                    reach_after=after,
+                )
+            )
+        elif part.source == "estimate":
+            parts.append(_estimate(part, node))
+            notes.append(
+                f"raw rows before {_iso(horizon)} were removed by retention: "
+                f"{_iso(part.start)} to {_iso(part.end)} is estimated from its hourly rollup"
+            )
+        else:
+            parts.append(_tier(gpu_hour if part.source == "hour" else gpu_day, part, node))
+    if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
+        parts.append(_raw(dialect, since, since, node, reach_after=0.0))
+    return History(union_all(*parts).subquery("history"), notes)
+
+
+def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElement[int]:
+    """A stored time as whole microseconds since the epoch, exactly (as ``rollups.py``)."""
+    value: ColumnElement[Any]
+    if dialect == "postgresql":
+        value = func.round(func.date_part("epoch", column) * MICROSECONDS)
+    else:  # SQLite's text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds, then the microseconds
+        value = cast(func.strftime("%s", column), BigInteger) * MICROSECONDS + cast(
+            func.substr(column, 21, 6), BigInteger
+        )
+    return cast(value, BigInteger)
+
+
+def larger(dialect: str, a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.greatest(a, b) if dialect == "postgresql" else func.max(a, b)
+
+
+def smaller(dialect: str, a: ColumnElement[Any], b: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.least(a, b) if dialect == "postgresql" else func.min(a, b)
+
+
+def _raw(
+    dialect: str,
+    start: datetime,
+    end: datetime,
+    node: str | None,
+    *,
+    reach_before: float | None = None,
+    reach_after: float | None = None,
+) -> Select[Any]:
+    """The raw rows' time inside ``[start, end)``. ``reach_before`` and ``reach_after``: the
+    longest any row covers of those reaching back over ``start`` and over ``end`` (None: not
+    known; every row is computed exactly and every later row looked at). A row wholly inside
+    counts its ``covers_seconds`` as it is; only the few that straddle an edge are computed
+    in microseconds."""
+    c = gpu_window.c
+    end_us = epoch_microseconds(dialect, c.at)
+    covers_us = cast(func.round(c.covers_seconds * MICROSECONDS), BigInteger)
+    start_value, end_value = literal(microseconds(start)), literal(microseconds(end))
+    overlap_us = smaller(dialect, end_us, end_value) - larger(
+        dialect, end_us - covers_us, start_value
+    )
+    exact = cast(overlap_us, Float) / float(MICROSECONDS)
+    # Covers at least one microsecond, as rounded (a row covering nothing sits at its time).
+    positive = c.covers_seconds >= 0.5 / MICROSECONDS
+    conditions = [
+        c.at >= start,
+        or_(
+            and_(positive, c.at > start, or_(c.at <= end, overlap_us > 0)),
+            and_(not_(positive), c.at < end),
+        ),
+    ]
+    if reach_after is not None:
+        conditions.append(c.at < end + timedelta(seconds=reach_after) + _ONE_MICROSECOND)
+    if node is not None:
+        conditions.append(c.node == node)
+    covered: ColumnElement[Any] = exact
+    if reach_before is not None:
+        inside = start + timedelta(seconds=reach_before) + _ONE_MICROSECOND
+        whole = cast(covers_us, Float) / float(MICROSECONDS)  # as rounded, like the rollups
+        covered = sql_case((and_(c.at >= inside, c.at <= end), whole), else_=exact)
+    return select(
+        c.node,
+        c.gpu,
+        c.uuid,
+        c.job_type,
+        sql_case((c.fb_used_max_mib >= HELD_MEMORY_MIB, true()), else_=false()).label(
+            "memory_held"
+        ),
+        func.coalesce(c.namespace, literal("")).label("namespace"),
+        sql_case((c.pod.is_not(None), true()), else_=false()).label("has_pod"),
+        *(func.coalesce(c[key], literal("")).label(key) for key in _OWNER_KEYS),
+        covered.label("covered_seconds"),
+        (covered * func.coalesce(c.util_idle_fraction, 0.0)).label("idle_gpu_seconds"),
+        *(c[peak] for peak in _PEAKS),
+    ).where(*conditions)
+
+
+def _keys(table: Table) -> list[ColumnElement[Any]]:
+    """A rollup's key columns in the relation's shape (gpu_hour names the pod)."""
+    return [
+        (table.c.pod != "").label("has_pod") if column == "has_pod" and table is gpu_hour
+        else table.c[column]
+        for column in GPU_COLUMNS[:9]
+    ]  # fmt: skip
+
+
+def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
+    """Whole buckets of a rollup, as they are."""
+    bucket = table.c.hour if table is gpu_hour else table.c.day
+    query = select(*_keys(table), *(table.c[column] for column in GPU_COLUMNS[9:])).where(
+        bucket >= part.start, bucket < part.end
+    )
+    return query.where(table.c.node == node) if node is not None else query
+
+
+def _estimate(part: Span, node: str | None) -> Select[Any]:
+    """A partial hour whose raw rows are gone: its hourly rollup, in proportion."""
+    share = (part.end - part.start).total_seconds() / HOUR_SECONDS
+    c = gpu_hour.c
+    query = select(
+        *_keys(gpu_hour),
+        (c.covered_seconds * share).label("covered_seconds"),
+        (c.idle_gpu_seconds * share).label("idle_gpu_seconds"),
+        *(c[peak] for peak in _PEAKS),
+    ).where(c.hour == bucket_start(part.start, HOUR_SECONDS))
+    return query.where(c.node == node) if node is not None else query
+
+
+def _longest_covers(connection: Connection, moment: datetime, node: str | None) -> float:
+    """The longest ``covers_seconds`` of the rows covering time in the hour of ``moment``:
+    a row reaching back over ``moment`` is at most that much later than it."""
+    query = select(func.max(gpu_hour.c.covers_max_seconds)).where(
+        gpu_hour.c.hour == bucket_start(moment, HOUR_SECONDS)
+    )
+    if node is not None:
+        query = query.where(gpu_hour.c.node == node)
+    return float(connection.execute(query).scalar() or 0.0)
+
+
+def _ceil(moment: datetime, seconds: int) -> datetime:
+    start = bucket_start(moment, seconds)
+    return start if start == moment else start + timedelta(seconds=seconds)
+
+
+def _iso(moment: datetime | None) -> str:
+    assert moment is not None
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,250 @@
+"""The report from rollups equals the report from raw rows, on random stores (hypothesis).
+
+Random cycles (nodes, GPUs, gaps shorter and longer than the window, repeated times, job types,
+pods, workloads, memory held or not, idle fractions, periods) go through the real ``TableStore``
+into a real store; then, for random ranges with microsecond edges, ``build_report`` reading
+rollups for whole days and hours (raw rows only at the edges) must give what it gives from raw
+rows alone, and both what a plain Python sum over the stored rows gives, to rounding. SQLite
+always; PostgreSQL with the ``integration`` marker.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.reporting import WASTE_KINDS, build_report
+from profiler_app.sinks.store import TableStore
+from profiler_app.sinks.store.engine import create_store_engine
+from profiler_app.sinks.store.models import gpu_window
+from profiler_app.sinks.store.rollups import covers_microseconds, memory_held, microseconds
+from profiler_app.sinks.store.urls import parse_store_url
+
+if TYPE_CHECKING:
+    from tests.support.postgres import PostgresServer
+
+pytest_plugins = ["tests.support.postgres"]
+
+T0 = datetime(2026, 3, 1, 22, 0, tzinfo=UTC)
+JOB_TYPES = ("idle", "training", "inference", "bursty", "waiting-for-data")  # one unknown type
+PODS = (None, ("ml", "train-0", "PyTorchJob", "llama"), ("ml", "serve-1", None, None))
+GAPS = st.one_of(
+    st.sampled_from([0.0, 30.0, 60.0, 1799.0, 1800.0, 3600.0, 5400.0, 86400.0]),
+    st.integers(1, 200_000_000_000).map(lambda us: us / 1e6),  # up to ~2 days, microseconds
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    job_type: str
+    util_max: float
+    idle_fraction: float | None
+    fb_used: float | None
+    pod: tuple[str, str, str | None, str | None] | None
+    period: float | None
+
+
+GPUS = st.builds(
+    Gpu,
+    st.sampled_from(JOB_TYPES),
+    st.integers(0, 100).map(float),
+    st.one_of(st.none(), st.floats(0.0, 1.0)),
+    st.sampled_from([None, 100.0, 1024.0, 40_000.0]),
+    st.sampled_from(PODS),
+    st.one_of(st.none(), st.floats(0.5, 600.0)),
+)
+# Per cycle: the node, the gap since that node's previous cycle, and each of its GPUs (1-3).
+CYCLES = st.lists(
+    st.tuples(st.sampled_from(["node-a", "node-b"]), GAPS, st.lists(GPUS, min_size=1, max_size=3)),
+    min_size=1,
+    max_size=40,
+)
+TINY = 1e-9  # hours: float noise where a sum is zero (3.6 microseconds)
+WINDOWS = st.sampled_from([1800.0, 7200.0, 100_000.0])
+# A range: start and length in microseconds from T0 - 2 h (the stores span up to ~80 days),
+# anywhere or on whole minutes (rows' and buckets' edges).
+MICROSECONDS = st.one_of(
+    st.integers(0, 90 * 86_400_000_000), st.integers(0, 90 * 1440).map(lambda m: m * 60_000_000)
+)
+RANGES = st.lists(st.tuples(MICROSECONDS, MICROSECONDS), min_size=1, max_size=4)
+
+
+def cycles_of(plan: list[Any], window: float) -> list[CycleResult]:
+    at = {"node-a": T0, "node-b": T0 + timedelta(minutes=7)}
+    results = []
+    for node, gap, gpus in plan:
+        at[node] += timedelta(seconds=gap)
+        profiles = []
+        for index, gpu in enumerate(gpus):
+            idle = float("nan") if gpu.idle_fraction is None else gpu.idle_fraction
+            stats = {GPU_UTIL: FieldStats(gpu.util_max, p95=1.0, mean=1.0, idle_fraction=idle)}
+            if gpu.fb_used is not None:
+                stats[FB_USED] = FieldStats(gpu.fb_used, gpu.fb_used, gpu.fb_used, 0.0)
+            namespace, pod, owner_kind, owner_name = gpu.pod or (None, None, None, None)
+            profiles.append(
+                GpuProfile(
+                    str(index),
+                    f"GPU-{node}-{index}",
+                    node,
+                    gpu.job_type,
+                    gpu.period,
+                    stats,
+                    namespace=namespace,
+                    pod=pod,
+                    owner_kind=owner_kind,
+                    owner_name=owner_name,
+                )
+            )
+        results.append(CycleResult(node, at[node], window, profiles))
+    return results
+
+
+def reference(connection: sa.Connection, since: datetime, until: datetime) -> dict[str, Any]:
+    """The GPU and waste views summed in Python over the stored rows: each row counts for its
+    covered time ``(at - covers, at]`` inside ``[since, until)``, in whole microseconds."""
+    low, high = microseconds(since), microseconds(until)
+    hours: dict[tuple[str, str, str], float] = defaultdict(float)
+    idle: dict[tuple[str, str], float] = defaultdict(float)
+    peaks: dict[tuple[str, str], float | None] = {}
+    waste_gpus: dict[tuple[Any, ...], set[str]] = defaultdict(set)
+    waste_hours: dict[tuple[Any, ...], float] = defaultdict(float)
+    for row in connection.execute(sa.select(gpu_window)).mappings():
+        end = microseconds(row["at"])
+        covers = covers_microseconds(row["covers_seconds"])
+        overlap = min(end, high) - max(end - covers, low)
+        if not (overlap > 0 or (covers == 0 and low <= end < high)):
+            continue
+        seconds = max(overlap, 0) / 1e6
+        gpu = (row["node"], row["gpu"])
+        hours[(*gpu, row["job_type"])] += seconds / 3600
+        idle_hours = seconds * (row["util_idle_fraction"] or 0.0) / 3600
+        idle[gpu] += idle_hours
+        util, peak = row["util_max"], peaks.get(gpu)
+        peaks[gpu] = peak if util is None else util if peak is None else max(peak, util)
+        kind = (
+            WASTE_KINDS[1]
+            if memory_held(row["fb_used_max_mib"])
+            else WASTE_KINDS[2]
+            if row["pod"]
+            else WASTE_KINDS[0]
+        )
+        key = (kind, row["namespace"], row["owner_kind"], row["owner_name"])
+        waste_gpus[key].add(f"{row['node']}/{row['uuid']}")
+        waste_hours[key] += idle_hours
+    return {
+        "hours": dict(hours),
+        "idle": dict(idle),
+        "peaks": peaks,
+        "waste": {key: (len(waste_gpus[key]), waste_hours[key]) for key in waste_hours},
+    }
+
+
+def summary(report: Any) -> dict[str, Any]:
+    hours = {
+        (gpu.node, gpu.gpu, job_type): value
+        for gpu in report.gpus
+        for job_type, value in gpu.hours_by_job_type.items()
+        if value > TINY
+    }
+    return {
+        "hours": hours,
+        "idle": {(gpu.node, gpu.gpu): gpu.idle_gpu_hours for gpu in report.gpus},
+        "peaks": {(gpu.node, gpu.gpu): gpu.util_max_percent for gpu in report.gpus},
+        "waste": {
+            (w.kind, w.namespace, w.owner_kind, w.owner_name): (w.gpus, w.idle_gpu_hours)
+            for w in report.waste
+            if w.idle_gpu_hours > TINY
+        },
+    }
+
+
+def assert_same(got: dict[str, Any], expected: dict[str, Any], what: str) -> None:
+    hours = {key: value for key, value in expected["hours"].items() if value > TINY}
+    assert got["hours"] == pytest.approx(hours, rel=1e-9, abs=1e-9), what
+    assert got["idle"] == pytest.approx(expected["idle"], rel=1e-9, abs=1e-9), what
+    assert got["peaks"] == expected["peaks"], what
+    waste = {key: value for key, value in expected["waste"].items() if value[1] > TINY}
+    assert set(got["waste"]) == set(waste), what
+    for key, (gpus, idle_hours) in waste.items():
+        assert got["waste"][key][0] == gpus, (what, key)
+        assert got["waste"][key][1] == pytest.approx(idle_hours, rel=1e-9, abs=1e-9), (what, key)
+
+
+def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int, int]]) -> None:
+    store = TableStore(url)
+    try:
+        for result in cycles_of(plan, window):
+            store.publish(result)
+    finally:
+        store.close()
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            for start, length in ranges:
+                since = T0 - timedelta(hours=2) + timedelta(microseconds=start)
+                until = since + timedelta(microseconds=length)
+                views = ("gpu", "waste")
+                rolled = build_report(connection, since=since, until=until, views=views)
+                raw = build_report(connection, since=since, until=until, views=views, rollups=False)
+                expected = reference(connection, since, until)
+                what = f"{since.isoformat()} .. {until.isoformat()}"
+                assert_same(summary(raw), expected, f"raw rows, {what}")
+                assert_same(summary(rolled), expected, f"rollups, {what}")
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty store at the newest schema, copied for each example (migrating takes longer)."""
+    path = tmp_path_factory.mktemp("template") / "profiler.db"
+    TableStore(f"sqlite:///{path}").close()
+    return path
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=CYCLES, window=WINDOWS, ranges=RANGES)
+def test_rollups_and_raw_rows_give_the_same_report_on_sqlite(
+    sqlite_template: Path, plan: list[Any], window: float, ranges: list[tuple[int, int]]
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "profiler.db"
+        shutil.copy(sqlite_template, path)
+        check_store(f"sqlite:///{path}", plan, window, ranges)
+
+
+@pytest.fixture(scope="module")
+def postgresql_store(postgres_server: PostgresServer) -> str:
+    url = postgres_server.create_database()
+    TableStore(url).close()
+    return url
+
+
+@pytest.mark.integration
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=CYCLES, window=WINDOWS, ranges=RANGES)
+def test_rollups_and_raw_rows_give_the_same_report_on_postgresql(
+    postgresql_store: str, plan: list[Any], window: float, ranges: list[tuple[int, int]]
+) -> None:
+    engine = create_store_engine(parse_store_url(postgresql_store), create_file=False)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text("TRUNCATE gpu_window, gpu_hour, gpu_day, pod_hour"))
+    finally:
+        engine.dispose()
+    check_store(postgresql_store, plan, window, ranges)
