@@ -44,6 +44,14 @@ GAPS = st.one_of(
     st.integers(1, 200_000_000_000).map(lambda us: us / 1e6),  # up to ~2 days, microseconds
 )
 
+# An idle fraction is a share of a window's samples (k of n), as the classifier computes it: never
+# a subnormal float, whose products PostgreSQL refuses as an underflow.
+IDLE_FRACTIONS = st.builds(
+    lambda samples, idle: min(idle, samples) / samples,
+    st.integers(1, 100_000),
+    st.integers(0, 100_000),
+)
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -59,7 +67,7 @@ GPUS = st.builds(
     Gpu,
     st.sampled_from(JOB_TYPES),
     st.integers(0, 100).map(float),
-    st.one_of(st.none(), st.floats(0.0, 1.0)),
+    st.one_of(st.none(), IDLE_FRACTIONS),
     st.sampled_from([None, 100.0, 1024.0, 40_000.0]),
     st.sampled_from(PODS),
     st.one_of(st.none(), st.floats(0.5, 600.0)),
