@@ -26,13 +26,24 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 ENFORCED_POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
 
+# dcgm-exporter's labels of a MIG instance: its GPU instance id (absent or '' on a whole GPU)
+# and profile (e.g. 1g.10gb). Every instance also carries its parent's UUID and gpu index.
+MIG_INSTANCE_LABEL = "GPU_I_ID"
+MIG_PROFILE_LABEL = "GPU_I_PROFILE"
+
 # A GPU holding at least this much framebuffer holds memory for a workload (a CUDA context
 # alone takes a few hundred MiB): an idle one is "memory held, compute idle".
 HELD_MEMORY_MIB = 1024.0
+
+
+def mig_instance(labels: Mapping[str, str]) -> str:
+    """A series' MIG GPU instance id ('' for a whole GPU)."""
+    return labels.get(MIG_INSTANCE_LABEL, "")
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,14 @@ class GpuProfile:
     first_sample: float | None = None
     engine: str | None = None  # what runs on it (profiler_app.engines), e.g. vllm, torchrun
     framework: str | None = None  # e.g. pytorch, jax
+    # A MIG instance: dcgm-exporter's GPU_I_ID and GPU_I_PROFILE ('' for a whole GPU). Its
+    # utilisation is GR_ENGINE_ACTIVE and its memory bandwidth DRAM_ACTIVE, relative to the
+    # instance (``util_field``/``mem_field``; docs/sharing.md).
+    mig_instance: str = ""
+    mig_profile: str = ""
+    gpu_model: str = ""  # dcgm-exporter's modelName
+    util_field: str = GPU_UTIL
+    mem_field: str = MEM_COPY_UTIL
 
 
 @dataclass(frozen=True)

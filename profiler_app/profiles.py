@@ -7,6 +7,12 @@ GPU's own range (``analysis.power``), SM activity where exported, the GPUs of th
 same workload where known, else the same pod; GPUs of no pod on one node when their stalls
 coincide) and the prior of its workload: its owner (``workloads``) and the engine it runs
 (``engines``).
+
+A MIG instance is a GPU of its own (``timelines``). DCGM_FI_DEV_GPU_UTIL does not exist for
+one (dcgm-exporter reads 0 or nothing), so it is classified on DCGM_FI_PROF_GR_ENGINE_ACTIVE in
+percent, with DRAM_ACTIVE for memory bandwidth and no power (power is the whole GPU's). Both
+fields are relative to the instance (docs/sharing.md), so the classifier's thresholds apply as
+they are.
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ import numpy as np
 from profiler_app.analysis import Context, Prior, classify_matrix, field_stats, power_range
 from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
 from profiler_app.model import (
+    DRAM_ACTIVE,
     ENFORCED_POWER_LIMIT,
     FB_USED,
     GPU_UTIL,
+    GR_ENGINE_ACTIVE,
     HELD_MEMORY_MIB,
     MEM_COPY_UTIL,
+    MIG_PROFILE_LABEL,
     POWER_MGMT_LIMIT,
     POWER_USAGE,
     SM_ACTIVE,
@@ -31,8 +40,9 @@ from profiler_app.model import (
     FloatMatrix,
     GpuProfile,
     SeriesMatrix,
+    mig_instance,
 )
-from profiler_app.timelines import KeyResolver, Pod, Timelines, align, merge
+from profiler_app.timelines import KeyResolver, Pod, Timelines, align, merge, on_grid
 from profiler_app.workloads import Workload, workload_from_labels
 
 # Fields that describe the GPU rather than its work: used to judge power, not summarised.
@@ -41,17 +51,103 @@ _LIMIT_FIELDS = (POWER_MGMT_LIMIT, ENFORCED_POWER_LIMIT)
 _RATIO_PREFIX = "DCGM_FI_PROF_"
 
 
-def _gpu_order(profile: GpuProfile, last: int) -> tuple[str, int, int | str, int, str]:
-    """Node, then GPU index; a GPU replaced under the same index sorts by its latest sample,
-    so the current one comes last (and wins where only the index keys a value)."""
+def _gpu_order(profile: GpuProfile, last: int) -> tuple[str, int, int | str, int, str, int, str]:
+    """Node, GPU index, then MIG instance; a GPU replaced under the same index sorts by its
+    latest sample, so the current one comes last (and wins where only the index keys a value)."""
     numeric = profile.gpu.isdigit()
+    instance = profile.mig_instance
     return (
         profile.hostname,
         0 if numeric else 1,
         int(profile.gpu) if numeric else profile.gpu,
+        int(instance) if instance.isdigit() else -1,
+        instance,
         last,
         profile.uuid,
     )
+
+
+def _with_mig_instances(primary: SeriesMatrix, matrices: Sequence[SeriesMatrix]) -> SeriesMatrix:
+    """GPU utilisation of whole GPUs, and of each MIG instance its GR_ENGINE_ACTIVE in percent
+    in place of the GPU_UTIL series it lacks (or that reads 0 there)."""
+    engine = next((matrix for matrix in matrices if matrix.field == GR_ENGINE_ACTIVE), None)
+    whole = [row for row, labels in enumerate(primary.labels) if not mig_instance(labels)]
+    instances = (
+        [row for row, labels in enumerate(engine.labels) if mig_instance(labels)] if engine else []
+    )
+    if engine is None or not instances:
+        if len(whole) == len(primary.labels):
+            return primary
+        instances = []
+    labels = [primary.labels[row] for row in whole]
+    parts = [primary.values[whole]]
+    if engine is not None and instances:
+        labels += [engine.labels[row] for row in instances]
+        moved = on_grid(engine.values[instances], engine.timestamps, primary.timestamps)
+        parts.append(moved * 100.0)
+    values = np.vstack(parts) if labels else np.empty((0, primary.timestamps.size))
+    return SeriesMatrix(primary.field, labels, primary.timestamps, values, primary.step_seconds)
+
+
+def _mig_rows(timelines: Timelines) -> np.ndarray:
+    return np.array([bool(mig_instance(labels)) for labels in timelines.labels], dtype=bool)
+
+
+def _instance_fields(
+    fields: dict[str, tuple[FloatMatrix, np.ndarray]], mig: np.ndarray
+) -> tuple[FloatMatrix | None, FloatMatrix | None, FloatMatrix | None]:
+    """Power, SM activity and memory bandwidth as the classifier reads them: on MIG instances
+    no power (the whole GPU's) and DRAM_ACTIVE in percent for memory bandwidth; SM activity
+    capped at 1 (DCGM reads above 1 on MIG instances)."""
+    power = fields[POWER_USAGE][0] if POWER_USAGE in fields else None
+    if power is not None and mig.any():
+        power = power.copy()
+        power[mig] = np.nan
+    sm_active = fields[SM_ACTIVE][0] if SM_ACTIVE in fields else None
+    if sm_active is not None:
+        sm_active = np.minimum(sm_active, 1.0)
+    mem_copy = fields[MEM_COPY_UTIL][0] if MEM_COPY_UTIL in fields else None
+    if mig.any() and DRAM_ACTIVE in fields:
+        dram = fields[DRAM_ACTIVE][0] * 100.0
+        mem_copy = np.where(mig[:, None], dram, np.nan if mem_copy is None else mem_copy)
+    elif mem_copy is not None and mig.any():
+        mem_copy = np.where(mig[:, None], np.nan, mem_copy)
+    return power, sm_active, mem_copy
+
+
+def _scale(field: str) -> float:
+    return 100.0 if field.startswith(_RATIO_PREFIX) else 1.0
+
+
+def _summaries(
+    fields: Mapping[str, tuple[FloatMatrix, np.ndarray]],
+    mig: np.ndarray,
+    classified: Sequence[FieldStats],
+    primary_field: str,
+) -> list[dict[str, FieldStats]]:
+    """Each GPU's statistics by field, in the field's own units: the classified field's from
+    the classifier (on a MIG instance GR_ENGINE_ACTIVE's), the others summarised; no power on
+    MIG instances."""
+    stats: list[dict[str, FieldStats]] = [{} for _ in classified]
+    for name, (rows, present) in fields.items():
+        if name in _LIMIT_FIELDS or not present.any():
+            continue
+        summarised = present & ~mig if name == POWER_USAGE else present
+        rows_present = np.flatnonzero(summarised).tolist()
+        for row, summary in zip(rows_present, field_stats(rows[summarised]), strict=True):
+            stats[row][name] = summary
+    for row, summary in enumerate(classified):
+        if mig[row] and primary_field == GPU_UTIL:  # GR_ENGINE_ACTIVE, classified in percent
+            stats[row][GR_ENGINE_ACTIVE] = _in_units(summary, 100.0)
+        else:
+            stats[row][primary_field] = _in_units(summary, _scale(primary_field))
+    return stats
+
+
+def _instance_field_names(mig: bool, primary_field: str) -> dict[str, str]:
+    if mig and primary_field == GPU_UTIL:
+        return {"util_field": GR_ENGINE_ACTIVE, "mem_field": DRAM_ACTIVE}
+    return {}
 
 
 def _in_units(stats: FieldStats, scale: float) -> FieldStats:
@@ -184,6 +280,8 @@ def build_profiles(
     primary = next((matrix for matrix in matrices if matrix.field == primary_field), None)
     if primary is None:
         raise ValueError(f"no {primary_field} matrix among {[m.field for m in matrices]}")
+    if primary.field == GPU_UTIL:
+        primary = _with_mig_instances(primary, matrices)
     if not primary.labels:
         return []
     resolver = KeyResolver(primary.labels, node_label)
@@ -193,34 +291,29 @@ def build_profiles(
         if other is not primary and other.field not in fields:
             fields[other.field] = align(other, timelines.keys, resolver, primary.timestamps)
     limits = next((fields[name][0] for name in _LIMIT_FIELDS if name in fields), None)
+    mig = _mig_rows(timelines)
     floor, limit = _power_ranges(timelines, limits)
+    floor[mig], limit[mig] = np.nan, np.nan
+    power, sm_active, mem_copy = _instance_fields(fields, mig)
     found = _workloads(timelines, workloads)
     running = _identities(timelines, identities)
     priors = [_prior(workload, identity) for workload, identity in zip(found, running, strict=True)]
     context = Context(
-        power=fields[POWER_USAGE][0] if POWER_USAGE in fields else None,
+        power=power,
         power_floor=floor,
         power_limit=limit,
-        sm_active=fields[SM_ACTIVE][0] if SM_ACTIVE in fields else None,
-        mem_copy=fields[MEM_COPY_UTIL][0] if MEM_COPY_UTIL in fields else None,
+        sm_active=sm_active,
+        mem_copy=mem_copy,
         groups=_groups(timelines, found, node_label),
         nodes=_nodes(timelines, node_label),
         priors=[prior for prior, _ in priors],
         prior_reasons=[reasons for _, reasons in priors],
         names=[f"gpu {labels.get('gpu', '?')}" for labels in timelines.labels],
     )
-    scale = 100.0 if primary.field.startswith(_RATIO_PREFIX) else 1.0
+    scale = _scale(primary.field)
     values = timelines.values * scale if scale != 1.0 else timelines.values
     results = classify_matrix(values, primary.step_seconds, context)
-    stats: list[dict[str, FieldStats]] = [
-        {primary.field: _in_units(result.stats, scale)} for result in results
-    ]
-    for name, (rows, present) in fields.items():
-        if name in _LIMIT_FIELDS or not present.any():
-            continue
-        rows_present = np.flatnonzero(present).tolist()
-        for row, summary in zip(rows_present, field_stats(rows[present]), strict=True):
-            stats[row][name] = summary
+    stats = _summaries(fields, mig, [result.stats for result in results], primary.field)
     profiles: list[tuple[GpuProfile, int]] = []
     for row, (labels, result) in enumerate(zip(timelines.labels, results, strict=True)):
         current = timelines.current[row]
@@ -244,6 +337,10 @@ def build_profiles(
             first_sample=_first_sample(timelines.values[row], primary.timestamps),
             engine=identity.engine if identity else None,
             framework=identity.framework if identity else None,
+            mig_instance=mig_instance(labels),
+            mig_profile=labels.get(MIG_PROFILE_LABEL, ""),
+            gpu_model=labels.get("modelName", ""),
+            **_instance_field_names(bool(mig[row]), primary.field),
         )
         profiles.append((profile, timelines.last[row]))
     return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]

@@ -2,8 +2,11 @@
 whatever labels changed (an exporter restarted under a new ``instance``, the GPU handed to
 another pod, any new label).
 
-A GPU is identified by (node, UUID); the ``gpu`` index is the fallback for series without a
-UUID, and such a series joins the UUID of the same node and index when exactly one is known.
+A GPU is identified by (node, UUID, MIG instance): dcgm-exporter labels every MIG instance with
+its parent's UUID and ``gpu`` index and adds ``GPU_I_ID`` (empty or absent for a whole GPU), so
+the instances of one GPU stay apart. The ``gpu`` index is the fallback for series without a
+UUID, and such a series joins the UUID of the same node, index and instance when exactly one is
+known.
 Where series of one GPU overlap (the same sample scraped twice), the larger reading wins.
 Which pod held the GPU becomes an attribute over time: the pod of the latest sample, and every
 pod seen with its share of the GPU's samples.
@@ -18,16 +21,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_app.arrays import distinct
-from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix
+from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix, mig_instance
 
-GpuKey = tuple[str, str]  # (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>")
+# (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>"); a MIG instance's key adds
+# "/mig:<GPU_I_ID>".
+GpuKey = tuple[str, str]
 Pod = tuple[str, str]  # (namespace, pod)
 
 
 def gpu_key(labels: dict[str, str], node_label: str) -> GpuKey:
     node = labels.get(node_label, "")
     uuid = labels.get("UUID", "")
-    return (node, f"uuid:{uuid}") if uuid else (node, f"gpu:{labels.get('gpu', '')}")
+    device = f"uuid:{uuid}" if uuid else f"gpu:{labels.get('gpu', '')}"
+    instance = mig_instance(labels)
+    return (node, f"{device}/mig:{instance}") if instance else (node, device)
 
 
 def _pod(labels: dict[str, str]) -> Pod | None:
@@ -40,11 +47,11 @@ class KeyResolver:
 
     def __init__(self, labels: Sequence[dict[str, str]], node_label: str) -> None:
         self.node_label = node_label
-        by_index: dict[tuple[str, str], set[GpuKey]] = defaultdict(set)
+        by_index: dict[tuple[str, str, str], set[GpuKey]] = defaultdict(set)
         for series in labels:
             key = gpu_key(series, node_label)
             if key[1].startswith("uuid:"):
-                by_index[key[0], series.get("gpu", "")].add(key)
+                by_index[key[0], series.get("gpu", ""), mig_instance(series)].add(key)
         self._unique = {
             index: next(iter(keys)) for index, keys in by_index.items() if len(keys) == 1
         }
@@ -52,7 +59,8 @@ class KeyResolver:
     def key(self, labels: dict[str, str]) -> GpuKey:
         key = gpu_key(labels, self.node_label)
         if key[1].startswith("gpu:"):
-            return self._unique.get((key[0], labels.get("gpu", "")), key)
+            index = (key[0], labels.get("gpu", ""), mig_instance(labels))
+            return self._unique.get(index, key)
         return key
 
 
@@ -166,7 +174,7 @@ def _held(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatM
     return moved
 
 
-def _on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
+def on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
     """``values`` sampled at ``source`` times, moved onto the ``target`` grid (nearest point of
     an evenly spaced grid; NaN where nothing lands). A coarser field (power read once a second
     beside utilisation at 0.1 s, local sampling) holds each sample over its own step."""
@@ -194,7 +202,7 @@ def align(
     if not other.labels:
         return rows, present
     position = {key: index for index, key in enumerate(keys)}
-    values = _on_grid(other.values, other.timestamps, timestamps)
+    values = on_grid(other.values, other.timestamps, timestamps)
     for key, series in _groups([resolver.key(labels) for labels in other.labels]).items():
         index = position.get(key)
         if index is None:
