@@ -30,6 +30,7 @@ DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 ENFORCED_POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
+PROF_PREFIX = "DCGM_FI_PROF_"  # DCGM's profiling fields: ratios (0-1)
 
 # dcgm-exporter's labels of a MIG instance: its GPU instance id (absent or '' on a whole GPU)
 # and profile (e.g. 1g.10gb). Every instance also carries its parent's UUID and gpu index.
@@ -115,6 +116,22 @@ class GpuProfile:
     gpu_model: str = ""  # dcgm-exporter's modelName
     util_field: str = GPU_UTIL
     mem_field: str = MEM_COPY_UTIL
+
+    @property
+    def device(self) -> str:
+        """The GPU's index, with a MIG instance's id: ``0``, ``0-mig-3``."""
+        return f"{self.gpu}-mig-{self.mig_instance}" if self.mig_instance else self.gpu
+
+
+def stats_of(profile: GpuProfile, field: str) -> FieldStats | None:
+    """``profile``'s statistics of ``field``; GPU utilisation and memory bandwidth from the
+    fields that stand for them on this GPU (on a MIG instance GR_ENGINE_ACTIVE and DRAM_ACTIVE,
+    ratios read in percent)."""
+    source = {GPU_UTIL: profile.util_field, MEM_COPY_UTIL: profile.mem_field}.get(field, field)
+    stats = profile.stats.get(source)
+    if stats is None or source == field or not source.startswith(PROF_PREFIX):
+        return stats
+    return FieldStats(stats.max * 100, stats.p95 * 100, stats.mean * 100, stats.idle_fraction)
 
 
 @dataclass(frozen=True)
