@@ -116,6 +116,10 @@ class GpuProfile:
     gpu_model: str = ""  # dcgm-exporter's modelName
     util_field: str = GPU_UTIL
     mem_field: str = MEM_COPY_UTIL
+    # How the GPU is shared: none, time-slicing or mps (None: not known), and in how many
+    # replicas where known (docs/sharing.md).
+    sharing: str | None = None
+    replicas: int | None = None
 
     @property
     def device(self) -> str:

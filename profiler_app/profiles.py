@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -142,12 +143,6 @@ def _summaries(
         else:
             stats[row][primary_field] = _in_units(summary, _scale(primary_field))
     return stats
-
-
-def _instance_field_names(mig: bool, primary_field: str) -> dict[str, str]:
-    if mig and primary_field == GPU_UTIL:
-        return {"util_field": GR_ENGINE_ACTIVE, "mem_field": DRAM_ACTIVE}
-    return {}
 
 
 def _in_units(stats: FieldStats, scale: float) -> FieldStats:
@@ -340,7 +335,8 @@ def build_profiles(
             mig_instance=mig_instance(labels),
             mig_profile=labels.get(MIG_PROFILE_LABEL, ""),
             gpu_model=labels.get("modelName", ""),
-            **_instance_field_names(bool(mig[row]), primary.field),
         )
+        if mig[row] and primary.field == GPU_UTIL:
+            profile = replace(profile, util_field=GR_ENGINE_ACTIVE, mem_field=DRAM_ACTIVE)
         profiles.append((profile, timelines.last[row]))
     return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]

@@ -722,5 +722,6 @@ def test_mig_instances_are_annotated_each_under_their_own_keys(
     sink.publish(dataclasses.replace(result, gpus=instances[:6]))
     patch = apiserver.requests(method="PATCH", path=NODE_PATH)[0].json()["metadata"]
     removed = {key for key, value in patch["annotations"].items() if value is None}
-    assert removed and all(key.startswith(f"{D}/gpu-0-mig-7-") for key in removed)
+    assert removed
+    assert all(key.startswith(f"{D}/gpu-0-mig-7-") for key in removed)
     assert not any(key.startswith(f"{D}/gpu-0-mig-7-") for key in on_node(apiserver))
