@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 
+from profiler_app.reporting import build_report, report_rows
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window
@@ -119,3 +120,33 @@ def test_the_revision_goes_down_and_up_again(store_url: str) -> None:
             }
     finally:
         engine.dispose()
+
+
+def test_the_gpu_report_has_a_row_per_instance_from_rollups_and_raw_rows(store_url: str) -> None:
+    """``report --by gpu`` over whole hours (rollups) and edges (raw rows) alike."""
+    write_cycles(store_url, cycles=3)
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            reports = [
+                report_rows(
+                    build_report(
+                        connection,
+                        since=AT - timedelta(hours=3),
+                        until=AT + timedelta(hours=1),
+                        views=("gpu",),
+                        rollups=rollups,
+                    ),
+                    "gpu",
+                )
+                for rollups in (True, False)
+            ]
+    finally:
+        engine.dispose()
+    for gpus in reports:
+        assert [(row["gpu"], row["mig_instance"]) for row in gpus] == [
+            *(("0", str(gi)) for gi in range(1, 8)),
+            ("1", ""),
+        ]
+        assert [row["util_max_percent"] for row in gpus[:7]] == [gi * 10.0 for gi in range(1, 8)]
+    assert reports[0] == reports[1]
