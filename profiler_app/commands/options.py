@@ -16,12 +16,21 @@ from typing import Any
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
+from profiler_app.model import (
+    DRAM_ACTIVE,
+    FB_USED,
+    GPU_UTIL,
+    GR_ENGINE_ACTIVE,
+    MEM_COPY_UTIL,
+    POWER_USAGE,
+)
 from profiler_app.urls import without_credentials
 
 # Every field but the classified one is optional: one a node's exporter lacks is said once
 # and done without.
-DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE)
+# MIG instances have no GPU_UTIL or MEM_COPY_UTIL: these stand in for them (docs/sharing.md).
+MIG_FIELDS = (GR_ENGINE_ACTIVE, DRAM_ACTIVE)
+DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE, *MIG_FIELDS)
 DEFAULT_WINDOW = "30m"
 DEFAULT_NODE_LABEL = "Hostname"
 STORE_URL_ENV = "GPU_PROFILER_STORE_URL"
