@@ -129,19 +129,19 @@ def _summaries(
     """Each GPU's statistics by field, in the field's own units: the classified field's from
     the classifier (on a MIG instance GR_ENGINE_ACTIVE's), the others summarised; no power on
     MIG instances."""
-    stats: list[dict[str, FieldStats]] = [{} for _ in classified]
+    stats: list[dict[str, FieldStats]] = [
+        {GR_ENGINE_ACTIVE: _in_units(summary, 100.0)}  # classified in percent
+        if mig[row] and primary_field == GPU_UTIL
+        else {primary_field: _in_units(summary, _scale(primary_field))}
+        for row, summary in enumerate(classified)
+    ]
     for name, (rows, present) in fields.items():
         if name in _LIMIT_FIELDS or not present.any():
             continue
         summarised = present & ~mig if name == POWER_USAGE else present
         rows_present = np.flatnonzero(summarised).tolist()
         for row, summary in zip(rows_present, field_stats(rows[summarised]), strict=True):
-            stats[row][name] = summary
-    for row, summary in enumerate(classified):
-        if mig[row] and primary_field == GPU_UTIL:  # GR_ENGINE_ACTIVE, classified in percent
-            stats[row][GR_ENGINE_ACTIVE] = _in_units(summary, 100.0)
-        else:
-            stats[row][primary_field] = _in_units(summary, _scale(primary_field))
+            stats[row].setdefault(name, summary)
     return stats
 
 

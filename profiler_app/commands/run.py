@@ -209,6 +209,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=handle)
 
 
+def _fields(args: argparse.Namespace) -> list[str]:
+    """The fields to read; by default in local mode without the MIG instances' DCGM profiling
+    fields, which NVML does not sample (it reads MIG instances itself)."""
+    chosen = options.fields(args)
+    if args.prometheus_url or options.explicit_fields(args):
+        return chosen
+    return [name for name in chosen if name not in options.MIG_FIELDS]
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The effective configuration, validated."""
@@ -261,7 +270,7 @@ class RunConfig:
             node=args.node,
             node_label=args.node_label,
             prometheus_url=args.prometheus_url,
-            fields=options.classified_first(options.fields(args)),
+            fields=options.classified_first(_fields(args)),
             step_seconds=step,
             window_seconds=window,
             interval_seconds=interval,

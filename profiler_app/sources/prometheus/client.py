@@ -18,7 +18,13 @@ import requests
 
 from profiler_app.durations import format_duration
 from profiler_app.errors import SourceError, UserError
-from profiler_app.model import GPU_UTIL, GR_ENGINE_ACTIVE, SeriesMatrix, mig_instance
+from profiler_app.model import (
+    DRAM_ACTIVE,
+    GPU_UTIL,
+    GR_ENGINE_ACTIVE,
+    SeriesMatrix,
+    mig_instance,
+)
 from profiler_app.sources.prometheus.documents import align, matrix_result, vector_result
 from profiler_app.sources.prometheus.grid import (
     MAX_POINTS_PER_REQUEST,
@@ -34,6 +40,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 10.0
 _ERRNO_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 _TRANSIENT_STATUSES = {429, 502, 503, 504}
+MIG_STAND_INS = frozenset({GR_ENGINE_ACTIVE, DRAM_ACTIVE})
 
 
 def _mig_only(matrices: Sequence[SeriesMatrix]) -> bool:
@@ -105,7 +112,9 @@ class PrometheusSource:
             if not series and field in self.optional_fields:
                 if field not in self._missing_said:
                     self._missing_said.add(field)
-                    log.warning(
+                    # Only MIG instances need their stand-in fields: no warning without them.
+                    say = log.debug if field in MIG_STAND_INS else log.warning
+                    say(
                         "%s; going on without it", self._no_series_message(field, 1, window_seconds)
                     )
                 continue
