@@ -37,6 +37,12 @@ PROF_PREFIX = "DCGM_FI_PROF_"  # DCGM's profiling fields: ratios (0-1)
 MIG_INSTANCE_LABEL = "GPU_I_ID"
 MIG_PROFILE_LABEL = "GPU_I_PROFILE"
 
+# How a GPU is shared (GpuProfile.sharing, the store's ``sharing``): the device plugin's
+# strategies. A series with PER_POD_LABEL is a pod's own share of a shared GPU (dcgm-exporter
+# 4.5.3+ with KUBERNETES_VIRTUAL_GPUS, from NVML's per-process accounting), not the GPU's.
+NOT_SHARED, TIME_SLICING, MPS = "none", "time-slicing", "mps"
+PER_POD_LABEL = "uid"
+
 # A GPU holding at least this much framebuffer holds memory for a workload (a CUDA context
 # alone takes a few hundred MiB): an idle one is "memory held, compute idle".
 HELD_MEMORY_MIB = 1024.0
@@ -85,6 +91,17 @@ class PodShare:
 
 
 @dataclass(frozen=True)
+class PodGpuPeak:
+    """A pod's own peaks on a shared GPU, from the per-pod series dcgm-exporter derives from
+    NVML's per-process accounting (labelled ``uid``; docs/sharing.md). None: not in them."""
+
+    namespace: str
+    pod: str
+    util_max: float | None  # percent of the GPU
+    fb_used_max_mib: float | None
+
+
+@dataclass(frozen=True)
 class GpuProfile:
     """What one GPU did over the window: exactly one per GPU, whatever its labels did."""
 
@@ -120,6 +137,9 @@ class GpuProfile:
     # replicas where known (docs/sharing.md).
     sharing: str | None = None
     replicas: int | None = None
+    # On a shared GPU, each pod's own peaks where per-pod series exist (else nothing: a pod's
+    # share of a shared GPU is then not attributable, never the whole GPU's figures).
+    pod_peaks: tuple[PodGpuPeak, ...] = ()
 
     @property
     def device(self) -> str:
@@ -166,6 +186,14 @@ class PodUsage:
     last_seen: datetime | None = None
     owner_kind: str | None = None  # the workload, e.g. PyTorchJob, Deployment
     owner_name: str | None = None
+    # Where its GPU peaks come from on a shared (time-sliced) GPU: SHARED_PER_POD (its own
+    # series) or SHARED_NOT_ATTRIBUTABLE (none: its GPU peaks are left unknown). None: its GPUs
+    # are its own.
+    gpu_attribution: str | None = None
+
+
+SHARED_PER_POD = "shared: per pod"
+SHARED_NOT_ATTRIBUTABLE = "shared: not attributable"
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,16 @@ from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
+    SHARED_NOT_ATTRIBUTABLE,
+    SHARED_PER_POD,
+    TIME_SLICING,
     GpuProfile,
     PodInfo,
     PodPeak,
     PodShare,
     PodUsage,
     SeriesMatrix,
+    stats_of,
 )
 from profiler_app.workloads import Workload, workload_from_owner
 
@@ -76,6 +80,7 @@ class _Peaks:
     first_seen: float | None = None
     last_seen: float | None = None
     owner: Workload | None = None
+    attribution: str | None = None  # on a shared GPU (PodUsage.gpu_attribution)
 
     def seen(self, first: float | None, last: float | None) -> None:
         if first is not None:
@@ -112,9 +117,12 @@ def _add_profile(
         if key not in known and (listed_only or key != current):
             continue
         peaks = usage.setdefault(key, _Peaks())
-        if profile.gpu not in peaks.gpus:
-            peaks.gpus.append(profile.gpu)
+        if profile.device not in peaks.gpus:
+            peaks.gpus.append(profile.device)
         peaks.seen(share.first_seen, share.last_seen)
+        if profile.sharing == TIME_SLICING:
+            _add_shared(peaks, profile, key)
+            continue
         if key != current:
             continue
         for field_name, values in (
@@ -122,9 +130,24 @@ def _add_profile(
             (MEM_COPY_UTIL, peaks.gpu_mem_copy_util),
             (FB_USED, peaks.fb_used),
         ):
-            stats = profile.stats.get(field_name)
+            stats = stats_of(profile, field_name)
             if stats is not None:
                 values.append(stats.max)
+
+
+def _add_shared(peaks: _Peaks, profile: GpuProfile, pod: tuple[str, str]) -> None:
+    """A pod's peaks on a shared GPU: its own series' where they exist, else none (never the
+    whole GPU's figures)."""
+    own = next((p for p in profile.pod_peaks if (p.namespace, p.pod) == pod), None)
+    if own is None:
+        peaks.attribution = SHARED_NOT_ATTRIBUTABLE
+        return
+    if peaks.attribution is None:
+        peaks.attribution = SHARED_PER_POD
+    if own.util_max is not None:
+        peaks.gpu_util.append(own.util_max)
+    if own.fb_used_max_mib is not None:
+        peaks.fb_used.append(own.fb_used_max_mib)
 
 
 def pod_usage(
@@ -185,6 +208,7 @@ def pod_usage(
                 last_seen=_time(peaks.last_seen),
                 owner_kind=owner.kind if owner else None,
                 owner_name=(owner.name or None) if owner else None,
+                gpu_attribution=peaks.attribution,
             )
         )
     return result

@@ -34,16 +34,20 @@ from profiler_app.model import (
     HELD_MEMORY_MIB,
     MEM_COPY_UTIL,
     MIG_PROFILE_LABEL,
+    NOT_SHARED,
+    PER_POD_LABEL,
     POWER_MGMT_LIMIT,
     POWER_USAGE,
     SM_ACTIVE,
+    TIME_SLICING,
     FieldStats,
     FloatMatrix,
     GpuProfile,
+    PodGpuPeak,
     SeriesMatrix,
     mig_instance,
 )
-from profiler_app.timelines import KeyResolver, Pod, Timelines, align, merge, on_grid
+from profiler_app.timelines import GpuKey, KeyResolver, Pod, Timelines, align, merge, on_grid
 from profiler_app.workloads import Workload, workload_from_labels
 
 # Fields that describe the GPU rather than its work: used to judge power, not summarised.
@@ -66,6 +70,53 @@ def _gpu_order(profile: GpuProfile, last: int) -> tuple[str, int, int | str, int
         last,
         profile.uuid,
     )
+
+
+def _without_per_pod_series(
+    matrices: Sequence[SeriesMatrix],
+) -> tuple[list[SeriesMatrix], list[SeriesMatrix]]:
+    """The device-level series, and apart from them the per-pod series of shared GPUs (with a
+    ``uid`` label): those hold a pod's own use, not the GPU's, and must not merge into it."""
+    devices, per_pod = [], []
+    for matrix in matrices:
+        own = [row for row, labels in enumerate(matrix.labels) if PER_POD_LABEL in labels]
+        if not own:
+            devices.append(matrix)
+            continue
+        rest = [row for row in range(len(matrix.labels)) if row not in set(own)]
+        devices.append(_rows(matrix, rest))
+        per_pod.append(_rows(matrix, own))
+    return devices, per_pod
+
+
+def _rows(matrix: SeriesMatrix, rows: list[int]) -> SeriesMatrix:
+    return replace(matrix, labels=[matrix.labels[row] for row in rows], values=matrix.values[rows])
+
+
+def _pod_peaks(
+    per_pod: Sequence[SeriesMatrix], resolver: KeyResolver
+) -> dict[GpuKey, tuple[PodGpuPeak, ...]]:
+    """Each shared GPU's pods with their own peaks of GPU utilisation and framebuffer."""
+    found: dict[GpuKey, dict[Pod, dict[str, float]]] = {}
+    for matrix in per_pod:
+        if matrix.field not in (GPU_UTIL, FB_USED):
+            continue
+        for labels, values in zip(matrix.labels, matrix.values, strict=True):
+            pod = labels.get("pod")
+            sampled = values[np.isfinite(values)]
+            if not pod or not sampled.size:
+                continue
+            peaks = found.setdefault(resolver.key(labels), {}).setdefault(
+                (labels.get("namespace", ""), pod), {}
+            )
+            peaks[matrix.field] = max(peaks.get(matrix.field, -np.inf), float(sampled.max()))
+    return {
+        key: tuple(
+            PodGpuPeak(namespace, pod, fields.get(GPU_UTIL), fields.get(FB_USED))
+            for (namespace, pod), fields in sorted(pods.items())
+        )
+        for key, pods in found.items()
+    }
 
 
 def _with_mig_instances(primary: SeriesMatrix, matrices: Sequence[SeriesMatrix]) -> SeriesMatrix:
@@ -275,6 +326,8 @@ def build_profiles(
     primary = next((matrix for matrix in matrices if matrix.field == primary_field), None)
     if primary is None:
         raise ValueError(f"no {primary_field} matrix among {[m.field for m in matrices]}")
+    matrices, per_pod = _without_per_pod_series(matrices)
+    primary = next(matrix for matrix in matrices if matrix.field == primary_field)
     if primary.field == GPU_UTIL:
         primary = _with_mig_instances(primary, matrices)
     if not primary.labels:
@@ -290,6 +343,7 @@ def build_profiles(
     floor, limit = _power_ranges(timelines, limits)
     floor[mig], limit[mig] = np.nan, np.nan
     power, sm_active, mem_copy = _instance_fields(fields, mig)
+    peaks = _pod_peaks(per_pod, resolver)
     found = _workloads(timelines, workloads)
     running = _identities(timelines, identities)
     priors = [_prior(workload, identity) for workload, identity in zip(found, running, strict=True)]
@@ -338,5 +392,11 @@ def build_profiles(
         )
         if mig[row] and primary.field == GPU_UTIL:
             profile = replace(profile, util_field=GR_ENGINE_ACTIVE, mem_field=DRAM_ACTIVE)
+        if timelines.shared[row] or timelines.keys[row] in peaks:
+            profile = replace(
+                profile, sharing=TIME_SLICING, pod_peaks=peaks.get(timelines.keys[row], ())
+            )
+        elif not mig[row]:
+            profile = replace(profile, sharing=NOT_SHARED)
         profiles.append((profile, timelines.last[row]))
     return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]

@@ -99,6 +99,8 @@ def test_the_revision_goes_down_and_up_again(store_url: str) -> None:
             inspector = sa.inspect(connection)
             assert not NEW_COLUMNS & {c["name"] for c in inspector.get_columns("gpu_window")}
             assert "gpu_i_id" not in {c["name"] for c in inspector.get_columns("gpu_hour")}
+            pod_columns = {c["name"] for c in inspector.get_columns("pod_usage")}
+            assert "gpu_attribution" not in pod_columns
             key = inspector.get_pk_constraint("gpu_hour")["constrained_columns"]
             assert "gpu_i_id" not in key
             # Every raw row stays; the rollups keep the whole GPU's rows only.

@@ -149,6 +149,8 @@ pod_usage = Table(
     _required("last_seen", UtcDateTime()),
     _optional("owner_kind", String(63)),  # revision 0003
     _optional("owner_name", String(253)),
+    # Revision 0009: on a shared GPU, where its GPU peaks come from (model.SHARED_*).
+    _optional("gpu_attribution", String(32)),
     Index(None, "last_seen"),
 )
 

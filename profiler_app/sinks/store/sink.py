@@ -256,7 +256,7 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
         updates[column] = (
             f"CASE WHEN excluded.gpu_count > 0 THEN excluded.{column} ELSE pod_usage.{column} END"
         )
-    for column in ("owner_kind", "owner_name"):
+    for column in ("owner_kind", "owner_name", "gpu_attribution"):
         updates[column] = merged(database, "pod_usage", column, Merge.KNOWN)
     return upsert_statement(database, "pod_usage", columns, _POD_KEY, updates)
 
@@ -340,6 +340,7 @@ def _pod_row(pod: PodUsage, at: datetime) -> dict[str, Any]:
         "last_seen": min(pod.last_seen or at, at),
         "owner_kind": pod.owner_kind,
         "owner_name": pod.owner_name,
+        "gpu_attribution": pod.gpu_attribution,
     }
 
 

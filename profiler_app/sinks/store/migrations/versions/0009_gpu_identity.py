@@ -1,5 +1,5 @@
 """GPU identity by MIG instance: gpu_window's gpu_i_id, mig_profile, gpu_model, sharing and
-replicas; the GPU rollups keyed by MIG instance too
+replicas; the GPU rollups keyed by MIG instance too; pod_usage's gpu_attribution
 
 Revision ID: 0009_gpu_identity
 Revises: 0007_rollups
@@ -9,6 +9,8 @@ A GPU is (node, UUID, MIG instance): dcgm-exporter labels every MIG instance wit
 UUID and index and adds ``GPU_I_ID``. ``gpu_i_id`` is '' for a whole GPU (every row written
 before this revision), so it joins the keys of ``gpu_hour`` and ``gpu_day`` without NULLs.
 ``sharing`` is none, time-slicing or mps (NULL: not known), ``replicas`` the GPU's share count.
+pod_usage's ``gpu_attribution`` says where a pod's GPU peaks on a shared GPU come from ("shared:
+per pod", "shared: not attributable"; NULL: its GPUs are its own).
 
 Downgrade: the rollups' rows of MIG instances are removed (a key without the instance would
 merge seven GPUs into one); gpu_window keeps its rows, less the new columns.
@@ -77,9 +79,13 @@ def upgrade() -> None:
         with op.batch_alter_table(name) as table:
             table.add_column(_instance_column())
         _rekey(name, (bucket, *_with_instance(key)))
+    with op.batch_alter_table("pod_usage") as table:
+        table.add_column(sa.Column("gpu_attribution", sa.String(length=32), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("pod_usage") as table:
+        table.drop_column("gpu_attribution")
     for name, (bucket, key) in ROLLUPS.items():
         op.execute(f"DELETE FROM {name} WHERE gpu_i_id <> ''")
         _rekey(name, (bucket, *key))
