@@ -112,9 +112,13 @@ def _add_profile(
     shares = profile.pods
     if not shares and profile.pod:  # a source that says no more than the current pod
         shares = (PodShare(*current, 1.0),)
+    # On a shared GPU every pod there at its latest sample is current.
+    latest = max((share.last_seen or 0.0 for share in shares), default=0.0)
+    shared = profile.sharing == TIME_SLICING
     for share in shares:
         key = (share.namespace, share.pod)
-        if key not in known and (listed_only or key != current):
+        now = key == current or (shared and (share.last_seen or 0.0) >= latest)
+        if key not in known and (listed_only or not now):
             continue
         peaks = usage.setdefault(key, _Peaks())
         if profile.device not in peaks.gpus:
