@@ -23,13 +23,16 @@ from profiler_app.model import (
     GR_ENGINE_ACTIVE,
     MEM_COPY_UTIL,
     POWER_USAGE,
+    SM_ACTIVE,
 )
 from profiler_app.urls import without_credentials
 
 # Every field but the classified one is optional: one a node's exporter lacks is said once
 # and done without.
-# MIG instances have no GPU_UTIL or MEM_COPY_UTIL: these stand in for them (docs/sharing.md).
-MIG_FIELDS = (GR_ENGINE_ACTIVE, DRAM_ACTIVE)
+# DCGM's profiling fields: MIG instances have no GPU_UTIL or MEM_COPY_UTIL, and these stand in
+# for them; SM activity (and DRAM_ACTIVE) is what right-sizing measures (docs/sharing.md). Read
+# quietly where absent (not every GPU has them); local mode (NVML) has none of them.
+MIG_FIELDS = (GR_ENGINE_ACTIVE, DRAM_ACTIVE, SM_ACTIVE)
 DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE, *MIG_FIELDS)
 DEFAULT_WINDOW = "30m"
 DEFAULT_NODE_LABEL = "Hostname"

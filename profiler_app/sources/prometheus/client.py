@@ -19,9 +19,9 @@ import requests
 from profiler_app.durations import format_duration
 from profiler_app.errors import SourceError, UserError
 from profiler_app.model import (
-    DRAM_ACTIVE,
     GPU_UTIL,
     GR_ENGINE_ACTIVE,
+    PROF_PREFIX,
     SeriesMatrix,
     mig_instance,
 )
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 10.0
 _ERRNO_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 _TRANSIENT_STATUSES = {429, 502, 503, 504}
-MIG_STAND_INS = frozenset({GR_ENGINE_ACTIVE, DRAM_ACTIVE})
 
 
 def _mig_only(matrices: Sequence[SeriesMatrix]) -> bool:
@@ -112,8 +111,8 @@ class PrometheusSource:
             if not series and field in self.optional_fields:
                 if field not in self._missing_said:
                     self._missing_said.add(field)
-                    # Only MIG instances need their stand-in fields: no warning without them.
-                    say = log.debug if field in MIG_STAND_INS else log.warning
+                    # DCGM's profiling fields are not on every GPU: no warning without them.
+                    say = log.debug if field.startswith(PROF_PREFIX) else log.warning
                     say(
                         "%s; going on without it", self._no_series_message(field, 1, window_seconds)
                     )
