@@ -21,7 +21,16 @@ from tests.support.cycles import AT, gpu_profile, mig_profile, sample_cycle
 pytest_plugins = ["tests.support.postgres"]
 
 BEFORE = "0007_rollups"
-NEW_COLUMNS = {"gpu_i_id", "mig_profile", "gpu_model", "sharing", "replicas"}
+NEW_COLUMNS = {
+    "gpu_i_id",
+    "mig_profile",
+    "gpu_model",
+    "sharing",
+    "replicas",
+    "sm_active_p95",
+    "sm_active_mean",
+    "dram_active_p95",
+}
 
 
 def seven_instances_and_a_whole_gpu() -> list[Any]:

@@ -118,7 +118,16 @@ def assert_rollups_equal(got: dict, expected: dict) -> None:
 
 
 # Revision 0009's columns, which the rows written at BEFORE do not have.
-LATER_COLUMNS = {"gpu_i_id", "mig_profile", "gpu_model", "sharing", "replicas"}
+LATER_COLUMNS = {
+    "gpu_i_id",
+    "mig_profile",
+    "gpu_model",
+    "sharing",
+    "replicas",
+    "sm_active_p95",
+    "sm_active_mean",
+    "dram_active_p95",
+}
 
 
 def raw_rows(connection: sa.Connection) -> list[tuple[Any, ...]]:

@@ -122,6 +122,10 @@ gpu_window = Table(
     _optional("gpu_model", String(256)),
     _optional("sharing", String(16)),
     _optional("replicas", Integer),
+    # Revision 0009: what right-sizing measures (report --by rightsize), DCGM's ratios 0-1.
+    _optional("sm_active_p95", Float),
+    _optional("sm_active_mean", Float),
+    _optional("dram_active_p95", Float),
     # The report filters on time (optionally node) and walks each GPU's rows in time order.
     Index(None, "at"),
     Index(None, "node", "gpu", "at"),

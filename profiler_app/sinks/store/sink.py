@@ -9,7 +9,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile, PodUsage
+from profiler_app.model import (
+    DRAM_ACTIVE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    SM_ACTIVE,
+    CycleResult,
+    GpuProfile,
+    PodUsage,
+)
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
@@ -319,6 +328,9 @@ def _gpu_window_row(
         "gpu_model": (profile.gpu_model or "")[:256] or None,
         "sharing": profile.sharing,
         "replicas": profile.replicas,
+        "sm_active_p95": _finite(field_stat(profile, SM_ACTIVE, "p95")),
+        "sm_active_mean": _finite(field_stat(profile, SM_ACTIVE, "mean")),
+        "dram_active_p95": _finite(field_stat(profile, DRAM_ACTIVE, "p95")),
     }
 
 

@@ -10,7 +10,9 @@ UUID and index and adds ``GPU_I_ID``. ``gpu_i_id`` is '' for a whole GPU (every 
 before this revision), so it joins the keys of ``gpu_hour`` and ``gpu_day`` without NULLs.
 ``sharing`` is none, time-slicing or mps (NULL: not known), ``replicas`` the GPU's share count.
 pod_usage's ``gpu_attribution`` says where a pod's GPU peaks on a shared GPU come from ("shared:
-per pod", "shared: not attributable"; NULL: its GPUs are its own).
+per pod", "shared: not attributable"; NULL: its GPUs are its own). ``sm_active_p95``,
+``sm_active_mean`` and ``dram_active_p95`` are what right-sizing reads (ratios, NULL where the
+fields were not read).
 
 Downgrade: the rollups' rows of MIG instances are removed (a key without the instance would
 merge seven GPUs into one); gpu_window keeps its rows, less the new columns.
@@ -40,6 +42,8 @@ KEY_BEFORE = (
     "owner_kind",
     "owner_name",
 )
+# What right-sizing reads (report --by rightsize): SM and DRAM activity per window, ratios 0-1.
+RIGHTSIZING_COLUMNS = ("sm_active_p95", "sm_active_mean", "dram_active_p95")
 ROLLUPS = {
     "gpu_hour": ("hour", KEY_BEFORE),
     "gpu_day": ("day", tuple("has_pod" if c == "pod" else c for c in KEY_BEFORE)),
@@ -75,6 +79,8 @@ def upgrade() -> None:
         table.add_column(sa.Column("gpu_model", sa.String(length=256), nullable=True))
         table.add_column(sa.Column("sharing", sa.String(length=16), nullable=True))
         table.add_column(sa.Column("replicas", sa.Integer(), nullable=True))
+        for column in RIGHTSIZING_COLUMNS:
+            table.add_column(sa.Column(column, sa.Float(), nullable=True))
     for name, (bucket, key) in ROLLUPS.items():
         with op.batch_alter_table(name) as table:
             table.add_column(_instance_column())
@@ -92,5 +98,12 @@ def downgrade() -> None:
         with op.batch_alter_table(name) as table:
             table.drop_column("gpu_i_id")
     with op.batch_alter_table("gpu_window") as table:
-        for column in ("replicas", "sharing", "gpu_model", "mig_profile", "gpu_i_id"):
+        for column in (
+            *reversed(RIGHTSIZING_COLUMNS),
+            "replicas",
+            "sharing",
+            "gpu_model",
+            "mig_profile",
+            "gpu_i_id",
+        ):
             table.drop_column(column)
