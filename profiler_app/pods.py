@@ -112,9 +112,20 @@ def _add_profile(
     shares = profile.pods
     if not shares and profile.pod:  # a source that says no more than the current pod
         shares = (PodShare(*current, 1.0),)
-    # On a shared GPU every pod there at its latest sample is current.
+    # On a shared GPU every pod there at its latest sample is current, and so is every pod
+    # with series of its own (local NVML sampling labels the device with one pod only).
     latest = max((share.last_seen or 0.0 for share in shares), default=0.0)
     shared = profile.sharing == TIME_SLICING
+    if shared:
+        named = {(share.namespace, share.pod) for share in shares}
+        shares = (
+            *shares,
+            *(
+                PodShare(own.namespace, own.pod, 0.0, None, latest or None)
+                for own in profile.pod_peaks
+                if (own.namespace, own.pod) not in named
+            ),
+        )
     for share in shares:
         key = (share.namespace, share.pod)
         now = key == current or (shared and (share.last_seen or 0.0) >= latest)

@@ -22,7 +22,15 @@ import pynvml
 
 from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity
 from profiler_app.errors import UserError
-from profiler_app.model import FB_FREE, FB_USED, GPU_UTIL, MEM_COPY_UTIL, FloatMatrix, SeriesMatrix
+from profiler_app.model import (
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    PER_POD_LABEL,
+    FloatMatrix,
+    SeriesMatrix,
+)
 from profiler_app.sources.cgroups import ContainerRef, container_of_pid
 from profiler_app.sources.nvml_samples import (
     MAX_SAMPLE_COVER_SECONDS,
@@ -39,6 +47,7 @@ GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 NVML_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE)
 _MIB = 1024 * 1024
+POD_UID = "pod_uid"  # pods.POD_UID_LABEL: the pod whose processes use the GPU
 
 
 class SampleRing:
@@ -425,7 +434,47 @@ class NvmlSource:
                 values=np.ascontiguousarray(fine_rows.T),
                 step_seconds=self._fine.step,
             )
-        return matrices
+        return [self._with_pods_sharing(matrix) for matrix in matrices]
+
+    def _with_pods_sharing(self, matrix: SeriesMatrix) -> SeriesMatrix:
+        """``matrix`` with, for every GPU whose processes belong to several pods at once (a
+        time-sliced GPU), one series per pod (labelled ``uid``, as dcgm-exporter labels its
+        per-pod series): its processes' summed peak SM utilisation (capped at 100) or GPU
+        memory, at the time of its latest sample. NVML's per-process accounting keeps peaks,
+        not a time line; the profiles take each pod's peaks from these (docs/sharing.md)."""
+        if matrix.field not in (GPU_UTIL, FB_USED) or not matrix.timestamps.size:
+            return matrix
+        labels, rows = list(matrix.labels), [matrix.values]
+        for device in self._devices:
+            for uid, (util, memory, last) in self._pods_sharing(device.index).items():
+                row = np.full((1, matrix.timestamps.size), np.nan)
+                column = int(np.argmin(np.abs(matrix.timestamps - last)))
+                row[0, column] = min(util, 100.0) if matrix.field == GPU_UTIL else memory / _MIB
+                base = {key: self._labels(device)[key] for key in ("gpu", "UUID", "Hostname")}
+                labels.append({**base, POD_UID: uid, PER_POD_LABEL: uid})
+                rows.append(row)
+        if len(rows) == 1:
+            return matrix
+        return SeriesMatrix(
+            matrix.field, labels, matrix.timestamps, np.vstack(rows), matrix.step_seconds
+        )
+
+    def _pods_sharing(self, index: str) -> dict[str, tuple[float, float, float]]:
+        """Pod UID -> (summed peak SM utilisation, summed peak memory in bytes, last seen) of
+        the pods whose processes share GPU ``index``; empty unless there are two or more."""
+        with self._lock:
+            pods: dict[str, tuple[float, float, float]] = {}
+            for entry in self._processes.get(index, {}).values():
+                uid = entry.container.pod_uid if entry.container is not None else None
+                if uid is None:
+                    continue
+                util, memory, last = pods.get(uid, (0.0, 0.0, 0.0))
+                pods[uid] = (
+                    util + entry.sm_util_max,
+                    memory + entry.used_memory_max_bytes,
+                    max(last, entry.last_seen),
+                )
+        return pods if len(pods) >= 2 else {}
 
     def _labels(self, device: _Device) -> dict[str, str]:
         labels = {
@@ -436,7 +485,7 @@ class NvmlSource:
         }
         pod_uid = self._main_pod(device.index)
         if pod_uid is not None:
-            labels["pod_uid"] = pod_uid
+            labels[POD_UID] = pod_uid
         identity = self._main_identity(device.index)
         if identity is not None and identity.engine:
             labels[ENGINE_LABEL] = identity.engine

@@ -27,6 +27,9 @@ class FakeGpu:
     # averages its last second. None: the GPU buffers nothing (NOT_SUPPORTED, as under MIG).
     waveform: np.ndarray | None = None
     silent: bool = False  # the driver has no new sample (NOT_FOUND)
+    # Per-process SM utilisation (nvmlDeviceGetProcessUtilization's smUtil) by PID; a PID not
+    # named reads ``util``.
+    process_util: dict[int, float] = field(default_factory=dict)
 
 
 class FakeNvml:
@@ -119,7 +122,12 @@ class FakeNvml:
         if not gpu.processes:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return [
-            SimpleNamespace(pid=pid, smUtil=gpu.util, memUtil=gpu.mem_util, timeStamp=since + 1)
+            SimpleNamespace(
+                pid=pid,
+                smUtil=gpu.process_util.get(pid, gpu.util),
+                memUtil=gpu.mem_util,
+                timeStamp=since + 1,
+            )
             for pid, _ in gpu.processes
         ]
 
