@@ -119,26 +119,48 @@ def _pod_peaks(
     }
 
 
-def _with_mig_instances(primary: SeriesMatrix, matrices: Sequence[SeriesMatrix]) -> SeriesMatrix:
+def _with_mig_instances(
+    primary: SeriesMatrix, matrices: Sequence[SeriesMatrix], node_label: str
+) -> SeriesMatrix:
     """GPU utilisation of whole GPUs, and of each MIG instance its GR_ENGINE_ACTIVE in percent
-    in place of the GPU_UTIL series it lacks (or that reads 0 there)."""
+    in place of GPU_UTIL, which is no measurement there (dcgm-exporter reads 0 or nothing, NVML
+    nothing). An instance without GR_ENGINE_ACTIVE keeps a row without samples: it is listed,
+    and its verdict says it had none."""
     engine = next((matrix for matrix in matrices if matrix.field == GR_ENGINE_ACTIVE), None)
-    whole = [row for row, labels in enumerate(primary.labels) if not mig_instance(labels)]
-    instances = (
+    measured = (
         [row for row, labels in enumerate(engine.labels) if mig_instance(labels)] if engine else []
     )
-    if engine is None or not instances:
-        if len(whole) == len(primary.labels):
-            return primary
-        instances = []
-    labels = [primary.labels[row] for row in whole]
-    parts = [primary.values[whole]]
-    if engine is not None and instances:
-        labels += [engine.labels[row] for row in instances]
-        moved = on_grid(engine.values[instances], engine.timestamps, primary.timestamps)
+    unmeasured = [row for row, labels in enumerate(primary.labels) if mig_instance(labels)]
+    if not measured and not unmeasured:
+        return primary
+
+    def instance(labels: dict[str, str]) -> tuple[str, ...]:
+        return tuple(labels.get(name, "") for name in (node_label, "UUID", "gpu", "GPU_I_ID"))
+
+    known = {instance(engine.labels[row]) for row in measured} if engine else set()
+    unmeasured = [row for row in unmeasured if instance(primary.labels[row]) not in known]
+    whole = [row for row, labels in enumerate(primary.labels) if not mig_instance(labels)]
+    labels = [primary.labels[row] for row in whole + unmeasured]
+    parts = [primary.values[whole], np.full((len(unmeasured), primary.timestamps.size), np.nan)]
+    if engine is not None and measured:
+        labels += [engine.labels[row] for row in measured]
+        moved = on_grid(engine.values[measured], engine.timestamps, primary.timestamps)
         parts.append(moved * 100.0)
     values = np.vstack(parts) if labels else np.empty((0, primary.timestamps.size))
     return SeriesMatrix(primary.field, labels, primary.timestamps, values, primary.step_seconds)
+
+
+def _no_samples(values: np.ndarray) -> bool:
+    return not bool(np.isfinite(values).any())
+
+
+def _unsampled(values: np.ndarray, mig: bool) -> tuple[str, ...]:
+    """The reason of a verdict without a single utilisation sample (confidence 0)."""
+    if not _no_samples(values):
+        return ()
+    if mig:
+        return ("no utilisation samples: read DCGM_FI_PROF_GR_ENGINE_ACTIVE for MIG instances",)
+    return ("no utilisation samples",)
 
 
 def _mig_rows(timelines: Timelines) -> np.ndarray:
@@ -329,7 +351,7 @@ def build_profiles(
     matrices, per_pod = _without_per_pod_series(matrices)
     primary = next(matrix for matrix in matrices if matrix.field == primary_field)
     if primary.field == GPU_UTIL:
-        primary = _with_mig_instances(primary, matrices)
+        primary = _with_mig_instances(primary, matrices, node_label)
     if not primary.labels:
         return []
     resolver = KeyResolver(primary.labels, node_label)
@@ -377,8 +399,9 @@ def build_profiles(
             labels=labels,
             namespace=(current[0] or None) if current else None,
             pod=current[1] if current else None,
-            confidence=result.confidence,
-            reasons=result.reasons + _memory_held(str(result.job_type), stats[row]),
+            confidence=0.0 if _no_samples(timelines.values[row]) else result.confidence,
+            reasons=_unsampled(timelines.values[row], mig[row])
+            or result.reasons + _memory_held(str(result.job_type), stats[row]),
             basis=result.basis.label,
             pods=timelines.pods[row],
             owner_kind=workload.kind if workload else None,

@@ -27,6 +27,8 @@ from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
+    MIG_INSTANCE_LABEL,
+    MIG_PROFILE_LABEL,
     PER_POD_LABEL,
     FloatMatrix,
     SeriesMatrix,
@@ -117,6 +119,49 @@ class _Device:
     index: str
     uuid: str
     model: str
+    # A MIG instance: its GPU instance id and profile (labelled as dcgm-exporter labels them,
+    # under its parent's index and UUID). NVML gives it framebuffer and processes, no
+    # utilisation and no power of its own.
+    mig_instance: str = ""
+    mig_profile: str = ""
+
+    @property
+    def key(self) -> str:
+        """The GPU's index, with a MIG instance's id: ``0``, ``0-mig-3``."""
+        return f"{self.index}-mig-{self.mig_instance}" if self.mig_instance else self.index
+
+
+def _mig_profile(name: str) -> str:
+    """``NVIDIA A100-SXM4-80GB MIG 1g.10gb`` -> ``1g.10gb``."""
+    return name.rsplit("MIG ", 1)[-1].strip() if "MIG " in name else ""
+
+
+def mig_devices(nvml: Any, parent: _Device) -> list[_Device]:
+    """The MIG instances of ``parent`` (nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+    nvmlDeviceGetMigDeviceHandleByIndex); empty where MIG is off or not supported."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(parent.handle)
+    except (nvml.NVMLError, AttributeError):  # not supported, or bindings without MIG calls
+        return []
+    if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        return []
+    found = []
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent.handle)):
+        try:
+            handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot)
+        except nvml.NVMLError_NotFound:
+            continue  # an empty slot
+        found.append(
+            _Device(
+                handle=handle,
+                index=parent.index,
+                uuid=parent.uuid,
+                model=parent.model,
+                mig_instance=str(nvml.nvmlDeviceGetGpuInstanceId(handle)),
+                mig_profile=_mig_profile(_text(nvml.nvmlDeviceGetName(handle))),
+            )
+        )
+    return sorted(found, key=lambda device: int(device.mig_instance))
 
 
 def _text(value: str | bytes) -> str:
@@ -190,14 +235,14 @@ class NvmlSource:
             devices = []
             for index in range(count):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                devices.append(
-                    _Device(
-                        handle=handle,
-                        index=str(index),
-                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                        model=_text(nvml.nvmlDeviceGetName(handle)),
-                    )
+                parent = _Device(
+                    handle=handle,
+                    index=str(index),
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    model=_text(nvml.nvmlDeviceGetName(handle)),
                 )
+                # A GPU in MIG mode is sampled per instance: the parent has no utilisation.
+                devices.extend(mig_devices(nvml, parent) or [parent])
         except (nvml.NVMLError_LibraryNotFound, nvml.NVMLError_DriverNotLoaded) as error:
             self.unavailable_reason = f"no NVIDIA driver found: {error}"
         except nvml.NVMLError as error:
@@ -207,10 +252,18 @@ class NvmlSource:
             origin = self._clock()
             capacity = math.ceil(self.window_seconds / self.sample_interval) + 1
             self._ring = SampleRing(
-                capacity, (len(self.fields), count), self.sample_interval, origin
+                capacity, (len(self.fields), len(devices)), self.sample_interval, origin
             )
-            self._processes = {device.index: {} for device in devices}
-            log.info("NVML: sampling %d GPU(s) every %gs", count, self.sample_interval)
+            self._processes = {device.key: {} for device in devices}
+            instances = sum(1 for device in devices if device.mig_instance)
+            log.info(
+                "NVML: sampling %d GPU(s)%s every %gs",
+                count,
+                f" ({instances} MIG instances: framebuffer only, NVML has no utilisation there)"
+                if instances
+                else "",
+                self.sample_interval,
+            )
             self._open_buffered(origin)
             return True
         log.warning("%s; profiling the host only", self.unavailable_reason)
@@ -318,18 +371,15 @@ class NvmlSource:
     def _read_device(self, device: _Device) -> dict[str, float]:
         nvml = self._nvml
         readings: dict[str, float] = {}
+        if device.mig_instance:  # the instance's framebuffer; the rest is none or the parent's
+            return self._read_memory(device, readings)
         try:
             rates = nvml.nvmlDeviceGetUtilizationRates(device.handle)
             readings[GPU_UTIL] = float(rates.gpu)
             readings[MEM_COPY_UTIL] = float(rates.memory)
         except nvml.NVMLError as error:
-            self._report(f"utilization of GPU {device.index}", error)
-        try:
-            memory = nvml.nvmlDeviceGetMemoryInfo(device.handle)
-            readings[FB_USED] = memory.used / _MIB
-            readings[FB_FREE] = memory.free / _MIB
-        except nvml.NVMLError as error:
-            self._report(f"memory of GPU {device.index}", error)
+            self._report(f"utilization of GPU {device.key}", error)
+        self._read_memory(device, readings)
         if GPU_TEMP in self.fields:
             try:
                 temperature = nvml.nvmlDeviceGetTemperature(
@@ -345,26 +395,35 @@ class NvmlSource:
                 self._report(f"power of GPU {device.index}", error)
         return readings
 
+    def _read_memory(self, device: _Device, readings: dict[str, float]) -> dict[str, float]:
+        try:
+            memory = self._nvml.nvmlDeviceGetMemoryInfo(device.handle)
+            readings[FB_USED] = memory.used / _MIB
+            readings[FB_FREE] = memory.free / _MIB
+        except self._nvml.NVMLError as error:
+            self._report(f"memory of GPU {device.key}", error)
+        return readings
+
     def _sample_processes(self, device: _Device, now: float) -> None:
         nvml = self._nvml
         try:
             running = nvml.nvmlDeviceGetComputeRunningProcesses(device.handle)
         except nvml.NVMLError as error:
-            self._report(f"processes of GPU {device.index}", error)
+            self._report(f"processes of GPU {device.key}", error)
             return
         sm_util: dict[int, float] = {}
-        since = self._process_timestamps.get(device.index, 0)
+        since = self._process_timestamps.get(device.key, 0)
         try:
             for sample in nvml.nvmlDeviceGetProcessUtilization(device.handle, since):
                 sm_util[sample.pid] = max(sm_util.get(sample.pid, 0.0), float(sample.smUtil))
                 since = max(since, int(sample.timeStamp))
-            self._process_timestamps[device.index] = since
+            self._process_timestamps[device.key] = since
         except nvml.NVMLError_NotFound:
             pass  # no process ran since the last sample
         except nvml.NVMLError as error:
-            self._report(f"process utilisation of GPU {device.index}", error)
+            self._report(f"process utilisation of GPU {device.key}", error)
         # Only this thread adds processes: the new ones are read from /proc outside the lock.
-        known = self._processes[device.index]
+        known = self._processes[device.key]
         new = {
             process.pid: GpuProcess(
                 process.pid,
@@ -376,7 +435,7 @@ class NvmlSource:
             if process.pid not in known
         }
         with self._lock:
-            seen = self._processes[device.index]
+            seen = self._processes[device.key]
             seen.update(new)
             for process in running:
                 entry = seen[process.pid]
@@ -446,7 +505,7 @@ class NvmlSource:
             return matrix
         labels, rows = list(matrix.labels), [matrix.values]
         for device in self._devices:
-            for uid, (util, memory, last) in self._pods_sharing(device.index).items():
+            for uid, (util, memory, last) in self._pods_sharing(device.key).items():
                 row = np.full((1, matrix.timestamps.size), np.nan)
                 column = int(np.argmin(np.abs(matrix.timestamps - last)))
                 row[0, column] = min(util, 100.0) if matrix.field == GPU_UTIL else memory / _MIB
@@ -483,10 +542,15 @@ class NvmlSource:
             "modelName": device.model,
             "Hostname": self.hostname,
         }
-        pod_uid = self._main_pod(device.index)
+        if device.mig_instance:
+            labels |= {
+                MIG_INSTANCE_LABEL: device.mig_instance,
+                MIG_PROFILE_LABEL: device.mig_profile,
+            }
+        pod_uid = self._main_pod(device.key)
         if pod_uid is not None:
             labels[POD_UID] = pod_uid
-        identity = self._main_identity(device.index)
+        identity = self._main_identity(device.key)
         if identity is not None and identity.engine:
             labels[ENGINE_LABEL] = identity.engine
         if identity is not None and identity.framework:

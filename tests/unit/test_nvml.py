@@ -32,7 +32,7 @@ from profiler_app.pods import attribute_series, pod_usage
 from profiler_app.profiles import build_profiles
 from profiler_app.sources.nvml import POWER_USAGE, NvmlSource, SampleRing
 from tests.support import signals
-from tests.support.nvml import Clock, FakeGpu, FakeNvml
+from tests.support.nvml import Clock, FakeGpu, FakeMigDevice, FakeNvml
 
 UID = "0b6a4e0c-5d2f-4c6e-9a3e-2f1b7c8d9e01"
 CID = "4c1f0e8a3b2d5f6e7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f"
@@ -417,3 +417,47 @@ def test_pods_sharing_a_gpu_get_their_own_peaks_from_process_accounting(tmp_path
     assert usage["pod-b"].gpu_attribution == SHARED_PER_POD
     assert usage["pod-a"].gpus == ("0", "1")
     assert usage["pod-a"].gpu_attribution == SHARED_PER_POD
+
+
+def test_mig_instances_are_listed_with_their_framebuffer_and_no_utilisation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A GPU in MIG mode: each instance (nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+    nvmlDeviceGetMigDeviceHandleByIndex, empty slots skipped) is a GPU labelled as dcgm-exporter
+    labels it, with its own framebuffer; NVML gives no utilisation for it, so its verdict has
+    confidence 0 and says why, rather than a confident "idle"."""
+    instances = [
+        FakeMigDevice(1, "3g.40gb", used_bytes=20 * 2**30, processes=[(10, 20 * 2**30)]),
+        None,
+        FakeMigDevice(5, "1g.10gb", used_bytes=0),
+    ]
+    gpus = [
+        FakeGpu("GPU-mig", "NVIDIA A100-SXM4-80GB", mig_slots=instances),
+        FakeGpu("GPU-whole", "NVIDIA A100-SXM4-80GB", util=70),
+    ]
+    clock = Clock()
+    source = NvmlSource(
+        "node-a", 10, 1, fields=[GPU_UTIL, FB_USED], nvml=FakeNvml(gpus), clock=clock
+    )
+    with caplog.at_level(logging.INFO):
+        assert source.open()
+    assert "2 MIG instances: framebuffer only" in caplog.text
+    for _ in range(3):
+        source.sample()
+        clock.now += 1
+    matrices = {matrix.field: matrix for matrix in source.read(3)}
+    labels = matrices[FB_USED].labels
+    assert [(lab["gpu"], lab.get("GPU_I_ID"), lab.get("GPU_I_PROFILE")) for lab in labels] == [
+        ("0", "1", "3g.40gb"),
+        ("0", "5", "1g.10gb"),
+        ("1", None, None),
+    ]
+    assert {lab["UUID"] for lab in labels[:2]} == {"GPU-mig"}
+    assert matrices[FB_USED].values[:, 0].tolist() == [20480.0, 0.0, 0.0]
+    assert np.isnan(matrices[GPU_UTIL].values[:2]).all()
+    profiles = build_profiles(list(matrices.values()))
+    assert [p.device for p in profiles] == ["0-mig-1", "0-mig-5", "1"]
+    assert profiles[0].confidence == 0.0
+    assert profiles[0].reasons[0].startswith("no utilisation samples")
+    assert profiles[2].job_type != "idle"
+    assert source.processes()["0-mig-1"][0].pid == 10
