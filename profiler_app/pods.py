@@ -18,6 +18,7 @@ from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
+    MPS,
     SHARED_NOT_ATTRIBUTABLE,
     SHARED_PER_POD,
     TIME_SLICING,
@@ -115,7 +116,9 @@ def _add_profile(
     # On a shared GPU every pod there at its latest sample is current, and so is every pod
     # with series of its own (local NVML sampling labels the device with one pod only).
     latest = max((share.last_seen or 0.0 for share in shares), default=0.0)
-    shared = profile.sharing == TIME_SLICING
+    # Several pods on it (or its pods' own series): a GPU configured for sharing that one pod
+    # holds is that pod's.
+    shared = profile.sharing in (TIME_SLICING, MPS) and (len(shares) > 1 or bool(profile.pod_peaks))
     if shared:
         named = {(share.namespace, share.pod) for share in shares}
         shares = (
@@ -135,7 +138,7 @@ def _add_profile(
         if profile.device not in peaks.gpus:
             peaks.gpus.append(profile.device)
         peaks.seen(share.first_seen, share.last_seen)
-        if profile.sharing == TIME_SLICING:
+        if shared:
             _add_shared(peaks, profile, key)
             continue
         if key != current:

@@ -34,6 +34,7 @@ from profiler_app.model import (
     HELD_MEMORY_MIB,
     MEM_COPY_UTIL,
     MIG_PROFILE_LABEL,
+    MPS,
     NOT_SHARED,
     PER_POD_LABEL,
     POWER_MGMT_LIMIT,
@@ -148,6 +149,16 @@ def _with_mig_instances(
         parts.append(moved * 100.0)
     values = np.vstack(parts) if labels else np.empty((0, primary.timestamps.size))
     return SeriesMatrix(primary.field, labels, primary.timestamps, values, primary.step_seconds)
+
+
+def _sharing(seen: bool, node: tuple[str | None, int | None] | None) -> tuple[str, int | None]:
+    """A whole GPU's ``sharing`` and ``replicas``: GPU feature discovery's labels where the
+    node has them (which kind, how many), else what the series show (several pods at once:
+    time-slicing, which MPS also looks like)."""
+    strategy, replicas = node or (None, None)
+    if strategy in (TIME_SLICING, MPS):
+        return strategy, replicas
+    return (TIME_SLICING if seen else NOT_SHARED), None
 
 
 def _no_samples(values: np.ndarray) -> bool:
@@ -336,12 +347,16 @@ def build_profiles(
     node_label: str = "Hostname",
     workloads: Mapping[Pod, Workload] | None = None,
     identities: Mapping[Pod, Identity] | None = None,
+    *,
+    node_sharing: tuple[str | None, int | None] | None = None,
 ) -> list[GpuProfile]:
     """One profile per GPU: ``primary_field`` classified with the GPU's other signals, every
     field summarised. ``workloads`` names the workload of pods by (namespace, pod) (the daemon
     knows them from Kubernetes); without it, well-known labels on the series may.
     ``identities`` names what pods' containers run (``engines``); local sampling puts what
     each GPU's processes run on its series (``engine``/``framework`` labels).
+    ``node_sharing``: the node's sharing strategy and replicas as GPU feature discovery labels
+    them (``sources.gfd``), which say which kind of sharing the series show and how many.
 
     Raises ``ValueError`` when no matrix holds ``primary_field``.
     """
@@ -415,11 +430,14 @@ def build_profiles(
         )
         if mig[row] and primary.field == GPU_UTIL:
             profile = replace(profile, util_field=GR_ENGINE_ACTIVE, mem_field=DRAM_ACTIVE)
-        if timelines.shared[row] or timelines.keys[row] in peaks:
+        if not mig[row]:
+            seen = timelines.shared[row] or timelines.keys[row] in peaks
+            sharing, replicas = _sharing(seen, node_sharing)
             profile = replace(
-                profile, sharing=TIME_SLICING, pod_peaks=peaks.get(timelines.keys[row], ())
+                profile,
+                sharing=sharing,
+                replicas=replicas,
+                pod_peaks=peaks.get(timelines.keys[row], ()),
             )
-        elif not mig[row]:
-            profile = replace(profile, sharing=NOT_SHARED)
         profiles.append((profile, timelines.last[row]))
     return [profile for profile, _ in sorted(profiles, key=lambda item: _gpu_order(*item))]
