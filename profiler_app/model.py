@@ -26,13 +26,31 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 ENFORCED_POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
+PROF_PREFIX = "DCGM_FI_PROF_"  # DCGM's profiling fields: ratios (0-1)
+
+# dcgm-exporter's labels of a MIG instance: its GPU instance id (absent or '' on a whole GPU)
+# and profile (e.g. 1g.10gb). Every instance also carries its parent's UUID and gpu index.
+MIG_INSTANCE_LABEL = "GPU_I_ID"
+MIG_PROFILE_LABEL = "GPU_I_PROFILE"
+
+# How a GPU is shared (GpuProfile.sharing, the store's ``sharing``): the device plugin's
+# strategies. A series with PER_POD_LABEL is a pod's own share of a shared GPU (dcgm-exporter
+# 4.5.3+ with KUBERNETES_VIRTUAL_GPUS, from NVML's per-process accounting), not the GPU's.
+NOT_SHARED, TIME_SLICING, MPS = "none", "time-slicing", "mps"
+PER_POD_LABEL = "uid"
 
 # A GPU holding at least this much framebuffer holds memory for a workload (a CUDA context
 # alone takes a few hundred MiB): an idle one is "memory held, compute idle".
 HELD_MEMORY_MIB = 1024.0
+
+
+def mig_instance(labels: Mapping[str, str]) -> str:
+    """A series' MIG GPU instance id ('' for a whole GPU)."""
+    return labels.get(MIG_INSTANCE_LABEL, "")
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,17 @@ class PodShare:
 
 
 @dataclass(frozen=True)
+class PodGpuPeak:
+    """A pod's own peaks on a shared GPU, from the per-pod series dcgm-exporter derives from
+    NVML's per-process accounting (labelled ``uid``; docs/sharing.md). None: not in them."""
+
+    namespace: str
+    pod: str
+    util_max: float | None  # percent of the GPU
+    fb_used_max_mib: float | None
+
+
+@dataclass(frozen=True)
 class GpuProfile:
     """What one GPU did over the window: exactly one per GPU, whatever its labels did."""
 
@@ -96,6 +125,37 @@ class GpuProfile:
     first_sample: float | None = None
     engine: str | None = None  # what runs on it (profiler_app.engines), e.g. vllm, torchrun
     framework: str | None = None  # e.g. pytorch, jax
+    # A MIG instance: dcgm-exporter's GPU_I_ID and GPU_I_PROFILE ('' for a whole GPU). Its
+    # utilisation is GR_ENGINE_ACTIVE and its memory bandwidth DRAM_ACTIVE, relative to the
+    # instance (``util_field``/``mem_field``; docs/sharing.md).
+    mig_instance: str = ""
+    mig_profile: str = ""
+    gpu_model: str = ""  # dcgm-exporter's modelName
+    util_field: str = GPU_UTIL
+    mem_field: str = MEM_COPY_UTIL
+    # How the GPU is shared: none, time-slicing or mps (None: not known), and in how many
+    # replicas where known (docs/sharing.md).
+    sharing: str | None = None
+    replicas: int | None = None
+    # On a shared GPU, each pod's own peaks where per-pod series exist (else nothing: a pod's
+    # share of a shared GPU is then not attributable, never the whole GPU's figures).
+    pod_peaks: tuple[PodGpuPeak, ...] = ()
+
+    @property
+    def device(self) -> str:
+        """The GPU's index, with a MIG instance's id: ``0``, ``0-mig-3``."""
+        return f"{self.gpu}-mig-{self.mig_instance}" if self.mig_instance else self.gpu
+
+
+def stats_of(profile: GpuProfile, field: str) -> FieldStats | None:
+    """``profile``'s statistics of ``field``; GPU utilisation and memory bandwidth from the
+    fields that stand for them on this GPU (on a MIG instance GR_ENGINE_ACTIVE and DRAM_ACTIVE,
+    ratios read in percent)."""
+    source = {GPU_UTIL: profile.util_field, MEM_COPY_UTIL: profile.mem_field}.get(field, field)
+    stats = profile.stats.get(source)
+    if stats is None or source == field or not source.startswith(PROF_PREFIX):
+        return stats
+    return FieldStats(stats.max * 100, stats.p95 * 100, stats.mean * 100, stats.idle_fraction)
 
 
 @dataclass(frozen=True)
@@ -126,6 +186,14 @@ class PodUsage:
     last_seen: datetime | None = None
     owner_kind: str | None = None  # the workload, e.g. PyTorchJob, Deployment
     owner_name: str | None = None
+    # Where its GPU peaks come from on a shared (time-sliced) GPU: SHARED_PER_POD (its own
+    # series) or SHARED_NOT_ATTRIBUTABLE (none: its GPU peaks are left unknown). None: its GPUs
+    # are its own.
+    gpu_attribution: str | None = None
+
+
+SHARED_PER_POD = "shared: per pod"
+SHARED_NOT_ATTRIBUTABLE = "shared: not attributable"
 
 
 @dataclass(frozen=True)

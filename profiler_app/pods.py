@@ -18,12 +18,17 @@ from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
+    MPS,
+    SHARED_NOT_ATTRIBUTABLE,
+    SHARED_PER_POD,
+    TIME_SLICING,
     GpuProfile,
     PodInfo,
     PodPeak,
     PodShare,
     PodUsage,
     SeriesMatrix,
+    stats_of,
 )
 from profiler_app.workloads import Workload, workload_from_owner
 
@@ -76,6 +81,7 @@ class _Peaks:
     first_seen: float | None = None
     last_seen: float | None = None
     owner: Workload | None = None
+    attribution: str | None = None  # on a shared GPU (PodUsage.gpu_attribution)
 
     def seen(self, first: float | None, last: float | None) -> None:
         if first is not None:
@@ -107,14 +113,34 @@ def _add_profile(
     shares = profile.pods
     if not shares and profile.pod:  # a source that says no more than the current pod
         shares = (PodShare(*current, 1.0),)
+    # On a shared GPU every pod there at its latest sample is current, and so is every pod
+    # with series of its own (local NVML sampling labels the device with one pod only).
+    latest = max((share.last_seen or 0.0 for share in shares), default=0.0)
+    # Several pods on it (or its pods' own series): a GPU configured for sharing that one pod
+    # holds is that pod's.
+    shared = profile.sharing in (TIME_SLICING, MPS) and (len(shares) > 1 or bool(profile.pod_peaks))
+    if shared:
+        named = {(share.namespace, share.pod) for share in shares}
+        shares = (
+            *shares,
+            *(
+                PodShare(own.namespace, own.pod, 0.0, None, latest or None)
+                for own in profile.pod_peaks
+                if (own.namespace, own.pod) not in named
+            ),
+        )
     for share in shares:
         key = (share.namespace, share.pod)
-        if key not in known and (listed_only or key != current):
+        now = key == current or (shared and (share.last_seen or 0.0) >= latest)
+        if key not in known and (listed_only or not now):
             continue
         peaks = usage.setdefault(key, _Peaks())
-        if profile.gpu not in peaks.gpus:
-            peaks.gpus.append(profile.gpu)
+        if profile.device not in peaks.gpus:
+            peaks.gpus.append(profile.device)
         peaks.seen(share.first_seen, share.last_seen)
+        if shared:
+            _add_shared(peaks, profile, key)
+            continue
         if key != current:
             continue
         for field_name, values in (
@@ -122,9 +148,24 @@ def _add_profile(
             (MEM_COPY_UTIL, peaks.gpu_mem_copy_util),
             (FB_USED, peaks.fb_used),
         ):
-            stats = profile.stats.get(field_name)
+            stats = stats_of(profile, field_name)
             if stats is not None:
                 values.append(stats.max)
+
+
+def _add_shared(peaks: _Peaks, profile: GpuProfile, pod: tuple[str, str]) -> None:
+    """A pod's peaks on a shared GPU: its own series' where they exist, else none (never the
+    whole GPU's figures)."""
+    own = next((p for p in profile.pod_peaks if (p.namespace, p.pod) == pod), None)
+    if own is None:
+        peaks.attribution = SHARED_NOT_ATTRIBUTABLE
+        return
+    if peaks.attribution is None:
+        peaks.attribution = SHARED_PER_POD
+    if own.util_max is not None:
+        peaks.gpu_util.append(own.util_max)
+    if own.fb_used_max_mib is not None:
+        peaks.fb_used.append(own.fb_used_max_mib)
 
 
 def pod_usage(
@@ -185,6 +226,7 @@ def pod_usage(
                 last_seen=_time(peaks.last_seen),
                 owner_kind=owner.kind if owner else None,
                 owner_name=(owner.name or None) if owner else None,
+                gpu_attribution=peaks.attribution,
             )
         )
     return result

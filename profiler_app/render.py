@@ -20,6 +20,7 @@ from profiler_app.model import (
     POWER_USAGE,
     FieldStats,
     GpuProfile,
+    stats_of,
 )
 
 # ``--output json`` of analyze: its keys and their meaning are a contract (docs/cli.md). Keys may
@@ -64,6 +65,9 @@ def profile_record(profile: GpuProfile) -> dict[str, object]:
         "hostname": profile.hostname,
         "gpu": profile.gpu,
         "uuid": profile.uuid,
+        "mig_instance": profile.mig_instance or None,
+        "mig_profile": profile.mig_profile or None,
+        "gpu_model": profile.gpu_model or None,
         "namespace": profile.namespace,
         "pod": profile.pod,
         "pods": [
@@ -140,11 +144,11 @@ def render_table(
     columns.append(("REASONS", False))
     rows = []
     for profile in profiles:
-        main = profile.stats.get(primary)
+        main = stats_of(profile, primary)
         pod = f"{profile.namespace}/{profile.pod}" if profile.pod else "-"
         period = format_duration(profile.period_seconds) if profile.period_seconds else "-"
         confidence = "-" if profile.confidence is None else f"{profile.confidence:.2f}"
-        row = [profile.hostname, profile.gpu] + ([profile.uuid or "-"] if wide else [])
+        row = [profile.hostname, profile.device] + ([profile.uuid or "-"] if wide else [])
         row += [pod, profile.job_type] + ([profile.basis or "-"] if wide else [])
         row += [period, confidence, "-" if main is None else _cell(main.max)]
         if wide:

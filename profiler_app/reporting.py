@@ -52,6 +52,7 @@ class GpuSummary:
     util_max_percent: float | None
     mem_copy_util_max_percent: float | None
     fb_used_max_mib: float | None
+    mig_instance: str = ""  # GPU_I_ID of a MIG instance, '' for a whole GPU
 
 
 @dataclass
@@ -165,6 +166,7 @@ def gpu_summaries(connection: Connection, history: Any) -> list[GpuSummary]:
         select(
             h.node,
             h.gpu,
+            h.gpu_i_id,
             h.job_type,
             func.max(h.uuid),
             func.sum(h.covered_seconds),
@@ -172,16 +174,17 @@ def gpu_summaries(connection: Connection, history: Any) -> list[GpuSummary]:
             func.max(h.util_max),
             func.max(h.mem_copy_util_max),
             func.max(h.fb_used_max_mib),
-        ).group_by(h.node, h.gpu, h.job_type)
+        ).group_by(h.node, h.gpu, h.gpu_i_id, h.job_type)
     )
-    summaries: dict[tuple[str, str], GpuSummary] = {}
-    for node_name, gpu, job_type, uuid, seconds, idle_seconds, util, mem_copy, fb in rows:
-        summary = summaries.get((node_name, gpu))
+    summaries: dict[tuple[str, str, str], GpuSummary] = {}
+    for node_name, gpu, instance, job_type, uuid, seconds, idle, util, mem_copy, fb in rows:
+        summary = summaries.get((node_name, gpu, instance))
         if summary is None:
-            summary = summaries[node_name, gpu] = GpuSummary(
+            summary = summaries[node_name, gpu, instance] = GpuSummary(
                 node=node_name,
                 gpu=gpu,
                 uuid=uuid,
+                mig_instance=instance,
                 hours_by_job_type=dict.fromkeys(JOB_TYPES, 0.0),
                 idle_gpu_hours=0.0,
                 util_max_percent=util,
@@ -195,8 +198,11 @@ def gpu_summaries(connection: Connection, history: Any) -> list[GpuSummary]:
             summary.fb_used_max_mib = _larger(summary.fb_used_max_mib, fb)
         hours = summary.hours_by_job_type
         hours[job_type] = hours.get(job_type, 0.0) + float(seconds) / _SECONDS_PER_HOUR
-        summary.idle_gpu_hours += float(idle_seconds) / _SECONDS_PER_HOUR
-    return sorted(summaries.values(), key=lambda s: (s.node, _gpu_order(s.gpu)))
+        summary.idle_gpu_hours += float(idle) / _SECONDS_PER_HOUR
+    return sorted(
+        summaries.values(),
+        key=lambda s: (s.node, _gpu_order(s.gpu), s.mig_instance != "", _gpu_order(s.mig_instance)),
+    )
 
 
 def node_summaries(gpus: list[GpuSummary]) -> list[NodeSummary]:
@@ -288,7 +294,7 @@ def waste_summaries(connection: Connection, history: Any) -> list[WasteSummary]:
     # sorts every row.
     per_gpu = (
         select(*keys, func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds"))
-        .group_by(*keys, h.node, h.uuid)
+        .group_by(*keys, h.node, h.uuid, h.gpu_i_id)
         .subquery("per_gpu")
     )
     g = per_gpu.c
@@ -363,6 +369,7 @@ _VIEW_COLUMNS = {
         "node",
         "gpu",
         "uuid",
+        "mig_instance",
         *_HOURS_COLUMNS,
         "idle_gpu_hours",
         "util_max_percent",
@@ -452,6 +459,7 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
                 "node": g.node,
                 "gpu": g.gpu,
                 "uuid": g.uuid,
+                "mig_instance": g.mig_instance,
                 **_hours_columns(g.hours_by_job_type),
                 "idle_gpu_hours": g.idle_gpu_hours,
                 "util_max_percent": g.util_max_percent,

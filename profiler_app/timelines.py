@@ -2,11 +2,19 @@
 whatever labels changed (an exporter restarted under a new ``instance``, the GPU handed to
 another pod, any new label).
 
-A GPU is identified by (node, UUID); the ``gpu`` index is the fallback for series without a
-UUID, and such a series joins the UUID of the same node and index when exactly one is known.
+A GPU is identified by (node, UUID, MIG instance): dcgm-exporter labels every MIG instance with
+its parent's UUID and ``gpu`` index and adds ``GPU_I_ID`` (empty or absent for a whole GPU), so
+the instances of one GPU stay apart. The ``gpu`` index is the fallback for series without a
+UUID, and such a series joins the UUID of the same node, index and instance when exactly one is
+known.
 Where series of one GPU overlap (the same sample scraped twice), the larger reading wins.
 Which pod held the GPU becomes an attribute over time: the pod of the latest sample, and every
 pod seen with its share of the GPU's samples.
+
+A GPU shared by time-slicing (docs/sharing.md) has a series per pod at the same times: with
+dcgm-exporter's ``KUBERNETES_VIRTUAL_GPUS`` a copy of the device's values per pod, labelled
+``vgpu``. Such a GPU is ``shared``: its copies merge into the one device time line, and every pod
+counts with the share of the samples it was present in, not only the one that started last.
 """
 
 from __future__ import annotations
@@ -18,16 +26,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler_app.arrays import distinct
-from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix
+from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix, mig_instance
 
-GpuKey = tuple[str, str]  # (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>")
+# (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>"); a MIG instance's key adds
+# "/mig:<GPU_I_ID>".
+GpuKey = tuple[str, str]
 Pod = tuple[str, str]  # (namespace, pod)
+VGPU_LABEL = "vgpu"  # dcgm-exporter's replica of a shared GPU (KUBERNETES_VIRTUAL_GPUS)
+# Distinct pods sampled at the same time on this share of a GPU's samples (and at least
+# CONCURRENT_MIN_SAMPLES): the GPU is shared, not handed over (a handover overlaps a sample or two).
+CONCURRENT_SHARE = 0.1
+CONCURRENT_MIN_SAMPLES = 3
 
 
 def gpu_key(labels: dict[str, str], node_label: str) -> GpuKey:
     node = labels.get(node_label, "")
     uuid = labels.get("UUID", "")
-    return (node, f"uuid:{uuid}") if uuid else (node, f"gpu:{labels.get('gpu', '')}")
+    device = f"uuid:{uuid}" if uuid else f"gpu:{labels.get('gpu', '')}"
+    instance = mig_instance(labels)
+    return (node, f"{device}/mig:{instance}") if instance else (node, device)
 
 
 def _pod(labels: dict[str, str]) -> Pod | None:
@@ -40,11 +57,11 @@ class KeyResolver:
 
     def __init__(self, labels: Sequence[dict[str, str]], node_label: str) -> None:
         self.node_label = node_label
-        by_index: dict[tuple[str, str], set[GpuKey]] = defaultdict(set)
+        by_index: dict[tuple[str, str, str], set[GpuKey]] = defaultdict(set)
         for series in labels:
             key = gpu_key(series, node_label)
             if key[1].startswith("uuid:"):
-                by_index[key[0], series.get("gpu", "")].add(key)
+                by_index[key[0], series.get("gpu", ""), mig_instance(series)].add(key)
         self._unique = {
             index: next(iter(keys)) for index, keys in by_index.items() if len(keys) == 1
         }
@@ -52,7 +69,8 @@ class KeyResolver:
     def key(self, labels: dict[str, str]) -> GpuKey:
         key = gpu_key(labels, self.node_label)
         if key[1].startswith("gpu:"):
-            return self._unique.get((key[0], labels.get("gpu", "")), key)
+            index = (key[0], labels.get("gpu", ""), mig_instance(labels))
+            return self._unique.get(index, key)
         return key
 
 
@@ -66,6 +84,7 @@ class Timelines:
     current: list[Pod | None]  # the pod of each GPU's latest sample
     pods: list[tuple[PodShare, ...]]  # every pod seen, largest share first
     last: list[int]  # column of each GPU's latest sample (-1: none)
+    shared: list[bool]  # several pods at once (time-slicing): see the module's docstring
 
 
 def _groups(keys: Sequence[GpuKey]) -> dict[GpuKey, list[int]]:
@@ -80,6 +99,48 @@ def _last_valid(valid: np.ndarray) -> np.ndarray:
     columns = valid.shape[1]
     last = columns - 1 - np.argmax(valid[:, ::-1], axis=1)
     return np.where(valid.any(axis=1), last, -1)
+
+
+def _concurrent(pods: list[Pod | None], valid: np.ndarray) -> bool:
+    """Whether distinct pods have samples at the same times, on enough of them to be sharing."""
+    named = sorted({pod for pod in pods if pod is not None})
+    if len(named) < 2:
+        return False
+    per_pod = np.vstack(
+        [np.any(valid[[row for row, p in enumerate(pods) if p == pod]], axis=0) for pod in named]
+    )
+    together = int(np.count_nonzero(per_pod.sum(axis=0) >= 2))
+    covered = int(np.count_nonzero(valid.any(axis=0)))
+    return together >= max(CONCURRENT_MIN_SAMPLES, CONCURRENT_SHARE * covered)
+
+
+def _shared_attribution(
+    pods: list[Pod | None], valid: np.ndarray, timestamps: np.ndarray
+) -> tuple[Pod | None, tuple[PodShare, ...]]:
+    """Every pod of a shared GPU with the share of the GPU's samples it was present in; the
+    current pod is the one present at the latest sample that started last."""
+    covered = np.flatnonzero(valid.any(axis=0))
+    if covered.size == 0:
+        return None, ()
+    spans = []
+    for pod in sorted({pod for pod in pods if pod is not None}):
+        present = np.flatnonzero(
+            np.any(valid[[row for row, p in enumerate(pods) if p == pod]], axis=0)
+        )
+        spans.append((pod, present))
+    shares = sorted(spans, key=lambda item: (-item[1].size, -int(item[1][-1])))
+    at_last = [(int(present[0]), pod) for pod, present in spans if present[-1] == covered[-1]]
+    current = max(at_last)[1] if at_last else None
+    return current, tuple(
+        PodShare(
+            pod[0],
+            pod[1],
+            present.size / covered.size,
+            float(timestamps[present[0]]),
+            float(timestamps[present[-1]]),
+        )
+        for pod, present in shares
+    )
 
 
 def _attribution(
@@ -141,16 +202,22 @@ def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
     current: list[Pod | None] = []
     pods: list[tuple[PodShare, ...]] = []
     latest_columns: list[int] = []
+    shared: list[bool] = []
     for rows in groups.values():
         # The latest series: the one with the latest sample; on a tie, the later in the answer.
         latest = max(rows, key=lambda row: (last[row], row))
         latest_columns.append(int(last[latest]))
         labels.append(dict(matrix.labels[latest]))
         series_pods = [_pod(matrix.labels[row]) for row in rows]
-        now, shares = _attribution(series_pods, valid[rows], matrix.timestamps)
+        sharing = any(VGPU_LABEL in matrix.labels[row] for row in rows) or _concurrent(
+            series_pods, valid[rows]
+        )
+        attribute = _shared_attribution if sharing else _attribution
+        now, shares = attribute(series_pods, valid[rows], matrix.timestamps)
         current.append(now)
         pods.append(shares)
-    return Timelines(keys, labels, values, current, pods, latest_columns)
+        shared.append(sharing)
+    return Timelines(keys, labels, values, current, pods, latest_columns, shared)
 
 
 def _held(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
@@ -166,7 +233,7 @@ def _held(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatM
     return moved
 
 
-def _on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
+def on_grid(values: FloatMatrix, source: np.ndarray, target: np.ndarray) -> FloatMatrix:
     """``values`` sampled at ``source`` times, moved onto the ``target`` grid (nearest point of
     an evenly spaced grid; NaN where nothing lands). A coarser field (power read once a second
     beside utilisation at 0.1 s, local sampling) holds each sample over its own step."""
@@ -194,7 +261,7 @@ def align(
     if not other.labels:
         return rows, present
     position = {key: index for index, key in enumerate(keys)}
-    values = _on_grid(other.values, other.timestamps, timestamps)
+    values = on_grid(other.values, other.timestamps, timestamps)
     for key, series in _groups([resolver.key(labels) for labels in other.labels]).items():
         index = position.get(key)
         if index is None:

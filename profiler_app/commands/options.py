@@ -16,12 +16,24 @@ from typing import Any
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
+from profiler_app.model import (
+    DRAM_ACTIVE,
+    FB_USED,
+    GPU_UTIL,
+    GR_ENGINE_ACTIVE,
+    MEM_COPY_UTIL,
+    POWER_USAGE,
+    SM_ACTIVE,
+)
 from profiler_app.urls import without_credentials
 
 # Every field but the classified one is optional: one a node's exporter lacks is said once
 # and done without.
-DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE)
+# DCGM's profiling fields: MIG instances have no GPU_UTIL or MEM_COPY_UTIL, and these stand in
+# for them; SM activity (and DRAM_ACTIVE) is what right-sizing measures (docs/sharing.md). Read
+# quietly where absent (not every GPU has them); local mode (NVML) has none of them.
+MIG_FIELDS = (GR_ENGINE_ACTIVE, DRAM_ACTIVE, SM_ACTIVE)
+DEFAULT_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE, *MIG_FIELDS)
 DEFAULT_WINDOW = "30m"
 DEFAULT_NODE_LABEL = "Hostname"
 STORE_URL_ENV = "GPU_PROFILER_STORE_URL"

@@ -22,17 +22,35 @@ from profiler_app.reporting import (
     report_rows,
     view_columns,
 )
+from profiler_app.rightsize_report import rightsize_advice
+from profiler_app.rightsizing import DEFAULT_HEADROOM, Advice
+from profiler_app.rightsizing.output import (
+    COLUMNS,
+    RIGHTSIZE_HELP,
+    RIGHTSIZE_LABELS,
+    RIGHTSIZE_METRIC,
+    advice_record,
+    csv_text,
+    metric_samples,
+    table_rows,
+)
 from profiler_app.sinks.store.engine import (
     create_store_engine,
     current_revisions,
     describe_error,
     head_revisions,
 )
-from profiler_app.sinks.store.urls import parse_store_url
+from profiler_app.sinks.store.urls import StoreUrl, parse_store_url
 
 # ``--output json`` of report: the envelope's keys and each view's row keys are a contract
 # (docs/cli.md). Keys may be added within a version; removing, renaming or retyping one raises it.
 REPORT_FORMAT_VERSION = 1
+RIGHTSIZE_VIEW = "rightsize"
+# Advice only: a measured trial confirms it (docs/trial.md; it does not place MIG slices yet).
+TRIAL_HINT = (
+    "gpu-profiler: advice only, nothing is applied; confirm it with a measured trial: "
+    "gpu-profiler trial plan (docs/trial.md)"
+)
 # What a narrow table shows of each view (``-o wide`` shows every column); a view not named here
 # shows all of its columns.
 NARROW_COLUMNS = {
@@ -114,9 +132,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     options.add_store_url_option(parser, purpose="the table store to read", none=None)
     parser.add_argument(
         "--by",
-        choices=REPORT_VIEWS,
+        choices=(*REPORT_VIEWS, RIGHTSIZE_VIEW),
         default="gpu",
-        help="which summary to print (default: %(default)s)",
+        help="which summary to print; rightsize: right-sizing advice per workload "
+        "(docs/sharing.md) (default: %(default)s)",
     )
     parser.add_argument(
         "--since", default="24h", help="how far back from --until, e.g. 6h, 7d (default: 24h)"
@@ -142,12 +161,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--headroom",
+        type=float,
+        default=DEFAULT_HEADROOM,
+        metavar="FRACTION",
+        help="--by rightsize: memory headroom over the peak framebuffer (default: %(default)s)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "wide", "json", "csv"),
+        choices=("table", "wide", "json", "csv", "prometheus"),
         default="table",
         help="table (the main columns), wide (every column), json (one object, keys in "
-        "docs/store.md) or csv (default: %(default)s)",
+        "docs/store.md), csv, or prometheus (--by rightsize only: the metric "
+        f"{RIGHTSIZE_METRIC} in the text exposition format) (default: %(default)s)",
     )
     parser.set_defaults(handler=handle)
 
@@ -157,9 +184,15 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("the report reads the table store: give --store-url")
     if args.top < 0:
         raise UserError("--top must be 0 (all) or more")
+    if args.output == "prometheus" and args.by != RIGHTSIZE_VIEW:
+        raise UserError("--output prometheus is for --by rightsize")
+    if not args.headroom >= 0:
+        raise UserError("--headroom must be 0 or more, e.g. 0.15")
     until = _parse_time(args.until) if args.until else datetime.now(UTC)
     since = _start(until, args.since)
     url = parse_store_url(args.store_url)
+    if args.by == RIGHTSIZE_VIEW:
+        return _rightsize(args, url, since, until)
     engine = create_store_engine(url, create_file=False)
     try:
         with progress.spinner(f"reading {url.display()}"), engine.connect() as connection:
@@ -189,6 +222,70 @@ def handle(args: argparse.Namespace) -> int:
         )
     write_rows(rows, args.by, args.output, sys.stdout, since=since, until=until, node=args.node)
     return 0
+
+
+def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: datetime) -> int:
+    engine = create_store_engine(url, create_file=False)
+    try:
+        with progress.spinner(f"reading {url.display()}"), engine.connect() as connection:
+            _check_schema(current_revisions(connection), url.display())
+            advices = rightsize_advice(
+                connection, since=since, until=until, node=args.node, headroom=args.headroom
+            )
+    except SQLAlchemyError as error:
+        raise UserError(f"cannot read the store {url.display()}: {describe_error(error)}") from None
+    finally:
+        engine.dispose()
+    if not advices:
+        where = f" on node {args.node}" if args.node else ""
+        print(
+            f"gpu-profiler: no workload on a GPU in the store between {_iso(since)} and "
+            f"{_iso(until)}{where}",
+            file=sys.stderr,
+        )
+    write_advice(advices, args.output, sys.stdout, since=since, until=until, node=args.node)
+    if args.output in ("table", "wide") and any(advice.label for advice in advices):
+        print(TRIAL_HINT, file=sys.stderr)
+    return 0
+
+
+def write_advice(
+    advices: list[Advice],
+    output: str,
+    out: TextIO,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+) -> None:
+    """Right-sizing advice in one of ``report``'s outputs, or as the Prometheus metric."""
+    if output == "json":
+        document = {
+            "kind": "report",
+            "format_version": REPORT_FORMAT_VERSION,
+            "view": RIGHTSIZE_VIEW,
+            "since": _iso(since),
+            "until": _iso(until),
+            "node": node,
+            "rows": [advice_record(advice) for advice in advices],
+        }
+        json.dump(document, out, indent=2, allow_nan=False)
+        out.write("\n")
+    elif output == "csv":
+        out.write(csv_text(advices))
+    elif output == "prometheus":
+        out.write(f"# HELP {RIGHTSIZE_METRIC} {RIGHTSIZE_HELP}\n# TYPE {RIGHTSIZE_METRIC} gauge\n")
+        for labels, value in metric_samples(advices):
+            text = ",".join(f'{name}="{_escaped(labels[name])}"' for name in RIGHTSIZE_LABELS)
+            out.write(f"{RIGHTSIZE_METRIC}{{{text}}} {value:g}\n")
+    elif advices:
+        title = f"Right-sizing advice, {format_duration((until - since).total_seconds())} up to"
+        rows = [list(row) for row in table_rows(advices)]
+        out.write(f"{title} {_iso(until)}\n{aligned(list(COLUMNS), rows, keep={0, 1, 3})}\n")
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def write_rows(

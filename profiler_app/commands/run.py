@@ -34,6 +34,7 @@ from profiler_app.sources.prometheus import PrometheusSource, grid_ending_at
 from profiler_app.urls import without_credentials
 
 if TYPE_CHECKING:
+    from profiler_app.sources.gfd import NodeSharing
     from profiler_app.sources.host import HostSampler
     from profiler_app.sources.kube_pods import PodWatcher
 
@@ -209,6 +210,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=handle)
 
 
+def _fields(args: argparse.Namespace) -> list[str]:
+    """The fields to read; by default in local mode without the MIG instances' DCGM profiling
+    fields, which NVML does not sample (it reads MIG instances itself)."""
+    chosen = options.fields(args)
+    if args.prometheus_url or options.explicit_fields(args):
+        return chosen
+    return [name for name in chosen if name not in options.MIG_FIELDS]
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The effective configuration, validated."""
@@ -261,7 +271,7 @@ class RunConfig:
             node=args.node,
             node_label=args.node_label,
             prometheus_url=args.prometheus_url,
-            fields=options.classified_first(options.fields(args)),
+            fields=options.classified_first(_fields(args)),
             step_seconds=step,
             window_seconds=window,
             interval_seconds=interval,
@@ -490,7 +500,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         source = nvml
 
     sinks: list[Sink] = []
-    watcher = _start_kubernetes(config, resources, sources, sinks)
+    watcher, node_sharing = _start_kubernetes(config, resources, sources, sinks)
     if config.store_url is not None:
         from profiler_app.sinks.store import TableStore  # noqa: PLC0415
 
@@ -526,6 +536,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         host=host,
         pods=watcher.listed if watcher is not None else None,
         metric_pod_peaks=metric_pod_peaks,
+        node_sharing=node_sharing,
         sources=sources.pop_all(),
     )
 
@@ -535,17 +546,19 @@ def _start_kubernetes(
     resources: contextlib.ExitStack,
     sources: contextlib.ExitStack,
     sinks: list[Sink],
-) -> PodWatcher | None:
-    """Starts the pod watcher and adds the annotation sink; None when Kubernetes is off."""
+) -> tuple[PodWatcher | None, NodeSharing | None]:
+    """Starts the pod watcher and adds the annotation sink, and reads the node's GPU sharing
+    labels; (None, None) when Kubernetes is off."""
     if not kubernetes_configured(config.kubeconfig):
-        return None
+        return None, None
     from profiler_app import kube  # noqa: PLC0415
     from profiler_app.sinks.kubernetes import KubernetesSink, protection  # noqa: PLC0415
+    from profiler_app.sources.gfd import NodeSharing  # noqa: PLC0415
     from profiler_app.sources.kube_pods import PodWatcher  # noqa: PLC0415
 
     connection = kube.connect(config.kubeconfig)
     if connection is None:
-        return None
+        return None, None
     resources.callback(connection.close)
     protecting = config.protect_training != NO_PROTECTION
     watcher = PodWatcher(
@@ -573,7 +586,7 @@ def _start_kubernetes(
             )
         )
     sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
-    return watcher
+    return watcher, NodeSharing(connection, config.node)
 
 
 def _stop_on_signals(daemon: Daemon) -> None:

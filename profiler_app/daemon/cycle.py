@@ -41,6 +41,8 @@ class Inputs:
     pods: Callable[[], Sequence[PodInfo] | None] | None = None
     # Pod CPU/memory peaks from Prometheus (cAdvisor) by (namespace, pod), given the window.
     metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None
+    # The node's GPU sharing as GPU feature discovery labels it (sources.gfd): strategy, replicas.
+    node_sharing: Callable[[], tuple[str | None, int | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,7 @@ class Cycle:
             self.analysis.node_label,
             workloads_of(pods),
             identities_of(pods),
+            node_sharing=self.inputs.node_sharing() if self.inputs.node_sharing else None,
         )
 
     def _publish(self, sink: Sink, part: Part, result: CycleResult, started: float) -> bool:

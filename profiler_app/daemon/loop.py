@@ -47,6 +47,7 @@ class Daemon:
         host: HostReadings | None = None,
         pods: Callable[[], Sequence[PodInfo] | None] | None = None,
         metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None,
+        node_sharing: Callable[[], tuple[str | None, int | None]] | None = None,
         sources: contextlib.ExitStack | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -62,7 +63,7 @@ class Daemon:
             source,
             sinks,
             metrics,
-            Inputs(host, pods, metric_pod_peaks),
+            Inputs(host, pods, metric_pod_peaks, node_sharing),
             interval_seconds=interval_seconds,
             clock=clock,
             stop=self._stop,

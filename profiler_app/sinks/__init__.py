@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from profiler_app.model import CycleResult, GpuProfile
+from profiler_app.model import CycleResult, GpuProfile, stats_of
 
 
 class Sink(Protocol):
@@ -16,6 +16,8 @@ class Sink(Protocol):
 
 
 def field_stat(profile: GpuProfile, field: str, name: str = "max") -> float | None:
-    """One statistic (``max``, ``p95``, ...) of one field of ``profile``; None if not read."""
-    stats = profile.stats.get(field)
+    """One statistic (``max``, ``p95``, ...) of one field of ``profile``; None if not read.
+    GPU utilisation and memory bandwidth of a MIG instance come from its own fields
+    (``model.stats_of``)."""
+    stats = stats_of(profile, field)
     return None if stats is None else float(getattr(stats, name))

@@ -24,13 +24,16 @@ from prometheus_client.registry import Collector
 from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.errors import UserError
 from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile
+from profiler_app.sinks import field_stat
 
 log = logging.getLogger(__name__)
 
 JOB_TYPES = tuple(job_type.value for job_type in JobType)
 # What a verdict rests on: a bounded set of label values, where the free-text reasons would not be.
 BASES = tuple(basis.label for basis in Basis)
-GPU_LABELS = ("Hostname", "gpu", "UUID", "namespace", "pod")
+# A MIG instance adds dcgm-exporter's own labels GPU_I_ID and GPU_I_PROFILE (empty, so absent
+# in Prometheus, on a whole GPU): the instances of one GPU are series of their own.
+GPU_LABELS = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE", "namespace", "pod")
 # The parts that back off (the source and the sinks) are also counted in consecutive_failures.
 PART_KINDS = ("source", "kubernetes", "protection", "store", "metrics", "terminal")
 ERROR_KINDS = (*PART_KINDS, "analysis", "cycle")
@@ -86,15 +89,15 @@ class _GpuCollector(Collector):
                 engine.add_metric([*labels, profile.engine or "", profile.framework or ""], 1.0)
             if profile.job_type == "training" and _finite(profile.period_seconds):
                 period.add_metric(labels, float(profile.period_seconds or 0.0))
-            stats = profile.stats.get(GPU_UTIL)
-            if stats is None:
-                continue
-            if _finite(stats.max):
-                util_max.add_metric(labels, stats.max)
-            if _finite(stats.p95):
-                util_p95.add_metric(labels, stats.p95)
-            if _finite(stats.idle_fraction):
-                idle.add_metric(labels, stats.idle_fraction * result.window_seconds)
+            # On a MIG instance its GR_ENGINE_ACTIVE, in percent (sinks.field_stat).
+            maximum, p95 = field_stat(profile, GPU_UTIL), field_stat(profile, GPU_UTIL, "p95")
+            idle_fraction = field_stat(profile, GPU_UTIL, "idle_fraction")
+            if _finite(maximum):
+                util_max.add_metric(labels, maximum or 0.0)
+            if _finite(p95):
+                util_p95.add_metric(labels, p95 or 0.0)
+            if _finite(idle_fraction):
+                idle.add_metric(labels, (idle_fraction or 0.0) * result.window_seconds)
         return families
 
     @staticmethod
@@ -158,6 +161,8 @@ def _gpu_label_values(profile: GpuProfile, node: str) -> list[str]:
         profile.hostname or node,
         profile.gpu,
         profile.uuid,
+        profile.mig_instance,
+        profile.mig_profile,
         profile.namespace or "",
         profile.pod or "",
     ]

@@ -96,7 +96,7 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
     table.add_column("why")
     for profile in result.gpus:
         table.add_row(
-            profile.gpu,
+            profile.device,
             Text(profile.job_type, style=_JOB_STYLES.get(profile.job_type, "")),
             _number(profile.period_seconds, "s", 1),
             _number(field_stat(profile, GPU_UTIL, "max"), "%"),
@@ -119,7 +119,7 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
 def summary_lines(result: CycleResult) -> list[str]:
     """One log line per GPU plus the host, for when stdout is not a terminal."""
     lines = [
-        f"gpu {p.gpu} {p.job_type}"
+        f"gpu {p.device} {p.job_type}"
         + (f" period {p.period_seconds:.1f}s" if p.period_seconds else "")
         + f" util max {_number(field_stat(p, GPU_UTIL, 'max'), '%')}"
         + f" p95 {_number(field_stat(p, GPU_UTIL, 'p95'), '%')}"

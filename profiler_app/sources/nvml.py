@@ -22,7 +22,17 @@ import pynvml
 
 from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity
 from profiler_app.errors import UserError
-from profiler_app.model import FB_FREE, FB_USED, GPU_UTIL, MEM_COPY_UTIL, FloatMatrix, SeriesMatrix
+from profiler_app.model import (
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    MIG_INSTANCE_LABEL,
+    MIG_PROFILE_LABEL,
+    PER_POD_LABEL,
+    FloatMatrix,
+    SeriesMatrix,
+)
 from profiler_app.sources.cgroups import ContainerRef, container_of_pid
 from profiler_app.sources.nvml_samples import (
     MAX_SAMPLE_COVER_SECONDS,
@@ -39,6 +49,7 @@ GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
 NVML_FIELDS = (GPU_UTIL, MEM_COPY_UTIL, FB_USED, FB_FREE, GPU_TEMP, POWER_USAGE)
 _MIB = 1024 * 1024
+POD_UID = "pod_uid"  # pods.POD_UID_LABEL: the pod whose processes use the GPU
 
 
 class SampleRing:
@@ -108,6 +119,49 @@ class _Device:
     index: str
     uuid: str
     model: str
+    # A MIG instance: its GPU instance id and profile (labelled as dcgm-exporter labels them,
+    # under its parent's index and UUID). NVML gives it framebuffer and processes, no
+    # utilisation and no power of its own.
+    mig_instance: str = ""
+    mig_profile: str = ""
+
+    @property
+    def key(self) -> str:
+        """The GPU's index, with a MIG instance's id: ``0``, ``0-mig-3``."""
+        return f"{self.index}-mig-{self.mig_instance}" if self.mig_instance else self.index
+
+
+def _mig_profile(name: str) -> str:
+    """``NVIDIA A100-SXM4-80GB MIG 1g.10gb`` -> ``1g.10gb``."""
+    return name.rsplit("MIG ", 1)[-1].strip() if "MIG " in name else ""
+
+
+def mig_devices(nvml: Any, parent: _Device) -> list[_Device]:
+    """The MIG instances of ``parent`` (nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+    nvmlDeviceGetMigDeviceHandleByIndex); empty where MIG is off or not supported."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(parent.handle)
+    except (nvml.NVMLError, AttributeError):  # not supported, or bindings without MIG calls
+        return []
+    if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        return []
+    found = []
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent.handle)):
+        try:
+            handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot)
+        except nvml.NVMLError_NotFound:
+            continue  # an empty slot
+        found.append(
+            _Device(
+                handle=handle,
+                index=parent.index,
+                uuid=parent.uuid,
+                model=parent.model,
+                mig_instance=str(nvml.nvmlDeviceGetGpuInstanceId(handle)),
+                mig_profile=_mig_profile(_text(nvml.nvmlDeviceGetName(handle))),
+            )
+        )
+    return sorted(found, key=lambda device: int(device.mig_instance))
 
 
 def _text(value: str | bytes) -> str:
@@ -181,14 +235,14 @@ class NvmlSource:
             devices = []
             for index in range(count):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                devices.append(
-                    _Device(
-                        handle=handle,
-                        index=str(index),
-                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                        model=_text(nvml.nvmlDeviceGetName(handle)),
-                    )
+                parent = _Device(
+                    handle=handle,
+                    index=str(index),
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    model=_text(nvml.nvmlDeviceGetName(handle)),
                 )
+                # A GPU in MIG mode is sampled per instance: the parent has no utilisation.
+                devices.extend(mig_devices(nvml, parent) or [parent])
         except (nvml.NVMLError_LibraryNotFound, nvml.NVMLError_DriverNotLoaded) as error:
             self.unavailable_reason = f"no NVIDIA driver found: {error}"
         except nvml.NVMLError as error:
@@ -198,10 +252,18 @@ class NvmlSource:
             origin = self._clock()
             capacity = math.ceil(self.window_seconds / self.sample_interval) + 1
             self._ring = SampleRing(
-                capacity, (len(self.fields), count), self.sample_interval, origin
+                capacity, (len(self.fields), len(devices)), self.sample_interval, origin
             )
-            self._processes = {device.index: {} for device in devices}
-            log.info("NVML: sampling %d GPU(s) every %gs", count, self.sample_interval)
+            self._processes = {device.key: {} for device in devices}
+            instances = sum(1 for device in devices if device.mig_instance)
+            log.info(
+                "NVML: sampling %d GPU(s)%s every %gs",
+                count,
+                f" ({instances} MIG instances: framebuffer only, NVML has no utilisation there)"
+                if instances
+                else "",
+                self.sample_interval,
+            )
             self._open_buffered(origin)
             return True
         log.warning("%s; profiling the host only", self.unavailable_reason)
@@ -309,18 +371,15 @@ class NvmlSource:
     def _read_device(self, device: _Device) -> dict[str, float]:
         nvml = self._nvml
         readings: dict[str, float] = {}
+        if device.mig_instance:  # the instance's framebuffer; the rest is none or the parent's
+            return self._read_memory(device, readings)
         try:
             rates = nvml.nvmlDeviceGetUtilizationRates(device.handle)
             readings[GPU_UTIL] = float(rates.gpu)
             readings[MEM_COPY_UTIL] = float(rates.memory)
         except nvml.NVMLError as error:
-            self._report(f"utilization of GPU {device.index}", error)
-        try:
-            memory = nvml.nvmlDeviceGetMemoryInfo(device.handle)
-            readings[FB_USED] = memory.used / _MIB
-            readings[FB_FREE] = memory.free / _MIB
-        except nvml.NVMLError as error:
-            self._report(f"memory of GPU {device.index}", error)
+            self._report(f"utilization of GPU {device.key}", error)
+        self._read_memory(device, readings)
         if GPU_TEMP in self.fields:
             try:
                 temperature = nvml.nvmlDeviceGetTemperature(
@@ -336,26 +395,35 @@ class NvmlSource:
                 self._report(f"power of GPU {device.index}", error)
         return readings
 
+    def _read_memory(self, device: _Device, readings: dict[str, float]) -> dict[str, float]:
+        try:
+            memory = self._nvml.nvmlDeviceGetMemoryInfo(device.handle)
+            readings[FB_USED] = memory.used / _MIB
+            readings[FB_FREE] = memory.free / _MIB
+        except self._nvml.NVMLError as error:
+            self._report(f"memory of GPU {device.key}", error)
+        return readings
+
     def _sample_processes(self, device: _Device, now: float) -> None:
         nvml = self._nvml
         try:
             running = nvml.nvmlDeviceGetComputeRunningProcesses(device.handle)
         except nvml.NVMLError as error:
-            self._report(f"processes of GPU {device.index}", error)
+            self._report(f"processes of GPU {device.key}", error)
             return
         sm_util: dict[int, float] = {}
-        since = self._process_timestamps.get(device.index, 0)
+        since = self._process_timestamps.get(device.key, 0)
         try:
             for sample in nvml.nvmlDeviceGetProcessUtilization(device.handle, since):
                 sm_util[sample.pid] = max(sm_util.get(sample.pid, 0.0), float(sample.smUtil))
                 since = max(since, int(sample.timeStamp))
-            self._process_timestamps[device.index] = since
+            self._process_timestamps[device.key] = since
         except nvml.NVMLError_NotFound:
             pass  # no process ran since the last sample
         except nvml.NVMLError as error:
-            self._report(f"process utilisation of GPU {device.index}", error)
+            self._report(f"process utilisation of GPU {device.key}", error)
         # Only this thread adds processes: the new ones are read from /proc outside the lock.
-        known = self._processes[device.index]
+        known = self._processes[device.key]
         new = {
             process.pid: GpuProcess(
                 process.pid,
@@ -367,7 +435,7 @@ class NvmlSource:
             if process.pid not in known
         }
         with self._lock:
-            seen = self._processes[device.index]
+            seen = self._processes[device.key]
             seen.update(new)
             for process in running:
                 entry = seen[process.pid]
@@ -425,7 +493,47 @@ class NvmlSource:
                 values=np.ascontiguousarray(fine_rows.T),
                 step_seconds=self._fine.step,
             )
-        return matrices
+        return [self._with_pods_sharing(matrix) for matrix in matrices]
+
+    def _with_pods_sharing(self, matrix: SeriesMatrix) -> SeriesMatrix:
+        """``matrix`` with, for every GPU whose processes belong to several pods at once (a
+        time-sliced GPU), one series per pod (labelled ``uid``, as dcgm-exporter labels its
+        per-pod series): its processes' summed peak SM utilisation (capped at 100) or GPU
+        memory, at the time of its latest sample. NVML's per-process accounting keeps peaks,
+        not a time line; the profiles take each pod's peaks from these (docs/sharing.md)."""
+        if matrix.field not in (GPU_UTIL, FB_USED) or not matrix.timestamps.size:
+            return matrix
+        labels, rows = list(matrix.labels), [matrix.values]
+        for device in self._devices:
+            for uid, (util, memory, last) in self._pods_sharing(device.key).items():
+                row = np.full((1, matrix.timestamps.size), np.nan)
+                column = int(np.argmin(np.abs(matrix.timestamps - last)))
+                row[0, column] = min(util, 100.0) if matrix.field == GPU_UTIL else memory / _MIB
+                base = {key: self._labels(device)[key] for key in ("gpu", "UUID", "Hostname")}
+                labels.append({**base, POD_UID: uid, PER_POD_LABEL: uid})
+                rows.append(row)
+        if len(rows) == 1:
+            return matrix
+        return SeriesMatrix(
+            matrix.field, labels, matrix.timestamps, np.vstack(rows), matrix.step_seconds
+        )
+
+    def _pods_sharing(self, index: str) -> dict[str, tuple[float, float, float]]:
+        """Pod UID -> (summed peak SM utilisation, summed peak memory in bytes, last seen) of
+        the pods whose processes share GPU ``index``; empty unless there are two or more."""
+        with self._lock:
+            pods: dict[str, tuple[float, float, float]] = {}
+            for entry in self._processes.get(index, {}).values():
+                uid = entry.container.pod_uid if entry.container is not None else None
+                if uid is None:
+                    continue
+                util, memory, last = pods.get(uid, (0.0, 0.0, 0.0))
+                pods[uid] = (
+                    util + entry.sm_util_max,
+                    memory + entry.used_memory_max_bytes,
+                    max(last, entry.last_seen),
+                )
+        return pods if len(pods) >= 2 else {}
 
     def _labels(self, device: _Device) -> dict[str, str]:
         labels = {
@@ -434,10 +542,15 @@ class NvmlSource:
             "modelName": device.model,
             "Hostname": self.hostname,
         }
-        pod_uid = self._main_pod(device.index)
+        if device.mig_instance:
+            labels |= {
+                MIG_INSTANCE_LABEL: device.mig_instance,
+                MIG_PROFILE_LABEL: device.mig_profile,
+            }
+        pod_uid = self._main_pod(device.key)
         if pod_uid is not None:
-            labels["pod_uid"] = pod_uid
-        identity = self._main_identity(device.index)
+            labels[POD_UID] = pod_uid
+        identity = self._main_identity(device.key)
         if identity is not None and identity.engine:
             labels[ENGINE_LABEL] = identity.engine
         if identity is not None and identity.framework:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from profiler_app.model import (
+    DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,
+    GR_ENGINE_ACTIVE,
     MEM_COPY_UTIL,
     CycleResult,
     FieldStats,
@@ -103,4 +105,28 @@ def sample_cycle(node: str = "node-a") -> CycleResult:
             )
         ],
         host={"cpu_percent": 12.5, "memory_percent": 40.0, "disk_used_percent": 71.0},
+    )
+
+
+def mig_profile(gpu: str, instance: str, job_type: str, *, util: float = 0.5) -> GpuProfile:
+    """A MIG instance (``GPU_I_ID`` ``instance``, 1g.10gb) of GPU ``gpu`` on node-a: its
+    utilisation GR_ENGINE_ACTIVE ``util`` (a ratio), its bandwidth DRAM_ACTIVE, 4 GiB held."""
+    return GpuProfile(
+        gpu=gpu,
+        uuid=f"GPU-{gpu}-0000",
+        hostname="node-a",
+        job_type=job_type,
+        period_seconds=None,
+        stats={
+            GR_ENGINE_ACTIVE: FieldStats(util, util, util / 2, 0.0),
+            DRAM_ACTIVE: FieldStats(util / 2, util / 2, util / 4, 0.0),
+            FB_USED: FieldStats(4096.0, 4096.0, 4096.0, 0.0),
+        },
+        confidence=0.8,
+        reasons=("steady",),
+        mig_instance=instance,
+        mig_profile="1g.10gb",
+        gpu_model="NVIDIA A100-SXM4-80GB",
+        util_field=GR_ENGINE_ACTIVE,
+        mem_field=DRAM_ACTIVE,
     )

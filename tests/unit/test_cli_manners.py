@@ -20,7 +20,7 @@ import pytest
 
 from profiler_app.cli import build_parser, main
 from profiler_app.commands import progress
-from profiler_app.commands.report import NARROW_COLUMNS
+from profiler_app.commands.report import NARROW_COLUMNS, RIGHTSIZE_VIEW
 from profiler_app.commands.run import RunConfig
 from profiler_app.reporting import REPORT_VIEWS, view_columns
 from tests.support.nsys import ReportBuilder
@@ -71,7 +71,8 @@ def test_bash_completes_commands_flags_and_choices(tmp_path: Path) -> None:
     assert set(bash_completes(str(script), ["gpu-profiler", ""])) >= set(commands.choices)  # type: ignore[arg-type]
     assert bash_completes(str(script), ["gpu-profiler", "an"]) == ["analyze"]
     assert "--store-url" in bash_completes(str(script), ["gpu-profiler", "report", "--s"])
-    assert bash_completes(str(script), ["gpu-profiler", "report", "--by", ""]) == list(REPORT_VIEWS)
+    views = [*REPORT_VIEWS, RIGHTSIZE_VIEW]
+    assert bash_completes(str(script), ["gpu-profiler", "report", "--by", ""]) == views
     assert bash_completes(str(script), ["gpu-profiler", "analyze", "-o", ""]) == [
         "table",
         "wide",

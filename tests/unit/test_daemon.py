@@ -192,6 +192,7 @@ def test_a_cycle_classifies_and_publishes_everywhere() -> None:
     )
     assert sample("gpu_profiler_cycle_duration_seconds_count") == 1.0
     job = {"Hostname": "node-a", "gpu": "0", "UUID": "GPU-0", "namespace": "ml", "pod": "trainer-0"}
+    job |= {"GPU_I_ID": "", "GPU_I_PROFILE": ""}  # a whole GPU
     assert sample("gpu_profiler_gpu_job_type", {**job, "job_type": "training"}) == 1.0
 
 

@@ -32,7 +32,7 @@ from profiler_app.sinks.kubernetes import (
 )
 from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
 from tests.support.clock import FakeClock
-from tests.support.cycles import AT, gpu_profile, sample_cycle
+from tests.support.cycles import AT, gpu_profile, mig_profile, sample_cycle
 
 D = "ai.centaurus.io"
 NODE = "node-a"
@@ -698,3 +698,30 @@ def test_non_json_answer_is_a_kubernetes_error(tmp_path: Path, clock: FakeClock)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_mig_instances_are_annotated_each_under_their_own_keys(
+    apiserver: StandInApiServer, sink: KubernetesSink
+) -> None:
+    """Seven instances of GPU 0 (MIG): seven sets of gpu-0-mig-<id>- keys with the instance's
+    profile and its GR_ENGINE_ACTIVE in percent as util-max; an instance gone is removed."""
+    result = sample_cycle(NODE)
+    instances = [mig_profile("0", str(gi), "inference", util=gi / 10) for gi in range(1, 8)]
+    sink.publish(dataclasses.replace(result, gpus=instances))
+    written = on_node(apiserver)
+    for gi in range(1, 8):
+        prefix = f"{D}/gpu-0-mig-{gi}-"
+        assert written[prefix + "job-type"] == "inference"
+        assert written[prefix + "profile"] == "1g.10gb"
+        assert written[prefix + "util-max"] == str(gi * 10)
+        assert written[prefix + "mem-copy-util-max"] == str(gi * 5)
+        assert written[prefix + "fb-used-max-mib"] == "4096"
+    assert not any(key.startswith(f"{D}/gpu-0-job-type") for key in written)
+
+    apiserver.clear_requests()
+    sink.publish(dataclasses.replace(result, gpus=instances[:6]))
+    patch = apiserver.requests(method="PATCH", path=NODE_PATH)[0].json()["metadata"]
+    removed = {key for key, value in patch["annotations"].items() if value is None}
+    assert removed
+    assert all(key.startswith(f"{D}/gpu-0-mig-7-") for key in removed)
+    assert not any(key.startswith(f"{D}/gpu-0-mig-7-") for key in on_node(apiserver))

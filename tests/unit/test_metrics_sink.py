@@ -11,8 +11,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_app.errors import UserError
-from profiler_app.sinks.metrics import BASES, Heartbeat, MetricsSink
-from tests.support.cycles import sample_cycle
+from profiler_app.sinks.metrics import BASES, JOB_TYPES, Heartbeat, MetricsSink
+from tests.support.cycles import mig_profile, sample_cycle
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -54,6 +54,8 @@ def gpu_labels(gpu: str, **extra: str) -> frozenset[tuple[str, str]]:
         "Hostname": "node-a",
         "gpu": gpu,
         "UUID": f"GPU-{gpu}-0000",
+        "GPU_I_ID": "",
+        "GPU_I_PROFILE": "",
         "namespace": namespace,
         "pod": pod,
     }
@@ -182,3 +184,19 @@ def test_close_stops_the_server(clock: Clock) -> None:
     sink.close()
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_mig_instances_are_series_of_their_own(served: tuple[MetricsSink, str]) -> None:
+    """Seven instances of one GPU: seven series, labelled as dcgm-exporter labels them, with
+    the instance's GR_ENGINE_ACTIVE in percent as its utilisation."""
+    sink, base = served
+    instances = [mig_profile("0", str(gi), "inference", util=gi / 10) for gi in range(1, 8)]
+    sink.publish(replace(sample_cycle(), gpus=instances))
+    scraped = scrape(base)
+    for gi in range(1, 8):
+        labels = dict(gpu_labels("0", GPU_I_ID=str(gi), GPU_I_PROFILE="1g.10gb"))
+        labels |= {"namespace": "", "pod": ""}
+        key = ("gpu_profiler_gpu_utilization_max_percent", frozenset(labels.items()))
+        assert scraped[key] == pytest.approx(gi * 10)
+    job_types = [key for key in scraped if key[0] == "gpu_profiler_gpu_job_type"]
+    assert len(job_types) == 7 * len(JOB_TYPES)

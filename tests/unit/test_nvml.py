@@ -20,11 +20,19 @@ import pynvml
 import pytest
 
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, SeriesMatrix
+from profiler_app.model import (
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    SHARED_PER_POD,
+    PodInfo,
+    SeriesMatrix,
+)
+from profiler_app.pods import attribute_series, pod_usage
 from profiler_app.profiles import build_profiles
 from profiler_app.sources.nvml import POWER_USAGE, NvmlSource, SampleRing
 from tests.support import signals
-from tests.support.nvml import Clock, FakeGpu, FakeNvml
+from tests.support.nvml import Clock, FakeGpu, FakeMigDevice, FakeNvml
 
 UID = "0b6a4e0c-5d2f-4c6e-9a3e-2f1b7c8d9e01"
 CID = "4c1f0e8a3b2d5f6e7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f"
@@ -353,3 +361,103 @@ def test_a_failing_samples_call_is_said_once_and_the_ticks_reading_stands_in(
         r for r in caplog.records if "reading buffered utilisation samples failed" in r.message
     ]
     assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 9
+
+
+def _proc_with_pods(tmp_path: Path, pods: dict[int, str]) -> Path:
+    """/proc of processes (PID -> pod UID) in pods' cgroups."""
+    for pid, uid in pods.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(
+            f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/"
+            f"cri-containerd-{CID}.scope\n"
+        )
+    return tmp_path
+
+
+def test_pods_sharing_a_gpu_get_their_own_peaks_from_process_accounting(tmp_path: Path) -> None:
+    """Two pods' processes on one GPU (time-slicing): nvmlDeviceGetProcessUtilization and each
+    process's memory give each pod its own peaks, through the same path as dcgm-exporter's
+    per-pod series; a GPU of one pod gets no per-pod series."""
+    other = "7d9e1f20-3a4b-4c5d-8e6f-0a1b2c3d4e5f"
+    gpus = [
+        FakeGpu("GPU-shared", "NVIDIA L4", util=85, used_bytes=12 * 2**30),
+        FakeGpu("GPU-alone", "NVIDIA L4", util=50, used_bytes=2**30),
+    ]
+    gpus[0].processes = [(100, 8 * 2**30), (200, 4 * 2**30)]
+    gpus[0].process_util = {100: 60.0, 200: 25.0}
+    gpus[1].processes = [(300, 2**30)]
+    clock = Clock()
+    source = NvmlSource(
+        "node-a",
+        window_seconds=10,
+        sample_interval=1,
+        fields=[GPU_UTIL, MEM_COPY_UTIL, FB_USED],
+        nvml=FakeNvml(gpus),
+        proc_root=_proc_with_pods(tmp_path, {100: UID, 200: other, 300: UID}),
+        clock=clock,
+        buffered=False,
+    )
+    assert source.open()
+    for _ in range(5):
+        source.sample()
+        clock.now += 1
+    pods = [
+        PodInfo(uid, "ml", name, "node-a", "Running", None, 1, 1, {})
+        for uid, name in ((UID, "pod-a"), (other, "pod-b"))
+    ]
+    matrices = attribute_series(source.read(5), pods)
+    util = next(matrix for matrix in matrices if matrix.field == GPU_UTIL)
+    assert len(util.labels) == 4  # two devices, two pods on the shared one
+    profiles = build_profiles(matrices)
+    shared, alone = profiles
+    assert (shared.uuid, shared.sharing, alone.sharing) == ("GPU-shared", "time-slicing", "none")
+    assert shared.stats[GPU_UTIL].max == 85.0  # the device, not a pod's series
+    usage = {p.pod: p for p in pod_usage(profiles, pods, {}, "node-a")}
+    assert (usage["pod-b"].gpu_util_max, usage["pod-b"].fb_used_max_mib) == (25.0, 4096.0)
+    assert usage["pod-b"].gpu_attribution == SHARED_PER_POD
+    assert usage["pod-a"].gpus == ("0", "1")
+    assert usage["pod-a"].gpu_attribution == SHARED_PER_POD
+
+
+def test_mig_instances_are_listed_with_their_framebuffer_and_no_utilisation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A GPU in MIG mode: each instance (nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+    nvmlDeviceGetMigDeviceHandleByIndex, empty slots skipped) is a GPU labelled as dcgm-exporter
+    labels it, with its own framebuffer; NVML gives no utilisation for it, so its verdict has
+    confidence 0 and says why, rather than a confident "idle"."""
+    instances = [
+        FakeMigDevice(1, "3g.40gb", used_bytes=20 * 2**30, processes=[(10, 20 * 2**30)]),
+        None,
+        FakeMigDevice(5, "1g.10gb", used_bytes=0),
+    ]
+    gpus = [
+        FakeGpu("GPU-mig", "NVIDIA A100-SXM4-80GB", mig_slots=instances),
+        FakeGpu("GPU-whole", "NVIDIA A100-SXM4-80GB", util=70),
+    ]
+    clock = Clock()
+    source = NvmlSource(
+        "node-a", 10, 1, fields=[GPU_UTIL, FB_USED], nvml=FakeNvml(gpus), clock=clock
+    )
+    with caplog.at_level(logging.INFO):
+        assert source.open()
+    assert "2 MIG instances: framebuffer only" in caplog.text
+    for _ in range(3):
+        source.sample()
+        clock.now += 1
+    matrices = {matrix.field: matrix for matrix in source.read(3)}
+    labels = matrices[FB_USED].labels
+    assert [(lab["gpu"], lab.get("GPU_I_ID"), lab.get("GPU_I_PROFILE")) for lab in labels] == [
+        ("0", "1", "3g.40gb"),
+        ("0", "5", "1g.10gb"),
+        ("1", None, None),
+    ]
+    assert {lab["UUID"] for lab in labels[:2]} == {"GPU-mig"}
+    assert matrices[FB_USED].values[:, 0].tolist() == [20480.0, 0.0, 0.0]
+    assert np.isnan(matrices[GPU_UTIL].values[:2]).all()
+    profiles = build_profiles(list(matrices.values()))
+    assert [p.device for p in profiles] == ["0-mig-1", "0-mig-5", "1"]
+    assert profiles[0].confidence == 0.0
+    assert profiles[0].reasons[0].startswith("no utilisation samples")
+    assert profiles[2].job_type != "idle"
+    assert source.processes()["0-mig-1"][0].pid == 10

@@ -19,6 +19,7 @@ import pytest
 
 from profiler_app.cli import build_parser, main
 from profiler_app.commands import run as run_command
+from profiler_app.commands.options import DEFAULT_FIELDS, MIG_FIELDS
 from profiler_app.commands.run import RunConfig
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 from tests.support.environment import environment_without_settings
@@ -35,7 +36,11 @@ def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = RunConfig.from_args(parse())
     assert config.prometheus_url is None
     assert config.node_label == "Hostname"
+    # Local mode: NVML samples no DCGM profiling fields (MIG_FIELDS); Prometheus mode reads them.
     assert config.fields == [GPU_UTIL, MEM_COPY_UTIL, FB_USED, POWER_USAGE]
+    with_prometheus = RunConfig.from_args(parse("--prometheus-url", "http://prometheus:9090"))
+    assert with_prometheus.fields == [*DEFAULT_FIELDS]
+    assert with_prometheus.fields[4:] == [*MIG_FIELDS]
     assert config.kubeconfig is None
     assert config.annotation_domain == "ai.centaurus.io"
     assert config.store_url == f"sqlite:///{tmp_path}/gpu-profiler/profiler.db"

@@ -117,8 +117,22 @@ def assert_rollups_equal(got: dict, expected: dict) -> None:
                 assert got[identity][column] == value, (identity, column)
 
 
+# Revision 0009's columns, which the rows written at BEFORE do not have.
+LATER_COLUMNS = {
+    "gpu_i_id",
+    "mig_profile",
+    "gpu_model",
+    "sharing",
+    "replicas",
+    "sm_active_p95",
+    "sm_active_mean",
+    "dram_active_p95",
+}
+
+
 def raw_rows(connection: sa.Connection) -> list[tuple[Any, ...]]:
-    query = sa.select(gpu_window).order_by(gpu_window.c.id)
+    columns = [column for column in gpu_window.c if column.name not in LATER_COLUMNS]
+    query = sa.select(*columns).order_by(gpu_window.c.id)
     return [tuple(row) for row in connection.execute(query)]
 
 

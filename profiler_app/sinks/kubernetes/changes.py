@@ -55,7 +55,7 @@ TOLERANCES: dict[str, Tolerance] = {
 }
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
-_NODE_GPU_KEY_NAME = re.compile(r"^gpu-[A-Za-z0-9]+-(.+)$")
+_NODE_GPU_KEY_NAME = re.compile(r"^gpu-[A-Za-z0-9]+-(?:mig-[0-9]+-)?(.+)$")
 
 
 def diff(known: Mapping[str, str], desired: Mapping[str, str], owned: Iterable[str]) -> Patch:

@@ -13,7 +13,8 @@ DEFAULT_HEARTBEAT_SECONDS = 600.0
 MAX_GPUS = 64
 ANNOTATION_BUDGET_BYTES = 32 * 1024
 
-# Node keys, per GPU: <domain>/gpu-<index>-<name>.
+# Node keys, per GPU: <domain>/gpu-<index>-<name>; per MIG instance
+# <domain>/gpu-<index>-mig-<GPU_I_ID>-<name>, with its profile (e.g. 1g.10gb) under MIG_PROFILE.
 JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
     "job-type",
     "period-seconds",
@@ -29,6 +30,7 @@ REASONS_MAX_CHARS = 160
 # What runs on the GPU (profiler_app.engines): the engine (vllm, torchrun, ...) and the
 # framework (pytorch, jax, ...), each present only where known.
 ENGINE, FRAMEWORK = "engine", "framework"
+MIG_PROFILE = "profile"
 # Node key, once per node.
 PROFILED_AT = "profiled-at"
 
@@ -55,6 +57,7 @@ _NODE_GPU_NAMES = (
     REASONS,
     ENGINE,
     FRAMEWORK,
+    MIG_PROFILE,
     *LEGACY_NODE_NAMES,
 )
 
@@ -62,4 +65,6 @@ _NODE_GPU_NAMES = (
 def owned_node_key(domain: str) -> re.Pattern[str]:
     """Matches the node annotation keys this profiler owns under ``domain``."""
     gpu_names = "|".join(re.escape(name) for name in _NODE_GPU_NAMES)
-    return re.compile(rf"^{re.escape(domain)}/(gpu-[A-Za-z0-9]+-({gpu_names})|{PROFILED_AT})$")
+    return re.compile(
+        rf"^{re.escape(domain)}/(gpu-[A-Za-z0-9]+(-mig-[0-9]+)?-({gpu_names})|{PROFILED_AT})$"
+    )

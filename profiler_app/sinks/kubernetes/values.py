@@ -8,7 +8,14 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, PodUsage
+from profiler_app.model import (
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    CycleResult,
+    GpuProfile,
+    PodUsage,
+)
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.kubernetes.names import (
     ANNOTATION_BUDGET_BYTES,
@@ -19,6 +26,7 @@ from profiler_app.sinks.kubernetes.names import (
     JOB_TYPE,
     MAX_GPUS,
     MEM_COPY_UTIL_MAX,
+    MIG_PROFILE,
     PERIOD,
     POD_CPU_UTIL_MAX,
     POD_GPU_MEM_COPY_UTIL_MAX,
@@ -33,6 +41,14 @@ from profiler_app.sinks.kubernetes.names import (
 log = logging.getLogger(__name__)
 
 _GPU_INDEX = re.compile(r"^[A-Za-z0-9]+$")
+_MIG_INSTANCE = re.compile(r"^[0-9]*$")  # '' for a whole GPU
+
+
+def _prefix(domain: str, profile: GpuProfile) -> str:
+    """``<domain>/gpu-<index>-``, or for a MIG instance ``<domain>/gpu-<index>-mig-<id>-``."""
+    instance = f"mig-{profile.mig_instance}-" if profile.mig_instance else ""
+    return f"{domain}/gpu-{profile.gpu}-{instance}"
+
 
 Annotations = dict[str, str]
 
@@ -67,13 +83,13 @@ def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS)
     annotations = {f"{domain}/{PROFILED_AT}": _rfc3339(result.at)}
     reasons: Annotations = {}
     profiles = sorted(
-        (p for p in result.gpus if _GPU_INDEX.match(p.gpu)),
-        key=lambda p: (len(p.gpu), p.gpu),
+        (p for p in result.gpus if _GPU_INDEX.match(p.gpu) and _MIG_INSTANCE.match(p.mig_instance)),
+        key=lambda p: (len(p.gpu), p.gpu, len(p.mig_instance), p.mig_instance),
     )
     if len(profiles) > max_gpus:
         log.warning("annotating the first %d of %d GPUs", max_gpus, len(profiles))
     for profile in profiles[:max_gpus]:
-        prefix = f"{domain}/gpu-{profile.gpu}-"
+        prefix = _prefix(domain, profile)
         values = {
             JOB_TYPE: profile.job_type,
             PERIOD: None
@@ -85,6 +101,7 @@ def node_annotations(result: CycleResult, domain: str, max_gpus: int = MAX_GPUS)
             CONFIDENCE: None if profile.confidence is None else f"{profile.confidence:.2f}",
             ENGINE: profile.engine,
             FRAMEWORK: profile.framework,
+            MIG_PROFILE: profile.mig_profile or None,
         }
         annotations.update({prefix + name: value for name, value in values.items() if value})
         if text := _reasons(profile.reasons):

@@ -54,6 +54,7 @@ GPU_COLUMNS = (
     "node",
     "gpu",
     "uuid",
+    "gpu_i_id",  # a MIG instance, '' for a whole GPU (revision 0009)
     "job_type",
     "memory_held",
     "namespace",
@@ -66,6 +67,7 @@ GPU_COLUMNS = (
     "mem_copy_util_max",
     "fb_used_max_mib",
 )
+_KEY_COUNT = GPU_COLUMNS.index("covered_seconds")
 _OWNER_KEYS = ("owner_kind", "owner_name")
 _PEAKS = ("util_max", "mem_copy_util_max", "fb_used_max_mib")
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -229,6 +231,7 @@ def _raw(
         c.node,
         c.gpu,
         c.uuid,
+        c.gpu_i_id,
         c.job_type,
         sql_case((c.fb_used_max_mib >= HELD_MEMORY_MIB, true()), else_=false()).label(
             "memory_held"
@@ -247,16 +250,15 @@ def _keys(table: Table) -> list[ColumnElement[Any]]:
     return [
         (table.c.pod != "").label("has_pod") if column == "has_pod" and table is gpu_hour
         else table.c[column]
-        for column in GPU_COLUMNS[:9]
+        for column in GPU_COLUMNS[:_KEY_COUNT]
     ]  # fmt: skip
 
 
 def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
     """Whole buckets of a rollup, as they are."""
     bucket = table.c.hour if table is gpu_hour else table.c.day
-    query = select(*_keys(table), *(table.c[column] for column in GPU_COLUMNS[9:])).where(
-        bucket >= part.start, bucket < part.end
-    )
+    values = (table.c[column] for column in GPU_COLUMNS[_KEY_COUNT:])
+    query = select(*_keys(table), *values).where(bucket >= part.start, bucket < part.end)
     return query.where(table.c.node == node) if node is not None else query
 
 

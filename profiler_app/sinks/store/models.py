@@ -67,6 +67,11 @@ class UtcDateTime(TypeDecorator[datetime]):
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+def _instance(*, key: bool = False) -> Column[Any]:
+    """A MIG instance's GPU_I_ID, '' for a whole GPU (revision 0009)."""
+    return Column("gpu_i_id", String(8), nullable=False, primary_key=key, server_default="")
+
+
 def _optional(name: str, kind: Any) -> Column[Any]:
     return Column(name, kind, nullable=True)
 
@@ -110,6 +115,17 @@ gpu_window = Table(
     # Revision 0006: what ran on the GPU (profiler_app.engines' names).
     _optional("engine", String(32)),
     _optional("framework", String(32)),
+    # Revision 0009: the MIG instance (dcgm-exporter's GPU_I_ID, '' for a whole GPU) and its
+    # profile, the GPU model, and how the GPU is shared (none, time-slicing, mps) in how many.
+    _instance(),
+    _optional("mig_profile", String(32)),
+    _optional("gpu_model", String(256)),
+    _optional("sharing", String(16)),
+    _optional("replicas", Integer),
+    # Revision 0009: what right-sizing measures (report --by rightsize), DCGM's ratios 0-1.
+    _optional("sm_active_p95", Float),
+    _optional("sm_active_mean", Float),
+    _optional("dram_active_p95", Float),
     # The report filters on time (optionally node) and walks each GPU's rows in time order.
     Index(None, "at"),
     Index(None, "node", "gpu", "at"),
@@ -137,6 +153,8 @@ pod_usage = Table(
     _required("last_seen", UtcDateTime()),
     _optional("owner_kind", String(63)),  # revision 0003
     _optional("owner_name", String(253)),
+    # Revision 0009: on a shared GPU, where its GPU peaks come from (model.SHARED_*).
+    _optional("gpu_attribution", String(32)),
     Index(None, "last_seen"),
 )
 
@@ -231,6 +249,7 @@ def _gpu_rollup(name: str, bucket: str, pod: Column[Any]) -> Table:
         _required("node", String(253), key=True),
         _required("gpu", String(32), key=True),
         _required("uuid", String(64), key=True),
+        _instance(key=True),
         _required("job_type", String(16), key=True),
         _required("memory_held", Boolean(create_constraint=False), key=True),
         _required("namespace", String(253), key=True),

@@ -49,6 +49,7 @@ GPU_HOUR_KEY = (
     "node",
     "gpu",
     "uuid",
+    "gpu_i_id",  # revision 0009: a MIG instance ('' for a whole GPU)
     "job_type",
     "memory_held",
     "namespace",
@@ -136,6 +137,7 @@ def gpu_rollup_rows(tier: Tier, rows: Iterable[Mapping[str, Any]]) -> list[dict[
             "node": row["node"],
             "gpu": row["gpu"],
             "uuid": row["uuid"],
+            "gpu_i_id": row.get("gpu_i_id", ""),
             "job_type": row["job_type"],
             "memory_held": memory_held(row["fb_used_max_mib"]),
             "namespace": row["namespace"] or "",

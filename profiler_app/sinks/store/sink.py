@@ -9,7 +9,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile, PodUsage
+from profiler_app.model import (
+    DRAM_ACTIVE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    SM_ACTIVE,
+    CycleResult,
+    GpuProfile,
+    PodUsage,
+)
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
@@ -125,7 +134,7 @@ class TableStore:
             with database.transaction() as cursor:
                 last_at = self._load_last_at(cursor, result)
                 rows = [
-                    _gpu_window_row(result, profile, last_at.get((profile.gpu, profile.uuid)))
+                    _gpu_window_row(result, profile, last_at.get(_gpu_identity(profile)))
                     for profile in result.gpus
                 ]
                 self._insert_gpu_windows(cursor, rows)
@@ -168,7 +177,9 @@ class TableStore:
             raise StoreError(f"store {self.url}: migration failed: {error}") from None
         self._migrated = True
 
-    def _load_last_at(self, cursor: Any, result: CycleResult) -> dict[tuple[str, str], datetime]:
+    def _load_last_at(
+        self, cursor: Any, result: CycleResult
+    ) -> dict[tuple[str, str, str], datetime]:
         """Each GPU's last row time within the window, read in the cycle's transaction: the
         store, not this process, knows what was committed (a commit whose answer was lost,
         another process writing the same node during a rolling update). One lookup per GPU on
@@ -178,14 +189,14 @@ class TableStore:
             return {}
         param = self._database.param  # placeholders, not values
         gpus = ", ".join(
-            f"({param(f'gpu{index}')}, {param(f'uuid{index}')})"
+            f"({param(f'gpu{index}')}, {param(f'uuid{index}')}, {param(f'instance{index}')})"
             for index in range(len(result.gpus))
         )
         statement = (
-            f"WITH gpus (gpu, uuid) AS (VALUES {gpus}) SELECT gpus.gpu, gpus.uuid,"  # noqa: S608
-            " (SELECT max(at) FROM gpu_window"
+            f"WITH gpus (gpu, uuid, gpu_i_id) AS (VALUES {gpus})"  # noqa: S608
+            " SELECT gpus.gpu, gpus.uuid, gpus.gpu_i_id, (SELECT max(at) FROM gpu_window"
             f" WHERE node = {param('node')} AND gpu = gpus.gpu AND uuid = gpus.uuid"
-            f" AND at > {param('since')}) FROM gpus"
+            f" AND gpu_i_id = gpus.gpu_i_id AND at > {param('since')}) FROM gpus"
         )
         values: dict[str, Any] = {
             "node": result.node,
@@ -193,10 +204,11 @@ class TableStore:
         }
         for index, profile in enumerate(result.gpus):
             values[f"gpu{index}"], values[f"uuid{index}"] = profile.gpu, profile.uuid
+            values[f"instance{index}"] = profile.mig_instance
         cursor.execute(statement, self._database.bind(values))
         return {
-            (gpu, uuid): self._database.read_time(at)
-            for gpu, uuid, at in cursor.fetchall()
+            (gpu, uuid, instance): self._database.read_time(at)
+            for gpu, uuid, instance, at in cursor.fetchall()
             if at is not None
         }
 
@@ -253,7 +265,7 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
         updates[column] = (
             f"CASE WHEN excluded.gpu_count > 0 THEN excluded.{column} ELSE pod_usage.{column} END"
         )
-    for column in ("owner_kind", "owner_name"):
+    for column in ("owner_kind", "owner_name", "gpu_attribution"):
         updates[column] = merged(database, "pod_usage", column, Merge.KNOWN)
     return upsert_statement(database, "pod_usage", columns, _POD_KEY, updates)
 
@@ -273,6 +285,10 @@ def _partitions_needed(result: CycleResult) -> list[tuple[str, datetime]]:
     return [("gpu_window", result.at)] + [
         (table, moment) for table in SCHEMES if table != "gpu_window" for moment in moments
     ]
+
+
+def _gpu_identity(profile: GpuProfile) -> tuple[str, str, str]:
+    return profile.gpu, profile.uuid, profile.mig_instance
 
 
 def _gpu_window_row(
@@ -307,6 +323,14 @@ def _gpu_window_row(
         "owner_name": profile.owner_name,
         "engine": profile.engine,
         "framework": profile.framework,
+        "gpu_i_id": profile.mig_instance,
+        "mig_profile": profile.mig_profile or None,
+        "gpu_model": (profile.gpu_model or "")[:256] or None,
+        "sharing": profile.sharing,
+        "replicas": profile.replicas,
+        "sm_active_p95": _finite(field_stat(profile, SM_ACTIVE, "p95")),
+        "sm_active_mean": _finite(field_stat(profile, SM_ACTIVE, "mean")),
+        "dram_active_p95": _finite(field_stat(profile, DRAM_ACTIVE, "p95")),
     }
 
 
@@ -328,6 +352,7 @@ def _pod_row(pod: PodUsage, at: datetime) -> dict[str, Any]:
         "last_seen": min(pod.last_seen or at, at),
         "owner_kind": pod.owner_kind,
         "owner_name": pod.owner_name,
+        "gpu_attribution": pod.gpu_attribution,
     }
 
 

@@ -18,7 +18,13 @@ import requests
 
 from profiler_app.durations import format_duration
 from profiler_app.errors import SourceError, UserError
-from profiler_app.model import GPU_UTIL, SeriesMatrix
+from profiler_app.model import (
+    GPU_UTIL,
+    GR_ENGINE_ACTIVE,
+    PROF_PREFIX,
+    SeriesMatrix,
+    mig_instance,
+)
 from profiler_app.sources.prometheus.documents import align, matrix_result, vector_result
 from profiler_app.sources.prometheus.grid import (
     MAX_POINTS_PER_REQUEST,
@@ -34,6 +40,15 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_SECONDS = 10.0
 _ERRNO_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 _TRANSIENT_STATUSES = {429, 502, 503, 504}
+
+
+def _mig_only(matrices: Sequence[SeriesMatrix]) -> bool:
+    """Whether a node without GPU utilisation has MIG instances, which never export it (their
+    GR_ENGINE_ACTIVE stands in, ``profiles``)."""
+    return matrices[0].field == GPU_UTIL and any(
+        matrix.field == GR_ENGINE_ACTIVE and any(mig_instance(labels) for labels in matrix.labels)
+        for matrix in matrices
+    )
 
 
 @dataclass
@@ -96,14 +111,18 @@ class PrometheusSource:
             if not series and field in self.optional_fields:
                 if field not in self._missing_said:
                     self._missing_said.add(field)
-                    log.warning(
+                    # DCGM's profiling fields are not on every GPU: no warning without them.
+                    say = log.debug if field.startswith(PROF_PREFIX) else log.warning
+                    say(
                         "%s; going on without it", self._no_series_message(field, 1, window_seconds)
                     )
                 continue
-            if not series:
+            if not series and position > 0:
                 raise UserError(self._no_series_message(field, position, window_seconds))
             labels, values = align(series, grid)
             matrices.append(SeriesMatrix(field, labels, grid.timestamps(), values, step))
+        if not matrices[0].labels and not _mig_only(matrices):
+            raise UserError(self._no_series_message(self.fields[0], 0, window_seconds))
         return matrices
 
     def close(self) -> None:

@@ -30,7 +30,7 @@ from infra.platform import (
     GpuPlatformArgs,
 )
 from infra.profiler import PROFILER_NAME, GpuProfilerArgs
-from profiler_app.commands.options import DEFAULT_FIELDS
+from profiler_app.commands.options import DEFAULT_FIELDS, MIG_FIELDS
 from profiler_app.sinks.kubernetes import DEFAULT_DOMAIN, DEFAULT_HEARTBEAT_SECONDS, PROFILED_AT
 
 __all__ = [
@@ -68,8 +68,9 @@ MONITORING_NAMESPACE = _default(GpuPlatformArgs, "monitoring_namespace")
 DEVICE_PLUGIN_NAMESPACE = _default(GpuPlatformArgs, "device_plugin_namespace")
 PROFILER_NAMESPACE = _default(GpuProfilerArgs, "namespace")
 
-# The fields gpu-profiler reads by default: every GPU must have a series of each.
-DCGM_FIELDS: tuple[str, ...] = DEFAULT_FIELDS
+# The fields gpu-profiler reads by default: every GPU must have a series of each (the MIG
+# instances' fields only where MIG is on).
+DCGM_FIELDS: tuple[str, ...] = tuple(f for f in DEFAULT_FIELDS if f not in MIG_FIELDS)
 # The profiler rewrites profiled-at at least every heartbeat; allow one more cycle and slack.
 ANNOTATION_MAX_AGE_SECONDS = DEFAULT_HEARTBEAT_SECONDS + 300.0
 
