@@ -148,7 +148,9 @@ def test_rates_are_peaks_and_95th_percentiles_of_each_measured_direction() -> No
     rates = io_rates(series(disk_read=values, disk_write=np.full(101, np.nan)))
     assert rates is not None
     assert rates.stat(DISK_READ, "max") == 100 * MIB
-    assert rates.stat(DISK_READ, "p95") == pytest.approx(np.percentile(values[~np.isnan(values)], 95))
+    assert rates.stat(DISK_READ, "p95") == pytest.approx(
+        np.percentile(values[~np.isnan(values)], 95)
+    )
     assert rates.stat(DISK_WRITE, "max") is None  # no reading at all
     assert rates.stat(NETWORK_TRANSMIT, "p95") is None
     assert io_rates(series()) is None
