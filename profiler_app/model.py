@@ -198,6 +198,8 @@ class PodInfo:
     # The engine and framework its containers declare (image, command, args): decided when the
     # pod is read, so its command line (which may carry tokens) is never kept.
     identity: Identity | None = None
+    # On the host's network (spec.hostNetwork): its network counters are the node's, not its own.
+    host_network: bool = False
 
     @property
     def uses_gpus(self) -> bool:

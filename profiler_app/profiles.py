@@ -16,7 +16,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from profiler_app.analysis import Context, Prior, classify_matrix, field_stats, power_range
+from profiler_app.analysis import (
+    Context,
+    JobType,
+    Prior,
+    classify_matrix,
+    field_stats,
+    power_range,
+)
+from profiler_app.analysis.io import input_bound_reason
 from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
 from profiler_app.model import (
     ENFORCED_POWER_LIMIT,
@@ -30,6 +38,7 @@ from profiler_app.model import (
     FieldStats,
     FloatMatrix,
     GpuProfile,
+    PodIoSeries,
     SeriesMatrix,
 )
 from profiler_app.timelines import KeyResolver, Pod, Timelines, align, merge
@@ -65,6 +74,27 @@ def _memory_held(job_type: str, stats: dict[str, FieldStats]) -> tuple[str, ...]
     if job_type != "idle" or held is None or not held.max >= HELD_MEMORY_MIB:
         return ()
     return (f"memory held {held.max:.0f} MiB",)
+
+
+def _input_hint(
+    job_type: str,
+    util: np.ndarray,
+    timestamps: np.ndarray,
+    current: Pod | None,
+    pod_io: Mapping[Pod, PodIoSeries] | None,
+) -> str | None:
+    """ "stalls follow disk reads: likely input-bound" for a training GPU whose current pod's
+    input bursts line up with its stalls."""
+    if job_type != JobType.TRAINING or current is None or not pod_io:
+        return None
+    series = pod_io.get(current)
+    return None if series is None else input_bound_reason(util, timestamps, series)
+
+
+def _with_input_hint(reasons: tuple[str, ...], hint: str | None) -> tuple[str, ...]:
+    """The hint second, after the verdict's first reason: it is news, and the annotation keeps
+    only the reasons that fit."""
+    return reasons if hint is None else (*reasons[:1], hint, *reasons[1:])
 
 
 def _power_ranges(
@@ -172,12 +202,16 @@ def build_profiles(
     node_label: str = "Hostname",
     workloads: Mapping[Pod, Workload] | None = None,
     identities: Mapping[Pod, Identity] | None = None,
+    *,
+    pod_io: Mapping[Pod, PodIoSeries] | None = None,
 ) -> list[GpuProfile]:
     """One profile per GPU: ``primary_field`` classified with the GPU's other signals, every
     field summarised. ``workloads`` names the workload of pods by (namespace, pod) (the daemon
     knows them from Kubernetes); without it, well-known labels on the series may.
     ``identities`` names what pods' containers run (``engines``); local sampling puts what
-    each GPU's processes run on its series (``engine``/``framework`` labels).
+    each GPU's processes run on its series (``engine``/``framework`` labels). ``pod_io`` (the
+    pods' disk and network rates) lets a training GPU's reasons say when its stalls follow its
+    pod's input (``analysis.io``).
 
     Raises ``ValueError`` when no matrix holds ``primary_field``.
     """
@@ -236,7 +270,10 @@ def build_profiles(
             namespace=(current[0] or None) if current else None,
             pod=current[1] if current else None,
             confidence=result.confidence,
-            reasons=result.reasons + _memory_held(str(result.job_type), stats[row]),
+            reasons=_with_input_hint(
+                result.reasons + _memory_held(str(result.job_type), stats[row]),
+                _input_hint(str(result.job_type), values[row], primary.timestamps, current, pod_io),
+            ),
             basis=result.basis.label,
             pods=timelines.pods[row],
             owner_kind=workload.kind if workload else None,

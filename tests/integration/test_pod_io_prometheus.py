@@ -141,7 +141,8 @@ def test_a_counter_reset_is_no_spike_and_no_negative_rate(io_cluster: IoCluster)
 
 def test_network_sums_interfaces_once_per_pod_without_loopback(io_cluster: IoCluster) -> None:
     rates = io_rates(read(io_cluster)["ml", "trainer-0"])
-    assert rates is not None and rates.network_attributable
+    assert rates is not None
+    assert rates.network_attributable
     assert rates.stat(NETWORK_RECEIVE, "max") == pytest.approx(ETH0_IN + NET1_IN, rel=1e-6)
     assert rates.stat(NETWORK_RECEIVE, "p95") == pytest.approx(ETH0_IN + NET1_IN, rel=1e-6)
     assert rates.stat(NETWORK_TRANSMIT, "max") == pytest.approx(ETH0_OUT, rel=1e-6)

@@ -155,4 +155,5 @@ def test_rates_are_peaks_and_95th_percentiles_of_each_measured_direction() -> No
     assert rates.stat(NETWORK_TRANSMIT, "p95") is None
     assert io_rates(series()) is None
     hidden = io_rates(PodIoSeries(grid(), {}, network_attributable=False))
-    assert hidden is not None and not hidden.network_attributable
+    assert hidden is not None
+    assert not hidden.network_attributable

@@ -189,7 +189,9 @@ def test_sampler_skips_a_reset_and_leaves_out_a_host_network(tmp_path: Path) -> 
         wall.now += 1
     series = sampler.io()[UID]
     reads = series.rates[DISK_READ]
-    assert reads[1] == 4e6 and np.isnan(reads[2]) and reads[3] == 2e6
+    assert reads[1] == 4e6
+    assert np.isnan(reads[2])
+    assert reads[3] == 2e6
     assert not series.network_attributable
     assert set(series.rates) == {DISK_READ, DISK_WRITE}  # no guess at the pod's network
 
