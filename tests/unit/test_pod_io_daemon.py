@@ -18,6 +18,8 @@ from profiler_app.model import (
     NETWORK_RECEIVE,
     PodIoSeries,
 )
+from profiler_app.sources.kube_pods import pod_info as parse_pod
+from tests.support.apiserver import pod_manifest
 from tests.unit.test_daemon import (
     POD_UID,
     RecordingSink,
@@ -138,3 +140,10 @@ def test_a_failed_read_is_a_source_error_and_the_cycle_goes_on() -> None:
     assert errors(metrics, "source") == 1
     assert sink.received[-1].pods[0].io is None
     assert calls == [daemon.cycle.analysis.window_seconds]
+
+
+def test_the_pod_watcher_reads_host_network_from_the_spec() -> None:
+    manifest = pod_manifest("ml", "trainer-0", "node-a", gpus=1)
+    assert not parse_pod(manifest).host_network
+    manifest["spec"]["hostNetwork"] = True
+    assert parse_pod(manifest).host_network
