@@ -91,22 +91,6 @@ def on_grid(times: FloatArray, values: FloatArray, grid: FloatArray) -> FloatArr
     fill = np.isnan(result) & fresh
     result[fill] = values[latest[fill]]
     return result
-    spacing = float(np.median(np.diff(grid))) if grid.size > 1 else 1.0
-    usable = np.isfinite(values) & np.isfinite(times)
-    usable &= (times > grid[0] - spacing) & (times <= grid[-1])
-    slots = np.searchsorted(grid, times[usable], side="left")
-    np.fmax.at(result, slots, values[usable])
-    # Forward fill from the latest reading, where it is recent enough.
-    known = np.isfinite(result)
-    reading_times = np.sort(times[np.isfinite(values)])
-    if reading_times.size:
-        latest = np.searchsorted(reading_times, grid, side="right") - 1
-        order = np.argsort(times[np.isfinite(values)], kind="stable")
-        ordered_values = values[np.isfinite(values)][order]
-        fresh = (latest >= 0) & (grid - reading_times[np.maximum(latest, 0)] <= 2 * spacing)
-        fill = ~known & fresh
-        result[fill] = ordered_values[latest[fill]]
-    return result
 
 
 def _runs(flags: BoolArray) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
