@@ -402,13 +402,14 @@ _VIEW_COLUMNS = {
         "fb_used_max_mib",
         "cpu_util_max_percent",
         "mem_used_max_bytes",
-        *POD_IO_REPORT_COLUMNS,
-        "network_attributable",
         "start_time",
         "first_seen",
         "last_seen",
         "owner_kind",
         "owner_name",
+        # Added after the others, so a CSV reader by position keeps working.
+        *POD_IO_REPORT_COLUMNS,
+        "network_attributable",
     ],
     "waste": ["kind", "namespace", "owner_kind", "owner_name", "gpus", "idle_gpu_hours"],
 }
@@ -499,13 +500,13 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
             "fb_used_max_mib": p.fb_used_max_mib,
             "cpu_util_max_percent": p.cpu_util_max_percent,
             "mem_used_max_bytes": p.mem_used_max_bytes,
-            **{column: p.io.get(column) for column in POD_IO_REPORT_COLUMNS},
-            "network_attributable": p.network_attributable,
             "start_time": p.start_time,
             "first_seen": p.first_seen,
             "last_seen": p.last_seen,
             "owner_kind": p.owner_kind,
             "owner_name": p.owner_name,
+            **{column: p.io.get(column) for column in POD_IO_REPORT_COLUMNS},
+            "network_attributable": p.network_attributable,
         }
         for p in pods
     ]
