@@ -166,6 +166,50 @@ class PodPeak:
     mem_used_max_bytes: float | None
 
 
+# A pod's disk and network directions, as IoRates and PodIoSeries name them.
+DISK_READ, DISK_WRITE = "disk_read", "disk_write"
+NETWORK_RECEIVE, NETWORK_TRANSMIT = "network_receive", "network_transmit"
+IO_FIELDS = (DISK_READ, DISK_WRITE, NETWORK_RECEIVE, NETWORK_TRANSMIT)
+NETWORK_FIELDS = (NETWORK_RECEIVE, NETWORK_TRANSMIT)
+
+
+@dataclass(frozen=True)
+class PodIoSeries:
+    """A pod's disk and network rates (bytes per second) over the window on one time grid.
+
+    ``rates`` holds the directions (``IO_FIELDS``) that were measured, each as long as
+    ``timestamps`` (NaN: no reading then). ``network_attributable`` False says the pod's
+    network cannot be told from the host's (local mode, a pod on the host's network), so the
+    network directions are left out rather than guessed.
+    """
+
+    timestamps: npt.NDArray[np.float64]
+    rates: Mapping[str, npt.NDArray[np.float64]]
+    network_attributable: bool = True
+
+
+@dataclass(frozen=True)
+class RateStats:
+    """Peak and 95th percentile of one rate over the window."""
+
+    max: float
+    p95: float
+
+
+@dataclass(frozen=True)
+class IoRates:
+    """A pod's disk and network rates over the window, bytes per second, by ``IO_FIELDS``
+    name; a direction absent was not measured (or, for the network, not attributable)."""
+
+    stats: Mapping[str, RateStats]
+    network_attributable: bool = True
+
+    def stat(self, direction: str, which: str) -> float | None:
+        """``which`` ("max" or "p95") of ``direction``, None where not measured."""
+        stats = self.stats.get(direction)
+        return None if stats is None else float(getattr(stats, which))
+
+
 @dataclass(frozen=True)
 class PodUsage:
     """Peak resource use of one pod that uses GPUs, as far as this node can see it."""
@@ -190,6 +234,7 @@ class PodUsage:
     # series) or SHARED_NOT_ATTRIBUTABLE (none: its GPU peaks are left unknown). None: its GPUs
     # are its own.
     gpu_attribution: str | None = None
+    io: IoRates | None = None  # disk and network rates; None where nothing measured them
 
 
 SHARED_PER_POD = "shared: per pod"
@@ -221,6 +266,8 @@ class PodInfo:
     # The engine and framework its containers declare (image, command, args): decided when the
     # pod is read, so its command line (which may carry tokens) is never kept.
     identity: Identity | None = None
+    # On the host's network (spec.hostNetwork): its network counters are the node's, not its own.
+    host_network: bool = False
 
     @property
     def uses_gpus(self) -> bool:

@@ -1,9 +1,10 @@
 """Which pod each GPU served, each pod's workload, and each GPU-using pod's peaks (GPU from the
 profiles, CPU and memory from the pod's cgroup or, where that is not visible, from Prometheus'
-cAdvisor series).
+cAdvisor series) and disk and network rates (the same two ways).
 
 Pure functions: the daemon passes the matrices or profiles, the pods the Kubernetes watcher knows
-on this node, the cgroup peaks by pod UID and the cAdvisor peaks by (namespace, pod).
+on this node, the cgroup peaks by pod UID, the cAdvisor peaks by (namespace, pod) and the pods'
+disk and network series by (namespace, pod).
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from profiler_app.analysis.io import io_rates
 from profiler_app.engines import Identity
 from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
     MPS,
+    NETWORK_FIELDS,
     SHARED_NOT_ATTRIBUTABLE,
     SHARED_PER_POD,
     TIME_SLICING,
     GpuProfile,
     PodInfo,
+    PodIoSeries,
     PodPeak,
     PodShare,
     PodUsage,
@@ -60,6 +64,32 @@ def attribute_series(
 def identities_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Identity]:
     """What the containers of every pod that declares it run, by (namespace, pod)."""
     return {(pod.namespace, pod.name): pod.identity for pod in pods if pod.identity is not None}
+
+
+def io_by_pod(
+    pods: Sequence[PodInfo],
+    by_uid: Mapping[str, PodIoSeries],
+    by_name: Mapping[tuple[str, str], PodIoSeries] | None = None,
+) -> dict[tuple[str, str], PodIoSeries]:
+    """Each pod's disk and network series by (namespace, pod): the pod's cgroup and namespace
+    (``by_uid``, local mode) where read, else Prometheus' (``by_name``). A pod on the host's
+    network has its network left out and said not attributable, whichever source counted it:
+    those counters are the node's."""
+    found = dict(by_name or {})
+    for pod in pods:
+        local = by_uid.get(pod.uid)
+        if local is not None:
+            found[pod.namespace, pod.name] = local
+    for pod in pods:
+        key = (pod.namespace, pod.name)
+        if pod.host_network and key in found:
+            series = found[key]
+            found[key] = replace(
+                series,
+                rates={d: r for d, r in series.rates.items() if d not in NETWORK_FIELDS},
+                network_attributable=False,
+            )
+    return found
 
 
 def workloads_of(pods: Sequence[PodInfo]) -> dict[tuple[str, str], Workload]:
@@ -176,13 +206,15 @@ def pod_usage(
     metric_peaks: Mapping[tuple[str, str], PodPeak] | None = None,
     *,
     listed_only: bool = False,
+    io: Mapping[tuple[str, str], PodIoSeries] | None = None,
 ) -> list[PodUsage]:
     """One ``PodUsage`` per pod that used a GPU in the window or holds GPUs now.
 
     A pod seen on a GPU anywhere in the window counts, also one that has finished since; a pod
     that requests GPUs counts while it runs (it holds them even with nothing on them). CPU and
     memory come from ``cgroup_peaks`` (by pod UID) where it has them; ``metric_peaks`` (by
-    namespace and pod, from Prometheus) fills what the cgroups leave as None.
+    namespace and pod, from Prometheus) fills what the cgroups leave as None. ``io`` (by
+    namespace and pod, ``io_by_pod``) gives the disk and network rates.
 
     ``listed_only`` (Kubernetes is on): only pods in ``pods`` that have started count. A pod
     the series name but Kubernetes does not list on this node (not listed yet, moved to
@@ -227,6 +259,7 @@ def pod_usage(
                 owner_kind=owner.kind if owner else None,
                 owner_name=(owner.name or None) if owner else None,
                 gpu_attribution=peaks.attribution,
+                io=io_rates(series) if (series := (io or {}).get((namespace, name))) else None,
             )
         )
     return result

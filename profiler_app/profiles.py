@@ -23,7 +23,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from profiler_app.analysis import Context, Prior, classify_matrix, field_stats, power_range
+from profiler_app.analysis import (
+    Context,
+    JobType,
+    Prior,
+    classify_matrix,
+    field_stats,
+    power_range,
+)
+from profiler_app.analysis.io import input_bound_reason
 from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
 from profiler_app.model import (
     DRAM_ACTIVE,
@@ -45,6 +53,7 @@ from profiler_app.model import (
     FloatMatrix,
     GpuProfile,
     PodGpuPeak,
+    PodIoSeries,
     SeriesMatrix,
     mig_instance,
 )
@@ -242,6 +251,27 @@ def _memory_held(job_type: str, stats: dict[str, FieldStats]) -> tuple[str, ...]
     return (f"memory held {held.max:.0f} MiB",)
 
 
+def _input_hint(
+    job_type: str,
+    util: np.ndarray,
+    timestamps: np.ndarray,
+    current: Pod | None,
+    pod_io: Mapping[Pod, PodIoSeries] | None,
+) -> str | None:
+    """ "stalls follow disk reads: likely input-bound" for a training GPU whose current pod's
+    input bursts line up with its stalls."""
+    if job_type != JobType.TRAINING or current is None or not pod_io:
+        return None
+    series = pod_io.get(current)
+    return None if series is None else input_bound_reason(util, timestamps, series)
+
+
+def _with_input_hint(reasons: tuple[str, ...], hint: str | None) -> tuple[str, ...]:
+    """The hint second, after the verdict's first reason: it is news, and the annotation keeps
+    only the reasons that fit."""
+    return reasons if hint is None else (*reasons[:1], hint, *reasons[1:])
+
+
 def _power_ranges(
     timelines: Timelines, limits: FloatMatrix | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -349,6 +379,7 @@ def build_profiles(
     identities: Mapping[Pod, Identity] | None = None,
     *,
     node_sharing: tuple[str | None, int | None] | None = None,
+    pod_io: Mapping[Pod, PodIoSeries] | None = None,
 ) -> list[GpuProfile]:
     """One profile per GPU: ``primary_field`` classified with the GPU's other signals, every
     field summarised. ``workloads`` names the workload of pods by (namespace, pod) (the daemon
@@ -357,6 +388,8 @@ def build_profiles(
     each GPU's processes run on its series (``engine``/``framework`` labels).
     ``node_sharing``: the node's sharing strategy and replicas as GPU feature discovery labels
     them (``sources.gfd``), which say which kind of sharing the series show and how many.
+    ``pod_io`` (the pods' disk and network rates) lets a training GPU's reasons say when its
+    stalls follow its pod's input (``analysis.io``).
 
     Raises ``ValueError`` when no matrix holds ``primary_field``.
     """
@@ -416,7 +449,10 @@ def build_profiles(
             pod=current[1] if current else None,
             confidence=0.0 if _no_samples(timelines.values[row]) else result.confidence,
             reasons=_unsampled(timelines.values[row], mig[row])
-            or result.reasons + _memory_held(str(result.job_type), stats[row]),
+            or _with_input_hint(
+                result.reasons + _memory_held(str(result.job_type), stats[row]),
+                _input_hint(str(result.job_type), values[row], primary.timestamps, current, pod_io),
+            ),
             basis=result.basis.label,
             pods=timelines.pods[row],
             owner_kind=workload.kind if workload else None,

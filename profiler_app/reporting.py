@@ -29,7 +29,12 @@ from profiler_app.sinks.store.history import (
 )
 from profiler_app.sinks.store.models import pod_usage, trace_gpu, trial_result
 from profiler_app.sinks.store.rollups import MICROSECONDS, microseconds
-from profiler_app.sinks.store.schema import UNKNOWN_START_TIME
+from profiler_app.sinks.store.schema import (
+    IO_DIRECTIONS,
+    IO_STATISTICS,
+    UNKNOWN_START_TIME,
+    io_column,
+)
 
 # The classifier's job types (analysis.basis.JobType, a test holds them equal): named here so
 # that report's start does not load the classifier and numpy.
@@ -81,6 +86,10 @@ class PodSummary:
     mem_used_max_bytes: float | None
     owner_kind: str | None = None
     owner_name: str | None = None
+    # Disk and network bytes per second by report column (POD_IO_REPORT_COLUMNS), None where
+    # not measured; whether the network could be told from the host's (None: not known).
+    io: dict[str, float | None] = field(default_factory=dict)
+    network_attributable: bool | None = None
 
 
 @dataclass
@@ -270,6 +279,13 @@ def pod_summaries(
             mem_used_max_bytes=row["mem_used_max_bytes"],
             owner_kind=row["owner_kind"],
             owner_name=row["owner_name"],
+            io={
+                report_column: row[store_column]
+                for report_column, store_column in POD_IO_REPORT_COLUMNS.items()
+            },
+            network_attributable=None
+            if row["network_attributable"] is None
+            else bool(row["network_attributable"]),
         )
         for row in connection.execute(query).mappings()
     ]
@@ -362,6 +378,12 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
 
 
 REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial")
+# The pod view's disk and network columns (unit last, as the other columns) by store column.
+POD_IO_REPORT_COLUMNS = {
+    f"{direction}_{statistic}_bytes_per_second": io_column(direction, statistic)
+    for direction in IO_DIRECTIONS
+    for statistic in IO_STATISTICS
+}
 _HOURS_COLUMNS = ["covered_hours", *(f"{job_type}_hours" for job_type in JOB_TYPES), "other_hours"]
 _VIEW_COLUMNS = {
     "node": ["node", "gpus", *_HOURS_COLUMNS, "idle_gpu_hours", "util_max_percent"],
@@ -392,6 +414,9 @@ _VIEW_COLUMNS = {
         "last_seen",
         "owner_kind",
         "owner_name",
+        # Added after the others, so a CSV reader by position keeps working.
+        *POD_IO_REPORT_COLUMNS,
+        "network_attributable",
     ],
     "waste": ["kind", "namespace", "owner_kind", "owner_name", "gpus", "idle_gpu_hours"],
 }
@@ -488,6 +513,8 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
             "last_seen": p.last_seen,
             "owner_kind": p.owner_kind,
             "owner_name": p.owner_name,
+            **{column: p.io.get(column) for column in POD_IO_REPORT_COLUMNS},
+            "network_attributable": p.network_attributable,
         }
         for p in pods
     ]

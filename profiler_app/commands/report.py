@@ -83,6 +83,9 @@ NARROW_COLUMNS = {
         "gpu_hours",
         "gpu_util_max_percent",
         "fb_used_max_mib",
+        # The input a training loop may wait on (docs/analysis.md, "Input-bound hint").
+        "disk_read_max_bytes_per_second",
+        "network_receive_max_bytes_per_second",
         "owner_kind",
         "owner_name",
     },
@@ -102,6 +105,7 @@ NARROW_COLUMNS["idle-pods"] = NARROW_COLUMNS["pod"]
 _KEYS = {"node", "gpu", "namespace", "pod", "kind", "device", "started_at"}
 # Units named by a column's suffix: (suffix, unit in the header, factor from the stored value).
 _UNITS = (
+    ("_bytes_per_second", "MiB/s", 1.0 / 2**20),
     ("_percent", "%", 1.0),
     ("_fraction", "%", 100.0),
     ("_hours", "h", 1.0),

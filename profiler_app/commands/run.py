@@ -29,7 +29,7 @@ from profiler_app.errors import UserError
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources import MetricsSource
-from profiler_app.sources.cadvisor import PodPeaksQuery
+from profiler_app.sources.cadvisor import PodIoQuery, PodPeaksQuery
 from profiler_app.sources.prometheus import PrometheusSource, grid_ending_at
 from profiler_app.urls import without_credentials
 
@@ -463,7 +463,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     host: HostSampler | None = None
     notice = None
     source: MetricsSource
-    metric_pod_peaks = None
+    metric_pod_peaks = metric_pod_io = None
     if config.prometheus_url:
         prometheus = PrometheusSource(
             config.prometheus_url,
@@ -477,6 +477,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         sources.callback(prometheus.close)
         source = prometheus
         metric_pod_peaks = PodPeaksQuery(prometheus).read
+        metric_pod_io = PodIoQuery(prometheus).read
     else:
         from profiler_app.sources.host import HostSampler  # noqa: PLC0415
         from profiler_app.sources.nvml import NvmlSource  # noqa: PLC0415
@@ -537,6 +538,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
         pods=watcher.listed if watcher is not None else None,
         metric_pod_peaks=metric_pod_peaks,
         node_sharing=node_sharing,
+        metric_pod_io=metric_pod_io,
         sources=sources.pop_all(),
     )
 

@@ -16,8 +16,16 @@ from typing import Protocol
 
 from profiler_app.daemon.parts import Part
 from profiler_app.errors import one_line
-from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile, PodInfo, PodPeak, SeriesMatrix
-from profiler_app.pods import attribute_series, identities_of, pod_usage, workloads_of
+from profiler_app.model import (
+    GPU_UTIL,
+    CycleResult,
+    GpuProfile,
+    PodInfo,
+    PodIoSeries,
+    PodPeak,
+    SeriesMatrix,
+)
+from profiler_app.pods import attribute_series, identities_of, io_by_pod, pod_usage, workloads_of
 from profiler_app.profiles import build_profiles
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
@@ -31,6 +39,8 @@ class HostReadings(Protocol):
 
     def pod_peaks(self) -> dict[str, PodPeak]: ...
 
+    def pod_io(self) -> dict[str, PodIoSeries]: ...
+
 
 @dataclass(frozen=True)
 class Inputs:
@@ -43,6 +53,9 @@ class Inputs:
     metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None
     # The node's GPU sharing as GPU feature discovery labels it (sources.gfd): strategy, replicas.
     node_sharing: Callable[[], tuple[str | None, int | None]] | None = None
+    # Pods' disk and network rates from Prometheus (cAdvisor) by (namespace, pod), given the
+    # window.
+    metric_pod_io: Callable[[float], Mapping[tuple[str, str], PodIoSeries]] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,12 +127,13 @@ class Cycle:
         self.source_part.succeeded()
         listed = self._listed_pods()
         pods = list(listed or [])
+        host = self.inputs.host
+        io = io_by_pod(pods, host.pod_io() if host is not None else {}, self._read_metric_pod_io())
         try:
-            profiles = self._profiles(attribute_series(matrices, pods), pods)
+            profiles = self._profiles(attribute_series(matrices, pods), pods, io)
         except Exception as error:
             self._record_error("analysis", one_line(error))
             return None
-        host = self.inputs.host
         return CycleResult(
             node=self.analysis.node,
             at=datetime.now(UTC),
@@ -132,6 +146,7 @@ class Cycle:
                 self.analysis.node,
                 self._read_metric_pod_peaks(),
                 listed_only=self.inputs.pods is not None,
+                io=io,
             ),
             host=host.snapshot() if host is not None else {},
             node_pods=None if listed is None else tuple(pods),
@@ -165,7 +180,25 @@ class Cycle:
             )
             return {}
 
-    def _profiles(self, matrices: list[SeriesMatrix], pods: list[PodInfo]) -> list[GpuProfile]:
+    def _read_metric_pod_io(self) -> Mapping[tuple[str, str], PodIoSeries]:
+        """Prometheus' pod disk and network rates, or none this cycle when reading them fails
+        (counted as a source error, failing nothing, as the pod peaks)."""
+        if self.inputs.metric_pod_io is None:
+            return {}
+        try:
+            return self.inputs.metric_pod_io(self.analysis.window_seconds)
+        except Exception as error:
+            self._record_error(
+                "source", f"pod disk/network rates: {one_line(error)}; none this cycle"
+            )
+            return {}
+
+    def _profiles(
+        self,
+        matrices: list[SeriesMatrix],
+        pods: list[PodInfo],
+        io: Mapping[tuple[str, str], PodIoSeries],
+    ) -> list[GpuProfile]:
         if not matrices:  # local sampling without GPUs
             return []
         # The pods' owners and engines are the classifier's prior; owners group the pods of
@@ -177,6 +210,7 @@ class Cycle:
             workloads_of(pods),
             identities_of(pods),
             node_sharing=self.inputs.node_sharing() if self.inputs.node_sharing else None,
+            pod_io=io,
         )
 
     def _publish(self, sink: Sink, part: Part, result: CycleResult, started: float) -> bool:

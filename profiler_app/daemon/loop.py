@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from profiler_app.daemon.cycle import Analysis, Cycle, HostReadings, Inputs
 from profiler_app.errors import one_line
-from profiler_app.model import GPU_UTIL, PodInfo, PodPeak
+from profiler_app.model import GPU_UTIL, PodInfo, PodIoSeries, PodPeak
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource
@@ -48,6 +48,7 @@ class Daemon:
         pods: Callable[[], Sequence[PodInfo] | None] | None = None,
         metric_pod_peaks: Callable[[float], Mapping[tuple[str, str], PodPeak]] | None = None,
         node_sharing: Callable[[], tuple[str | None, int | None]] | None = None,
+        metric_pod_io: Callable[[float], Mapping[tuple[str, str], PodIoSeries]] | None = None,
         sources: contextlib.ExitStack | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -63,7 +64,7 @@ class Daemon:
             source,
             sinks,
             metrics,
-            Inputs(host, pods, metric_pod_peaks, node_sharing),
+            Inputs(host, pods, metric_pod_peaks, node_sharing, metric_pod_io),
             interval_seconds=interval_seconds,
             clock=clock,
             stop=self._stop,

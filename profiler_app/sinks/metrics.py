@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from profiler_app.analysis.basis import Basis, JobType
 from profiler_app.errors import UserError
-from profiler_app.model import GPU_UTIL, CycleResult, GpuProfile
+from profiler_app.model import GPU_UTIL, IO_FIELDS, CycleResult, GpuProfile
 from profiler_app.sinks import field_stat
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ BASES = tuple(basis.label for basis in Basis)
 # A MIG instance adds dcgm-exporter's own labels GPU_I_ID and GPU_I_PROFILE (empty, so absent
 # in Prometheus, on a whole GPU): the instances of one GPU are series of their own.
 GPU_LABELS = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE", "namespace", "pod")
+# Per pod: the node's GPU-using pods, each direction one of IO_FIELDS.
+POD_LABELS = ("node", "namespace", "pod")
 # The parts that back off (the source and the sinks) are also counted in consecutive_failures.
 PART_KINDS = ("source", "kubernetes", "protection", "store", "metrics", "terminal")
 ERROR_KINDS = (*PART_KINDS, "analysis", "cycle")
@@ -152,6 +154,57 @@ class _GpuCollector(Collector):
         ]
 
 
+class _PodCollector(Collector):
+    """Turns the latest cycle result into per-pod disk and network families at scrape time."""
+
+    def __init__(self) -> None:
+        self.latest: CycleResult | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        result = self.latest
+        families = self._families()
+        if result is None:
+            return families
+        peak, p95, attributable = families
+        for usage in result.pods:
+            if usage.io is None:
+                continue
+            labels = [usage.node or result.node, usage.namespace, usage.pod]
+            for direction in IO_FIELDS:
+                for family, which in ((peak, "max"), (p95, "p95")):
+                    value = usage.io.stat(direction, which)
+                    if _finite(value):
+                        family.add_metric([*labels, direction], float(value or 0.0))
+            attributable.add_metric(labels, 1.0 if usage.io.network_attributable else 0.0)
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        labels = list(POD_LABELS)
+        return [
+            GaugeMetricFamily(
+                "gpu_profiler_pod_io_max_bytes_per_second",
+                "Peak disk or network rate of a GPU-using pod over the window; direction is "
+                "disk_read, disk_write, network_receive or network_transmit.",
+                labels=[*labels, "direction"],
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_pod_io_p95_bytes_per_second",
+                "95th percentile of a GPU-using pod's disk or network rate over the window.",
+                labels=[*labels, "direction"],
+            ),
+            GaugeMetricFamily(
+                "gpu_profiler_pod_network_attributable",
+                "1 when the pod's network rates are its own; 0 when they cannot be told from "
+                "the host's (a pod on the host's network) and are left out.",
+                labels=labels,
+            ),
+        ]
+
+
 def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
@@ -199,6 +252,8 @@ class MetricsSink:
         self._clock = clock  # wall time (Unix seconds), for last_success
         self._gpus = _GpuCollector()
         self.registry.register(self._gpus)
+        self._pods = _PodCollector()
+        self.registry.register(self._pods)
         self.errors = Counter(
             "gpu_profiler_errors",
             "Errors by kind (source, kubernetes, store, metrics, ...).",
@@ -234,6 +289,7 @@ class MetricsSink:
 
     def publish(self, result: CycleResult) -> None:
         self._gpus.latest = result
+        self._pods.latest = result
 
     def record_error(self, kind: str) -> None:
         self.errors.labels(kind=kind).inc()

@@ -1,4 +1,5 @@
-"""Pods' CPU and memory peaks on one node from the kubelet's cAdvisor series in Prometheus."""
+"""Pods' CPU and memory peaks, and their disk and network rates, on one node from the kubelet's
+cAdvisor series in Prometheus."""
 
 from __future__ import annotations
 
@@ -6,10 +7,20 @@ import logging
 import math
 import time
 
+import numpy as np
+
 from profiler_app.errors import UserError
-from profiler_app.model import PodPeak
+from profiler_app.model import (
+    DISK_READ,
+    DISK_WRITE,
+    NETWORK_FIELDS,
+    NETWORK_RECEIVE,
+    NETWORK_TRANSMIT,
+    PodIoSeries,
+    PodPeak,
+)
 from profiler_app.sources.prometheus.client import PrometheusSource
-from profiler_app.sources.prometheus.grid import default_step
+from profiler_app.sources.prometheus.grid import FloatArray, default_step
 from profiler_app.sources.prometheus.promql import promql_duration, promql_selector
 
 log = logging.getLogger(__name__)
@@ -88,3 +99,62 @@ def _by_pod(samples: list[dict[str, object]]) -> dict[tuple[str, str], float]:
         if "namespace" in metric and "pod" in metric and math.isfinite(value):
             values[str(metric["namespace"]), str(metric["pod"])] = value
     return values
+
+
+# cAdvisor's byte counters for each direction (profiler_app.model.IO_FIELDS).
+CADVISOR_IO_COUNTERS = {
+    DISK_READ: "container_fs_reads_bytes_total",
+    DISK_WRITE: "container_fs_writes_bytes_total",
+    NETWORK_RECEIVE: "container_network_receive_bytes_total",
+    NETWORK_TRANSMIT: "container_network_transmit_bytes_total",
+}
+
+
+class PodIoQuery:
+    """Each pod's disk and network rates on one node over the window from cAdvisor series:
+    one range request per direction, on the grid of the GPU series.
+
+    The rate is ``irate`` (between the last two kubelet scrapes within ``CADVISOR_RATE_WINDOW``)
+    rather than ``rate`` over the whole 2 minutes, so a read burst keeps its height and time at
+    the scrape's resolution; both treat a counter going down as a reset. Disk is summed over
+    the pod's containers and their devices (the pod-level and pause rows left out, as for
+    CPU). Network belongs to the pod's sandbox, and every row of the pod that carries it (the
+    pod-level row, the pause container, on some runtimes each container) reports the same
+    namespace's counters: the largest per interface is taken, then the interfaces are summed.
+    """
+
+    def __init__(self, source: PrometheusSource, node_label: str = CADVISOR_NODE_LABEL) -> None:
+        self.source = source
+        self.node_label = node_label
+
+    def queries(self) -> dict[str, str]:
+        """The PromQL of each direction."""
+        queries = {}
+        for direction, counter in CADVISOR_IO_COUNTERS.items():
+            selector = promql_selector(counter, self.node_label, self.source.node)[:-1]
+            if direction in NETWORK_FIELDS:
+                rate = f'irate({selector},interface!="lo"}}[{CADVISOR_RATE_WINDOW}])'
+                queries[direction] = (
+                    f"sum by (namespace, pod) (max by (namespace, pod, interface) ({rate}))"
+                )
+            else:
+                rate = f'irate({selector},container!="",container!="POD"}}[{CADVISOR_RATE_WINDOW}])'
+                queries[direction] = f"sum by (namespace, pod) ({rate})"
+        return queries
+
+    def read(
+        self, window_seconds: float, end: float | None = None
+    ) -> dict[tuple[str, str], PodIoSeries]:
+        """(namespace, pod) -> its rates; a direction without series for the pod is left out."""
+        at = time.time() if end is None else end
+        timestamps: FloatArray | None = None
+        rates: dict[tuple[str, str], dict[str, FloatArray]] = {}
+        for direction, query in self.queries().items():
+            labels, values, timestamps = self.source.range_query(query, window_seconds, at)
+            for row, metric in enumerate(labels):
+                if "namespace" in metric and "pod" in metric:
+                    finite = np.where(np.isfinite(values[row]), values[row], np.nan)
+                    rates.setdefault((metric["namespace"], metric["pod"]), {})[direction] = finite
+        if timestamps is None:
+            return {}
+        return {key: PodIoSeries(timestamps, by_direction) for key, by_direction in rates.items()}

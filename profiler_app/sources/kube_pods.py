@@ -157,6 +157,7 @@ def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ())
             if annotations.get(key) is not None
         },
         identity=_identity(spec),
+        host_network=spec.get("hostNetwork") is True,
     )
 
 

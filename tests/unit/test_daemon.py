@@ -23,7 +23,7 @@ import pytest
 
 from profiler_app.daemon import Daemon
 from profiler_app.errors import RetryLaterError, SourceError
-from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodPeak, SeriesMatrix
+from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodIoSeries, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sinks.store import TableStore
 from profiler_app.sources.kube_pods import PodInfo
@@ -104,6 +104,9 @@ class StaticHost:
 
     def pod_peaks(self) -> dict[str, PodPeak]:
         return {POD_UID: PodPeak(cpu_util_max=150.0, mem_used_max_bytes=2e9)}
+
+    def pod_io(self) -> dict[str, PodIoSeries]:
+        return {}
 
 
 def pod_info() -> PodInfo:

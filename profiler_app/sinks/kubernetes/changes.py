@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from profiler_app.model import IO_FIELDS
 from profiler_app.sinks.kubernetes.names import (
     CONFIDENCE,
     FB_USED_MAX,
@@ -22,6 +23,7 @@ from profiler_app.sinks.kubernetes.names import (
     POD_MEM_USED_MAX,
     REASONS,
     UTIL_MAX,
+    pod_io_name,
 )
 
 Patch = dict[str, str | None]
@@ -52,6 +54,12 @@ TOLERANCES: dict[str, Tolerance] = {
     POD_GPU_MEM_COPY_UTIL_MAX: _PERCENT,
     POD_CPU_UTIL_MAX: Tolerance(absolute=1.0, relative=0.02),  # percent of one core, may be > 100
     POD_MEM_USED_MAX: _MIB,
+    # Rates swing from second to second: 1 MiB/s or 10 % of the value written.
+    **{
+        pod_io_name(direction, statistic): Tolerance(absolute=1.0, relative=0.1)
+        for direction in IO_FIELDS
+        for statistic in ("max", "p95")
+    },
 }
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")

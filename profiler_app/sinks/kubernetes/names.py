@@ -42,6 +42,18 @@ POD_GPU_UTIL_MAX, POD_GPU_MEM_COPY_UTIL_MAX, POD_CPU_UTIL_MAX, POD_MEM_USED_MAX 
     "mem-used-max-mib",
 )
 
+# Pod keys of its disk and network rates, <direction>-<max|p95>-mib-per-second by direction
+# (disk-read, disk-write, network-receive, network-transmit): MiB/s, 1 decimal. The network
+# keys read NOT_ATTRIBUTABLE where the pod's traffic cannot be told from the host's.
+POD_IO_UNIT = "mib-per-second"
+NOT_ATTRIBUTABLE = "not attributable"
+
+
+def pod_io_name(direction: str, statistic: str) -> str:
+    """``disk_read``, ``max`` -> ``disk-read-max-mib-per-second``."""
+    return f"{direction.replace('_', '-')}-{statistic}-{POD_IO_UNIT}"
+
+
 # Names earlier versions wrote for memory-copy utilisation: removed where found (node) or with
 # the first write (pods), so a node never shows both.
 LEGACY_NODE_NAMES = ("mem-util-max",)

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
-from profiler_app.sinks.store.schema import REASONS_LENGTH
+from profiler_app.sinks.store.schema import POD_HOUR_IO_COLUMNS, POD_IO_COLUMNS, REASONS_LENGTH
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -153,6 +153,10 @@ pod_usage = Table(
     _required("last_seen", UtcDateTime()),
     _optional("owner_kind", String(63)),  # revision 0003
     _optional("owner_name", String(253)),
+    # Revision 0008: disk and network bytes per second, the window's peak and 95th percentile
+    # (each the largest written); whether its network could be told from the host's.
+    *(_optional(column, Float) for column in POD_IO_COLUMNS),
+    _optional("network_attributable", Boolean(create_constraint=False)),
     # Revision 0009: on a shared GPU, where its GPU peaks come from (model.SHARED_*).
     _optional("gpu_attribution", String(32)),
     Index(None, "last_seen"),
@@ -294,6 +298,7 @@ pod_hour = _rollup(
     _optional("fb_used_max_mib", Float),
     _optional("cpu_util_max", Float),
     _optional("mem_used_max_bytes", Float),
+    *(_optional(column, Float) for column in POD_HOUR_IO_COLUMNS),  # revision 0008
 )
 
 # Where retention removed raw rows: gpu_window holds every row of the time after

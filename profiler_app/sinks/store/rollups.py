@@ -23,6 +23,7 @@ from typing import Any
 
 from profiler_app.model import HELD_MEMORY_MIB, PodUsage
 from profiler_app.sinks.store.dbapi import Database
+from profiler_app.sinks.store.schema import IO_DIRECTIONS, POD_HOUR_IO_COLUMNS, io_column
 from profiler_app.sinks.store.statements import Merge, merged, upsert_statement
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -89,6 +90,7 @@ POD_VALUES = {
     "fb_used_max_mib": Merge.LARGER,
     "cpu_util_max": Merge.LARGER,
     "mem_used_max_bytes": Merge.LARGER,
+    **dict.fromkeys(POD_HOUR_IO_COLUMNS, Merge.LARGER),
 }
 _POD_PEAKS = ("util_max", "mem_copy_util_max", "fb_used_max_mib")
 
@@ -197,6 +199,7 @@ def pod_rollup_rows(
                     **{peak: row[peak] for peak in _POD_PEAKS},
                     "cpu_util_max": usage.cpu_util_max if usage else None,
                     "mem_used_max_bytes": usage.mem_used_max_bytes if usage else None,
+                    **_io_peaks(usage),
                 }
                 continue
             kept["gpus"] += 1
@@ -208,6 +211,15 @@ def pod_rollup_rows(
                 values = [value for value in (kept[peak], row[peak]) if value is not None]
                 kept[peak] = max(values, default=None)
     return list(merged_rows.values())
+
+
+def _io_peaks(usage: PodUsage | None) -> dict[str, float | None]:
+    """The pod's disk and network peaks of the cycle's window, for each of its hours."""
+    io = usage.io if usage is not None else None
+    return {
+        io_column(direction, "max"): io.stat(direction, "max") if io else None
+        for direction in IO_DIRECTIONS
+    }
 
 
 def rollup_statement(database: Database, tier: Tier, columns: Iterable[str]) -> str:

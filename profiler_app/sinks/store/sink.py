@@ -31,7 +31,14 @@ from profiler_app.sinks.store.rollups import (
     pod_rollup_rows,
     rollup_statement,
 )
-from profiler_app.sinks.store.schema import REASONS_LENGTH, UNKNOWN_START_TIME
+from profiler_app.sinks.store.schema import (
+    IO_DIRECTIONS,
+    IO_STATISTICS,
+    POD_IO_COLUMNS,
+    REASONS_LENGTH,
+    UNKNOWN_START_TIME,
+    io_column,
+)
 from profiler_app.sinks.store.statements import Merge, insert_statement, merged, upsert_statement
 from profiler_app.sinks.store.urls import parse_store_url
 
@@ -45,6 +52,7 @@ _PEAK_COLUMNS = (
     "fb_used_max_mib",
     "cpu_util_max",
     "mem_used_max_bytes",
+    *POD_IO_COLUMNS,  # the 95th percentiles too: the largest of the windows written
 )
 _POD_KEY = ("namespace", "pod", "node", "pod_start_time")
 
@@ -265,7 +273,7 @@ def upsert_pod_statement(database: Database, columns: Iterable[str]) -> str:
         updates[column] = (
             f"CASE WHEN excluded.gpu_count > 0 THEN excluded.{column} ELSE pod_usage.{column} END"
         )
-    for column in ("owner_kind", "owner_name", "gpu_attribution"):
+    for column in ("owner_kind", "owner_name", "gpu_attribution", "network_attributable"):
         updates[column] = merged(database, "pod_usage", column, Merge.KNOWN)
     return upsert_statement(database, "pod_usage", columns, _POD_KEY, updates)
 
@@ -352,6 +360,14 @@ def _pod_row(pod: PodUsage, at: datetime) -> dict[str, Any]:
         "last_seen": min(pod.last_seen or at, at),
         "owner_kind": pod.owner_kind,
         "owner_name": pod.owner_name,
+        **{
+            io_column(direction, statistic): _finite(
+                pod.io.stat(direction, statistic) if pod.io else None
+            )
+            for direction in IO_DIRECTIONS
+            for statistic in IO_STATISTICS
+        },
+        "network_attributable": pod.io.network_attributable if pod.io else None,
         "gpu_attribution": pod.gpu_attribution,
     }
 

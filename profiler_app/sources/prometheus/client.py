@@ -22,12 +22,14 @@ from profiler_app.model import (
     GPU_UTIL,
     GR_ENGINE_ACTIVE,
     PROF_PREFIX,
+    FloatMatrix,
     SeriesMatrix,
     mig_instance,
 )
 from profiler_app.sources.prometheus.documents import align, matrix_result, vector_result
 from profiler_app.sources.prometheus.grid import (
     MAX_POINTS_PER_REQUEST,
+    FloatArray,
     TimeGrid,
     default_step,
     grid_ending_at,
@@ -139,6 +141,21 @@ class PrometheusSource:
         params["step"] = _timestamp(grid.step)
         document = self._request("query_range", params, query)
         return matrix_result(document, f"the answer of {self.display_url}")
+
+    def range_query(
+        self, query: str, window_seconds: float, end: float | None = None
+    ) -> tuple[list[dict[str, str]], FloatMatrix, FloatArray]:
+        """(labels, values, timestamps) of ``query`` over the window on the grid ``read``
+        uses (one request, more only where the grid exceeds Prometheus' points per request)."""
+        step = self.step_seconds or default_step(window_seconds)
+        grid = grid_ending_at(time.time() if end is None else end, window_seconds, step)
+        series = [
+            item
+            for chunk in grid.chunks(MAX_POINTS_PER_REQUEST)
+            for item in self._query(query, chunk)
+        ]
+        labels, values = align(series, grid)
+        return labels, values, grid.timestamps()
 
     def instant_query(self, query: str, at: float) -> list[dict[str, object]]:
         """The vector result of ``query`` evaluated at ``at`` (same errors as ``read``)."""

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009_gpu_identity"
-down_revision: str | None = "0007_rollups"
+down_revision: str | None = "0008_pod_io"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
