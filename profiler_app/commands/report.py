@@ -264,15 +264,8 @@ def write_advice(
 ) -> None:
     """Right-sizing advice in one of ``report``'s outputs, or as the Prometheus metric."""
     if output == "json":
-        document = {
-            "kind": "report",
-            "format_version": REPORT_FORMAT_VERSION,
-            "view": RIGHTSIZE_VIEW,
-            "since": _iso(since),
-            "until": _iso(until),
-            "node": node,
-            "rows": [advice_record(advice) for advice in advices],
-        }
+        records = [advice_record(advice) for advice in advices]
+        document = _report_document(RIGHTSIZE_VIEW, records, since, until, node)
         json.dump(document, out, indent=2, allow_nan=False)
         out.write("\n")
     elif output == "csv":
@@ -286,6 +279,21 @@ def write_advice(
         title = f"Right-sizing advice, {format_duration((until - since).total_seconds())} up to"
         rows = [list(row) for row in table_rows(advices)]
         out.write(f"{title} {_iso(until)}\n{aligned(list(COLUMNS), rows, keep={0, 1, 3})}\n")
+
+
+def _report_document(
+    view: str, records: list[dict[str, Any]], since: datetime, until: datetime, node: str | None
+) -> dict[str, Any]:
+    """The JSON envelope of every view's rows."""
+    return {
+        "kind": "report",
+        "format_version": REPORT_FORMAT_VERSION,
+        "view": view,
+        "since": _iso(since),
+        "until": _iso(until),
+        "node": node,
+        "rows": records,
+    }
 
 
 def _escaped(value: str) -> str:
@@ -303,15 +311,8 @@ def write_rows(
     node: str | None = None,
 ) -> None:
     if output == "json":
-        document = {
-            "kind": "report",
-            "format_version": REPORT_FORMAT_VERSION,
-            "view": by,
-            "since": _iso(since),
-            "until": _iso(until),
-            "node": node,
-            "rows": [{k: _plain(v) for k, v in row.items()} for row in rows],
-        }
+        records = [{k: _plain(v) for k, v in row.items()} for row in rows]
+        document = _report_document(by, records, since, until, node)
         json.dump(document, out, indent=2)
         out.write("\n")
     elif output == "csv":
