@@ -52,8 +52,9 @@ class DaemonProcess:
             text = requests.get(f"{self.base}/metrics", timeout=2).text
         except requests.RequestException:
             return {}
+        # A label with an empty value is no label to Prometheus (GPU_I_ID on a whole GPU).
         return {
-            (sample.name, frozenset(sample.labels.items())): sample.value
+            (sample.name, frozenset((k, v) for k, v in sample.labels.items() if v)): sample.value
             for family in text_string_to_metric_families(text)
             for sample in family.samples
         }

@@ -214,7 +214,7 @@ def test_malformed_metrics_are_profiled_without_failing(
         status, _ = daemon.terminate()
     assert status == 0
     job_types = {
-        (labels["gpu"], labels["pod"]): labels["job_type"]
+        (labels["gpu"], labels.get("pod", "")): labels["job_type"]
         for (name, frozen), value in samples.items()
         if name == "gpu_profiler_gpu_job_type" and value == 1.0
         for labels in [dict(frozen)]
