@@ -48,6 +48,9 @@ HOSTS: dict[str, dict[str, Any]] = {
     "not-a-release": host("1.35.9", "1.36"),
     "worker-behind": host("1.35.9", "1.35.9", installed="1.34.3"),
     "worker-left-drained": host("1.35.9", "1.35.9", drained=True),
+    # Its packages were upgraded (by site.yml, say) before the cluster was.
+    "control-plane-behind": host("1.35.8", "1.35.9", installed="1.35.9"),
+    "worker-upgraded": host("1.35.8", "1.35.9", installed="1.35.9"),
 }
 HOSTS["worker-without-kubectl"] = host("1.35.9", "1.35.9")
 del HOSTS["worker-without-kubectl"]["_kubeadm_upgrade_package_facts"]["ansible_facts"]["packages"][
@@ -83,7 +86,7 @@ def decided(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
                 "ansible_python_interpreter": sys.executable,
             },
             "hosts": HOSTS,
-            "children": {"control_plane": {"hosts": {"patch": None}}},
+            "children": {"control_plane": {"hosts": {"control-plane-behind": None}}},
         }
     }
     run_local_play(workdir, inventory, PLAYBOOK.format(out=out))
@@ -124,7 +127,7 @@ def test_a_version_that_is_no_release_is_refused(decided: dict[str, Any]) -> Non
     )
 
 
-def test_a_node_is_due_when_a_package_lags_or_a_run_left_it_drained(
+def test_a_node_is_due_when_a_package_or_the_cluster_lags_or_a_run_left_it_drained(
     decided: dict[str, Any],
 ) -> None:
     assert decided["same"]["due"] is False
@@ -132,6 +135,8 @@ def test_a_node_is_due_when_a_package_lags_or_a_run_left_it_drained(
     assert decided["worker-behind"]["due"] is True
     assert decided["worker-left-drained"]["due"] is True
     assert decided["worker-without-kubectl"]["due"] is True
+    assert decided["control-plane-behind"]["due"] is True
+    assert decided["worker-upgraded"]["due"] is False  # the cluster is the control plane's business
 
 
 def test_the_node_name_is_the_lower_cased_host_name(decided: dict[str, Any]) -> None:
