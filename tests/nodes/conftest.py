@@ -25,15 +25,19 @@ HERE = Path(__file__).resolve().parent
 FIRST_TEST_TIMEOUT_S = 1800
 
 
-# Tests that take the session's cluster down (reset.yml): they run after every other test.
-LAST = HERE / "test_reset.py"
+# Tests that take the session's cluster down (reset.yml), in this order, after every other test:
+# the upgrade builds it again at an older version and upgrades it, the reset ends it.
+LAST = (HERE / "test_upgrade.py", HERE / "test_reset.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.timeout(FIRST_TEST_TIMEOUT_S))
-    last = [item for item in items if Path(str(item.path)).resolve() == LAST]
+    last = sorted(
+        (item for item in items if Path(str(item.path)).resolve() in LAST),
+        key=lambda item: LAST.index(Path(str(item.path)).resolve()),
+    )
     items[:] = [item for item in items if item not in last] + last
 
 

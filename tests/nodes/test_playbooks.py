@@ -161,7 +161,7 @@ def test_site_sets_up_a_gpu_nodes_runtime_once_per_run(provisioned: Provisioned)
             "apt_proxy : Configure apt's proxy.]",
         ):
             assert _runs_of_task(run.output, task) == 1, (task, run.describe())
-        assert _runs_of_task(run.output, "kubernetes_node : Install kubelet, kubeadm") == 1
+        assert _runs_of_task(run.output, "kubernetes_node : Install the Kubernetes packages") == 1
 
 
 @pytest.mark.parametrize(

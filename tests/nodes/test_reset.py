@@ -69,19 +69,25 @@ def removed_worker(
     assert provisioned.converge_run.returncode == 0, provisioned.converge_run.describe()
     logs = tmp_path_factory.mktemp("reset")
     inventory = provisioned.inventory
+    # Counted from here: test_upgrade.py, run before, resets and drains nodes too.
+    resets_before = calls(provisioned.cluster.node(REMOVED), "kubeadm").count(RESET)
     unconfirmed = run_playbook(
         "reset.yml", inventory, "--limit", REMOVED, log=logs / "unconfirmed.log"
     )
-    resets_unconfirmed = calls(provisioned.cluster.node(REMOVED), "kubeadm").count(RESET)
+    resets_unconfirmed = (
+        calls(provisioned.cluster.node(REMOVED), "kubeadm").count(RESET) - resets_before
+    )
     first = run_playbook(
         "reset.yml", inventory, *CONFIRM, "--limit", REMOVED, log=logs / "remove.log"
     )
+    resets_first = calls(provisioned.cluster.node(REMOVED), "kubeadm").count(RESET) - resets_before
     again = run_playbook(
         "reset.yml", inventory, *CONFIRM, "--limit", REMOVED, log=logs / "remove-again.log"
     )
     return {
         "unconfirmed": unconfirmed,
         "resets_unconfirmed": resets_unconfirmed,
+        "resets_first": resets_first,
         "first": first,
         "again": again,
         "logs": logs,
@@ -103,10 +109,11 @@ def test_a_worker_is_drained_deleted_and_reset(
     asked = calls(control_plane, "kubectl")
     drain = [c for c in asked if c[:2] == ["drain", REMOVED]]
     assert drain
-    assert "--ignore-daemonsets" in drain[0]
-    assert "--delete-emptydir-data" in drain[0]
+    assert "--ignore-daemonsets" in drain[-1]
+    assert "--delete-emptydir-data" in drain[-1]
     assert any(c[:3] == ["delete", "node", REMOVED] for c in asked)
-    assert asked.index(drain[0]) < max(
+    assert removed_worker["resets_first"] == 1
+    assert len(asked) - 1 - asked[::-1].index(drain[-1]) < max(
         i for i, c in enumerate(asked) if c[:2] == ["delete", "node"]
     )
     assert_left_the_cluster(provisioned.cluster.node(REMOVED))
@@ -146,6 +153,8 @@ def test_the_whole_cluster_is_taken_down_control_plane_last(
 ) -> None:
     fetched = Path(provisioned.inventory).parent / "admin.conf"
     assert fetched.exists()
+    control_plane = provisioned.cluster.node(CONTROL_PLANE[0])
+    kubectl_before = len(calls(control_plane, "kubectl"))
     run = run_playbook(
         "reset.yml", provisioned.inventory, *CONFIRM, log=removed_worker["logs"] / "down.log"
     )
@@ -153,8 +162,9 @@ def test_the_whole_cluster_is_taken_down_control_plane_last(
     plays = run.output.split("PLAY [")
     assert plays[1].startswith("Reset the workers")
     assert plays[2].startswith("Reset the control plane")
-    control_plane = provisioned.cluster.node(CONTROL_PLANE[0])
-    assert not any(c[:2] == ["drain", CONTROL_PLANE[0]] for c in calls(control_plane, "kubectl"))
+    asked = calls(control_plane, "kubectl")[kubectl_before:]
+    assert any(c[:1] == ["drain"] for c in asked)  # the workers were
+    assert not any(c[:2] == ["drain", CONTROL_PLANE[0]] for c in asked)
     for node in provisioned.cluster.nodes:
         assert_left_the_cluster(node)
     for path in ("/etc/kubernetes/admin.conf", "/etc/kubernetes/kubeadm-init-succeeded"):

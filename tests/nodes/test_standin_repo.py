@@ -45,6 +45,10 @@ def _packages(repo: Path) -> list[dict[str, str]]:
     [
         (standin_repo.NVIDIA_REPO, standin_repo.NVIDIA_KEY),
         (standin_repo.KUBERNETES_REPO, standin_repo.KUBERNETES_KEY),
+        (
+            standin_repo.kubernetes_repo(standin_repo.KUBERNETES_PREVIOUS_MINOR),
+            f"{standin_repo.kubernetes_repo(standin_repo.KUBERNETES_PREVIOUS_MINOR)}/Release.key",
+        ),
     ],
 )
 def test_release_is_signed_by_the_published_key(
@@ -78,6 +82,17 @@ def test_kubernetes_repo_offers_three_patch_versions_with_real_package_names(www
     assert ("cri-tools", "1.35.0-1.1") in versions
     for package in packages:
         assert (www / standin_repo.KUBERNETES_REPO / package["Filename"]).is_file()
+
+
+def test_the_previous_minor_has_a_repository_of_its_own(www: Path) -> None:
+    """As pkgs.k8s.io: a cluster goes from 1.34 to 1.35 by switching repositories."""
+    folder = standin_repo.kubernetes_repo(standin_repo.KUBERNETES_PREVIOUS_MINOR)
+    versions = {(p["Package"], p["Version"]) for p in _packages(www / folder)}
+    for name in ("kubelet", "kubeadm", "kubectl"):
+        assert {v for n, v in versions if n == name} == {
+            f"{upstream}-1.1" for upstream in standin_repo.KUBERNETES_PREVIOUS_VERSIONS
+        }
+    assert ("cri-tools", "1.34.0-1.1") in versions
 
 
 def _standin_runtime(www: Path, tmp_path: Path) -> ModuleType:

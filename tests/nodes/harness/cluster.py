@@ -125,6 +125,10 @@ class Cluster:
         assert self.proxy is not None
         assert self.repo is not None
         base = self.repo.base_url(node.host_address)
+        # One repository per minor version, as pkgs.k8s.io has them: Ansible templates the minor
+        # where the kubernetes_node role uses it, so the repository follows kubernetes_node_version.
+        minor = "{{ kubernetes_node_version.split('.')[:2] | join('.') }}"
+        kubernetes_repo = f"{base}/{standin_repo.kubernetes_repo(minor)}/"
         ubuntu = (
             {
                 "nvidia_driver_ubuntu_repo_url": (f"{base}/{standin_repo.cuda_repo(node.system)}/"),
@@ -146,8 +150,8 @@ class Cluster:
             "apt_proxy_direct_hosts": [node.host_address],
             "nvidia_container_toolkit_repo_url": (f"{base}/libnvidia-container/stable/deb/$(ARCH)"),
             "nvidia_container_toolkit_repo_key_url": f"{base}/{standin_repo.NVIDIA_KEY}",
-            "kubernetes_node_repo_url": f"{base}/{standin_repo.KUBERNETES_REPO}/",
-            "kubernetes_node_repo_key_url": f"{base}/{standin_repo.KUBERNETES_KEY}",
+            "kubernetes_node_repo_url": kubernetes_repo,
+            "kubernetes_node_repo_key_url": f"{kubernetes_repo}Release.key",
             "kubeadm_control_plane_cni_manifest_url": f"{base}/{standin_repo.CNI_MANIFEST}",
             **ubuntu,
         }

@@ -31,10 +31,20 @@ PAYLOADS = Path(__file__).resolve().parent.parent / "standin"
 NVIDIA_REPO = "libnvidia-container/stable/deb/amd64"
 NVIDIA_KEY = "libnvidia-container/gpgkey"
 KUBERNETES_MINOR = "1.35"
-KUBERNETES_REPO = f"core:/stable:/v{KUBERNETES_MINOR}/deb"
+
+
+def kubernetes_repo(minor: str) -> str:
+    """pkgs.k8s.io's path of one minor version's repository (each minor has its own)."""
+    return f"core:/stable:/v{minor}/deb"
+
+
+KUBERNETES_REPO = kubernetes_repo(KUBERNETES_MINOR)
 KUBERNETES_KEY = f"{KUBERNETES_REPO}/Release.key"
 CNI_MANIFEST = "cni/standin-cni.yaml"
 KUBERNETES_VERSIONS = ("1.35.8", "1.35.9", "1.35.10")
+# The minor before, in its own repository: what a cluster is upgraded from (test_upgrade.py).
+KUBERNETES_PREVIOUS_MINOR = "1.34"
+KUBERNETES_PREVIOUS_VERSIONS = ("1.34.3",)
 NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0")
 # NVIDIA's CUDA repositories (flat, one per Ubuntu release) and the driver branches they offer.
 CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
@@ -307,14 +317,16 @@ def mig_manager_release(version: str = "") -> str:
     return f"NVIDIA/mig-parted/releases/download/v{version}/{package}"
 
 
-def kubernetes_packages() -> list[Package]:
+def kubernetes_packages(
+    minor: str = KUBERNETES_MINOR, versions: tuple[str, ...] = KUBERNETES_VERSIONS
+) -> list[Package]:
     packages = [
-        Package("cri-tools", "1.35.0-1.1", files={"/usr/bin/crictl": ("crictl", 0o755)}),
+        Package("cri-tools", f"{minor}.0-1.1", files={"/usr/bin/crictl": ("crictl", 0o755)}),
         Package(
             "kubernetes-cni", "1.5.1-1.1", files={"/opt/cni/bin/standin": ("record-args", 0o755)}
         ),
     ]
-    for upstream in KUBERNETES_VERSIONS:
+    for upstream in versions:
         version = f"{upstream}-1.1"
         packages += [
             Package("kubectl", version, files={"/usr/bin/kubectl": ("kubectl", 0o755)}),
@@ -457,6 +469,12 @@ def build_repositories(www: Path, docker_engine: Path | None = None) -> None:
             flat = [
                 (NVIDIA_REPO, NVIDIA_KEY, nvidia_packages(), "stand-in libnvidia-container"),
                 (KUBERNETES_REPO, KUBERNETES_KEY, kubernetes_packages(), "stand-in pkgs.k8s.io"),
+                (
+                    kubernetes_repo(KUBERNETES_PREVIOUS_MINOR),
+                    f"{kubernetes_repo(KUBERNETES_PREVIOUS_MINOR)}/Release.key",
+                    kubernetes_packages(KUBERNETES_PREVIOUS_MINOR, KUBERNETES_PREVIOUS_VERSIONS),
+                    "stand-in pkgs.k8s.io",
+                ),
             ]
             drivers = cuda_packages()
             for distribution in CUDA_DISTRIBUTIONS:
