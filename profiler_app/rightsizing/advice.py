@@ -194,7 +194,8 @@ def mps_clients(usage: WorkloadUsage, needs: Needs, gpu_memory_gib: float) -> in
     p95 = _ratio(usage.sm_active_p95)
     if usage.active_fraction < STEADY_FRACTION or not 0 < p95 <= LOW_SM_ACTIVE:
         return None
-    clients = min(MAX_MPS_CLIENTS, math.floor(1 / p95))
+    # Compared before dividing: 1 / p95 overflows for a p95 near zero (a subnormal float).
+    clients = MAX_MPS_CLIENTS if p95 * MAX_MPS_CLIENTS <= 1 else math.floor(1 / p95)
     if clients < 2 or needs.memory_gib > gpu_memory_gib / clients:
         return None
     return clients

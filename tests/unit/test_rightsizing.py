@@ -24,7 +24,15 @@ from profiler_app.rightsizing import (
     model_for,
     recommend,
 )
-from profiler_app.rightsizing.advice import holds, needs_of, peak_inside, smallest_fitting
+from profiler_app.rightsizing.advice import (
+    MAX_MPS_CLIENTS,
+    Needs,
+    holds,
+    mps_clients,
+    needs_of,
+    peak_inside,
+    smallest_fitting,
+)
 from profiler_app.rightsizing.output import (
     COLUMNS,
     RIGHTSIZE_LABELS,
@@ -500,3 +508,10 @@ def test_every_table_can_be_read_back_from_nvml(model: GpuModel) -> None:
     assert [(p.name, p.sms, p.memory_slices, p.instances) for p in read.profiles] == [
         (p.name, p.sms, p.memory_slices, p.instances) for p in model.profiles
     ]
+
+
+def test_an_activity_near_zero_caps_the_mps_clients_without_overflow() -> None:
+    """A p95 SM activity of a subnormal float once made 1 / p95 infinite (found by Hypothesis)."""
+    near_zero = usage(sm_active_p95=2e-323, sm_active_p50=2e-323)
+    needs = Needs(memory_gib=1.0, sms=1.0, memory_fraction=0.0)
+    assert mps_clients(near_zero, needs, 80.0) == MAX_MPS_CLIENTS
