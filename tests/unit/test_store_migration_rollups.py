@@ -6,6 +6,7 @@ on PostgreSQL ``gpu_window`` becomes partitioned by day and back."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
+from profiler_app.reporting import build_report
+from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_hour
 from profiler_app.sinks.store.rollups import (
@@ -27,6 +30,7 @@ from profiler_app.sinks.store.rollups import (
 )
 from profiler_app.sinks.store.statements import Merge
 from profiler_app.sinks.store.urls import parse_store_url
+from tests.support.cycles import AT, sample_cycle
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -202,5 +206,73 @@ def test_a_store_without_rows_migrates_to_empty_rollups(store_url: str) -> None:
                 assert (
                     connection.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
                 )
+    finally:
+        engine.dispose()
+
+
+def report_figures(connection: sa.Connection, *, rollups: bool = True) -> dict[str, Any]:
+    """The node, GPU and waste figures of one report over the old rows and the new cycle."""
+    report = build_report(
+        connection,
+        since=T0 - timedelta(hours=3),
+        until=AT + timedelta(hours=1),
+        views=["node", "gpu", "waste"],
+        rollups=rollups,
+    )
+    return {
+        "gpus": [asdict(gpu) for gpu in report.gpus],
+        "nodes": [asdict(node) for node in report.nodes],
+        "waste": [asdict(waste) for waste in report.waste],
+    }
+
+
+def flat(value: Any, path: str = "") -> dict[str, Any]:
+    """Nested dicts and lists as one dict keyed by path, for pytest.approx."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{path}/{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{path}/{i}").items()}
+    return {path: value}
+
+
+def assert_figures_equal(got: dict[str, Any], expected: dict[str, Any]) -> None:
+    got_flat, expected_flat = flat(got), flat(expected)
+    assert got_flat.keys() == expected_flat.keys()
+    for key, value in got_flat.items():
+        if isinstance(value, float):
+            assert value == pytest.approx(expected_flat[key], rel=1e-9, abs=1e-9), key
+        else:
+            assert value == expected_flat[key], key
+
+
+def test_report_figures_hold_on_old_and_new_rows_across_down_and_up(store_url: str) -> None:
+    """Rows of revision 0006 and rows the current writer adds give the same report from the
+    rollups as from the raw rows, and the same again after going down to 0006 and back up."""
+    engine = create_store_engine(parse_store_url(store_url), create_file=True)
+    config = alembic_config()
+
+    def migrate(revision: str, *, down: bool = False) -> None:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            (command.downgrade if down else command.upgrade)(config, revision)
+
+    try:
+        migrate(BEFORE)
+        with engine.begin() as connection:
+            connection.execute(sa.insert(gpu_window), old_rows())
+        migrate("head")
+        store = TableStore(store_url)
+        store.publish(sample_cycle())
+        store.close()
+        with engine.connect() as connection:
+            before = report_figures(connection)
+            assert_figures_equal(report_figures(connection, rollups=False), before)
+        assert {gpu["node"] for gpu in before["gpus"]} == {"node-a"}
+        assert sum(sum(gpu["hours_by_job_type"].values()) for gpu in before["gpus"]) > 0
+        migrate(BEFORE, down=True)
+        migrate("head")
+        with engine.connect() as connection:
+            assert_figures_equal(report_figures(connection), before)
+            assert_figures_equal(report_figures(connection, rollups=False), before)
     finally:
         engine.dispose()
