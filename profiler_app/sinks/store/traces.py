@@ -14,36 +14,14 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from profiler_app.errors import UserError
-from profiler_app.sinks.store.dbapi import UnknownSchemaError
-from profiler_app.sinks.store.engine import create_store_engine, describe_error, upgrade_to_head
 from profiler_app.sinks.store.models import gpu_window, trace_gpu
-from profiler_app.sinks.store.urls import parse_store_url
+from profiler_app.sinks.store.opened import OpenedStore
 from profiler_app.trace.summary import GpuTrace, TraceSummary
 
 UNKNOWN = ""  # namespace, pod or node not given: a key column cannot be NULL
 
 
-class TraceStore:
-    def __init__(self, url: str) -> None:
-        parsed = parse_store_url(url)
-        self.url = parsed.display()
-        self._engine = create_store_engine(parsed, create_file=True)
-        try:
-            upgrade_to_head(self._engine)
-        except UnknownSchemaError as error:
-            raise UserError(
-                f"store {self.url} has a schema this gpu-profiler does not know ({error})"
-            ) from None
-        except SQLAlchemyError as error:
-            raise self._error(error) from None
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    def _error(self, error: SQLAlchemyError) -> UserError:
-        return UserError(f"store {self.url}: {describe_error(error)}")
-
+class TraceStore(OpenedStore):
     def profiler_period(self, namespace: str, pod: str) -> float | None:
         """The period of the pod's latest training window in the continuous profile, if any."""
         query = (

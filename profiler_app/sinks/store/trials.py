@@ -12,35 +12,13 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from profiler_app.errors import UserError
-from profiler_app.sinks.store.dbapi import UnknownSchemaError
-from profiler_app.sinks.store.engine import create_store_engine, describe_error, upgrade_to_head
 from profiler_app.sinks.store.models import trial_result
-from profiler_app.sinks.store.urls import parse_store_url
+from profiler_app.sinks.store.opened import OpenedStore
 
 COLUMNS = [column.name for column in trial_result.columns]
 
 
-class TrialStore:
-    def __init__(self, url: str, *, create: bool = True) -> None:
-        parsed = parse_store_url(url)
-        self.url = parsed.display()
-        self._engine = create_store_engine(parsed, create_file=create)
-        try:
-            upgrade_to_head(self._engine)
-        except UnknownSchemaError as error:
-            raise UserError(
-                f"store {self.url} has a schema this gpu-profiler does not know ({error})"
-            ) from None
-        except SQLAlchemyError as error:
-            raise self._error(error) from None
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    def _error(self, error: SQLAlchemyError) -> UserError:
-        return UserError(f"store {self.url}: {describe_error(error)}")
-
+class TrialStore(OpenedStore):
     def record(self, run_id: str, rows: list[dict[str, Any]]) -> None:
         """Replace the run's rows (each a ``trial_result`` row without ``run_id``)."""
         stamped = [{"run_id": run_id, "recorded_at": datetime.now(UTC), **row} for row in rows]
