@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # types only: engines sits above this module; numpy takes 50 ms to load,
+    # and the commands that only read the store (report) never touch an array
+    import numpy as np
+    import numpy.typing as npt
 
-if TYPE_CHECKING:  # a type only: engines sits above this module
     from profiler_app.engines import Identity
 
-FloatMatrix = npt.NDArray[np.float64]
+FloatMatrix: TypeAlias = "npt.NDArray[np.float64]"
 
 # dcgm-exporter field names used across the project.
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -22,7 +22,6 @@ from profiler_app.reporting import (
     report_rows,
     view_columns,
 )
-from profiler_app.rightsize_report import rightsize_advice
 from profiler_app.rightsizing import DEFAULT_HEADROOM, Advice
 from profiler_app.rightsizing.output import (
     COLUMNS,
@@ -229,6 +228,9 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: datetime) -> int:
+    # Here, not at the top: it loads numpy, which the other views never need.
+    from profiler_app.rightsize_report import rightsize_advice  # noqa: PLC0415
+
     engine = create_store_engine(url, create_file=False)
     try:
         with progress.spinner(f"reading {url.display()}"), engine.connect() as connection:

@@ -21,6 +21,8 @@ import dataclasses
 import io
 import json
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -449,3 +451,20 @@ def test_the_reports_job_types_are_the_classifiers() -> None:
     from profiler_app.reporting import JOB_TYPES  # noqa: PLC0415
 
     assert tuple(job_type.value for job_type in JobType) == JOB_TYPES
+
+
+@pytest.mark.parametrize("view", ["node", "gpu", "pod", "idle-pods", "waste", "trace", "trial"])
+def test_the_store_views_never_load_numpy(history_sqlite: str, view: str) -> None:
+    """numpy is a sixth of report's start-up; only ``--by rightsize`` computes with arrays."""
+    probe = (
+        "import sys; from profiler_app.cli import main; "
+        f"main(['report', '--store-url', {history_sqlite!r}, '--by', {view!r}, "
+        f"'--until', {UNTIL.isoformat()!r}, '--since', '30d', '-o', 'json']); "
+        "print('numpy' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (0, "False")
+    assert json.loads(done.stdout)["view"] == view

@@ -148,7 +148,8 @@ def reference(connection: sa.Connection, since: datetime, until: datetime) -> di
             else WASTE_KINDS[0]
         )
         key = (kind, row["namespace"], row["owner_kind"], row["owner_name"])
-        waste_gpus[key].add(f"{row['node']}/{row['uuid']}")
+        if idle_hours > 0:  # a GPU counts in a waste row when it added idle time to it
+            waste_gpus[key].add(f"{row['node']}/{row['uuid']}")
         waste_hours[key] += idle_hours
     return {
         "hours": dict(hours),
