@@ -492,7 +492,8 @@ def report_rows(report: Report, by: str) -> list[dict[str, Any]]:
             for g in report.gpus
         ]
     if by == "waste":
-        # Its fields are the view's columns; asdict's deep copy costs a second at 100,000 rows.
+        # Its fields are the view's columns. Not asdict: its deep copies took 0.1-0.2 s for the
+        # 12,500 rows of 8,000 GPUs over 30 days.
         return [vars(waste).copy() for waste in report.waste]
     pods = report.pods if by == "pod" else report.idle_pods
     return [

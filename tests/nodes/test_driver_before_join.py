@@ -10,13 +10,11 @@ the modprobe path is decided here only.
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
 import pytest
 
-from tests.nodes.harness.ansible_run import role_variables, run_local_play
+from tests.nodes.harness.ansible_run import role_decisions
 
 SMI_FAILS = {"rc": 9, "stdout_lines": ["NVIDIA-SMI has failed because it couldn't communicate"]}
 LOADABLE = {
@@ -50,37 +48,16 @@ HOSTS: dict[str, dict[str, Any]] = {
         "_nvidia_driver_fabricmanager_state": {"status": {"ActiveState": "active"}},
     },
 }
-PLAYBOOK = """
-- name: Evaluate the decisions before joining.
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Write them.
-      ansible.builtin.copy:
-        content: "{{{{ {{'can_load': _nvidia_driver_can_load | bool,
-                       'not_ready': _nvidia_driver_not_ready}} | to_json }}}}"
-        dest: "{out}/{{{{ inventory_hostname }}}}.json"
-        mode: "0600"
-"""
 
 
 @pytest.fixture(scope="module")
 def decided(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    workdir = tmp_path_factory.mktemp("before-join")
-    out = workdir / "out"
-    out.mkdir()
-    inventory = {
-        "all": {
-            "vars": {
-                **role_variables("nvidia_driver"),
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-            },
-            "hosts": HOSTS,
-        }
-    }
-    run_local_play(workdir, inventory, PLAYBOOK.format(out=out))
-    return {host: json.loads((out / f"{host}.json").read_text()) for host in HOSTS}
+    return role_decisions(
+        tmp_path_factory.mktemp("before-join"),
+        ("nvidia_driver",),
+        HOSTS,
+        {"can_load": "_nvidia_driver_can_load | bool", "not_ready": "_nvidia_driver_not_ready"},
+    )
 
 
 def test_the_module_is_loaded_without_a_reboot_only_where_the_kernel_allows(

@@ -3,9 +3,11 @@
 The session's cluster is taken down (reset.yml) and built again at the previous minor version,
 1.34.3, from that minor's own stand-in repository (as pkgs.k8s.io has one per minor). Then: a check
 run changes nothing; asking for 1.36.0 (a skipped minor) is refused with one message before
-anything changes; the upgrade to 1.35.9 runs, control plane first (`kubeadm upgrade plan` and
-`apply`), then each worker alone (`kubeadm upgrade node`), every node drained before its kubelet
-is upgraded and uncordoned and Ready after it; a rerun changes nothing; a downgrade is refused.
+anything changes; kubeadm_cluster.yml at 1.35.9 (as site.yml would apply it) stops on every joined
+node before a package moves; the upgrade to 1.35.9 runs, control plane first (`kubeadm upgrade
+plan` and `apply`), then each worker alone (`kubeadm upgrade node`), every node drained before its
+kubelet is upgraded and uncordoned and Ready after it; a rerun changes nothing; a downgrade is
+refused.
 The cluster ends as the session built it (1.35.9), for test_reset.py, which conftest.py runs after
 this module. Test doubles: the stand-in kubeadm (it keeps the cluster's version and applies real
 kubeadm's version rules), kubectl (it records drain, uncordon and wait: no API server keeps the
@@ -99,6 +101,14 @@ def upgraded(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory)
     )
     result["after_check"] = {n.name: versions(n) for n in nodes}
     result["skip"] = run(provisioned, logs, "skip", "-e", "kubernetes_node_version=1.36.0")
+    # The version raised and the cluster playbook applied, as site.yml would: the nodes refuse.
+    result["unmanaged"] = run_playbook(
+        "kubeadm_cluster.yml",
+        inventory,
+        "-e",
+        f"kubernetes_node_version={NEW}",
+        log=logs / "unmanaged.log",
+    )
     result["after_refusals"] = {n.name: versions(n) for n in nodes}
     result["calls_before_upgrade"] = (before, upgrade_calls(provisioned))
     result["cluster_before_upgrade"] = cluster_version(provisioned)
@@ -139,6 +149,23 @@ def test_skipping_a_minor_is_refused_with_one_message_before_anything_changes(
     assert upgraded["after_refusals"] == upgraded["old_versions"]
     before, after = upgraded["calls_before_upgrade"]
     assert after == before  # neither the check run nor the refusal drained or upgraded anything
+
+
+def test_the_cluster_playbook_refuses_to_change_a_joined_nodes_version(
+    upgraded: dict[str, Any],
+) -> None:
+    unmanaged: RunResult = upgraded["unmanaged"]
+    assert unmanaged.returncode != 0
+    for name in [*CONTROL_PLANE, *WORKERS]:
+        assert (
+            f"{name} has joined a cluster with kubelet {OLD} and kubernetes_node_version asks for"
+            f" {NEW}: applied here" in unmanaged.output
+        ), unmanaged.describe()
+        assert unmanaged.recap[name]["failed"] == 1, unmanaged.describe()
+    assert "Run playbooks/upgrade_kubernetes.yml" in unmanaged.output
+    assert upgraded["after_refusals"] == upgraded["old_versions"]  # no package moved
+    before, after = upgraded["calls_before_upgrade"]
+    assert after == before
 
 
 def test_every_node_runs_the_new_version_held(

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import platform
-import sys
 from typing import Any
 
 import pytest
 
-from tests.nodes.harness.ansible_run import role_variables, run_local_play
+from tests.nodes.harness.ansible_run import role_decisions
 
 
 def packages(version: str) -> dict[str, list[dict[str, str]]]:
@@ -56,41 +55,23 @@ HOSTS["worker-without-kubectl"] = host("1.35.9", "1.35.9")
 del HOSTS["worker-without-kubectl"]["_kubeadm_upgrade_package_facts"]["ansible_facts"]["packages"][
     "kubectl"
 ]
-PLAYBOOK = """
-- name: Evaluate the upgrade decisions.
-  hosts: all
-  gather_facts: true
-  gather_subset: [min]
-  tasks:
-    - name: Write them.
-      ansible.builtin.copy:
-        content: "{{{{ {{'refusal': _kubeadm_upgrade_refusal,
-                       'cluster': _kubeadm_upgrade_cluster_version,
-                       'due': _kubeadm_upgrade_node_due | bool,
-                       'node': _kubeadm_upgrade_node_name}} | to_json }}}}"
-        dest: "{out}/{{{{ inventory_hostname }}}}.json"
-        mode: "0600"
-"""
 
 
 @pytest.fixture(scope="module")
 def decided(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    workdir = tmp_path_factory.mktemp("upgrade-decisions")
-    out = workdir / "out"
-    out.mkdir()
-    inventory = {
-        "all": {
-            "vars": {
-                **role_variables("kubeadm_upgrade"),
-                "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
-            },
-            "hosts": HOSTS,
-            "children": {"control_plane": {"hosts": {"control-plane-behind": None}}},
-        }
-    }
-    run_local_play(workdir, inventory, PLAYBOOK.format(out=out))
-    return {name: json.loads((out / f"{name}.json").read_text()) for name in HOSTS}
+    return role_decisions(
+        tmp_path_factory.mktemp("upgrade-decisions"),
+        ("kubeadm_upgrade",),
+        HOSTS,
+        {
+            "refusal": "_kubeadm_upgrade_refusal",
+            "cluster": "_kubeadm_upgrade_cluster_version",
+            "due": "_kubeadm_upgrade_node_due | bool",
+            "node": "_kubeadm_upgrade_node_name",
+        },
+        facts=True,  # the node name is the host's
+        children={"control_plane": {"hosts": {"control-plane-behind": None}}},
+    )
 
 
 @pytest.mark.parametrize("name", ["patch", "next-minor", "same", "vendor-suffix"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -110,6 +111,56 @@ def run_local_play(workdir: Path, inventory: dict[str, Any], play: str) -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+
+
+def role_decisions(
+    workdir: Path,
+    roles: tuple[str, ...],
+    hosts: dict[str, dict[str, Any]],
+    expressions: dict[str, str],
+    *,
+    facts: bool = False,
+    children: dict[str, Any] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """What ``roles`` decide for made-up local hosts, without booting a node: real Ansible
+    evaluates each Jinja expression of ``expressions`` (name: expression) for each host of
+    ``hosts`` (name: its variables, what the role's tasks would have registered there), the
+    roles' defaults and vars being group variables. ``facts``: gather the minimal facts first.
+    Returns {host: {name: value}}."""
+    out = workdir / "out"
+    out.mkdir()
+    inventory = {
+        "all": {
+            "vars": {
+                **role_variables(*roles),
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+            },
+            "hosts": hosts,
+            "children": children or {},
+        }
+    }
+    written = ", ".join(f"{name!r}: {expression}" for name, expression in expressions.items())
+    play = [
+        {
+            "name": "Evaluate the roles' decisions.",
+            "hosts": "all",
+            "gather_facts": facts,
+            "gather_subset": ["min"],
+            "tasks": [
+                {
+                    "name": "Write them.",
+                    "ansible.builtin.copy": {
+                        "content": f"{{{{ {{{written}}} | to_json }}}}",
+                        "dest": f"{out}/{{{{ inventory_hostname }}}}.json",
+                        "mode": "0600",
+                    },
+                }
+            ],
+        }
+    ]
+    run_local_play(workdir, inventory, yaml.safe_dump(play))
+    return {host: json.loads((out / f"{host}.json").read_text()) for host in hosts}
 
 
 def run_module(
