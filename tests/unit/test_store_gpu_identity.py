@@ -9,14 +9,14 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
 
 from profiler_app.reporting import build_report, report_rows
 from profiler_app.sinks.store import TableStore
-from profiler_app.sinks.store.engine import alembic_config, create_store_engine
+from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window
 from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.cycles import AT, gpu_profile, mig_profile, sample_cycle
+from tests.support.migrations import migrate
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -93,17 +93,11 @@ def test_each_mig_instance_is_its_own_row_and_rollup(store_url: str) -> None:
 def test_the_revision_goes_down_and_up_again(store_url: str) -> None:
     write_cycles(store_url)
     engine = create_store_engine(parse_store_url(store_url), create_file=False)
-    config = alembic_config()
-
-    def migrate(revision: str, *, down: bool = False) -> None:
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, revision)
 
     try:
         with engine.connect() as connection:
             whole = rows(connection, gpu_hour, "gpu", "uuid", "covered_seconds", "util_max")
-        migrate(BEFORE, down=True)
+        migrate(engine, BEFORE, down=True)
         with engine.connect() as connection:
             inspector = sa.inspect(connection)
             assert not NEW_COLUMNS & {c["name"] for c in inspector.get_columns("gpu_window")}
@@ -119,7 +113,7 @@ def test_the_revision_goes_down_and_up_again(store_url: str) -> None:
                 sa.text("SELECT gpu, uuid, covered_seconds, util_max FROM gpu_hour")
             ).all()
             assert sorted(tuple(row) for row in kept) == [row for row in whole if row[0] == "1"]
-        migrate("head")
+        migrate(engine, "head")
         with engine.connect() as connection:
             key = sa.inspect(connection).get_pk_constraint("gpu_hour")["constrained_columns"]
             assert key[:5] == ["hour", "node", "gpu", "uuid", "gpu_i_id"]

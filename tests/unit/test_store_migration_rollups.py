@@ -31,6 +31,7 @@ from profiler_app.sinks.store.rollups import (
 from profiler_app.sinks.store.statements import Merge
 from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.cycles import AT, sample_cycle
+from tests.support.migrations import migrate
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -152,20 +153,14 @@ def test_existing_rows_are_rolled_up_and_the_migration_goes_down_and_up_again(
     store_url: str,
 ) -> None:
     engine = create_store_engine(parse_store_url(store_url), create_file=True)
-    config = alembic_config()
     rows = old_rows()
 
-    def migrate(revision: str, *, down: bool = False) -> None:
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, revision)
-
     try:
-        migrate(BEFORE)
+        migrate(engine, BEFORE)
         with engine.begin() as connection:
             connection.execute(sa.insert(gpu_window), rows)
             written = raw_rows(connection)
-        migrate("head")
+        migrate(engine, "head")
         with engine.connect() as connection:
             assert raw_rows(connection) == written
             for tier, table in ((GPU_HOUR, gpu_hour), (GPU_DAY, gpu_day)):
@@ -174,14 +169,14 @@ def test_existing_rows_are_rolled_up_and_the_migration_goes_down_and_up_again(
             if engine.dialect.name == "postgresql":
                 assert relation_kind(connection, "gpu_window") == "p"
                 assert relation_kind(connection, "gpu_window_p20261101") == "r"
-        migrate(BEFORE, down=True)
+        migrate(engine, BEFORE, down=True)
         with engine.connect() as connection:
             assert raw_rows(connection) == written
             tables = set(sa.inspect(connection).get_table_names())
             assert not tables & {"gpu_hour", "gpu_day", "pod_hour", "store_horizon"}
             if engine.dialect.name == "postgresql":
                 assert relation_kind(connection, "gpu_window") == "r"
-        migrate("head")
+        migrate(engine, "head")
         with engine.begin() as connection:
             assert raw_rows(connection) == written
             assert_rollups_equal(stored(connection, gpu_hour), expected_gpu_rollup(GPU_HOUR, rows))
@@ -249,18 +244,12 @@ def test_report_figures_hold_on_old_and_new_rows_across_down_and_up(store_url: s
     """Rows of revision 0006 and rows the current writer adds give the same report from the
     rollups as from the raw rows, and the same again after going down to 0006 and back up."""
     engine = create_store_engine(parse_store_url(store_url), create_file=True)
-    config = alembic_config()
-
-    def migrate(revision: str, *, down: bool = False) -> None:
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, revision)
 
     try:
-        migrate(BEFORE)
+        migrate(engine, BEFORE)
         with engine.begin() as connection:
             connection.execute(sa.insert(gpu_window), old_rows())
-        migrate("head")
+        migrate(engine, "head")
         store = TableStore(store_url)
         store.publish(sample_cycle())
         store.close()
@@ -269,8 +258,8 @@ def test_report_figures_hold_on_old_and_new_rows_across_down_and_up(store_url: s
             assert_figures_equal(report_figures(connection, rollups=False), before)
         assert {gpu["node"] for gpu in before["gpus"]} == {"node-a"}
         assert sum(sum(gpu["hours_by_job_type"].values()) for gpu in before["gpus"]) > 0
-        migrate(BEFORE, down=True)
-        migrate("head")
+        migrate(engine, BEFORE, down=True)
+        migrate(engine, "head")
         with engine.connect() as connection:
             assert_figures_equal(report_figures(connection), before)
             assert_figures_equal(report_figures(connection, rollups=False), before)
