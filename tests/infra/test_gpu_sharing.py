@@ -251,7 +251,8 @@ def test_where_gpus_are_shared_the_exporter_can_map_pods(shared_eks_graph: Objec
     # NODE_NAME: the exporter's pod informer watches its own node's pods only.
     assert any(item["name"] == "NODE_NAME" for item in exporter["env"])
     (rule,) = objects["ClusterRole"]["rules"]
-    assert "pods" in rule["resources"] and set(rule["verbs"]) == {"get", "list", "watch"}
+    assert "pods" in rule["resources"]
+    assert set(rule["verbs"]) == {"get", "list", "watch"}
     binding = objects["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == "dcgm-exporter-read-pods"
     assert binding["subjects"] == [
@@ -268,7 +269,8 @@ def test_without_shared_gpus_the_exporter_keeps_no_host_pids_and_no_token(
     assert spec["hostPID"] is False
     assert spec["automountServiceAccountToken"] is False
     assert objects["ServiceAccount"]["automountServiceAccountToken"] is False
-    assert "ClusterRole" not in objects and "ClusterRoleBinding" not in objects
+    assert "ClusterRole" not in objects
+    assert "ClusterRoleBinding" not in objects
     env = env_of(spec["containers"][0])
     assert "KUBERNETES_VIRTUAL_GPUS" not in env
     assert "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID" not in env

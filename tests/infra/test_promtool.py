@@ -126,7 +126,8 @@ def test_every_shape_expects_the_busy_pods_busy() -> None:
             for check in test["promql_expr_test"]
             for sample in check["exp_samples"]
         }
-        assert busy['{pod="llm-0"}'] > 0 and busy['{pod="trainer-0"}'] > 0, test["name"]
+        assert busy['{pod="llm-0"}'] > 0, test["name"]
+        assert busy['{pod="trainer-0"}'] > 0, test["name"]
         (keda_check,) = [c for c in test["promql_expr_test"] if c["expr"] == keda]
         assert keda_check["exp_samples"][0]["value"] > 0, test["name"]
 
@@ -143,4 +144,4 @@ def test_a_rule_that_reads_only_pod_labelled_series_fails_the_scaling_tests(
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(promtool_scaling.unit_test_document()))
     result = promtool("test", "rules", "t.yaml", cwd=tmp_path)
     assert result.returncode != 0
-    assert "got: {pod=\"llm-0\"} 0" in result.stdout + result.stderr
+    assert 'got: {pod="llm-0"} 0' in result.stdout + result.stderr
