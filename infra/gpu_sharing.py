@@ -48,8 +48,9 @@ LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 # concurrency table); the device plugin's replicas are those clients.
 MAX_MPS_REPLICAS = 48
 GPU_RESOURCE = "nvidia.com/gpu"
-# dcgm-exporter: series of a shared GPU are copied for every pod holding a replica of it (with
-# the replica in a `vgpu` label) instead of naming one arbitrary pod.
+# dcgm-exporter: the series of a GPU held by several pods are given to each of them (with the
+# replica in a `vgpu` label) instead of naming one of them; from 4.5.3 GPU_UTIL and FB_USED are
+# also measured per pod (docs/sharing.md, "dcgm-exporter on shared GPUs").
 VIRTUAL_GPUS_ENV = "KUBERNETES_VIRTUAL_GPUS"
 
 
@@ -209,13 +210,28 @@ def device_plugin_config_values(sharing: GpuSharingArgs) -> dict[str, Any]:
 
 
 def with_virtual_gpus(values: Mapping[str, Any], sharing: GpuSharingArgs) -> dict[str, Any]:
-    """dcgm-exporter's values, with ``KUBERNETES_VIRTUAL_GPUS`` on where GPUs are shared."""
+    """dcgm-exporter's values where GPUs are shared: ``KUBERNETES_VIRTUAL_GPUS`` on, and what the
+    exporter needs to measure each pod's own GPU_UTIL and FB_USED.
+
+    Its per-pod figures come from NVML's per-process accounting: it maps each process to its pod
+    by the pod UID in ``/proc/<pid>/cgroup`` (it needs the host's PIDs, ``hostPID``) and knows
+    each pod's UID from the API server (the chart mounts the service-account token and grants
+    read access to pods only with ``kubernetes.enablePodUID`` or ``enablePodLabels``). Without
+    either, every pod of a GPU reads 0. ``enablePodUID`` also labels every pod's copy with
+    ``pod_uid``; ``enablePodLabels`` would copy all pod labels, which only adds cardinality.
+    """
     result = dict(values)
     if sharing.shares_gpus:
         result["extraEnv"] = [
             *values.get("extraEnv", []),
             {"name": VIRTUAL_GPUS_ENV, "value": "true"},
         ]
+        result["hostPID"] = True
+        result["kubernetes"] = {
+            **values.get("kubernetes", {}),
+            "enablePodUID": True,
+            "rbac": {"create": True},
+        }
     return result
 
 

@@ -65,6 +65,22 @@ def adapter_rule(metric: str) -> dict[str, Any]:
     raise LookupError(f"no prometheus-adapter rule serves {metric}")
 
 
+def adapter_metrics_query(rule: dict[str, Any], label_matchers: str, group_by: str) -> str:
+    """A rule's metricsQuery as prometheus-adapter fills it in: ``<<.Series>>`` the series of its
+    seriesQuery, ``<<.LabelMatchers>>`` the requested objects' matchers (``namespace="ml",
+    pod=~"a|b"``; empty for an external metric without a selector), ``<<.GroupBy>>`` their labels.
+    """
+    series = re.match(r"\w+", rule["seriesQuery"].strip("'\""))
+    if series is None:
+        raise ValueError(f"adapter rule {rule['name']['as']}: no series in its seriesQuery")
+    return str(
+        rule["metricsQuery"]
+        .replace("<<.Series>>", series.group(0))
+        .replace("<<.LabelMatchers>>", label_matchers)
+        .replace("<<.GroupBy>>", group_by)
+    )
+
+
 def workload_gpu_utilization_query(namespace: str, pod_pattern: str) -> str:
     """The sum over a workload's pods of each pod's ``gpu_utilization``, as the adapter computes
     it: the rule's metricsQuery for those pods, grouped by pod as the adapter groups it.
@@ -72,16 +88,8 @@ def workload_gpu_utilization_query(namespace: str, pod_pattern: str) -> str:
     KEDA divides the sum by the replicas (AverageValue), which gives the HPA's per-pod average.
     """
     rule = adapter_rule(GPU_UTILIZATION_METRIC)
-    series = re.match(r"\w+", rule["seriesQuery"])
-    if series is None:
-        raise ValueError(f"adapter rule {GPU_UTILIZATION_METRIC}: no series in its seriesQuery")
-    per_pod = (
-        rule["metricsQuery"]
-        .replace("<<.Series>>", series.group(0))
-        .replace("<<.LabelMatchers>>", f'namespace="{namespace}",pod=~"{pod_pattern}"')
-        .replace("<<.GroupBy>>", "namespace, pod")
-    )
-    return f"sum({per_pod})"
+    matchers = f'namespace="{namespace}",pod=~"{pod_pattern}"'
+    return f"sum({adapter_metrics_query(rule, matchers, 'namespace, pod')})"
 
 
 def dashboards() -> dict[str, str]:

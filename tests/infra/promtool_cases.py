@@ -24,6 +24,10 @@ A0 = {"Hostname": "node-a", "gpu": "0", "UUID": "GPU-a0"}
 GPU_NODE = {"label_nvidia_com_gpu_present": "true"}
 A1 = {"Hostname": "node-a", "gpu": "1", "UUID": "GPU-a1"}
 B0 = {"Hostname": "node-b", "gpu": "0", "UUID": "GPU-b0"}
+# A time-sliced GPU under dcgm-exporter 4.5.3+ with virtual GPUs that cannot map processes to pods:
+# the device series, and per pod a GPU_UTIL series of 0 without pod_uid
+# (tests/infra/promtool_scaling.py has every shape, with its upstream source).
+B1 = {"Hostname": "node-b", "gpu": "1", "UUID": "GPU-b1"}
 
 
 def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -221,6 +225,13 @@ ALERT_CASES = [
             ),
             series("DCGM_FI_DEV_GPU_UTIL", {**A1, "namespace": "ml", "pod": "trainer-0"}, "80x200"),
             series("DCGM_FI_DEV_GPU_UTIL", B0, "0x200"),
+            # Busy on a shared GPU whose exporter reads its pods 0: not idle.
+            series("DCGM_FI_DEV_GPU_UTIL", B1, "70x200"),
+            series(
+                "DCGM_FI_DEV_GPU_UTIL",
+                {**B1, "namespace": "ml", "pod": "llm-0", "vgpu": "0"},
+                "0x200",
+            ),
         ],
         quiet_at="140m",  # idle for 1h50m: condition true since 91m, pending
         firing_at="160m",
@@ -256,6 +267,9 @@ RECORDING_CASE = RecordingCase(
         series("DCGM_FI_DEV_GPU_UTIL", {**A0, "namespace": "ml", "pod": "trainer-0"}, "90x10"),
         series("DCGM_FI_DEV_GPU_UTIL", {**A1, "namespace": "ml", "pod": "trainer-0"}, "60x10"),
         series("DCGM_FI_DEV_GPU_UTIL", B0, "0x10"),
+        series("DCGM_FI_DEV_GPU_UTIL", B1, "40x10"),
+        series("DCGM_FI_DEV_GPU_UTIL", {**B1, **ML, "pod": "nb-0", "vgpu": "0"}, "0x10"),
+        series("DCGM_FI_DEV_GPU_UTIL", {**B1, **ML, "pod": "nb-1", "vgpu": "1"}, "0x10"),
         series(
             "kube_pod_container_resource_requests",
             {
@@ -299,11 +313,15 @@ RECORDING_CASE = RecordingCase(
         series("gpu_profiler_gpu_job_type", {**B0, "job_type": "training"}, "0x10"),
     ],
     checks=[
-        ("5m", "cluster:gpu_utilization:avg", [({}, 50)]),
+        ("5m", "cluster:gpu_utilization:avg", [({}, 47.5)]),  # A0, A1, B0, B1 once each
         (
             "5m",
             "namespace_pod:gpu_utilization:avg",
-            [({"namespace": "ml", "pod": "trainer-0"}, 75)],
+            [
+                ({"namespace": "ml", "pod": "trainer-0"}, 75),
+                ({"namespace": "ml", "pod": "nb-0"}, 40),
+                ({"namespace": "ml", "pod": "nb-1"}, 40),
+            ],
         ),
         ("5m", "cluster:gpu_requested:sum", [({}, 2)]),
         ("5m", "cluster:gpu_profiler_idle_gpus:count", [({}, 1)]),

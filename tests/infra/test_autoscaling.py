@@ -54,11 +54,14 @@ def test_keda_scales_the_example_on_the_adapters_gpu_metric(eks_run: ProgramRun)
     assert (metadata["threshold"], metadata["activationThreshold"]) == ("60", "10")
     # The one GPU metric: the adapter rule's metricsQuery, for the Deployment's pods.
     rule = monitoring.adapter_rule(monitoring.GPU_UTILIZATION_METRIC)
-    assert rule["metricsQuery"] == "avg by (<<.GroupBy>>) (<<.Series>>{<<.LabelMatchers>>})"
+    pods = 'namespace="inference",pod=~"llm-server-[a-z0-9]+-[a-z0-9]+"'
     assert metadata["query"] == (
-        "sum(avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL"
-        '{namespace="inference",pod=~"llm-server-[a-z0-9]+-[a-z0-9]+"}))'
+        f"sum({monitoring.adapter_metrics_query(rule, pods, 'namespace, pod')})"
     )
+    # Every use of the series is narrowed to the Deployment's pods, but the device series the
+    # fallback joins on (which has no pod label; tests/infra/promtool_scaling.py).
+    assert metadata["query"].count(pods) == 3
+    assert metadata["query"].count('DCGM_FI_DEV_GPU_UTIL{pod=""}') == 2
     assert eks_run.of_type(HPA) == []
     # KEDA owns the replica count: Pulumi leaves it alone.
     assert "replicas" not in example(eks_run)["spec"]

@@ -216,10 +216,78 @@ def test_the_chart_mounts_the_configs_and_follows_the_node_label(
     assert "MIG_STRATEGY" not in env_of(main)
 
 
-def test_dcgm_exporter_copies_shared_gpus_series_per_pod(shared_eks: ProgramRun) -> None:
-    values = shared_eks.release("dcgm-exporter").inputs["values"]
-    assert {"name": "KUBERNETES_VIRTUAL_GPUS", "value": "true"} in values["extraEnv"]
-    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in values["extraEnv"]
+def exporter_objects(graph: ObjectGraph) -> dict[str, dict[str, Any]]:
+    """dcgm-exporter's rendered DaemonSet, ServiceAccount and pod-reading RBAC (where present)."""
+    found = {}
+    for kind, name in (
+        ("DaemonSet", "dcgm-exporter"),
+        ("ServiceAccount", "dcgm-exporter"),
+        ("ClusterRole", "dcgm-exporter-read-pods"),
+        ("ClusterRoleBinding", "dcgm-exporter-read-pods"),
+    ):
+        obj = graph.find(kind, name)
+        if obj is not None:
+            found[kind] = obj.manifest
+    return found
+
+
+def test_where_gpus_are_shared_the_exporter_can_map_pods(shared_eks_graph: ObjectGraph) -> None:
+    """Helm's rendering of the pinned chart: per-pod GPU_UTIL and FB_USED need the host's PIDs
+    (NVIDIA/dcgm-exporter@4.5.3-4.8.2:internal/pkg/transformation/pidmapper.go reads
+    /proc/<pid>/cgroup) and the pods' UIDs, which the exporter reads from the API server only
+    with the token and the RBAC that the chart renders for ``kubernetes.enablePodUID``
+    (deployment/templates/daemonset.yaml, serviceaccount.yaml, clusterrole.yaml)."""
+    objects = exporter_objects(shared_eks_graph)
+    spec = objects["DaemonSet"]["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    assert spec["automountServiceAccountToken"] is True
+    assert objects["ServiceAccount"]["automountServiceAccountToken"] is True
+    (exporter,) = spec["containers"]
+    env = env_of(exporter)
+    assert env["KUBERNETES_VIRTUAL_GPUS"] == "true"
+    assert env["DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"] == "true"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS" not in env  # no pod-label cardinality
+    # NODE_NAME: the exporter's pod informer watches its own node's pods only.
+    assert any(item["name"] == "NODE_NAME" for item in exporter["env"])
+    (rule,) = objects["ClusterRole"]["rules"]
+    assert "pods" in rule["resources"]
+    assert set(rule["verbs"]) == {"get", "list", "watch"}
+    binding = objects["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "dcgm-exporter-read-pods"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "dcgm-exporter", "namespace": "monitoring"}
+    ]
+
+
+def test_without_shared_gpus_the_exporter_keeps_no_host_pids_and_no_token(
+    kubeadm_graph: ObjectGraph,
+) -> None:
+    """The default stack shares no GPU: one pod per GPU, no per-process mapping to need."""
+    objects = exporter_objects(kubeadm_graph)
+    spec = objects["DaemonSet"]["spec"]["template"]["spec"]
+    assert spec["hostPID"] is False
+    assert spec["automountServiceAccountToken"] is False
+    assert objects["ServiceAccount"]["automountServiceAccountToken"] is False
+    assert "ClusterRole" not in objects
+    assert "ClusterRoleBinding" not in objects
+    env = env_of(spec["containers"][0])
+    assert "KUBERNETES_VIRTUAL_GPUS" not in env
+    assert "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID" not in env
+
+
+def test_the_exporter_values_turn_on_what_pod_mapping_needs() -> None:
+    values = {"kubernetes": {"enablePodLabels": False}, "extraEnv": []}
+    shared = GpuSharingArgs(configs=(DevicePluginConfig("ts", sharing="time-slicing", replicas=2),))
+    result = with_virtual_gpus(values, shared)
+    assert result["hostPID"] is True
+    assert result["kubernetes"] == {
+        "enablePodLabels": False,
+        "enablePodUID": True,
+        "rbac": {"create": True},
+    }
+    assert result["extraEnv"] == [{"name": "KUBERNETES_VIRTUAL_GPUS", "value": "true"}]
+    assert values == {"kubernetes": {"enablePodLabels": False}, "extraEnv": []}  # not changed
 
 
 def test_the_example_stack_splits_only_the_a100_group(eks_run: ProgramRun) -> None:

@@ -345,14 +345,14 @@ CASES: dict[str, Case] = {
         Scenario(
             gpu_nodes=(),
             karpenter=Karpenter(
-                launch_failure=("InsufficientCapacityError", "no instance type has capacity")
+                launch_failure=("LaunchFailed", "creating instance, no subnets found")
             ),
         ),
         {
             SCALING: (
                 "A pod requesting a GPU got no GPU node",
                 "has no node after 3s",
-                "Launched=False (InsufficientCapacityError: no instance type has capacity)",
+                "Launched=Unknown (LaunchFailed: creating instance, no subnets found)",
                 "EC2NodeClass",
             )
         },
@@ -367,7 +367,7 @@ CASES: dict[str, Case] = {
         {
             SCALING: (
                 "of NodeClaim gpu-",
-                'Initialized=False (ResourceNotRegistered: Resource "nvidia.com/gpu" was '
+                'Initialized=Unknown (ResourceNotRegistered: Resource "nvidia.com/gpu" was '
                 "requested but not registered)",
                 "Insufficient nvidia.com/gpu",
                 "the device plugin has not registered GPUs there",

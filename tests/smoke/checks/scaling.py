@@ -30,7 +30,7 @@ def claim_node(claim: Json) -> str | None:
 
 
 def unmet_conditions(claim: Json) -> str:
-    """``Launched=False (Reason: message)`` for each condition that is not True."""
+    """``Launched=Unknown (Reason: message)`` for each condition that is not True."""
     unmet = [
         f"{condition.get('type')}={condition.get('status')}"
         + (

@@ -1,6 +1,12 @@
 """What a GPU cluster's controllers and node agents have made of the scenario once it is up:
 the GPU layer's pods and DaemonSets, the node state the device plugin and the profiler publish,
-and the Services. Pure functions of the scenario; the stand-in API server stores the result."""
+and the Services. Pure functions of the scenario; the stand-in API server stores the result.
+
+The device plugin's part is a TEST DOUBLE of NVIDIA/k8s-device-plugin v0.20.0 (the chart
+infra/versions.py pins): it registers ``nvidia.com/gpu`` (internal/plugin/server.go), and the
+kubelet counts every device in capacity but only healthy ones in allocatable; GPU feature
+discovery's labels follow internal/lm/resource.go (``gfd_labels`` here, MIG and sharing in
+sharing.py)."""
 
 from __future__ import annotations
 
@@ -122,10 +128,15 @@ def workloads(scenario: Scenario, cluster_nodes: dict[str, Json]) -> tuple[list[
 
 
 def gfd_labels(gpu_node: GpuNode) -> dict[str, str]:
-    """What NVIDIA's GPU feature discovery labels a node with (the product with dashes)."""
+    """What NVIDIA's GPU feature discovery labels a node's whole GPUs with, as
+    NVIDIA/k8s-device-plugin v0.20.0 internal/lm/resource.go does (``baseLabeler``: product with
+    dashes, count, replicas 1 and sharing-strategy none without sharing; memory in MiB, fixed
+    here). sharing.gfd_labels adds what MIG and time-slicing change."""
     return {
         "nvidia.com/gpu.product": gpu_node.model.replace(" ", "-"),
         "nvidia.com/gpu.count": str(gpu_node.gpus),
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
         "nvidia.com/gpu.memory": "23028",
     }
 

@@ -2,20 +2,28 @@
 the ``karpenter.sh/v1`` NodeClaims it serves, for the smoke suite's scaling check.
 
 No cloud can be reached here, so this models what the check observes, as the real controller
-behaves (https://karpenter.sh/docs/concepts/): one GPU NodePool, ``gpu``, whose nodes carry the
-GPU label and taint of infra/gpu.py and the ``karpenter.sh/nodepool`` label.
+behaves: kubernetes-sigs/karpenter at the commit that aws/karpenter-provider-aws v1.14.1 (the
+chart infra/versions.py pins) builds with (go.mod: sigs.k8s.io/karpenter
+v1.14.1-0.20260819221709-6e7eab7a0f48): the NodeClaim's conditions in
+pkg/apis/v1/nodeclaim_status.go (Launched, Registered, Initialized, and the root Ready), their
+reasons in pkg/controllers/nodeclaim/lifecycle/launch.go and initialization.go, the
+``karpenter.sh/nodepool`` label in pkg/apis/v1/labels.go. One GPU NodePool, ``gpu``, whose nodes
+carry the GPU label and taint of infra/gpu.py.
 
 - Provisioning: a pod the scheduler left Pending, that requests ``nvidia.com/gpu`` and that the
   NodePool's nodes would admit (its nodeSelector, tolerations), gets a NodeClaim of its own.
   After ``launch_seconds`` the NodeClaim is Launched and Registered and a Node joins: the GPU
   layer's DaemonSets put their pods on it, the device plugin's registers ``nvidia.com/gpu``,
   the NodeClaim is Initialized and the scheduler binds the waiting pods. Without a ready device
-  plugin there, the NodeClaim stays ``Initialized=False`` (``ResourceNotRegistered``), as the
+  plugin there, the NodeClaim stays ``Initialized=Unknown`` (``ResourceNotRegistered``,
+  ``Resource "nvidia.com/gpu" was requested but not registered``: initialization.go), as the
   real one does, and is never consolidated. With ``launch_failure`` the NodeClaim stays
-  ``Launched=False`` with that reason and message, and no node comes.
-- Consolidation (``consolidationPolicy: WhenEmpty``): an initialised node with no Pending or
-  Running pod but DaemonSet pods for ``consolidate_after_seconds`` goes away with its NodeClaim
-  and DaemonSet pods, unless ``consolidates`` is False.
+  ``Launched=Unknown`` with that reason and message (launch.go sets a failed launch Unknown,
+  ``LaunchFailed`` or the cloud provider's reason), and no node comes. The root ``Ready`` is
+  Unknown then; its reason is not modelled.
+- Consolidation (the empty-node half of the stacks' ``WhenEmptyOrUnderutilized``): an initialised
+  node with no Pending or Running pod but DaemonSet pods for ``consolidate_after_seconds`` goes
+  away with its NodeClaim and DaemonSet pods, unless ``consolidates`` is False.
 
 Not modelled: instance types, prices, spot, NodePool limits, drift, expiry, moving pods off
 underutilised nodes, disruption budgets, ``karpenter.sh/do-not-disrupt``, termination grace,
@@ -169,7 +177,7 @@ class StandInKarpenter:
             claim = self.node_claims[claim_name]
             if self._config.launch_failure is not None:
                 reason, message = self._config.launch_failure
-                claim["status"]["conditions"] = _conditions(0, "False", reason, message)
+                claim["status"]["conditions"] = _conditions(0, "Unknown", reason, message)
                 continue
             self._launched += 1
             node_name = f"ip-10-0-7-{self._launched}.ec2.internal"
@@ -179,7 +187,7 @@ class StandInKarpenter:
                 claim["status"]["conditions"] = _conditions(len(CONDITIONS))
             else:
                 message = f'Resource "{GPU_RESOURCE}" was requested but not registered'
-                conditions = _conditions(2, "False", "ResourceNotRegistered", message)
+                conditions = _conditions(2, "Unknown", "ResourceNotRegistered", message)
                 claim["status"]["conditions"] = conditions
 
     def _join(self, name: str) -> bool:

@@ -57,9 +57,10 @@ class Unready:
 class Karpenter:
     """A stand-in Karpenter with one GPU NodePool (see karpenter.py); the defaults are healthy.
 
-    ``launch_failure`` (reason, message): every NodeClaim fails to launch, as when no instance
-    type of the NodePool has capacity. ``consolidates`` False: empty nodes are never removed, as
-    with ``consolidateAfter: Never`` or a disruption budget of zero.
+    ``launch_failure`` (reason, message): every NodeClaim fails to launch and stays
+    ``Launched=Unknown`` with them (an EC2NodeClass without subnets, say; on insufficient
+    capacity the real controller deletes the NodeClaim instead). ``consolidates`` False: empty
+    nodes are never removed, as with ``consolidateAfter: Never`` or a disruption budget of zero.
     """
 
     gpus_per_node: int = 1

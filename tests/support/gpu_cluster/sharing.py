@@ -1,15 +1,22 @@
 """MIG devices and time-sliced GPUs in the stand-in GPU cluster (a TEST DOUBLE of what NVIDIA's
 device plugin and GPU feature discovery do on such nodes).
 
+It follows NVIDIA/k8s-device-plugin at v0.20.0 (the chart infra/versions.py pins): the resources
+offered, api/config/v1/replicas.go (``renameByDefault`` offers the replicas as
+``<resource>.shared``); GFD's labels, internal/lm/resource.go and internal/lm/mig-strategy.go.
+
 - A node whose ``GpuNode.mig`` lists MIG devices runs the device plugin with migStrategy mixed:
   each profile is a resource of its own, ``nvidia.com/mig-<profile>``, one device per MIG
   instance; GPUs without MIG devices stay ``nvidia.com/gpu``. GFD labels the node
-  ``nvidia.com/mig.strategy=mixed`` and ``nvidia.com/mig-<profile>.count``. In a container given
-  one MIG device, ``nvidia-smi -L`` lists its GPU and, under it, that device.
+  ``nvidia.com/mig.strategy=mixed`` and, per profile, ``nvidia.com/mig-<profile>.count``,
+  ``.product`` (``<model>-MIG-<profile>``), ``.replicas`` and ``.sharing-strategy``
+  (``NewMIGResourceLabeler``). In a container given one MIG device, ``nvidia-smi -L`` lists its
+  GPU and, under it, that device.
 - A node with ``GpuNode.time_slicing_replicas`` R runs a time-slicing config with renameByDefault:
   each GPU is offered R times as ``nvidia.com/gpu.shared``; GFD labels it
-  ``nvidia.com/gpu.sharing-strategy=time-slicing``, ``nvidia.com/gpu.replicas=R`` and the product
-  with ``-SHARED``. A container given a replica sees that replica's GPU.
+  ``nvidia.com/gpu.sharing-strategy=time-slicing`` and ``nvidia.com/gpu.replicas=R``. The product
+  keeps its plain name: GFD appends ``-SHARED`` only to a shared resource that is *not* renamed
+  (``getProductName``: ``if rl.isShared() && !rl.isRenamed()``).
 
 Breakages (``Scenario``): ``mig_devices_leak``: a container given one MIG device sees every MIG
 device of its GPU; ``sharing_not_applied``: GFD's labels say time-slicing, but the device plugin
@@ -82,18 +89,28 @@ def resources(node: GpuNode, scenario: Scenario) -> dict[str, str]:
 
 
 def gfd_labels(node: GpuNode) -> dict[str, str]:
-    """GPU feature discovery's sharing labels (those of the config it read)."""
+    """GPU feature discovery's sharing and MIG labels (those of the config it read), over the
+    whole-GPU labels of controllers.gfd_labels."""
     labels: dict[str, str] = {}
+    product = node.model.replace(" ", "-")
     if any(node.mig):
         labels["nvidia.com/mig.strategy"] = "mixed"
         for profile in sorted({p for profiles in node.mig for p in profiles}):
+            resource = f"{MIG_PREFIX}{profile}"
             count = sum(profiles.count(profile) for profiles in node.mig)
-            labels[f"nvidia.com/mig-{profile}.count"] = str(count)
+            labels |= {
+                f"{resource}.count": str(count),
+                f"{resource}.product": f"{product}-MIG-{profile}",
+                f"{resource}.replicas": "1",
+                f"{resource}.sharing-strategy": "none",
+            }
+        if all(node.mig[gpu] if gpu < len(node.mig) else () for gpu in range(node.gpus)):
+            # Only MIG-enabled GPUs: their labeler has no sharing config (replicas 0).
+            labels["nvidia.com/gpu.replicas"] = "0"
     if node.time_slicing_replicas:
         labels |= {
             "nvidia.com/gpu.sharing-strategy": "time-slicing",
             "nvidia.com/gpu.replicas": str(node.time_slicing_replicas),
-            "nvidia.com/gpu.product": f"{node.model.replace(' ', '-')}-SHARED",
         }
     return labels
 
