@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -189,11 +190,15 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--top must be 0 (all) or more")
     if args.output == "prometheus" and args.by != RIGHTSIZE_VIEW:
         raise UserError("--output prometheus is for --by rightsize")
-    if not args.headroom >= 0:
-        raise UserError("--headroom must be 0 or more, e.g. 0.15")
+    if not 0 <= args.headroom <= MAX_HEADROOM:
+        raise UserError(
+            f"--headroom {args.headroom:g}: a fraction of the peak from 0 to {MAX_HEADROOM:g}, e.g. 0.15 for 15 %"
+        )
+    if not 0 <= args.idle_below <= 100:
+        raise UserError(f"--idle-below {args.idle_below:g}: a percentage from 0 to 100")
     until = _parse_time(args.until) if args.until else datetime.now(UTC)
     since = _start(until, args.since)
-    url = parse_store_url(args.store_url)
+    url = options.checked(args.store_url, parse_store_url)
     if args.by == RIGHTSIZE_VIEW:
         return _rightsize(args, url, since, until)
     engine = create_store_engine(url, create_file=False)
@@ -365,8 +370,15 @@ def _check_schema(current: tuple[str, ...], url: str) -> None:
         )
 
 
+# Three times the peak is already more than any GPU's memory step; 5 was meant as 5 %.
+MAX_HEADROOM = 2.0
+_BARE_NUMBER = re.compile(r"\d+(\.\d*)?|\.\d+")
+
+
 def _start(until: datetime, since: str) -> datetime:
     """``until`` minus the ``--since`` duration, or one error line when that is before year 1."""
+    if _BARE_NUMBER.fullmatch(since.strip()):  # 5 seconds is never what a report means
+        raise UserError(f"--since {since}: give a unit, e.g. {since.strip()}h or {since.strip()}d")
     try:
         seconds = parse_duration(since)
     except UserError as error:

@@ -23,7 +23,7 @@ from typing import Any
 
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.schema import SCHEMA_HEAD, VERSION_TABLE
-from profiler_app.sinks.store.urls import StoreUrl
+from profiler_app.sinks.store.urls import StoreUrl, default_store_url, parse_store_url
 
 # Whether VERSION_TABLE exists, in the search path on PostgreSQL (report shares these).
 HAS_VERSION_TABLE = {
@@ -66,7 +66,13 @@ def sqlite_file(url: StoreUrl, *, create: bool) -> Path | None:
     path = url.sqlite_path()
     if path is None:
         return None
-    if create:
+    if create and not path.parent.is_dir():
+        # Only the default location's folders are ours to make; a typo in a URL the user gave
+        # must not grow a tree of folders from the root.
+        if str(path) != str(parse_store_url(default_store_url()).sqlite_path()):
+            raise UserError(
+                f"cannot create the store {path}: the folder {path.parent} does not exist"
+            )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
