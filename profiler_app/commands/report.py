@@ -338,7 +338,10 @@ def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
         columns = [column for column in columns if column in NARROW_COLUMNS[by]]
     units = [_unit(column) for column in columns]
     return aligned(
-        [_header(column, unit) for column, unit in zip(columns, units, strict=True)],
+        [
+            _TABLE_HEADERS.get((by, column)) or _header(column, unit)
+            for column, unit in zip(columns, units, strict=True)
+        ],
         [
             [_cell(row.get(column), unit) for column, unit in zip(columns, units, strict=True)]
             for row in rows
@@ -346,6 +349,11 @@ def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
         right={index for index, column in enumerate(columns) if not _is_text(rows, column)},
         keep={index for index, column in enumerate(columns) if column in _KEYS},
     )
+
+
+# Headers that would read alike across views while meaning different things: a pod's `gpus`
+# lists the GPUs it held (indices), a node's counts them.
+_TABLE_HEADERS = {("pod", "gpus"): "GPU INDICES", ("idle-pods", "gpus"): "GPU INDICES"}
 
 
 def _unit(column: str) -> tuple[str, str, float] | None:
@@ -423,7 +431,11 @@ def _cell(value: Any, unit: tuple[str, str, float] | None = None) -> str:
         return _iso(value)
     if isinstance(value, float | int) and not isinstance(value, bool) and unit is not None:
         scaled = value * unit[2]
-        return f"{scaled:.0f}" if unit[1] == "MiB" else f"{scaled:.2f}"
+        if unit[1] == "MiB":
+            return f"{scaled:.0f}"
+        if unit[1] == "s" and 0 < abs(scaled) < 1:  # a 25 ms iteration is 0.025 s, not 0.03
+            return f"{scaled:.3g}"
+        return f"{scaled:.2f}"
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
