@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "trial": "profiler_app.commands.trial",
     "completion": "profiler_app.commands.completion",
     "unprotect": "profiler_app.commands.unprotect",
+    "demo": "profiler_app.commands.demo",
 }
 
 
@@ -40,8 +41,8 @@ class CommandLineParser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
 
-# A leading minus then a digit is a (negative) value: no option of ours starts with a digit.
-_NEGATIVE_VALUE = re.compile(r"^-\d")
+# A leading minus then a number (or inf, nan) is a (negative) value: no option of ours is named so.
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
