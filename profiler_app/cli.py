@@ -89,12 +89,8 @@ def _reader_gone() -> int:
     return 0
 
 
-def _run(arguments: list[str]) -> int:
-    first = arguments[0] if arguments else None
-    if first in COMMAND_MODULES or first == "--version":
-        parser = build_parser(only=first)  # "--version" loads no command at all
-    else:
-        parser = build_parser()
+def _parse(parser: argparse.ArgumentParser, arguments: list[str]) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit status after one error line."""
     try:
         args = parser.parse_args(arguments)
     except UserError as error:  # an option's value from the environment, named by its variable
@@ -107,6 +103,18 @@ def _run(arguments: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    return args
+
+
+def _run(arguments: list[str]) -> int:
+    first = arguments[0] if arguments else None
+    if first in COMMAND_MODULES or first == "--version":
+        parser = build_parser(only=first)  # "--version" loads no command at all
+    else:
+        parser = build_parser()
+    args = _parse(parser, arguments)
+    if isinstance(args, int):
+        return args
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

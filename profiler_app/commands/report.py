@@ -192,7 +192,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--output prometheus is for --by rightsize")
     if not 0 <= args.headroom <= MAX_HEADROOM:
         raise UserError(
-            f"--headroom {args.headroom:g}: a fraction of the peak from 0 to {MAX_HEADROOM:g}, e.g. 0.15 for 15 %"
+            f"--headroom {args.headroom:g}: a fraction of the peak from 0 to "
+            f"{MAX_HEADROOM:g}, e.g. 0.15 for 15 %"
         )
     if not 0 <= args.idle_below <= 100:
         raise UserError(f"--idle-below {args.idle_below:g}: a percentage from 0 to 100")
@@ -424,18 +425,21 @@ def _is_text(rows: list[dict[str, Any]], column: str) -> bool:
     return any(isinstance(row.get(column), str | datetime) for row in rows)
 
 
+def _scaled(value: float, unit: str) -> str:
+    if unit == "MiB":
+        return f"{value:.0f}"
+    if unit == "s" and 0 < abs(value) < 1:  # a 25 ms iteration is 0.025 s, not 0.03
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
 def _cell(value: Any, unit: tuple[str, str, float] | None = None) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return _iso(value)
     if isinstance(value, float | int) and not isinstance(value, bool) and unit is not None:
-        scaled = value * unit[2]
-        if unit[1] == "MiB":
-            return f"{scaled:.0f}"
-        if unit[1] == "s" and 0 < abs(scaled) < 1:  # a 25 ms iteration is 0.025 s, not 0.03
-            return f"{scaled:.3g}"
-        return f"{scaled:.2f}"
+        return _scaled(value * unit[2], unit[1])
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)

@@ -132,6 +132,8 @@ def _profile(
     first_day, day_start = days
     hour = (at - day_start).total_seconds() / 3600 % 24
     uuid_text = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{gpu.node}/{gpu.index}')}"
+    reasons: tuple[str, ...]
+    period: float | None
     if work is None:
         stats = _stats(float(rng.uniform(0, 1)), 1.0, rng)
         fb, job_type, period, reasons = 0.5, "idle", None, ()  # the driver's own 0.5 GiB

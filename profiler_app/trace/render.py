@@ -134,7 +134,8 @@ def _gpu(console: Console, gpu: GpuTrace, top: int) -> None:
     if gpu.kernels:
         _table(console, _stat_table(f"Top kernels, GPU {gpu.device}", gpu.kernels[:top]))
     if gpu.memory:
-        _table(console, _stat_table(f"Memory operations, GPU {gpu.device}", gpu.memory, memory=True))
+        memory = _stat_table(f"Memory operations, GPU {gpu.device}", gpu.memory, memory=True)
+        _table(console, memory)
     if gpu.longest_gaps:
         gaps = Table(title=f"Longest idle gaps, GPU {gpu.device}", title_justify="left")
         gaps.add_column("Starts at", justify="right", no_wrap=True)

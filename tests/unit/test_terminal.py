@@ -64,10 +64,12 @@ def test_no_gpus_shows_the_notice_and_the_host() -> None:
 
 def test_an_80_column_terminal_cuts_no_verdict_and_wraps_reasons_as_prose() -> None:
     output = text_of(render(sample_cycle()), width=80)
-    assert "training" in output and "trai…" not in output
+    assert "training" in output
+    assert "trai…" not in output
     assert "29.3 GiB" in output  # numbers stay on one line too
     reasons = [line for line in output.splitlines() if line.startswith("GPU 0:")]
-    assert reasons and len(reasons[0].split()) > 3  # prose, not one word per line
+    assert reasons
+    assert len(reasons[0].split()) > 3  # prose, not one word per line
 
 
 def test_prometheus_mode_shows_no_host_line() -> None:
