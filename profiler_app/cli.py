@@ -6,8 +6,10 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from profiler_app import __version__
 from profiler_app.errors import UserError
@@ -21,12 +23,31 @@ COMMAND_MODULES = {
     "trial": "profiler_app.commands.trial",
     "completion": "profiler_app.commands.completion",
     "unprotect": "profiler_app.commands.unprotect",
+    "demo": "profiler_app.commands.demo",
 }
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse with one-line usage errors that point to ``--help`` instead of repeating the
+    usage, and values such as ``-5m`` read as values (then refused by their own check with a
+    clear line) rather than as unknown flags."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        if _NEGATIVE_VALUE.match(arg_string):
+            return None
+        return super()._parse_optional(arg_string)
+
+
+# A leading minus then a number (or inf, nan) is a (negative) value: no option of ours is named so.
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser with every subcommand, or with just ``only`` when the command line names it."""
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="gpu-profiler",
         description="Classify what each GPU is doing (idle, training, inference, bursty) "
         "and publish it to Kubernetes annotations, Prometheus metrics and a table store; "
@@ -35,7 +56,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.set_defaults(full_parser=build_parser)  # for `completion`, which completes them all
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMAND_MODULES.items():
         if only in (None, name):
             importlib.import_module(module).register(commands)
@@ -68,13 +89,32 @@ def _reader_gone() -> int:
     return 0
 
 
+def _parse(parser: argparse.ArgumentParser, arguments: list[str]) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit status after one error line."""
+    try:
+        args = parser.parse_args(arguments)
+    except UserError as error:  # an option's value from the environment, named by its variable
+        print(f"gpu-profiler: error: {error}", file=sys.stderr)
+        return error.exit_code
+    if args.command is None:
+        print(
+            f"gpu-profiler: error: name a command: {', '.join(COMMAND_MODULES)} "
+            "(see 'gpu-profiler --help')",
+            file=sys.stderr,
+        )
+        return 2
+    return args
+
+
 def _run(arguments: list[str]) -> int:
     first = arguments[0] if arguments else None
     if first in COMMAND_MODULES or first == "--version":
         parser = build_parser(only=first)  # "--version" loads no command at all
     else:
         parser = build_parser()
-    args = parser.parse_args(arguments)
+    args = _parse(parser, arguments)
+    if isinstance(args, int):
+        return args
     logging.basicConfig(
         level=getattr(args, "log_level", "WARNING").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

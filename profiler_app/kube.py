@@ -140,6 +140,9 @@ def connect(
     configuration = Configuration()
     if kubeconfig:
         source = kubeconfig
+        missing = [path for path in kubeconfig.split(os.pathsep) if not os.path.exists(path)]
+        if missing:  # the client would say "Invalid kube-config file. No configuration found."
+            raise UserError(f"cannot use kubeconfig {kubeconfig}: no such file {missing[0]}")
         try:
             load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration

@@ -173,8 +173,9 @@ def _graph(args: argparse.Namespace) -> ObjectGraph | None:
     return build_graph(run_stack(args.stack, config_file=args.config))
 
 
-# The pyproject extra that installs each optional top-level module a stack may import.
-EXTRA_OF_MODULE = {"ansible": "ansible", "pulumi": "infra", "pulumi_aws": "infra"}
+# The pyproject extras that install what rendering needs: `render` brings Pulumi (`infra`) and
+# the chart engine; the kubeadm stack also imports Ansible.
+EXTRA_OF_MODULE = {"ansible": "render,ansible"}
 
 
 def _missing(error: ImportError) -> int:

@@ -75,6 +75,7 @@ def handle(args: argparse.Namespace) -> int:
     # Checked even where unused (--input) so a typo is never silently ignored.
     window = options.duration(args.window, "--window")
     step = options.duration(args.step, "--step")
+    options.check_prometheus_url(args.prometheus_url)
     if args.input:
         unused = [
             flag for flag, dest in INPUT_IGNORES.items() if options.given(getattr(args, dest))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
@@ -25,7 +26,9 @@ from profiler_app.model import (
     POWER_USAGE,
     SM_ACTIVE,
 )
-from profiler_app.urls import without_credentials
+from profiler_app.urls import http_url_problem, without_credentials
+
+T = TypeVar("T")
 
 # Every field but the classified one is optional: one a node's exporter lacks is said once
 # and done without.
@@ -90,12 +93,30 @@ def add_env_option(
     The help text ends with both, e.g. "(env GPU_PROFILER_WINDOW; default: 30m)".
     """
     shown = shown_default or ("%(default)s" if default is not None else "unset")
+    if "type" in kwargs:
+        kwargs["type"] = _naming_its_variable(kwargs["type"])
     group.add_argument(
         flag,
         default=env_default(env, default),
         help=f"{help} (env {env}; default: {shown})",
         **kwargs,
     )
+
+
+def _naming_its_variable(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``convert`` that, for a value from the environment, fails with one line naming the
+    variable (argparse would name the flag, then print its usage)."""
+
+    def checked(text: str) -> Any:
+        try:
+            return convert(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
+            if isinstance(text, Preset) and text.variable:
+                raise UserError(f"{text.variable}: {error}") from None
+            raise
+
+    checked.__name__ = getattr(convert, "__name__", "value")  # argparse's "invalid X value"
+    return checked
 
 
 def add_store_url_option(
@@ -118,6 +139,32 @@ def add_store_url_option(
         metavar="URL",
         help=f"{purpose}: {forms}",
     )
+
+
+def checked(value: str, check: Callable[[str], T]) -> T:
+    """``check(value)``; its error, for a value from the environment, names the variable (the
+    message itself speaks of the value, as it does for a flag)."""
+    try:
+        return check(value)
+    except UserError as error:
+        if isinstance(value, Preset) and value.variable:
+            raise UserError(f"{value.variable}: {error}") from None
+        raise
+
+
+def check_prometheus_url(value: str | None) -> None:
+    """One line for a Prometheus URL that is not http(s), before anything is read."""
+    if value is None:
+        return
+
+    def check(url: str) -> None:
+        if problem := http_url_problem(url):
+            shown = without_credentials(url)
+            raise UserError(
+                f"invalid Prometheus URL {shown!r} ({problem}): expected http://HOST:PORT"
+            )
+
+    checked(value, check)
 
 
 def duration(text: str | None, flag: str) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -189,11 +190,16 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--top must be 0 (all) or more")
     if args.output == "prometheus" and args.by != RIGHTSIZE_VIEW:
         raise UserError("--output prometheus is for --by rightsize")
-    if not args.headroom >= 0:
-        raise UserError("--headroom must be 0 or more, e.g. 0.15")
+    if not 0 <= args.headroom <= MAX_HEADROOM:
+        raise UserError(
+            f"--headroom {args.headroom:g}: a fraction of the peak from 0 to "
+            f"{MAX_HEADROOM:g}, e.g. 0.15 for 15 %"
+        )
+    if not 0 <= args.idle_below <= 100:
+        raise UserError(f"--idle-below {args.idle_below:g}: a percentage from 0 to 100")
     until = _parse_time(args.until) if args.until else datetime.now(UTC)
     since = _start(until, args.since)
-    url = parse_store_url(args.store_url)
+    url = options.checked(args.store_url, parse_store_url)
     if args.by == RIGHTSIZE_VIEW:
         return _rightsize(args, url, since, until)
     engine = create_store_engine(url, create_file=False)
@@ -333,7 +339,10 @@ def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
         columns = [column for column in columns if column in NARROW_COLUMNS[by]]
     units = [_unit(column) for column in columns]
     return aligned(
-        [_header(column, unit) for column, unit in zip(columns, units, strict=True)],
+        [
+            _TABLE_HEADERS.get((by, column)) or _header(column, unit)
+            for column, unit in zip(columns, units, strict=True)
+        ],
         [
             [_cell(row.get(column), unit) for column, unit in zip(columns, units, strict=True)]
             for row in rows
@@ -341,6 +350,11 @@ def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
         right={index for index, column in enumerate(columns) if not _is_text(rows, column)},
         keep={index for index, column in enumerate(columns) if column in _KEYS},
     )
+
+
+# Headers that would read alike across views while meaning different things: a pod's `gpus`
+# lists the GPUs it held (indices), a node's counts them.
+_TABLE_HEADERS = {("pod", "gpus"): "GPU INDICES", ("idle-pods", "gpus"): "GPU INDICES"}
 
 
 def _unit(column: str) -> tuple[str, str, float] | None:
@@ -365,8 +379,15 @@ def _check_schema(current: tuple[str, ...], url: str) -> None:
         )
 
 
+# Three times the peak is already more than any GPU's memory step; 5 was meant as 5 %.
+MAX_HEADROOM = 2.0
+_BARE_NUMBER = re.compile(r"\d+(\.\d*)?|\.\d+")
+
+
 def _start(until: datetime, since: str) -> datetime:
     """``until`` minus the ``--since`` duration, or one error line when that is before year 1."""
+    if _BARE_NUMBER.fullmatch(since.strip()):  # 5 seconds is never what a report means
+        raise UserError(f"--since {since}: give a unit, e.g. {since.strip()}h or {since.strip()}d")
     try:
         seconds = parse_duration(since)
     except UserError as error:
@@ -404,14 +425,21 @@ def _is_text(rows: list[dict[str, Any]], column: str) -> bool:
     return any(isinstance(row.get(column), str | datetime) for row in rows)
 
 
+def _scaled(value: float, unit: str) -> str:
+    if unit == "MiB":
+        return f"{value:.0f}"
+    if unit == "s" and 0 < abs(value) < 1:  # a 25 ms iteration is 0.025 s, not 0.03
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
 def _cell(value: Any, unit: tuple[str, str, float] | None = None) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return _iso(value)
     if isinstance(value, float | int) and not isinstance(value, bool) and unit is not None:
-        scaled = value * unit[2]
-        return f"{scaled:.0f}" if unit[1] == "MiB" else f"{scaled:.2f}"
+        return _scaled(value * unit[2], unit[1])
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)

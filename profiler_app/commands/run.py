@@ -245,6 +245,7 @@ class RunConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunConfig:
+        options.check_prometheus_url(args.prometheus_url)
         window = _required_duration(args.window, "--window")
         interval = _required_duration(args.interval, "--interval")
         sample_interval = _required_duration(args.sample_interval, "--sample-interval")
@@ -350,7 +351,7 @@ def _store_url(text: str | None) -> str | None:
     from profiler_app.sinks.store.urls import default_store_url, parse_store_url  # noqa: PLC0415
 
     url = text.strip() if text else default_store_url()
-    parse_store_url(url)
+    options.checked(text or url, lambda _: parse_store_url(url))
     return url
 
 

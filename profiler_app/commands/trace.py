@@ -94,7 +94,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--top must be 1 or more")
     store_url = None if args.store_url.strip().lower() == "none" else args.store_url.strip()
     if store_url is not None:
-        parse_store_url(store_url)  # a malformed URL fails before the report is read
+        # a malformed URL fails before the report is read
+        options.checked(args.store_url, lambda _: parse_store_url(store_url))
     classifier = families.load_extra(args.kernel_families) if args.kernel_families else None
     with open_report(args.report) as export:
         summary = summarise(

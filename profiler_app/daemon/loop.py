@@ -90,6 +90,9 @@ class Daemon:
 
         ``first_delay_seconds`` lets a local sampler collect data before the first cycle.
         """
+        if once:  # a failure ends the run: no "next try" to promise
+            for part in (self.cycle.source_part, *self.cycle.sink_parts):
+                part.retries = False
         if first_delay_seconds > 0:
             log.info("sampling for %gs before the first cycle", first_delay_seconds)
             self._wait(first_delay_seconds)

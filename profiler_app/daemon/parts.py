@@ -35,6 +35,7 @@ class Part:
         self.kind = kind
         self._metrics = metrics
         self.backoff = Backoff(interval_seconds, MAX_BACKOFF_INTERVALS * interval_seconds, clock)
+        self.retries = True  # False for `run --once`, which stops after its one cycle
 
     def waiting(self) -> bool:
         """True while the back-off after a failure lasts: the part is not to be tried."""
@@ -50,7 +51,10 @@ class Part:
         delay = self.backoff.failed(retry_after, since=since)
         self._metrics.record_error(self.kind)
         self._metrics.record_failures(self.kind, self.backoff.failures)
-        log.warning("%s error: %s; next try in %gs", self.kind, one_line(error), delay)
+        if self.retries:
+            log.warning("%s error: %s; next try in %gs", self.kind, one_line(error), delay)
+        else:
+            log.warning("%s error: %s", self.kind, one_line(error))
 
     def succeeded(self) -> None:
         if self.backoff.failures:

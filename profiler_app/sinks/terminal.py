@@ -84,16 +84,17 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
         f"at {result.at:%Y-%m-%d %H:%M:%S} UTC",
         title_justify="left",
     )
-    table.add_column("GPU")
-    table.add_column("job type")
-    table.add_column("period", justify="right")
-    table.add_column("util max", justify="right")
-    table.add_column("util p95", justify="right")
-    table.add_column("mem copy", justify="right")
-    table.add_column("FB used", justify="right")
-    table.add_column("conf", justify="right")
-    table.add_column("pod")
-    table.add_column("why")
+    # The verdict columns never wrap or cut; reasons go under the table, one GPU a line, where a
+    # narrow terminal folds them as prose instead of one word per line.
+    table.add_column("GPU", no_wrap=True)
+    table.add_column("job type", no_wrap=True, min_width=len("inference"))
+    table.add_column("period", justify="right", no_wrap=True)
+    table.add_column("util\nmax", justify="right", no_wrap=True)
+    table.add_column("util\np95", justify="right", no_wrap=True)
+    table.add_column("mem\ncopy", justify="right", no_wrap=True)
+    table.add_column("FB\nused", justify="right", no_wrap=True)
+    table.add_column("conf", justify="right", no_wrap=True)
+    table.add_column("pod", overflow="fold", min_width=8)
     for profile in result.gpus:
         table.add_row(
             profile.device,
@@ -105,14 +106,19 @@ def render(result: CycleResult, notice: str | None = None) -> Group:
             _fb_used(profile),
             _number(profile.confidence, digits=2),
             _pod(profile),
-            "; ".join(profile.reasons) or "-",
         )
     lines: list[Table | Text] = [table] if result.gpus else []
+    lines.extend(
+        Text(f"GPU {profile.device}: {'; '.join(profile.reasons)}", style="dim")
+        for profile in result.gpus
+        if profile.reasons
+    )
     if not result.gpus:
         lines.append(Text(notice or "no GPUs found", style="yellow"))
     elif notice:
         lines.append(Text(notice, style="yellow"))
-    lines.append(Text(f"host: {host_line(result.host)}"))
+    if result.host:  # Prometheus mode reads no host
+        lines.append(Text(f"host: {host_line(result.host)}"))
     return Group(*lines)
 
 
@@ -130,7 +136,8 @@ def summary_lines(result: CycleResult) -> list[str]:
         + (f" ({'; '.join(p.reasons)})" if p.reasons else "")
         for p in result.gpus
     ]
-    lines.append(f"host {host_line(result.host)}")
+    if result.host:
+        lines.append(f"host {host_line(result.host)}")
     return lines
 
 

@@ -83,11 +83,11 @@ def _header(summary: TraceSummary) -> list[str]:
 def _stat_table(title: str, stats: list[Stat], *, memory: bool = False) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("Time %", "Total", "Count", "Avg", "Min", "Max", "StdDev"):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     if memory:
-        table.add_column("Bytes", justify="right")
-        table.add_column("Pageable", justify="right")
-    table.add_column("Name" if not memory else "Kind", overflow="fold")
+        table.add_column("Bytes", justify="right", no_wrap=True)
+        table.add_column("Pageable", justify="right", no_wrap=True)
+    table.add_column("Name" if not memory else "Kind", overflow="fold", min_width=12, max_width=60)
     for s in stats:
         cells: list[str | Text] = [
             f"{s.time_percent:.1f}",
@@ -132,20 +132,42 @@ def _gpu(console: Console, gpu: GpuTrace, top: int) -> None:
     if gpu.reading:
         console.print(f"  reading: {gpu.reading}")
     if gpu.kernels:
-        console.print(_stat_table(f"Top kernels, GPU {gpu.device}", gpu.kernels[:top]))
+        _table(console, _stat_table(f"Top kernels, GPU {gpu.device}", gpu.kernels[:top]))
     if gpu.memory:
-        console.print(_stat_table(f"Memory operations, GPU {gpu.device}", gpu.memory, memory=True))
+        memory = _stat_table(f"Memory operations, GPU {gpu.device}", gpu.memory, memory=True)
+        _table(console, memory)
     if gpu.longest_gaps:
         gaps = Table(title=f"Longest idle gaps, GPU {gpu.device}", title_justify="left")
-        gaps.add_column("Starts at", justify="right")
-        gaps.add_column("Length", justify="right")
+        gaps.add_column("Starts at", justify="right", no_wrap=True)
+        gaps.add_column("Length", justify="right", no_wrap=True)
         for gap in gpu.longest_gaps:
             gaps.add_row(f"{gap.start_ns / 1e9:.6f} s", duration(gap.length_ns))
-        console.print(gaps)
+        _table(console, gaps)
+
+
+def _table(console: Console, table: Table) -> None:
+    """A table no narrower than its numbers need: a narrow terminal wraps its lines rather than
+    cutting figures and headers to an ellipsis."""
+    needed = console.measure(table, options=console.options.update(width=10_000)).maximum
+    if needed <= console.width:
+        console.print(table)
+        return
+    wider = Console(
+        file=console.file,
+        width=needed,
+        highlight=False,
+        force_terminal=console.is_terminal,
+        color_system=console.color_system,  # type: ignore[arg-type]
+    )
+    wider.print(table)
 
 
 def render(summary: TraceSummary, out: TextIO, *, top: int = 10) -> None:
-    console = Console(file=out, width=160 if not out.isatty() else None, highlight=False)
+    # soft_wrap: prose is never broken at a fixed width (a pipe gets whole lines, a terminal
+    # wraps them itself); tables are as wide as the terminal, or as their figures need.
+    console = Console(
+        file=out, width=160 if not out.isatty() else None, highlight=False, soft_wrap=True
+    )
     for line in _header(summary):
         console.print(line)
     for gpu in summary.gpus:
@@ -156,4 +178,4 @@ def render(summary: TraceSummary, out: TextIO, *, top: int = 10) -> None:
         marked = [
             replace(s, name=f"{s.name} *") if s.synchronising else s for s in summary.api[:API_ROWS]
         ]
-        console.print(_stat_table("CUDA API (synchronising calls marked *)", marked))
+        _table(console, _stat_table("CUDA API (synchronising calls marked *)", marked))

@@ -191,6 +191,27 @@ def test_passwords_and_the_ca_key_are_secrets_and_nowhere_else(eks_run: ProgramR
     )
 
 
+WORKLOADS = {
+    "kubernetes:apps/v1:DaemonSet",
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:apps/v1:StatefulSet",
+    "kubernetes:batch/v1:Job",
+    "kubernetes:batch/v1:CronJob",
+}
+
+
+@pytest.mark.parametrize("stack", ["eks", "kubeadm"])
+def test_no_workload_spec_is_a_secret(stack: str, request: pytest.FixtureRequest) -> None:
+    """`pulumi preview` shows a secret input as [secret]: a workload's spec must stay plain so a
+    change to it is reviewable (the credentials' digest annotation is unsecreted for this)."""
+    run: ProgramRun = request.getfixturevalue(f"{stack}_run")
+    workloads = [resource for resource in run.resources if resource.typ in WORKLOADS]
+    assert any(resource.typ == "kubernetes:apps/v1:DaemonSet" for resource in workloads)
+    for resource in workloads:
+        hidden = {path for path in resource.secret_paths if path.split(".")[0] == "spec"}
+        assert not hidden, (resource.name, hidden)
+
+
 def test_pooler_is_pgbouncer_in_transaction_mode_with_tls_required(eks_run: ProgramRun) -> None:
     spec = eks_run.one(POOLER).inputs["spec"]
     assert spec["cluster"] == {"name": "gpu-profiler-store"}

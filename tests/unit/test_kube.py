@@ -49,7 +49,7 @@ def test_kubeconfig_sends_token_and_never_logs_it(
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        (None, "No such file|does not exist|Invalid kube-config"),
+        (None, "no such file"),
         ("clusters: [unclosed", "cannot use kubeconfig"),
         ("apiVersion: v1\nkind: Config\nclusters: []\n", "current-context|context"),
     ],

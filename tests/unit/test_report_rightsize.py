@@ -165,7 +165,7 @@ def test_bad_options_are_one_line(capsys: pytest.CaptureFixture[str], store: str
     assert main([*base, "--by", "gpu", "--output", "prometheus"]) == 2
     assert "--output prometheus is for --by rightsize" in capsys.readouterr().err
     assert main([*base, "--by", "rightsize", "--headroom", "-1"]) == 2
-    assert "--headroom must be 0 or more" in capsys.readouterr().err
+    assert "--headroom -1: a fraction of the peak from 0 to 2" in capsys.readouterr().err
 
 
 def test_weighted_quantile() -> None:

@@ -560,7 +560,18 @@ def test_sqlite_in_an_unwritable_place_is_a_user_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(UserError, match="cannot create the store directory"):
+        TableStore(f"sqlite:///{blocker / 'profiler.db'}")
+    with pytest.raises(UserError, match=r"the folder .*/file does not exist"):
         TableStore(f"sqlite:///{blocker / 'sub' / 'profiler.db'}")
+
+
+def test_a_store_url_grows_no_tree_of_folders(tmp_path: Path) -> None:
+    """Its own folder is made, as mkdir makes one; a path whose parents are missing is refused."""
+    TableStore(f"sqlite:///{tmp_path / 'store' / 'profiler.db'}").close()
+    assert (tmp_path / "store" / "profiler.db").is_file()
+    with pytest.raises(UserError, match=r"the folder .*/nonexistent does not exist"):
+        TableStore(f"sqlite:///{tmp_path / 'nonexistent' / 'dir' / 'x.db'}")
+    assert not (tmp_path / "nonexistent").exists()
 
 
 def test_unreachable_postgresql_is_retried_not_fatal(caplog: pytest.LogCaptureFixture) -> None:

@@ -24,9 +24,11 @@ def text_of(renderable: object, width: int = 120) -> str:
 def test_table_shows_each_gpu_and_the_host() -> None:
     output = text_of(render(sample_cycle()))
     assert "node-a: last 30m at 2026-11-22 04:00:00 UTC" in output
-    header = next(line for line in output.splitlines() if "job type" in line)
-    for column in ("GPU", "period", "util max", "util p95", "mem copy", "FB used", "pod"):
-        assert column in header
+    lines = output.splitlines()
+    at = next(i for i, line in enumerate(lines) if "job type" in line)
+    header = lines[at - 1] + lines[at]  # two-line headers: "util" over "max"
+    for word in ("GPU", "period", "util", "max", "p95", "mem", "copy", "FB", "used", "pod"):
+        assert word in header
     gpu0 = next(line for line in output.splitlines() if "training" in line)
     for cell in ("12.5s", "90%", "85%", "40%", "29.3 GiB", "ml/trainer-0"):
         assert cell in gpu0, cell
@@ -41,10 +43,9 @@ def test_table_and_log_lines_say_how_sure_and_why() -> None:
     output = text_of(render(sample_cycle()), width=200)
     header = next(line for line in output.splitlines() if "job type" in line)
     assert "conf" in header
-    assert "why" in header
     gpu0 = next(line for line in output.splitlines() if "training" in line)
     assert "0.90" in gpu0
-    assert "period 12s in util; owner PyTorchJob" in gpu0
+    assert "GPU 0: period 12s in util; owner PyTorchJob" in output
     first, second = summary_lines(sample_cycle())[:2]
     assert first.endswith(
         "pod ml/trainer-0 runs torchrun (pytorch) confidence 0.90 "
@@ -59,6 +60,22 @@ def test_no_gpus_shows_the_notice_and_the_host() -> None:
     assert "job type" not in output
     assert "no NVIDIA driver found: NVML Shared Library Not Found" in output
     assert "host: cpu 12%" in output
+
+
+def test_an_80_column_terminal_cuts_no_verdict_and_wraps_reasons_as_prose() -> None:
+    output = text_of(render(sample_cycle()), width=80)
+    assert "training" in output
+    assert "trai…" not in output
+    assert "29.3 GiB" in output  # numbers stay on one line too
+    reasons = [line for line in output.splitlines() if line.startswith("GPU 0:")]
+    assert reasons
+    assert len(reasons[0].split()) > 3  # prose, not one word per line
+
+
+def test_prometheus_mode_shows_no_host_line() -> None:
+    cycle = replace(sample_cycle(), host={})
+    assert "host" not in text_of(render(cycle))
+    assert not any(line.startswith("host") for line in summary_lines(cycle))
 
 
 def test_host_line_formats_rates() -> None:

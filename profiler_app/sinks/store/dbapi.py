@@ -23,7 +23,7 @@ from typing import Any
 
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.schema import SCHEMA_HEAD, VERSION_TABLE
-from profiler_app.sinks.store.urls import StoreUrl
+from profiler_app.sinks.store.urls import StoreUrl, default_store_url, parse_store_url
 
 # Whether VERSION_TABLE exists, in the search path on PostgreSQL (report shares these).
 HAS_VERSION_TABLE = {
@@ -61,14 +61,24 @@ def describe_driver_error(error: BaseException) -> str:
 
 
 def sqlite_file(url: StoreUrl, *, create: bool) -> Path | None:
-    """The SQLite file of ``url``, None for PostgreSQL. ``create``: its directory is made (the
-    file comes with the first connection); otherwise the file must exist."""
+    """The SQLite file of ``url``, None for PostgreSQL. ``create``: its folder is made if
+    the one above exists (the default location's whole path is made; the file comes with the
+    first connection); otherwise the file must exist."""
     path = url.sqlite_path()
     if path is None:
         return None
     if create:
+        if path.parent.is_dir():
+            return path
+        # The default location's folders are ours to make; for a URL the user gave, the file's
+        # own folder at most (as mkdir without -p), so a typo cannot grow a tree from the root.
+        default = str(path) == str(parse_store_url(default_store_url()).sqlite_path())
+        if not default and not path.parent.parent.is_dir():
+            raise UserError(
+                f"cannot create the store {path}: the folder {path.parent.parent} does not exist"
+            )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=default, exist_ok=True)
         except OSError as error:
             raise UserError(f"cannot create the store directory {path.parent}: {error}") from None
     elif not path.is_file():

@@ -90,7 +90,8 @@ def parse_store_url(url: str) -> StoreUrl:
 def _postgresql(text: str) -> StoreUrl:
     if importlib.util.find_spec("psycopg") is None:
         raise UserError(
-            "a PostgreSQL store needs psycopg: pip install 'gpu-cluster-profiler[postgres]'"
+            "a PostgreSQL store needs psycopg: .venv/bin/pip install -e '.[postgres]' in the "
+            "gpu-cluster-profiler checkout"
         )
     try:
         parts = urlsplit(text)

@@ -37,6 +37,11 @@ def _result(
 ) -> list[dict[str, object]]:
     """``data.result`` of a successful ``result_type`` document whose every item passes
     ``is_item``; else UserError, ``problem`` followed by what is wrong."""
+    if isinstance(document, dict) and document.get("status") == "error":
+        # Prometheus's own words (errorType bad_data, "parse error at ...") say what went wrong.
+        kind = document.get("errorType")
+        said = f"{kind}: {document.get('error')}" if kind else str(document.get("error"))
+        raise UserError(f"{problem}: Prometheus answered an error: {said}")
     data = document.get("data") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(data, dict):
         raise UserError(f"{problem}: no 'data' object")

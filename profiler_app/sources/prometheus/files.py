@@ -8,7 +8,11 @@ from collections.abc import Collection, Sequence
 
 from profiler_app.errors import UserError
 from profiler_app.model import SeriesMatrix
-from profiler_app.sources.prometheus.documents import fields_in_document, parse_query_range
+from profiler_app.sources.prometheus.documents import (
+    fields_in_document,
+    matrix_result,
+    parse_query_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ def load_query_range(
     except RecursionError:  # arrays or objects nested thousands deep: no query_range answer
         raise UserError(f"{path} is nested too deeply to be a query_range answer") from None
     wanted = list(fields) if fields else fields_in_document(document, path)
+    if not wanted and not matrix_result(document, path):
+        raise UserError(f"{path}: the answer holds no series (an empty result)")
     if not wanted:
         raise UserError(f"{path}: series carry no __name__ label; say which field with --field")
     present = set(fields_in_document(document, path))
