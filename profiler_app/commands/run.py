@@ -585,6 +585,7 @@ def _start_kubernetes(
                 config.node,
                 domain=config.annotation_domain,
                 release_only=config.protect_training == RELEASE_PROTECTION,
+                interval_seconds=config.interval_seconds,
             )
         )
     sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))
