@@ -302,3 +302,28 @@ ProtectionHistory.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestProtectionHistory = ProtectionHistory.TestCase
+
+
+def test_known_histories() -> None:
+    """Histories the random search reaches only now and then, replayed every run: the pod after
+    one whose writes fail is protected in the same cycle; a cycle without metrics keeps marks,
+    protects by owner, releases a finished pod; a pod on a MIG device is protected."""
+    machine = ProtectionHistory()
+    try:
+        machine.create("worker-0", NODE, "nvidia.com/gpu")
+        machine.create("worker-1", NODE, "nvidia.com/gpu.shared")
+        machine.pods_writes_fail("worker-0", 500)
+        machine.training_starts("worker-0")
+        machine.training_starts("worker-1")
+        machine.cycle()
+        machine.failures_end()
+        machine.cycle()
+        machine.training_stops("worker-0")  # unseen: the metrics source fails from now
+        machine.delete("worker-1")
+        machine.training_job_starts_a_pod("worker-1", NODE, "nvidia.com/mig-3g.40gb")
+        machine.cycle_while_the_metrics_source_fails()
+        machine.finish("worker-0")
+        machine.cycle_while_the_metrics_source_fails()
+        machine.cycle()
+    finally:
+        machine.teardown()
