@@ -11,8 +11,8 @@ runs) and the trial runner all ask it here. NVIDIA's device plugin (v0.20.0) off
 
 A ``rename`` of its own in ``sharing.timeSlicing.resources`` is ignored by v0.20.0
 (``DisableResourceNamingInConfig`` in ``api/config/v1/config.go``), but a later or patched
-plugin may honour it: such names are declared with ``--gpu-resource`` (``GPU_PROFILER_GPU_RESOURCES``),
-comma-separated, and count as GPUs beside the ones above.
+plugin may honour it: ``gpu-profiler run --gpu-resource`` (``GPU_PROFILER_GPU_RESOURCES``) names
+such resources, comma-separated, and they count as GPUs beside the ones above.
 """
 
 from __future__ import annotations
