@@ -316,6 +316,8 @@ class MetricsSink:
         failed in this cycle (each an error)."""
         if attempts:
             self.errors.labels(kind=kind).inc(attempts)
+        if not failing and kind not in self._failing_pods:
+            return  # nothing was failing: no series for the sinks that write no pods
         self.failing_pods.labels(kind=kind).set(len(failing))
         if failing:
             self._failing_pods[kind] = dict(failing)

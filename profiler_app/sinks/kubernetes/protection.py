@@ -23,6 +23,11 @@ the GPU pods of its own node that train, with the marker ``<domain>/do-not-disru
   same name has too); changing or removing is a JSON patch that first ``test``s the UID and the
   values read (422 when they moved). A failed precondition is read again and retried, at most
   ``conflict_retries`` times a cycle.
+- Each pod is its own attempt: one whose read or write fails waits out its own back-off while
+  the others go on (``TrainingProtector``).
+- Without GPU series (``CycleResult.gpus_read`` False: the metrics source failed) there is no
+  verdict: the profiler's marks stay, owner-based protection and releases of finished pods go on.
+- "Uses GPUs" is ``PodInfo.uses_gpus``: any GPU resource (``profiler_app.gpu_resources``).
 
 Requests: none while the watcher shows every pod as wanted; a GET and a PATCH per change.
 ``release_all`` (``gpu-profiler unprotect``) removes every mark of the profiler's, cluster-wide.
