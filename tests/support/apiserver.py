@@ -27,7 +27,8 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
   until the last; every page comes from the snapshot the first one took, at its
   ``resourceVersion``, as etcd gives the real server. An unknown or expired token (see
   ``expire_list_tokens``) answers 410 Expired.
-- Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
+- Errors are ``Status`` objects (an injected 500 is the real ``InternalError``, see
+  ``internal_error``). Bearer-token authentication (401 without the token).
 
 Every request is recorded (``requests``, and the status of each answer in ``answers``) so
 tests can count calls per cycle, and faults can be injected per method and path: an error status
