@@ -14,6 +14,7 @@ from profiler_app.cli import main
 from profiler_app.commands.run import RunConfig
 from profiler_app.errors import UserError
 from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, parse_gpu_resources
+from profiler_app.pods import pod_usage
 from profiler_app.sources.kube_pods import pod_info
 from profiler_app.trial.manifests import load_template
 from tests.support.apiserver import pod_manifest
@@ -110,3 +111,15 @@ def test_a_trial_template_on_mig_or_shared_gpus_is_refused_by_name(resource: str
     }
     with pytest.raises(UserError, match=rf"requests {resource}, not nvidia.com/gpu"):
         load_template(job, "job.yaml")
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"])
+def test_a_pod_holding_a_mig_device_or_a_shared_gpu_is_reported_while_it_runs(
+    resource: str,
+) -> None:
+    """Allocated, on no GPU's series yet: reported as holding GPUs all the same (pods.pod_usage,
+    which the store and ``report`` read)."""
+    holder = pod_info(pod_manifest("ml", "holder", "node-a", gpus=1, gpu_resource=resource))
+    cpu_only = pod_info(pod_manifest("ml", "web", "node-a"))
+    usage = pod_usage([], [holder, cpu_only], {}, "node-a", listed_only=True)
+    assert [row.pod for row in usage] == ["holder"]
