@@ -253,7 +253,9 @@ class PodInfo:
     node: str
     phase: str  # Pending, Running, Succeeded, Failed, Unknown
     start_time: datetime | None
-    gpu_requests: int  # nvidia.com/gpu the pod requests (init containers included, as scheduled)
+    # GPU devices the pod requests, of every GPU resource (gpu_resources), init containers
+    # included as scheduled
+    gpu_requests: int
     gpu_limits: int
     container_ids: Mapping[str, str]  # runtime container id (no "containerd://" prefix) -> name
     # The controller in the pod's ownerReferences ("" for a bare pod), and the pod's labels
@@ -293,3 +295,6 @@ class CycleResult:
     # The pods Kubernetes lists on this node (the watcher's view when the cycle read); None
     # when Kubernetes is off or its first list has not come: then no sink acts on a pod.
     node_pods: tuple[PodInfo, ...] | None = None
+    # False when the GPU series could not be read (gpus is then empty, not "no GPU trains"):
+    # only sinks that act on the pod list alone get such a result (protection by owner).
+    gpus_read: bool = True

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
+from profiler_app.gpu_resources import GPU_RESOURCES_ENV, GpuResources, parse_gpu_resources
 from profiler_app.model import (
     DRAM_ACTIVE,
     FB_USED,
@@ -117,6 +118,33 @@ def _naming_its_variable(convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
     checked.__name__ = getattr(convert, "__name__", "value")  # argparse's "invalid X value"
     return checked
+def port(text: str) -> int:
+    """A TCP port, or 0 for none (argparse type)."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use 1-65535, or 0 for none")
+    return number
+
+
+def add_gpu_resource_option(group: argparse._ActionsContainer) -> None:
+    """``--gpu-resource``: resource names a device plugin renamed GPUs to (gpu_resources)."""
+    add_env_option(
+        group,
+        "--gpu-resource",
+        env=GPU_RESOURCES_ENV,
+        shown_default="nvidia.com/gpu, nvidia.com/mig-*, and each with .shared",
+        metavar="NAME[,NAME...]",
+        help="more extended resources that are GPUs: names the device plugin's config renames "
+        "GPUs to",
+    )
+
+
+def gpu_resources(args: argparse.Namespace) -> GpuResources:
+    """The GPU resources, with those --gpu-resource (or its variable) adds."""
+    return parse_gpu_resources(args.gpu_resource, named(args.gpu_resource, "--gpu-resource"))
 
 
 def add_store_url_option(

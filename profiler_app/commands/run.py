@@ -26,6 +26,7 @@ from profiler_app.commands import options
 from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
+from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources import MetricsSource
@@ -91,16 +92,6 @@ def _log_level(text: str) -> str:
     return level
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use 1-65535, or 0 for none")
-    return port
-
-
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "run",
@@ -154,7 +145,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--metrics-port",
         env="GPU_PROFILER_METRICS_PORT",
         default=str(DEFAULT_METRICS_PORT),
-        type=_port,
+        type=options.port,
         metavar="PORT",
         help="port of /metrics and /healthz, 0 for none",
     )
@@ -198,6 +189,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="set karpenter.sh/do-not-disrupt on this node's pods while they train, remove it "
         "after; 'release' only removes what the profiler set",
     )
+    options.add_gpu_resource_option(group)
     group.add_argument("--once", action="store_true", help="run one cycle and exit")
     add(
         "--log-level",
@@ -242,6 +234,7 @@ class RunConfig:
     cgroup_root: Path
     once: bool
     protect_training: str = NO_PROTECTION  # PROTECT, NO_PROTECTION or RELEASE_PROTECTION
+    gpu_resources: GpuResources = DEFAULT_GPU_RESOURCES  # with the renames --gpu-resource names
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunConfig:
@@ -290,6 +283,7 @@ class RunConfig:
             cgroup_root=Path(args.cgroup_root),
             once=args.once,
             protect_training=_protection_mode(args.protect_training),
+            gpu_resources=options.gpu_resources(args),
         )
 
     def describe(self) -> str:
@@ -327,6 +321,7 @@ class RunConfig:
                 if self.protect_training == NO_PROTECTION
                 else f" protect-training={self.protect_training}"
             )
+            + "".join(f" gpu-resource={name}" for name in sorted(self.gpu_resources.declared))
             + (" once" if self.once else "")
         )
 
@@ -570,6 +565,7 @@ def _start_kubernetes(
         annotation_keys=protection.watched_annotations(config.annotation_domain)
         if protecting
         else (),
+        gpus=config.gpu_resources,
     )
     watcher.start()
     sources.callback(watcher.stop, 1.0)
@@ -586,6 +582,7 @@ def _start_kubernetes(
                 config.node,
                 domain=config.annotation_domain,
                 release_only=config.protect_training == RELEASE_PROTECTION,
+                interval_seconds=config.interval_seconds,
             )
         )
     sinks.append(KubernetesSink(connection, config.node, domain=config.annotation_domain))

@@ -3,6 +3,11 @@
 A cycle is done only when the source was read and every sink published. A part waiting out its
 back-off (``parts.Part``) is not tried, and the cycle is then not done: it is never counted as a
 success, so ``gpu_profiler_last_success_timestamp_seconds`` tells how long an outage has lasted.
+
+When the GPU series cannot be read, the sinks that act on the pod list alone
+(``acts_without_metrics``: owner-based training protection) still get the cycle's pods, in a
+result whose ``gpus_read`` is False. A sink that fails for some items only
+(``ItemsFailedError``: protection's pods, each with its own back-off) is not backed off.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from profiler_app.daemon.parts import Part
-from profiler_app.errors import one_line
+from profiler_app.errors import ItemsFailedError, one_line
 from profiler_app.model import (
     GPU_UTIL,
     CycleResult,
@@ -106,7 +111,9 @@ class Cycle:
         self.count += 1
         result = self._read_and_classify(started)
         done = result is not None
-        if result is not None:
+        if result is None:
+            self._publish_without_metrics(started)
+        else:
             for sink, part in zip(self.sinks, self.sink_parts, strict=True):
                 if self._stop.is_set():
                     done = False
@@ -213,15 +220,42 @@ class Cycle:
             pod_io=io,
         )
 
+    def _publish_without_metrics(self, started: float) -> None:
+        """The pods alone, to the sinks that act on them without GPU series."""
+        chosen = [
+            (sink, part)
+            for sink, part in zip(self.sinks, self.sink_parts, strict=True)
+            if getattr(sink, "acts_without_metrics", False)
+        ]
+        listed = self._listed_pods() if chosen else None
+        if listed is None:
+            return
+        result = CycleResult(
+            node=self.analysis.node,
+            at=datetime.now(UTC),
+            window_seconds=self.analysis.window_seconds,
+            gpus=[],
+            node_pods=tuple(listed),
+            gpus_read=False,
+        )
+        for sink, part in chosen:
+            if not self._stop.is_set():
+                self._publish(sink, part, result, started)
+
     def _publish(self, sink: Sink, part: Part, result: CycleResult, started: float) -> bool:
         if part.waiting():
             return False
         try:
             sink.publish(result)
+        except ItemsFailedError as error:  # the sink backs off per item: the part goes on
+            part.succeeded()
+            self.metrics.record_failing_items(sink.name, error.failing, error.attempts)
+            return False
         except Exception as error:
             part.failed(error, since=started)
             return False
         part.succeeded()
+        self.metrics.record_failing_items(sink.name, {}, 0)
         return True
 
     def _record_error(self, kind: str, message: str) -> None:

@@ -12,7 +12,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -281,7 +281,16 @@ class MetricsSink:
         )
         for kind in PART_KINDS:
             self.consecutive_failures.labels(kind=kind)
+        self.failing_pods = Gauge(
+            "gpu_profiler_failing_pods",
+            "Pods a sink could not write to, each waiting out its own back-off (protection: "
+            "pods left without the protection or release they need).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.failing_pods.labels(kind="protection")
         self._failing: dict[str, int] = {}
+        self._failing_pods: dict[str, dict[str, str]] = {}
         self._last_success_at: float | None = None
         self._pod_list_missing_since: float | None = None
         self._server: WSGIServer | None = None
@@ -301,6 +310,19 @@ class MetricsSink:
             self._failing[kind] = failures
         else:
             self._failing.pop(kind, None)
+
+    def record_failing_items(self, kind: str, failing: Mapping[str, str], attempts: int) -> None:
+        """The pods (``namespace/name`` -> why) ``kind`` could not write to; ``attempts``
+        failed in this cycle (each an error)."""
+        if attempts:
+            self.errors.labels(kind=kind).inc(attempts)
+        if not failing and kind not in self._failing_pods:
+            return  # nothing was failing: no series for the sinks that write no pods
+        self.failing_pods.labels(kind=kind).set(len(failing))
+        if failing:
+            self._failing_pods[kind] = dict(failing)
+        else:
+            self._failing_pods.pop(kind, None)
 
     def record_pod_list(self, listed: bool) -> None:
         """Whether the cycle had Kubernetes' list of the node's pods; /healthz says since when
@@ -355,6 +377,11 @@ class MetricsSink:
             if failing
             else "all parts work"
         )
+        for kind, pods in sorted(self._failing_pods.items()):
+            words.append(
+                f"{kind} failing for {len(pods)} pod(s): "
+                + ", ".join(f"{pod} ({why})" for pod, why in sorted(pods.items()))
+            )
         missing = self._pod_list_missing_since
         if missing is not None:
             words.append(

@@ -25,6 +25,7 @@ import urllib3
 
 from profiler_app.backoff import Backoff
 from profiler_app.engines import ContainerSpec, Identity, identify_pod
+from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
 from profiler_app.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
@@ -38,7 +39,6 @@ from profiler_app.workloads import WORKLOAD_LABEL_KEYS
 
 log = logging.getLogger(__name__)
 
-GPU_RESOURCE = "nvidia.com/gpu"
 PODS_PATH = "/api/v1/pods"  # all namespaces; the field selector keeps this node's
 # Pods per list page: a node holds a few hundred pods at most (kubelet's default maxPods is 110),
 # so one page is the rule; paging bounds the answer should a selector ever match more.
@@ -60,23 +60,18 @@ class ListPagingError(Exception):
     """A paged list did not end: a continue token came back twice, or pages ran past the bound."""
 
 
-def _quantity(value: Any) -> int:
-    """An extended-resource quantity ("2") as an integer; anything else counts as 0."""
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
+def _container_gpus(
+    container: Mapping[str, Any], section: str, gpus: GpuResources = DEFAULT_GPU_RESOURCES
+) -> int:
+    """GPU devices of one container, whatever GPU resource it names (``gpu_resources``)."""
+    return gpus.count((container.get("resources") or {}).get(section))
 
 
-def _container_gpus(container: Mapping[str, Any], section: str) -> int:
-    return _quantity(((container.get("resources") or {}).get(section) or {}).get(GPU_RESOURCE, 0))
-
-
-def _gpu_count(spec: Mapping[str, Any], section: str) -> int:
+def _gpu_count(spec: Mapping[str, Any], section: str, gpus: GpuResources) -> int:
     """GPUs the pod reserves: app containers add up, init containers run one at a time."""
 
     def per_container(containers: Any) -> list[int]:
-        return [_container_gpus(c, section) for c in containers or []]
+        return [_container_gpus(c, section, gpus) for c in containers or []]
 
     return max(
         sum(per_container(spec.get("containers"))), *per_container(spec.get("initContainers")), 0
@@ -104,7 +99,7 @@ def _words(value: Any) -> tuple[str, ...]:
     return tuple(str(word) for word in value) if isinstance(value, list) else ()
 
 
-def _identity(spec: Mapping[str, Any]) -> Identity | None:
+def _identity(spec: Mapping[str, Any], gpus: GpuResources) -> Identity | None:
     """What the pod's app containers run, by image and command (``engines``)."""
     containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
     return identify_pod(
@@ -114,7 +109,8 @@ def _identity(spec: Mapping[str, Any]) -> Identity | None:
                 command=_words(container.get("command")),
                 args=_words(container.get("args")),
                 gpus=max(
-                    _container_gpus(container, "requests"), _container_gpus(container, "limits")
+                    _container_gpus(container, "requests", gpus),
+                    _container_gpus(container, "limits", gpus),
                 ),
             )
             for container in containers
@@ -122,9 +118,13 @@ def _identity(spec: Mapping[str, Any]) -> Identity | None:
     )
 
 
-def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ()) -> PodInfo:
-    """Reduce a Pod's JSON to a PodInfo, keeping only ``annotation_keys`` of its annotations.
-    Raises KeyError when it has no uid or name."""
+def pod_info(
+    manifest: Mapping[str, Any],
+    annotation_keys: Collection[str] = (),
+    gpus: GpuResources = DEFAULT_GPU_RESOURCES,
+) -> PodInfo:
+    """Reduce a Pod's JSON to a PodInfo, keeping only ``annotation_keys`` of its annotations;
+    ``gpus`` says which resources are GPUs. Raises KeyError when it has no uid or name."""
     metadata = manifest.get("metadata") or {}
     spec = manifest.get("spec") or {}
     status = manifest.get("status") or {}
@@ -145,8 +145,8 @@ def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ())
         node=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or "Unknown"),
         start_time=_parse_time(status.get("startTime")),
-        gpu_requests=_gpu_count(spec, "requests") or _gpu_count(spec, "limits"),
-        gpu_limits=_gpu_count(spec, "limits"),
+        gpu_requests=_gpu_count(spec, "requests", gpus) or _gpu_count(spec, "limits", gpus),
+        gpu_limits=_gpu_count(spec, "limits", gpus),
         container_ids=container_ids,
         owner_kind=owner_kind,
         owner_name=owner_name,
@@ -156,16 +156,18 @@ def pod_info(manifest: Mapping[str, Any], annotation_keys: Collection[str] = ())
             for key in annotation_keys
             if annotations.get(key) is not None
         },
-        identity=_identity(spec),
+        identity=_identity(spec, gpus),
         host_network=spec.get("hostNetwork") is True,
     )
 
 
 def _parse_or_skip(
-    manifest: Mapping[str, Any], annotation_keys: Collection[str] = ()
+    manifest: Mapping[str, Any],
+    annotation_keys: Collection[str] = (),
+    gpus: GpuResources = DEFAULT_GPU_RESOURCES,
 ) -> PodInfo | None:
     try:
-        return pod_info(manifest, annotation_keys)
+        return pod_info(manifest, annotation_keys, gpus)
     except KeyError as missing:
         log.warning("ignoring a pod without %s in the API answer", missing)
         return None
@@ -178,6 +180,7 @@ def list_pods(
     annotation_keys: Collection[str] = (),
     page_size: int = LIST_PAGE_SIZE,
     max_pages: int = MAX_LIST_PAGES,
+    gpus: GpuResources = DEFAULT_GPU_RESOURCES,
 ) -> tuple[dict[str, PodInfo], str]:
     """The pods (all namespaces, ``field_selector`` applied) by uid and the list's
     resourceVersion, page by page: the pages are one snapshot, at the version the first one
@@ -199,7 +202,7 @@ def list_pods(
                 raise ListExpiredError from None  # the continue token is too old
             raise
         for item in document.get("items") or []:
-            if info := _parse_or_skip(item, annotation_keys):
+            if info := _parse_or_skip(item, annotation_keys, gpus):
                 pods[info.uid] = info
         metadata = document.get("metadata") or {}
         token = metadata.get("continue") or None
@@ -225,10 +228,13 @@ class PodWatcher:
         page_size: int = LIST_PAGE_SIZE,
         max_pages: int = MAX_LIST_PAGES,
         annotation_keys: Collection[str] = (),
+        gpus: GpuResources = DEFAULT_GPU_RESOURCES,
     ) -> None:
-        """``annotation_keys``: the annotations each pod's PodInfo keeps (no others)."""
+        """``annotation_keys``: the annotations each pod's PodInfo keeps (no others); ``gpus``:
+        which resources are GPUs."""
         self._connection = connection
         self._annotation_keys = frozenset(annotation_keys)
+        self._gpus = gpus
         self.node = node
         self._selector = f"spec.nodeName={node}"
         self._watch_timeout = watch_timeout_seconds
@@ -323,6 +329,7 @@ class PodWatcher:
             annotation_keys=self._annotation_keys,
             page_size=self._page_size,
             max_pages=self._max_pages,
+            gpus=self._gpus,
         )
 
     def _watch(self) -> None:
@@ -371,7 +378,7 @@ class PodWatcher:
             raise ValueError(f"watch error {obj.get('code')}: {obj.get('message')}")
         version = (obj.get("metadata") or {}).get("resourceVersion")
         watched = kind in ("ADDED", "MODIFIED", "DELETED")
-        info = _parse_or_skip(obj, self._annotation_keys) if watched else None
+        info = _parse_or_skip(obj, self._annotation_keys, self._gpus) if watched else None
         if info is not None:
             with self._lock:
                 if kind == "DELETED":

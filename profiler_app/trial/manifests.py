@@ -22,6 +22,7 @@ from typing import Any
 
 from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.errors import UserError
+from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES
 from profiler_app.trial.placement import (
     GPU_RESOURCE,
     HOSTNAME_LABEL,
@@ -175,6 +176,17 @@ def _gpu_limit(container: Mapping[str, Any]) -> int:
         return 0
 
 
+def _other_gpu_resources(spec: Mapping[str, Any]) -> set[str]:
+    """The GPU resources (gpu_resources) other than whole GPUs that the spec's containers name."""
+    names: set[str] = set()
+    for container in spec.get("containers") or ():
+        for section in ("limits", "requests"):
+            names.update(
+                DEFAULT_GPU_RESOURCES.requested((container.get("resources") or {}).get(section))
+            )
+    return names - {GPU_RESOURCE}
+
+
 def gpu_container(spec: Mapping[str, Any], where: str) -> Json | None:
     """The one container of a pod spec that requests GPUs (None if none does)."""
     holders = [c for c in spec.get("containers") or () if _gpu_limit(c) > 0]
@@ -214,6 +226,12 @@ def load_template(document: Any, source: str) -> Template:
         raise UserError(f"{where} has no containers")
     per_pod = {role: _gpu_limit(gpu_container(spec, where) or {}) for role, spec in shapes}
     if not any(per_pod.values()):
+        others = sorted({name for _, spec in shapes for name in _other_gpu_resources(spec)})
+        if others:  # MIG devices or shared GPUs: GPUs all the same, but not whole ones
+            raise UserError(
+                f"{where} requests {', '.join(others)}, not {GPU_RESOURCE}: a trial places "
+                "whole GPUs"
+            )
         raise UserError(f"{where} requests no {GPU_RESOURCE}: there is no GPU placement to try")
     if len(set(per_pod.values())) > 1:
         raise UserError(f"{where}: its replicas request different GPU counts {per_pod}")

@@ -14,7 +14,8 @@ import requests
 
 from tests.e2e.conftest import DaemonProcess
 from tests.e2e.test_run_e2e import NODE, prepare_cluster, run_args, stored
-from tests.support.apiserver import StandInApiServer, pod_manifest
+from tests.support.apiserver import StandInApiServer, pod_manifest, webhook_down
+from tests.support.ports import free_port
 from tests.support.prometheus import LoadedPrometheus, StandInPrometheus
 from tests.support.scripted_dcgm import ScriptedDcgm
 
@@ -259,3 +260,120 @@ def test_a_node_patch_that_keeps_failing_does_not_stop_protection(
 
     assert daemon.annotations("trainer-0") == PROTECTED
     assert daemon.process.errors("kubernetes") >= 1
+
+
+# -- faults: one pod's, the metrics source's; pods on every GPU resource -----------------------
+
+
+def marks(apiserver: StandInApiServer, namespace: str, pod: str) -> dict[str, str]:
+    """The protection annotations on a pod (not the usage ones)."""
+    found = apiserver.pod(namespace, pod)["metadata"]["annotations"]
+    return {key: found[key] for key in (DO_NOT_DISRUPT, MARKER) if key in found}
+
+
+def test_a_pod_behind_a_failing_webhook_does_not_stop_the_others_protection(
+    protecting: Callable[[], ProtectingDaemon], dcgm: ScriptedDcgm, apiserver: StandInApiServer
+) -> None:
+    """aaa/old (idle, a stale mark of the profiler's, first in the pods' order) answers every
+    PATCH with the 500 a fail-closed admission webhook gives while its service is down."""
+    apiserver.add_pod(
+        pod_manifest("aaa", "old", SCRIPTED_NODE, gpus=1, start_time=STARTED, annotations=PROTECTED)
+    )
+    apiserver.add_pod(pod_manifest("ml", "trainer-0", SCRIPTED_NODE, gpus=1, start_time=STARTED))
+    dcgm.set_gpu("0", "training", "ml", "trainer-0")
+    dcgm.set_gpu("1", "idle", "aaa", "old")
+    old_path = "/api/v1/namespaces/aaa/pods/old"
+    apiserver.fail("PATCH", old_path, 500, cause=webhook_down("guard.example.com", "guard.aaa.svc"))
+    daemon = protecting()
+    daemon.wait_cycles(4)
+
+    assert daemon.annotations("trainer-0") == PROTECTED
+    assert marks(apiserver, "aaa", "old") == PROTECTED
+    process = daemon.process
+    assert "protecting pod aaa/old failed (HTTP 500 Internal Server Error)" in process.log()
+    assert process.value("gpu_profiler_failing_pods", kind="protection") == 1
+    assert process.errors("protection") >= 1
+    health = requests.get(f"{process.base}/healthz", timeout=2)
+    assert health.status_code == 200
+    assert "protection failing for 1 pod(s): aaa/old (HTTP 500" in health.text
+    # aaa/old waits out its own back-off: fewer releases tried than cycles (the usage
+    # annotations' merge patches are the other sink's).
+    releases = [
+        r for r in apiserver.requests("PATCH", old_path) if "json-patch" in str(r.content_type)
+    ]
+    assert 1 <= len(releases) < daemon.cycles()
+
+    apiserver.clear_faults()  # the webhook is back: the stale mark goes, nothing fails
+    process.wait_for(
+        lambda: marks(apiserver, "aaa", "old") == {},
+        timeout=30,
+        what="aaa/old released",
+    )
+    process.wait_for(
+        lambda: process.value("gpu_profiler_failing_pods", kind="protection") == 0,
+        timeout=30,
+        what="no failing pod",
+    )
+    assert "Traceback" not in process.log()
+
+
+def test_a_training_workloads_pod_is_protected_while_prometheus_is_down(
+    daemons: Callable[..., DaemonProcess], apiserver: StandInApiServer, tmp_path: Path
+) -> None:
+    """Prometheus refuses every connection: the daemon protects the PyTorchJob's new pod by its
+    owner, keeps the mark of a pod it saw training, and releases a pod that has finished."""
+    apiserver.add_node(SCRIPTED_NODE)
+    just_now = datetime.now(UTC) - timedelta(seconds=30)
+    apiserver.add_pod(
+        pod_manifest(
+            "ml", "worker-0", SCRIPTED_NODE, gpus=1, start_time=just_now, owner=("PyTorchJob", "l")
+        )
+    )
+    apiserver.add_pod(
+        pod_manifest("ml", "seen", SCRIPTED_NODE, gpus=1, start_time=STARTED, annotations=PROTECTED)
+    )
+    apiserver.add_pod(
+        pod_manifest("ml", "done", SCRIPTED_NODE, gpus=1, phase="Succeeded", annotations=PROTECTED)
+    )
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    process = daemons(
+        *("--prometheus-url", f"http://127.0.0.1:{free_port()}", "--node", SCRIPTED_NODE),
+        *("--kubeconfig", str(kubeconfig), "--store-url", "none", "--window", "10m"),
+        *("--interval", "0.5s", "--protect-training"),
+    )
+
+    def marks_of(pod: str) -> dict[str, str]:
+        return marks(apiserver, "ml", pod)
+
+    process.wait_for(
+        lambda: marks_of("worker-0") == {DO_NOT_DISRUPT: "true", MARKER: "owner"},
+        timeout=30,
+        what="the PyTorchJob's pod protected",
+    )
+    process.wait_for(lambda: marks_of("done") == {}, timeout=30, what="the finished pod released")
+    assert marks_of("seen") == PROTECTED
+    assert process.errors("source") >= 1
+    assert "Traceback" not in process.log()
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [("nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"), ("nvidia.com/mig-1g.10gb.shared",)],
+)
+def test_pods_on_mig_devices_and_shared_gpus_are_protected(
+    protecting: Callable[[], ProtectingDaemon],
+    dcgm: ScriptedDcgm,
+    apiserver: StandInApiServer,
+    resources: tuple[str, ...],
+) -> None:
+    names = [f"trainer-{index}" for index in range(len(resources))]
+    for index, (name, resource) in enumerate(zip(names, resources, strict=True)):
+        manifest = pod_manifest(
+            "ml", name, SCRIPTED_NODE, gpus=1, gpu_resource=resource, start_time=STARTED
+        )
+        apiserver.add_pod(manifest)
+        dcgm.set_gpu(str(index), "training", "ml", name)
+    daemon = protecting()
+    daemon.wait_cycles()
+
+    assert [daemon.annotations(name) for name in names] == [PROTECTED] * len(names)

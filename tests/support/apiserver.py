@@ -27,7 +27,8 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
   until the last; every page comes from the snapshot the first one took, at its
   ``resourceVersion``, as etcd gives the real server. An unknown or expired token (see
   ``expire_list_tokens``) answers 410 Expired.
-- Errors are ``Status`` objects. Bearer-token authentication (401 without the token).
+- Errors are ``Status`` objects (an injected 500 is the real ``InternalError``, see
+  ``internal_error``). Bearer-token authentication (401 without the token).
 
 Every request is recorded (``requests``, and the status of each answer in ``answers``) so
 tests can count calls per cycle, and faults can be injected per method and path: an error status
@@ -102,6 +103,7 @@ class _Fault:
     retry_after: int | None = None
     hang_seconds: float = 0.0
     action: Callable[[], None] | None = None  # run before answering normally (``before``)
+    cause: str | None = None  # a 500's cause (``internal_error``)
 
 
 @dataclass
@@ -136,23 +138,45 @@ def status_object(code: int, reason: str, message: str) -> Json:
     }
 
 
+def internal_error(cause: str) -> Json:
+    """The 500 Status the real server sends for an internal error, as
+    kubernetes/apimachinery@v0.35.7:pkg/api/errors/errors.go ``NewInternalError`` builds it
+    (reason ``InternalError``, the cause in ``details.causes``). A fail-closed admission webhook
+    that cannot be called answers this for every write it covers
+    (kubernetes/apiserver@v0.35.7:pkg/admission/plugin/webhook/mutating/dispatcher.go, "failing
+    closed"; the cause from pkg/util/webhook/error.go ``ErrCallingWebhook``)."""
+    status = status_object(500, "InternalError", f"Internal error occurred: {cause}")
+    status["details"] = {"causes": [{"message": cause}]}
+    return status
+
+
+def webhook_down(webhook: str, service: str) -> str:
+    """The cause a fail-closed webhook's dead service gives (``ErrCallingWebhook.Error()``)."""
+    return (
+        f'failed calling webhook "{webhook}": failed to call webhook: Post '
+        f'"https://{service}:443/mutate?timeout=10s": dial tcp 10.96.0.42:443: connect: '
+        "connection refused"
+    )
+
+
 def pod_manifest(
     namespace: str,
     name: str,
     node: str,
     *,
     gpus: int = 0,
+    gpu_resource: str = GPU_RESOURCE,
     phase: str = "Running",
     uid: str | None = None,
     start_time: datetime | None = None,
     annotations: dict[str, str] | None = None,
     owner: tuple[str, str] | None = None,
 ) -> Json:
-    """A minimal but well-formed Pod, optionally requesting ``gpus`` NVIDIA GPUs; ``owner`` is
-    its controller's (kind, name)."""
+    """A minimal but well-formed Pod, optionally requesting ``gpus`` of ``gpu_resource``
+    (``nvidia.com/mig-3g.40gb``, say); ``owner`` is its controller's (kind, name)."""
     resources: Json = {}
     if gpus:
-        resources = {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}}
+        resources = {"limits": {gpu_resource: str(gpus)}, "requests": {gpu_resource: str(gpus)}}
     started = start_time or datetime(2026, 1, 1, tzinfo=UTC)
     metadata: Json = {
         "name": name,
@@ -363,6 +387,9 @@ class _Handler(BaseHTTPRequestHandler):
                     fault.action()
             else:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+                if fault.status == 500:
+                    self._send_json(500, internal_error(fault.cause or "injected"), headers)
+                    return
                 reason = HTTPStatus(fault.status).phrase.replace(" ", "")
                 self._send_status(fault.status, reason, f"injected {fault.status}", headers)
                 return
@@ -812,10 +839,12 @@ class StandInApiServer:
         *,
         times: int | None = None,
         retry_after: int | None = None,
+        cause: str | None = None,
     ) -> None:
-        """Answer ``method path`` with ``status`` (a Status body) ``times`` times, or forever."""
+        """Answer ``method path`` with ``status`` (a Status body) ``times`` times, or forever;
+        a 500 is the real server's internal error, with ``cause`` (``internal_error``)."""
         with self._state.lock:
-            self._state.faults.append(_Fault(method, path, status, times, retry_after))
+            self._state.faults.append(_Fault(method, path, status, times, retry_after, cause=cause))
 
     def hang(self, method: str, path: str, seconds: float, *, times: int | None = None) -> None:
         """Sleep ``seconds`` before answering ``method path`` (past the client's timeout)."""

@@ -309,6 +309,33 @@ def test_injected_failures_then_recovery_and_retry_after(
     assert answers[0].json()["reason"] == "TooManyRequests"
 
 
+def test_an_injected_500_is_the_real_servers_internal_error(
+    apiserver: StandInApiServer, http: requests.Session
+) -> None:
+    """kubernetes/apimachinery@v0.35.7:pkg/api/errors/errors.go NewInternalError."""
+    cause = 'failed calling webhook "guard.example.com": failed to call webhook: refused'
+    apiserver.fail("PATCH", NODE_PATH, 500, times=1, cause=cause)
+
+    answer = http.patch(
+        apiserver.url + NODE_PATH,
+        data="{}",
+        headers={"Content-Type": "application/merge-patch+json"},
+        timeout=5,
+    )
+
+    assert answer.status_code == 500
+    assert answer.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"Internal error occurred: {cause}",
+        "reason": "InternalError",
+        "details": {"causes": [{"message": cause}]},
+        "code": 500,
+    }
+
+
 def test_hang_outlasts_a_client_timeout(
     apiserver: StandInApiServer, http: requests.Session
 ) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from profiler_app.daemon import Daemon
-from profiler_app.errors import RetryLaterError, SourceError
+from profiler_app.errors import ItemsFailedError, RetryLaterError, SourceError
 from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodIoSeries, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sinks.store import TableStore
@@ -573,3 +573,50 @@ def test_without_kubernetes_there_are_no_node_pods_and_no_waiting() -> None:
     assert daemon.run_cycle()
     assert store.received[-1].node_pods is None
     assert "no pod list" not in metrics.health_summary()
+
+
+# -- sinks that act on the pods alone; sinks failing for some pods only --------------------------
+
+
+class PodsOnlySink(RecordingSink):
+    """Like the training protector: it acts on the pod list without GPU series."""
+
+    acts_without_metrics = True
+
+
+def test_while_the_source_fails_only_the_sinks_that_need_no_metrics_get_the_pods() -> None:
+    clock = FakeClock()
+    source = ScriptedSource([SourceError("prometheus is down")] * 2)
+    protection, store = PodsOnlySink("protection"), RecordingSink("store")
+    daemon, metrics = make_daemon(source, protection, store, pods=lambda: [pod_info()], clock=clock)
+
+    assert cycles_every_interval(daemon, clock, 2) == [False, False]
+
+    assert store.received == []
+    assert [(r.gpus, r.gpus_read) for r in protection.received] == [([], False)] * 2
+    assert protection.received[0].node_pods == (pod_info(),)
+    assert errors(metrics, "source") == 2
+    assert daemon.run_cycle() is False  # the source waits out its back-off: the pods go on
+    assert len(protection.received) == 3
+    assert source.reads == 2
+    clock.advance(120)
+    assert daemon.run_cycle() is True
+    assert protection.received[-1].gpus_read is True
+
+
+def test_a_sink_failing_for_some_pods_is_not_backed_off_and_health_names_them() -> None:
+    clock = FakeClock()
+    failing = {"aaa/old": "HTTP 500 Internal Server Error, 1 in a row"}
+    protection = PodsOnlySink("protection", failures=2, error=ItemsFailedError("x", failing, 1))
+    daemon, metrics = make_daemon(ScriptedSource(), protection, clock=clock)
+
+    assert cycles_every_interval(daemon, clock, 3) == [False, False, True]
+
+    assert protection.attempts == 3  # tried every cycle: the pods back off on their own
+    assert failures(metrics, "protection") == 0
+    assert errors(metrics, "protection") == 2
+    gauge = metrics.registry.get_sample_value("gpu_profiler_failing_pods", {"kind": "protection"})
+    assert gauge == 0
+    protection.failures = 1
+    daemon.run_cycle()
+    assert "protection failing for 1 pod(s): aaa/old (HTTP 500" in metrics.health_summary()

@@ -23,6 +23,11 @@ the GPU pods of its own node that train, with the marker ``<domain>/do-not-disru
   same name has too); changing or removing is a JSON patch that first ``test``s the UID and the
   values read (422 when they moved). A failed precondition is read again and retried, at most
   ``conflict_retries`` times a cycle.
+- Each pod is its own attempt: one whose read or write fails waits out its own back-off while
+  the others go on (``TrainingProtector``).
+- Without GPU series (``CycleResult.gpus_read`` False: the metrics source failed) there is no
+  verdict: the profiler's marks stay, owner-based protection and releases of finished pods go on.
+- "Uses GPUs" is ``PodInfo.uses_gpus``: any GPU resource (``profiler_app.gpu_resources``).
 
 Requests: none while the watcher shows every pod as wanted; a GET and a PATCH per change.
 ``release_all`` (``gpu-profiler unprotect``) removes every mark of the profiler's, cluster-wide.
@@ -31,6 +36,7 @@ Requests: none while the watcher shows every pod as wanted; a GET and a PATCH pe
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,10 +45,12 @@ from typing import Any
 
 from profiler_app.analysis.basis import JobType
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.backoff import Backoff
+from profiler_app.daemon.parts import MAX_BACKOFF_INTERVALS
+from profiler_app.errors import ItemsFailedError
 from profiler_app.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
-    KubernetesError,
     describe,
     error_status,
     retry_after_seconds,
@@ -101,13 +109,21 @@ def training_pods(result: CycleResult) -> set[tuple[str, str]]:
     }
 
 
-def wanted_mark(pod: PodInfo, training: set[tuple[str, str]], judged_since: datetime) -> str | None:
+def wanted_mark(
+    pod: PodInfo,
+    training: set[tuple[str, str]] | None,
+    judged_since: datetime,
+    current: str | None = None,
+) -> str | None:
     """The mark ``pod`` should carry, or None: the classifier's verdict once the pod's GPUs
     have been classified over a whole window (it started before ``judged_since``), and its
-    owner's kind before."""
+    owner's kind before. ``training`` None: no verdict this cycle (the GPU series were not
+    read), so the profiler's ``current`` mark stays; a finished pod is released all the same."""
     if pod.finished or not pod.uses_gpus:
         return None
-    if (pod.namespace, pod.name) in training:
+    if training is None and current is not None:
+        return current
+    if training is not None and (pod.namespace, pod.name) in training:
         return TRAINING
     judged = pod.start_time is not None and pod.start_time <= judged_since
     workload = workload_from_owner(pod.owner_kind, pod.owner_name, pod.labels)
@@ -223,12 +239,35 @@ class Converger:
         return None
 
 
+class PodsUnprotectedError(ItemsFailedError):
+    """Some pods could not be brought to what is wanted; the others were. Each failing pod
+    waits out its own back-off, so the daemon does not back the sink off."""
+
+    def __init__(self, failing: Mapping[str, str], attempts: int) -> None:
+        pods = ", ".join(f"{pod} ({why})" for pod, why in sorted(failing.items()))
+        super().__init__(f"protecting {len(failing)} pod(s) failed: {pods}", failing, attempts)
+
+
+@dataclass
+class _Failing:
+    """One pod whose last attempt failed: its own back-off, and why."""
+
+    backoff: Backoff
+    reason: str = ""
+
+
 class TrainingProtector:
     """Sink keeping ``karpenter.sh/do-not-disrupt`` on this node's training pods, and only
     there. ``release_only``: protect nothing, remove what the profiler set (the DaemonSet's
-    mode once the option is turned off)."""
+    mode once the option is turned off).
+
+    Each pod is its own attempt: a pod whose read or write fails (a 403, a 5xx from a webhook
+    of its namespace, a 429, a timeout) waits out a back-off of its own (``interval_seconds``,
+    doubling up to ``MAX_BACKOFF_INTERVALS`` of them, at least the server's Retry-After) while
+    the other pods go on; ``PodsUnprotectedError`` names the failing ones after each cycle."""
 
     name = "protection"
+    acts_without_metrics = True  # owner-based protection needs the pod list alone
 
     def __init__(
         self,
@@ -238,47 +277,88 @@ class TrainingProtector:
         domain: str = DEFAULT_DOMAIN,
         release_only: bool = False,
         conflict_retries: int = 2,
+        interval_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self._release_only = release_only
         self._converger = Converger(
             connection, validate_domain(domain), conflict_retries=conflict_retries
         )
+        self._interval = interval_seconds
+        self._clock = clock
+        self._failing: dict[tuple[str, str], _Failing] = {}  # by (uid, "namespace/name")
 
     def publish(self, result: CycleResult) -> None:
         if result.node_pods is None:  # Kubernetes has not listed the node's pods yet
             return
-        training = training_pods(result)
+        # No GPU series this cycle (the metrics source failed): no verdict either way, so the
+        # profiler's marks stay; owner-based protection and releases go on.
+        training = training_pods(result) if result.gpus_read else None
         judged_since = result.at - timedelta(seconds=result.window_seconds)
-        failed: tuple[PodInfo, BaseException] | None = None
+        attempts = 0
+        listed = set()
         for pod in result.node_pods:
             if pod.node != self.node:
                 continue
-            wanted = None if self._release_only else wanted_mark(pod, training, judged_since)
+            key = (pod.uid, f"{pod.namespace}/{pod.name}")
+            listed.add(key)
+            wanted = None
+            if not self._release_only:
+                wanted = wanted_mark(pod, training, judged_since, self._mark_of(pod))
             if needed_change(pod.annotations, self._converger.marker, wanted) is None:
+                self._recovered(key)
                 continue  # as the watcher sees it: no request
+            failing = self._failing.get(key)
+            if failing is not None and not failing.backoff.ready():
+                continue  # waiting out this pod's own back-off
+            started = self._clock()
             try:
                 change = self._converger.converge(pod, wanted, self.node)
             except TRANSPORT_ERRORS as error:
-                if _server_wide(error):
-                    raise _failure(pod, error) from None
-                failed = failed or (pod, error)  # this pod only: the others go on
+                attempts += 1
+                self._failed(key, error, started)
                 continue
+            self._recovered(key)
             if change is not None:
                 _log_change(pod, change, wanted, self._release_only)
-        if failed is not None:
-            raise _failure(*failed)
+        for key in set(self._failing) - listed:  # gone from the node: nothing left to do
+            del self._failing[key]
+        if self._failing:
+            failing_pods = {pod: failing.reason for (_, pod), failing in self._failing.items()}
+            raise PodsUnprotectedError(failing_pods, attempts)
+
+    def _mark_of(self, pod: PodInfo) -> str | None:
+        """The profiler's mark on ``pod`` as the watcher sees it (None: not the profiler's)."""
+        mark = pod.annotations.get(self._converger.marker)
+        return mark if pod.annotations.get(DO_NOT_DISRUPT) == PROTECTED else None
+
+    def _failed(self, key: tuple[str, str], error: BaseException, started: float) -> None:
+        failing = self._failing.get(key)
+        if failing is None:
+            maximum = MAX_BACKOFF_INTERVALS * self._interval
+            failing = _Failing(Backoff(self._interval, maximum, self._clock))
+            self._failing[key] = failing
+        delay = failing.backoff.failed(retry_after_seconds(error), since=started)
+        failing.reason = f"{describe(error)}, {failing.backoff.failures} in a row"
+        log.warning(
+            "protecting pod %s failed (%s); the other pods go on, this one is tried again in %gs",
+            key[1],
+            describe(error),
+            delay,
+        )
+
+    def _recovered(self, key: tuple[str, str]) -> None:
+        failing = self._failing.pop(key, None)
+        if failing is not None:
+            log.info(
+                "protecting pod %s works again after %d failure(s)",
+                key[1],
+                failing.backoff.failures,
+            )
 
     def close(self) -> None:
         """Nothing to release: the caller owns the connection."""
-
-
-def _failure(pod: PodInfo, error: BaseException) -> KubernetesError:
-    retry_after = retry_after_seconds(error)
-    return KubernetesError(
-        f"protecting pod {pod.namespace}/{pod.name} failed ({describe(error)})",
-        retry_after=retry_after,
-    )
 
 
 def _log_change(pod: PodInfo, change: Change, wanted: str | None, release_only: bool) -> None:
