@@ -118,6 +118,8 @@ def _naming_its_variable(convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
     checked.__name__ = getattr(convert, "__name__", "value")  # argparse's "invalid X value"
     return checked
+
+
 def port(text: str) -> int:
     """A TCP port, or 0 for none (argparse type)."""
     try:
