@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 from datetime import UTC, datetime, timedelta
@@ -268,8 +269,7 @@ def write_advice(
     if output == "json":
         records = [advice_record(advice) for advice in advices]
         document = _report_document(RIGHTSIZE_VIEW, records, since, until, node)
-        json.dump(document, out, indent=2, allow_nan=False)
-        out.write("\n")
+        out.write(json_text(document, allow_nan=False))
     elif output == "csv":
         out.write(csv_text(advices))
     elif output == "prometheus":
@@ -298,6 +298,18 @@ def _report_document(
     }
 
 
+def json_text(document: dict[str, Any], *, allow_nan: bool = True) -> str:
+    """The report's JSON as one string, written at once: the envelope indented, its ``rows``
+    last, one compact object per line (indenting every row costs 3 times the encoding)."""
+    rows = document["rows"]
+    head = json.dumps({**document, "rows": []}, indent=2, allow_nan=allow_nan)
+    if not rows:
+        return f"{head}\n"
+    assert head.endswith("[]\n}")
+    body = ",\n".join(f"    {json.dumps(row, allow_nan=allow_nan)}" for row in rows)
+    return f"{head[:-4]}[\n{body}\n  ]\n}}\n"
+
+
 def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -315,12 +327,13 @@ def write_rows(
     if output == "json":
         records = [{k: _plain(v) for k, v in row.items()} for row in rows]
         document = _report_document(by, records, since, until, node)
-        json.dump(document, out, indent=2)
-        out.write("\n")
+        out.write(json_text(document))
     elif output == "csv":
-        writer = csv.DictWriter(out, fieldnames=view_columns(by), lineterminator="\n")
+        buffer = io.StringIO()  # written at once: a write per cell is slower than the table
+        writer = csv.DictWriter(buffer, fieldnames=view_columns(by), lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: _plain(v) for k, v in row.items()} for row in rows)
+        out.write(buffer.getvalue())
     elif rows:
         out.write(f"{_title(by, since, until)}\n{table(rows, by, wide=output == 'wide')}\n")
 
