@@ -150,11 +150,10 @@ def check(url: str, plan: list[Any], ranges: list[tuple[int, int]]) -> None:
                 since = T0 - timedelta(hours=3) + timedelta(seconds=start)
                 until = since + timedelta(seconds=length)
                 expected = reference(connection, since, until)
-                got = dict(
-                    (key, usage)
+                got = {
+                    (merged.namespace, merged.workload): usage
                     for merged, usage in workload_usages(connection, since=since, until=until)
-                    for key in [(merged.namespace, merged.workload)]
-                )
+                }
                 assert set(got) == set(expected), (since, until)
                 for key, raw in expected.items():
                     usage, what = got[key], (key, since, until)
