@@ -51,6 +51,9 @@ from profiler_app.model import (  # noqa: E402
     GpuProfile,
 )
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
+from profiler_app.sinks.store.dbapi import Database  # noqa: E402
+from profiler_app.sinks.store.retention import Retention  # noqa: E402
+from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
 END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
 INTERVAL = 300.0
@@ -162,6 +165,16 @@ def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
             print(f"  day {step // 288} written, {time.monotonic() - began:.0f} s", flush=True)
     store.close()
     print(f"{steps * len(nodes):,} cycles in {time.monotonic() - began:.0f} s")
+    prune(url, raw_days)
+
+
+def prune(url: str, raw_days: int) -> None:
+    """Retention as the daemons run it at ``END`` (hourly; a fill runs faster than the hour)."""
+    database = Database(parse_store_url(url))
+    retention = Retention(raw_days * 86400.0, 400 * 86400.0)
+    while retention.prune(database, END):
+        pass
+    database.close()
 
 
 def _run(arguments: list[str]) -> tuple[float, int, int]:
@@ -220,6 +233,8 @@ def time_views(url: str, rounds: int, views: list[str]) -> None:
 def check(url: str, sample: int) -> None:
     """The gpu and rightsize views against SQL of this function's own over the raw rows."""
     import sqlalchemy as sa  # noqa: PLC0415
+
+    from profiler_app.rightsizing import model_for  # noqa: PLC0415
 
     until = END
     since = END - timedelta(days=2)  # inside the raw rows' retention
@@ -288,7 +303,10 @@ def check(url: str, sample: int) -> None:
                     if cumulative >= target:
                         p95 = value
                         break
-                sms = row["needs"]["sms"] / 132  # H100 SXM5: 132 SMs
+                model = model_for(row["gpu_model"])
+                assert model is not None
+                profile = model.profile(row["current_profile"]) if row["current_profile"] else None
+                sms = row["needs"]["sms"] / (profile.sms if profile else model.sms)
                 differences["sm p95"] = max(differences["sm p95"], abs(sms - min(p95, 1.0)))
     print(json.dumps(differences))
 
@@ -305,12 +323,17 @@ def main() -> None:
     timing.add_argument("url")
     timing.add_argument("--rounds", type=int, default=3)
     timing.add_argument("--views", default=",".join(VIEWS))
+    pruning = commands.add_parser("prune")
+    pruning.add_argument("url")
+    pruning.add_argument("--raw-days", type=int, default=14)
     checking = commands.add_parser("check")
     checking.add_argument("url")
     checking.add_argument("--sample", type=int, default=20)
     args = parser.parse_args()
     if args.command == "fill":
         fill(args.url, args.gpus, args.days, args.raw_days)
+    elif args.command == "prune":
+        prune(args.url, args.raw_days)
     elif args.command == "time":
         time_views(args.url, args.rounds, args.views.split(","))
     else:
