@@ -78,13 +78,13 @@ def percent_bucket(ratio: float) -> int:
     return int(ratio * 100 + 1e-9)
 
 
-def workload_of(row: Mapping[str, Any]) -> str:
+def workload_of(row: Mapping[Any, Any]) -> str:
     """What right-sizing advises on: the pod's owner, else the pod."""
     return str(row["owner_name"] or row["pod"] or "")
 
 
 def contributions(
-    row: Mapping[str, Any], start: datetime, end: datetime, seconds: float
+    row: Mapping[Any, Any], start: datetime, end: datetime, seconds: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A raw row's part covering ``seconds`` of ``[start, end]``: its summary values and its
     histogram rows (key columns included, the bucket's column not)."""
@@ -150,7 +150,7 @@ def activity_rows(tier: Tier, rows: Iterable[Mapping[str, Any]]) -> list[dict[st
     return upserts if summary else list(merged_rows.values())
 
 
-def overlap_seconds(row: Mapping[str, Any], low: datetime, high: datetime) -> float | None:
+def overlap_seconds(row: Mapping[Any, Any], low: datetime, high: datetime) -> float | None:
     """Seconds of the row's covered time ``(at - covers, at]`` inside ``[low, high)``, in whole
     microseconds as the rollups split it; None when it has none (a row covering nothing counts,
     with 0 s, where its ``at`` is)."""
