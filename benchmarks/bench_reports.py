@@ -145,7 +145,7 @@ def _without_fsync(connection: Any) -> None:
 
 
 def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
-    dbapi.prepare_sqlite_writer = _without_fsync  # type: ignore[assignment]
+    dbapi.prepare_sqlite_writer = _without_fsync
     store = TableStore(
         url,
         retention_seconds=raw_days * 86400.0,
