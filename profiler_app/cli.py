@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from profiler_app import __version__
+from profiler_app.commands import SUMMARIES
 from profiler_app.errors import UserError
 
 # Imported only when used: the store's and the daemon's dependencies take about a second to load.
@@ -45,8 +46,10 @@ class CommandLineParser(argparse.ArgumentParser):
 _NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser with every subcommand, or with just ``only`` when the command line names it."""
+def build_parser(only: str | None = None, *, summary: bool = False) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or with just ``only`` when the command line names it;
+    ``summary``: each subcommand by name and help line only, no command module imported (the
+    top-level ``--help``, an unknown command)."""
     parser = CommandLineParser(
         prog="gpu-profiler",
         description="Classify what each GPU is doing (idle, training, inference, bursty) "
@@ -58,7 +61,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.set_defaults(full_parser=build_parser)  # for `completion`, which completes them all
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMAND_MODULES.items():
-        if only in (None, name):
+        if summary:
+            commands.add_parser(name, help=SUMMARIES[name], add_help=False)
+        elif only in (None, name):
             importlib.import_module(module).register(commands)
     return parser
 
@@ -110,8 +115,8 @@ def _run(arguments: list[str]) -> int:
     first = arguments[0] if arguments else None
     if first in COMMAND_MODULES or first == "--version":
         parser = build_parser(only=first)  # "--version" loads no command at all
-    else:
-        parser = build_parser()
+    else:  # --help, nothing or an unknown command: argparse prints and exits
+        parser = build_parser(summary=True)
     args = _parse(parser, arguments)
     if isinstance(args, int):
         return args

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Float, case, cast, func, literal, select
 
+from profiler_app.report_views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
 from profiler_app.sinks.store.history import (
     epoch_microseconds,
     gpu_history,
@@ -43,7 +44,6 @@ JOB_TYPES = ("idle", "training", "inference", "bursty")
 # autoscaler); a pod holds memory on it but computes nothing (a notebook, a server with no
 # traffic, a hung job); a pod holds it with nothing on it at all.
 WASTE_KINDS = ("idle-no-pod", "memory-held-compute-idle", "allocated-idle")
-DEFAULT_IDLE_BELOW_PERCENT = 5.0
 _SECONDS_PER_HOUR = 3600.0
 
 
@@ -375,7 +375,6 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-REPORT_VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial")
 # The pod view's disk and network columns (unit last, as the other columns) by store column.
 POD_IO_REPORT_COLUMNS = {
     f"{direction}_{statistic}_bytes_per_second": io_column(direction, statistic)

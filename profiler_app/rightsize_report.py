@@ -1,22 +1,25 @@
 """``report --by rightsize``: the right-sizing engine (``profiler_app.rightsizing``) fed from the
 store's history, one advice per workload.
 
-Each ``gpu_window`` row is a window's profile of one GPU (or MIG instance) of a pod; a workload
-is the pod's owner (``owner_name``, else the pod). Its measurements over ``[since, until]``,
-each row weighted by the time it covers:
+A workload is the pod's owner (``owner_name``, else the pod). What it needs over ``[since,
+until)`` is merged from right-sizing's rollups (``sinks/store/activity.py``) for the whole days
+and hours inside the range, and from the raw rows only for the partial hours at its edges (the
+spans of ``history.py``), each raw row counting for its covered time inside them:
 
 - peak framebuffer: the largest window peak;
-- p95 SM activity: the p95 of the windows' p95s (``sm_active_p95``); the median activity: the
-  median of the windows' means (a window's median is not stored; its mean is at least the median
-  of bursty work, so burstiness is if anything under-called);
+- p95 SM activity: the covered-time-weighted p95 of the windows' p95s, from the merged
+  histogram (1 %-wide buckets: the bucket's lower edge, at most one point under the raw rows');
+  the median activity: the median of the windows' means (a window's median is not stored; its
+  mean is at least the median of bursty work, so burstiness is if anything under-called);
 - p95 DRAM activity: the p95 of the windows' p95s;
-- active fraction: one less the covered-time-weighted idle fraction;
-- history: from the start of the first row's covered time to the last row;
-- cycle seen: a training window found its period, or the peak of the windows' utilisation lies
-  inside the history (it rose and fell, not cut off at an end);
-- the GPU model and current MIG profile of its latest row.
+- active fraction: one less the idle share of the covered time;
+- history: from the first to the last moment covered inside the range;
+- cycle seen: a training window found its period, or the peak of the utilisation (per bucket,
+  and per raw row at the edges) lies inside the history (it rose and fell, not cut off);
+- the GPU model and MIG profile of its latest bucket.
 
-Raw rows only: retention (``--retention``) bounds how far back the advice sees.
+Where retention removed the raw rows of an edge hour, that hour's rollups count in proportion
+to the part of it inside the range.
 """
 
 from __future__ import annotations
@@ -24,111 +27,276 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-import numpy as np
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Table, func, select
 
 from profiler_app.rightsizing import Advice, Verdict, WorkloadUsage, model_for, recommend
 from profiler_app.rightsizing.advice import peak_inside
-from profiler_app.sinks.store.models import gpu_window
+from profiler_app.sinks.store.activity import (
+    BUCKETS,
+    METRICS,
+    contributions,
+    overlap_seconds,
+    workload_of,
+)
+from profiler_app.sinks.store.history import Span, spans
+from profiler_app.sinks.store.models import (
+    activity_day,
+    activity_hour,
+    gpu_window,
+    rightsize_day,
+    rightsize_hour,
+    store_horizon,
+)
+from profiler_app.sinks.store.rollups import HOUR_SECONDS, bucket_start
 
-_TRAINING = "training"
+_ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass
-class _Rows:
-    """One workload's rows, in time order."""
+class _Usage:
+    """One workload's measurements merged over the range's parts."""
 
     namespace: str
     workload: str
-    weights: list[float] = field(default_factory=list)
-    starts: list[float] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
-    fb: list[float] = field(default_factory=list)
-    sm_p95: list[float] = field(default_factory=list)
-    sm_mean: list[float] = field(default_factory=list)
-    dram_p95: list[float] = field(default_factory=list)
-    idle: list[float] = field(default_factory=list)
-    util_max: list[float] = field(default_factory=list)
-    period_found: bool = False
-    gpu_model: str = ""
-    mig_profile: str | None = None
+    covered: float = 0.0
+    idle: float = 0.0
+    fb: float | None = None
+    first: datetime | None = None
+    last: datetime | None = None
+    period_seconds: float = 0.0
+    peaks: list[tuple[datetime, float]] = field(default_factory=list)  # (when, util_max)
+    histograms: dict[str, list[float]] = field(default_factory=dict)
+    latest: tuple[datetime, str | None, str | None] | None = None  # (when, model, MIG profile)
+    model: tuple[datetime, str] | None = None  # the latest known GPU model
+
+    def add(self, row: Any, share: float = 1.0) -> None:
+        """A part's summary: covered seconds and the rest, the model and profile it ran as."""
+        self.covered += float(row.covered_seconds) * share
+        self.idle += float(row.idle_gpu_seconds) * share
+        self.period_seconds += float(row.period_covered_seconds) * share
+        if row.fb_used_max_mib is not None:
+            self.fb = max(self.fb or 0.0, float(row.fb_used_max_mib))
+        first, last = row.first_start, row.last_end
+        self.first = first if self.first is None else min(self.first, first)
+        self.last = last if self.last is None else max(self.last, last)
+        if self.latest is None or last >= self.latest[0]:
+            self.latest = (last, row.gpu_model, row.mig_profile)
+        if row.gpu_model and (self.model is None or last >= self.model[0]):
+            self.model = (last, row.gpu_model)
+
+    def bin(self, metric: str, percent: int, seconds: float) -> None:
+        histogram = self.histograms.setdefault(metric, [0.0] * BUCKETS)
+        histogram[min(max(int(percent), 0), BUCKETS - 1)] += seconds
 
 
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` each counting ``weight`` (NaN values left out); NaN when
-    none is left."""
-    array, weight = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
-    keep = np.isfinite(array) & (weight > 0)
-    if not keep.any():
+    """The ``q`` quantile of ``values`` each counting ``weight`` (NaN values and weights of 0
+    left out): the first value, in order, where the cumulative weight reaches ``q`` of the
+    total; NaN when none is left."""
+    kept = sorted(
+        (value, weight)
+        for value, weight in zip(values, weights, strict=True)
+        if math.isfinite(value) and weight > 0
+    )
+    if not kept:
         return math.nan
-    order = np.argsort(array[keep], kind="stable")
-    sorted_values, cumulative = array[keep][order], np.cumsum(weight[keep][order])
-    index = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
-    return float(sorted_values[min(index, sorted_values.size - 1)])
+    target, cumulative = q * math.fsum(weight for _, weight in kept), 0.0
+    for value, weight in kept:
+        cumulative += weight
+        if cumulative >= target:
+            return value
+    return kept[-1][0]
 
 
-def _number(value: Any) -> float:
-    return math.nan if value is None else float(value)
+def histogram_quantile(histogram: Sequence[float] | None, q: float) -> float:
+    """The ``q`` quantile of a 1 %-wide bucket histogram: the lower edge of the bucket where
+    the cumulative time reaches ``q`` of the total; NaN when it holds no time."""
+    if not histogram:
+        return math.nan
+    return weighted_quantile([index / 100 for index in range(len(histogram))], histogram, q)
 
 
-def _collect(rows: Any) -> dict[tuple[str, str], _Rows]:
-    found: dict[tuple[str, str], _Rows] = {}
-    for row in rows:
-        name = row.owner_name or row.pod
-        key = (row.namespace or "", name)
-        usage = found.setdefault(key, _Rows(*key))
-        covers = max(float(row.covers_seconds), 0.0)
-        end = row.at.timestamp()
-        usage.weights.append(covers or 1e-6)  # a row covering nothing still counts a little
-        usage.starts.append(end - covers)
-        usage.ends.append(end)
-        usage.fb.append(_number(row.fb_used_max_mib))
-        usage.sm_p95.append(_number(row.sm_active_p95))
-        usage.sm_mean.append(_number(row.sm_active_mean))
-        usage.dram_p95.append(_number(row.dram_active_p95))
-        usage.idle.append(_number(row.util_idle_fraction))
-        usage.util_max.append(_number(row.util_max))
-        usage.period_found |= row.job_type == _TRAINING and row.period_seconds is not None
-        usage.gpu_model = row.gpu_model or usage.gpu_model
-        usage.mig_profile = row.mig_profile or None
-    return found
-
-
-def _usage(rows: _Rows) -> WorkloadUsage | str:
+def _usage(usage: _Usage) -> WorkloadUsage | str:
     """What the engine needs, or why it cannot have it."""
-    sm_p95 = weighted_quantile(rows.sm_p95, rows.weights, 0.95)
+    sm_p95 = histogram_quantile(usage.histograms.get("sm"), 0.95)
     if math.isnan(sm_p95):
         return "no SM activity in the store (DCGM_FI_PROF_SM_ACTIVE not exported)"
-    idle = np.asarray(rows.idle, dtype=float)
-    weights = np.asarray(rows.weights, dtype=float)
-    known = np.isfinite(idle)
-    idle_fraction = float(np.average(idle[known], weights=weights[known])) if known.any() else 0.0
-    fb = [value for value in rows.fb if math.isfinite(value)]
-    dram = weighted_quantile(rows.dram_p95, rows.weights, 0.95)
-    median = weighted_quantile(rows.sm_mean, rows.weights, 0.5)
+    dram = histogram_quantile(usage.histograms.get("dram"), 0.95)
+    median = histogram_quantile(usage.histograms.get("sm_mean"), 0.5)
+    idle_fraction = usage.idle / usage.covered if usage.covered > 0 else 0.0
+    peaks = [peak for _, peak in sorted(usage.peaks, key=lambda item: item[0])]
+    assert usage.first is not None
+    assert usage.last is not None
+    assert usage.latest is not None
     return WorkloadUsage(
-        namespace=rows.namespace,
-        workload=rows.workload,
-        gpu_model=rows.gpu_model,
-        peak_fb_mib=max(fb, default=0.0),
+        namespace=usage.namespace,
+        workload=usage.workload,
+        gpu_model=usage.model[1] if usage.model else "",
+        peak_fb_mib=usage.fb or 0.0,
         sm_active_p95=sm_p95,
         sm_active_p50=0.0 if math.isnan(median) else median,
         dram_active_p95=0.0 if math.isnan(dram) else dram,
         active_fraction=1.0 - idle_fraction,
-        history_seconds=max(rows.ends) - min(rows.starts),
-        cycle_seen=rows.period_found or peak_inside(rows.util_max),
-        current_profile=rows.mig_profile,
+        history_seconds=(usage.last - usage.first).total_seconds(),
+        cycle_seen=usage.period_seconds > 0 or peak_inside(peaks),
+        current_profile=usage.latest[2] or None,
     )
 
 
-def _without_advice(rows: _Rows, reason: str) -> Advice:
-    usage = WorkloadUsage(
-        rows.namespace, rows.workload, rows.gpu_model, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
+def _without_advice(usage: _Usage, reason: str) -> Advice:
+    model = usage.model[1] if usage.model else ""
+    empty = WorkloadUsage(
+        usage.namespace, usage.workload, model, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
     )
-    return Advice(usage=usage, verdict=Verdict.NOT_ENOUGH_HISTORY, reason=reason)
+    return Advice(usage=empty, verdict=Verdict.NOT_ENOUGH_HISTORY, reason=reason)
+
+
+class _Merge:
+    """The workloads of a range, merged part by part."""
+
+    def __init__(self, connection: Connection, node: str | None) -> None:
+        self.connection = connection
+        self.node = node
+        self.found: dict[tuple[str, str], _Usage] = {}
+
+    def usage(self, namespace: str, workload: str) -> _Usage:
+        key = (namespace, workload)
+        found = self.found.get(key)
+        if found is None:
+            found = self.found[key] = _Usage(namespace, workload)
+        return found
+
+    def _where(self, table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
+        conditions = [table.c[column] >= low, table.c[column] < high]
+        if self.node is not None:
+            conditions.append(table.c.node == self.node)
+        return conditions
+
+    def rollups(self, summary: Table, histogram: Table, part: Span, share: float = 1.0) -> None:
+        """The whole buckets of ``part`` (``share``: the part of them to count)."""
+        column = "day" if "day" in summary.c else "hour"
+        low, high = bucket_start(part.start, HOUR_SECONDS), part.end
+        if part.source != "estimate":
+            low = part.start
+        s, h = summary.c, histogram.c
+        rows = self.connection.execute(
+            select(
+                s.namespace,
+                s.workload,
+                s.gpu_model,
+                s.mig_profile,
+                func.sum(s.covered_seconds).label("covered_seconds"),
+                func.sum(s.idle_gpu_seconds).label("idle_gpu_seconds"),
+                func.sum(s.period_covered_seconds).label("period_covered_seconds"),
+                func.max(s.fb_used_max_mib).label("fb_used_max_mib"),
+                func.min(s.first_start).label("first_start"),
+                func.max(s.last_end).label("last_end"),
+            )
+            .where(*self._where(summary, column, low, high))
+            .group_by(s.namespace, s.workload, s.gpu_model, s.mig_profile)
+        )
+        for row in rows:
+            self.usage(row.namespace, row.workload).add(row, share)
+        peaks = self.connection.execute(
+            select(s.namespace, s.workload, s[column], func.max(s.util_max))
+            .where(*self._where(summary, column, low, high), s.util_max.is_not(None))
+            .group_by(s.namespace, s.workload, s[column])
+        )
+        for namespace, workload, moment, peak in peaks:
+            self.usage(namespace, workload).peaks.append((moment, float(peak)))
+        bins = self.connection.execute(
+            select(h.namespace, h.workload, h.metric, h.percent, func.sum(h.seconds))
+            .where(*self._where(histogram, column, low, high))
+            .group_by(h.namespace, h.workload, h.metric, h.percent)
+        )
+        for namespace, workload, metric, percent, seconds in bins:
+            self.usage(namespace, workload).bin(metric, percent, float(seconds) * share)
+
+    def raw(self, part: Span, reach: float) -> None:
+        """The raw rows' time inside ``part``: rows up to ``reach`` seconds after its end may
+        cover some of it."""
+        c = gpu_window.c
+        columns = [
+            c.at,
+            c.covers_seconds,
+            c.node,
+            c.gpu,
+            c.uuid,
+            c.gpu_i_id,
+            c.namespace,
+            c.pod,
+            c.owner_name,
+            c.job_type,
+            c.period_seconds,
+            c.util_max,
+            c.util_idle_fraction,
+            c.fb_used_max_mib,
+            c.gpu_model,
+            c.mig_profile,
+            *(c[column] for column in METRICS.values()),
+        ]
+        query = select(*columns).where(
+            c.at >= part.start,
+            c.at <= part.end + timedelta(seconds=reach),
+            c.pod.is_not(None),
+        )
+        if self.node is not None:
+            query = query.where(c.node == self.node)
+        for row in self.connection.execute(query).mappings():
+            seconds = overlap_seconds(row, part.start, part.end)
+            if seconds is None:
+                continue
+            end = min(row["at"], part.end)
+            start = max(row["at"] - timedelta(seconds=row["covers_seconds"]), part.start)
+            summary, histogram = contributions(row, min(start, end), end, seconds)
+            usage = self.usage(summary["namespace"], workload_of(row))
+            usage.add(_Row(summary))
+            if row["util_max"] is not None:
+                usage.peaks.append((row["at"], float(row["util_max"])))
+            for entry in histogram:
+                usage.bin(entry["metric"], entry["percent"], entry["seconds"])
+
+    def longest_covers(self, moment: datetime) -> float:
+        """The longest ``covers_seconds`` of the rows covering time in the hour of ``moment``."""
+        c = rightsize_hour.c
+        query = select(func.max(c.covers_max_seconds)).where(
+            c.hour == bucket_start(moment, HOUR_SECONDS)
+        )
+        if self.node is not None:
+            query = query.where(c.node == self.node)
+        return float(self.connection.execute(query).scalar() or 0.0)
+
+
+class _Row:
+    """A raw part's summary read as a rollup row is."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def workload_usages(
+    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+) -> list[tuple[_Usage, WorkloadUsage | str]]:
+    """Each workload of ``[since, until)`` (by namespace and workload) with what it needs, or
+    why it cannot be advised."""
+    merge = _Merge(connection, node)
+    horizon = connection.execute(
+        select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
+    ).scalar()
+    for part in spans(since, until, horizon=horizon):
+        if part.source == "raw":
+            merge.raw(part, merge.longest_covers(part.end - _ONE_MICROSECOND))
+        elif part.source == "estimate":
+            share = (part.end - part.start).total_seconds() / HOUR_SECONDS
+            merge.rollups(rightsize_hour, activity_hour, part, share)
+        elif part.source == "hour":
+            merge.rollups(rightsize_hour, activity_hour, part)
+        else:
+            merge.rollups(rightsize_day, activity_day, part)
+    return [(usage, _usage(usage)) for _, usage in sorted(merge.found.items())]
 
 
 def rightsize_advice(
@@ -139,42 +307,17 @@ def rightsize_advice(
     node: str | None = None,
     headroom: float | None = None,
 ) -> list[Advice]:
-    """One advice per workload seen on a GPU in ``(since, until]`` (raw rows), by namespace and
+    """One advice per workload seen on a GPU in ``[since, until)``, by namespace and
     workload."""
-    c = gpu_window.c
-    query = (
-        select(
-            c.at,
-            c.covers_seconds,
-            c.namespace,
-            c.pod,
-            c.owner_name,
-            c.job_type,
-            c.period_seconds,
-            c.util_max,
-            c.util_idle_fraction,
-            c.fb_used_max_mib,
-            c.sm_active_p95,
-            c.sm_active_mean,
-            c.dram_active_p95,
-            c.gpu_model,
-            c.mig_profile,
-        )
-        .where(c.at > since, c.at <= until, c.pod.is_not(None))
-        .order_by(c.at, c.id)
-    )
-    if node is not None:
-        query = query.where(c.node == node)
     advices = []
-    for _, rows in sorted(_collect(connection.execute(query)).items()):
-        usage = _usage(rows)
+    for merged, usage in workload_usages(connection, since=since, until=until, node=node):
         if isinstance(usage, str):
-            advices.append(_without_advice(rows, usage))
+            advices.append(_without_advice(merged, usage))
             continue
         model = model_for(usage.gpu_model) if usage.gpu_model else None
         if model is not None and usage.current_profile and not model.profile(usage.current_profile):
             reason = f"profile {usage.current_profile} is not in the {model.key} table"
-            advices.append(_without_advice(rows, reason))
+            advices.append(_without_advice(merged, reason))
             continue
         extra = {} if headroom is None else {"headroom": headroom}
         advices.append(recommend(usage, model, **extra))

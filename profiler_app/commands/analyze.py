@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from profiler_app.commands import options
+from profiler_app.commands import SUMMARIES, options
 from profiler_app.errors import SourceError, UserError
 from profiler_app.model import SeriesMatrix
 from profiler_app.profiles import build_profiles
@@ -29,7 +29,7 @@ INPUT_IGNORES = {
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "analyze",
-        help="classify the GPUs of one node from Prometheus or a saved query_range answer",
+        help=SUMMARIES["analyze"],
         description="Classify what each GPU of one node did over a window (idle, training with "
         "its period, inference, bursty) from dcgm-exporter metrics, and print it.",
     )

@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from profiler_app.commands import SUMMARIES
+
 SHELLS = ("bash", "zsh")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "completion",
-        help="print a shell completion script (bash or zsh)",
+        help=SUMMARIES["completion"],
         description="Print a completion script for every gpu-profiler command and flag. Install "
         "it with `gpu-profiler completion bash > "
         "~/.local/share/bash-completion/completions/gpu-profiler`, or for zsh into a folder "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
+from profiler_app.commands import SUMMARIES
 from profiler_app.errors import UserError
 
 DEMO_FILE = "demo.db"
@@ -31,7 +32,7 @@ def default_demo_url() -> str:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "demo",
-        help="fill a SQLite store with synthetic days of a small cluster, to try every report",
+        help=SUMMARIES["demo"],
         description="Write two made-up days of two GPU nodes (a fine-tuning job that restarts, a "
         "serving Deployment rolled out at noon, an idle notebook, a nightly CronJob, unused "
         "GPUs) and one trial run into a SQLite store of its own, through the store's real "

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from profiler_app.commands import options, progress
+from profiler_app.commands import SUMMARIES, options, progress
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
 from profiler_app.render import aligned
-from profiler_app.reporting import (
-    DEFAULT_IDLE_BELOW_PERCENT,
-    REPORT_VIEWS,
-    build_report,
-    report_rows,
-    view_columns,
-)
+from profiler_app.report_views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
 from profiler_app.rightsizing import DEFAULT_HEADROOM, Advice
 from profiler_app.rightsizing.output import (
     COLUMNS,
@@ -34,13 +29,10 @@ from profiler_app.rightsizing.output import (
     metric_samples,
     table_rows,
 )
-from profiler_app.sinks.store.engine import (
-    create_store_engine,
-    current_revisions,
-    describe_error,
-    head_revisions,
-)
 from profiler_app.sinks.store.urls import StoreUrl, parse_store_url
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 # ``--output json`` of report: the envelope's keys and each view's row keys are a contract
 # (docs/cli.md). Keys may be added within a version; removing, renaming or retyping one raises it.
@@ -127,8 +119,7 @@ _VIEW_TITLES = {
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "report",
-        help="summarise the table store: hours per job type, idle GPU-hours, idle pods, traces, "
-        "trials",
+        help=SUMMARIES["report"],
         description="Summaries from the table store for a time range: per node, per GPU, per "
         "pod, the pods that hold GPUs without using them, or the Nsight Systems traces "
         "recorded by gpu-profiler trace (by capture start).",
@@ -202,23 +193,19 @@ def handle(args: argparse.Namespace) -> int:
     url = options.checked(args.store_url, parse_store_url)
     if args.by == RIGHTSIZE_VIEW:
         return _rightsize(args, url, since, until)
-    engine = create_store_engine(url, create_file=False)
-    try:
-        with progress.spinner(f"reading {url.display()}"), engine.connect() as connection:
-            _check_schema(current_revisions(connection), url.display())
-            report = build_report(
-                connection,
-                since=since,
-                until=until,
-                node=args.node,
-                top=args.top or None,
-                idle_below_percent=args.idle_below,
-                views=(args.by,),
-            )
-    except SQLAlchemyError as error:
-        raise UserError(f"cannot read the store {url.display()}: {describe_error(error)}") from None
-    finally:
-        engine.dispose()
+    # The store layer (SQLAlchemy) is loaded once the arguments are good.
+    from profiler_app.reporting import build_report, report_rows  # noqa: PLC0415
+
+    with _connected(url) as connection:
+        report = build_report(
+            connection,
+            since=since,
+            until=until,
+            node=args.node,
+            top=args.top or None,
+            idle_below_percent=args.idle_below,
+            views=(args.by,),
+        )
     for note in report.notes:
         print(f"gpu-profiler: note: {note}", file=sys.stderr)
     rows = report_rows(report, args.by)
@@ -233,21 +220,36 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: datetime) -> int:
-    # Here, not at the top: it loads numpy, which the other views never need.
-    from profiler_app.rightsize_report import rightsize_advice  # noqa: PLC0415
+@contextmanager
+def _connected(url: StoreUrl) -> Iterator[Connection]:
+    """A connection to the store at the schema this version reads; a driver's error as one
+    line naming the store."""
+    from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415
+
+    from profiler_app.sinks.store.engine import (  # noqa: PLC0415
+        create_store_engine,
+        current_revisions,
+        describe_error,
+    )
 
     engine = create_store_engine(url, create_file=False)
     try:
         with progress.spinner(f"reading {url.display()}"), engine.connect() as connection:
             _check_schema(current_revisions(connection), url.display())
-            advices = rightsize_advice(
-                connection, since=since, until=until, node=args.node, headroom=args.headroom
-            )
+            yield connection
     except SQLAlchemyError as error:
         raise UserError(f"cannot read the store {url.display()}: {describe_error(error)}") from None
     finally:
         engine.dispose()
+
+
+def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: datetime) -> int:
+    from profiler_app.rightsize_report import rightsize_advice  # noqa: PLC0415
+
+    with _connected(url) as connection:
+        advices = rightsize_advice(
+            connection, since=since, until=until, node=args.node, headroom=args.headroom
+        )
     if not advices:
         where = f" on node {args.node}" if args.node else ""
         print(
@@ -274,8 +276,7 @@ def write_advice(
     if output == "json":
         records = [advice_record(advice) for advice in advices]
         document = _report_document(RIGHTSIZE_VIEW, records, since, until, node)
-        json.dump(document, out, indent=2, allow_nan=False)
-        out.write("\n")
+        out.write(json_text(document, allow_nan=False))
     elif output == "csv":
         out.write(csv_text(advices))
     elif output == "prometheus":
@@ -304,6 +305,18 @@ def _report_document(
     }
 
 
+def json_text(document: dict[str, Any], *, allow_nan: bool = True) -> str:
+    """The report's JSON as one string, written at once: the envelope indented, its ``rows``
+    last, one compact object per line (indenting every row costs 3 times the encoding)."""
+    rows = document["rows"]
+    head = json.dumps({**document, "rows": []}, indent=2, allow_nan=allow_nan)
+    if not rows:
+        return f"{head}\n"
+    assert head.endswith("[]\n}")
+    body = ",\n".join(f"    {json.dumps(row, allow_nan=allow_nan)}" for row in rows)
+    return f"{head[:-4]}[\n{body}\n  ]\n}}\n"
+
+
 def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -321,12 +334,13 @@ def write_rows(
     if output == "json":
         records = [{k: _plain(v) for k, v in row.items()} for row in rows]
         document = _report_document(by, records, since, until, node)
-        json.dump(document, out, indent=2)
-        out.write("\n")
+        out.write(json_text(document))
     elif output == "csv":
-        writer = csv.DictWriter(out, fieldnames=view_columns(by), lineterminator="\n")
+        buffer = io.StringIO()  # written at once: a write per cell is slower than the table
+        writer = csv.DictWriter(buffer, fieldnames=_view_columns(by), lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: _plain(v) for k, v in row.items()} for row in rows)
+        out.write(buffer.getvalue())
     elif rows:
         out.write(f"{_title(by, since, until)}\n{table(rows, by, wide=output == 'wide')}\n")
 
@@ -334,7 +348,7 @@ def write_rows(
 def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
     """A view's rows as aligned columns, units in the headers, nothing cut. The narrow default
     shows the columns in ``NARROW_COLUMNS`` (all of a view it does not name); ``wide`` all."""
-    columns = view_columns(by)
+    columns = _view_columns(by)
     if not wide and by in NARROW_COLUMNS:
         columns = [column for column in columns if column in NARROW_COLUMNS[by]]
     units = [_unit(column) for column in columns]
@@ -357,6 +371,12 @@ def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
 _TABLE_HEADERS = {("pod", "gpus"): "GPU INDICES", ("idle-pods", "gpus"): "GPU INDICES"}
 
 
+def _view_columns(by: str) -> list[str]:
+    from profiler_app.reporting import view_columns  # noqa: PLC0415  (loaded by then)
+
+    return view_columns(by)
+
+
 def _unit(column: str) -> tuple[str, str, float] | None:
     """(suffix, unit shown, factor) of a column whose name ends in a unit."""
     return next((unit for unit in _UNITS if column.endswith(unit[0])), None)
@@ -370,6 +390,8 @@ def _header(column: str, unit: tuple[str, str, float] | None) -> str:
 
 
 def _check_schema(current: tuple[str, ...], url: str) -> None:
+    from profiler_app.sinks.store.engine import head_revisions  # noqa: PLC0415
+
     if not current:
         raise UserError(f"{url} has no gpu-profiler tables (is it the daemon's --store-url?)")
     if set(current) != set(head_revisions()):

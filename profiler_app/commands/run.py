@@ -22,7 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
-from profiler_app.commands import options
+from profiler_app.commands import SUMMARIES, options
 from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
@@ -95,7 +95,7 @@ def _log_level(text: str) -> str:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "run",
-        help="profile this node continuously and publish annotations, metrics and rows",
+        help=SUMMARIES["run"],
         description="Every --interval, classify what each GPU of this node did over the last "
         "--window and publish it to Kubernetes annotations, /metrics, the table store and the "
         "terminal. Without --prometheus-url it samples this machine through NVML and psutil.",

@@ -15,7 +15,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from profiler_app.commands import options
+from profiler_app.commands import SUMMARIES, options
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.traces import TraceStore, trace_rows
 from profiler_app.sinks.store.urls import parse_store_url
@@ -28,8 +28,7 @@ from profiler_app.trace.summary import TraceSummary, summarise, to_json
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "trace",
-        help="explain one job from an Nsight Systems report: busy time, idle gaps, kernels, "
-        "copies, a bottleneck verdict",
+        help=SUMMARIES["trace"],
         description="Summarise an Nsight Systems SQLite export (nsys export --type sqlite) per "
         "GPU, say what its kernels are made of (GEMM, attention, NCCL, ...) and name what limits "
         "the job: input-, launch-, transfer-, sync-, compute- or communication-bound.",

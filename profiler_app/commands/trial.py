@@ -20,6 +20,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from profiler_app.commands import SUMMARIES
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.urls import default_store_url
@@ -51,8 +52,7 @@ TABLE_COLUMNS = [
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "trial",
-        help="try a training job on other placements (GPUs, packed or spread, GPU model), "
-        "measured, bounded and cleaned up",
+        help=SUMMARIES["trial"],
         description="Short trial runs of a Job, PyTorchJob or Pod on other placements: plan the "
         "pruned grid, run it within a GPU-hour budget, report throughput and a recommendation.",
     )

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
-from profiler_app.commands import options
+from profiler_app.commands import SUMMARIES, options
 from profiler_app.errors import UserError
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only once the arguments are good
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only once the arguments a
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "unprotect",
-        help="remove the karpenter.sh/do-not-disrupt annotations the profiler set, cluster-wide",
+        help=SUMMARIES["unprotect"],
         description="Remove karpenter.sh/do-not-disrupt and the profiler's marker from every pod "
         "where the profiler set them, e.g. once --protect-training is turned off or the "
         "DaemonSet is gone. A do-not-disrupt someone else set is left alone.",

@@ -10,15 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from profiler_app.cli import main
 from profiler_app.rightsize_report import weighted_quantile
-from profiler_app.sinks.store import TableStore
-from profiler_app.sinks.store.engine import create_store_engine
-from profiler_app.sinks.store.models import gpu_window
-from profiler_app.sinks.store.partitions import SCHEMES
-from profiler_app.sinks.store.urls import parse_store_url
+from tests.support.store_rows import write_rows
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -71,7 +66,6 @@ def rows_of(
 
 @pytest.fixture
 def store(store_url: str) -> str:
-    TableStore(store_url).close()  # migrated to the head
     rows = [
         # The docs' worked example: 9 GiB peak, 20 % SM activity on an H100 SXM5.
         *rows_of("example", 25, fb_mib=9 * 1024, sm_p95=0.2),
@@ -80,20 +74,7 @@ def store(store_url: str) -> str:
         *rows_of("big", 25, fb_mib=70 * 1024, sm_p95=0.9),
         *rows_of("idle", 25, fb_mib=2048, sm_p95=0.05, idle=0.9),
     ]
-    engine = create_store_engine(parse_store_url(store_url), create_file=False)
-    try:
-        with engine.begin() as connection:
-            if engine.dialect.name == "postgresql":  # the days' partitions (the writer's job)
-                scheme = SCHEMES["gpu_window"]
-                days = {scheme.partition(row["at"]).name: row["at"] for row in rows}
-                existing = set(sa.inspect(connection).get_table_names())
-                for name, moment in days.items():
-                    for statement in scheme.partition(moment).create_statements():
-                        if name not in existing:
-                            connection.exec_driver_sql(statement)
-            connection.execute(sa.insert(gpu_window), rows)
-    finally:
-        engine.dispose()
+    write_rows(store_url, rows)
     return store_url
 
 

@@ -31,7 +31,7 @@ pytest_plugins = ["tests.support.postgres"]
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DAY = 86400.0
-ROLLUPS = ("gpu_hour", "gpu_day", "pod_hour")
+ROLLUPS = tuple(table for table in SCHEMES if table != "gpu_window")  # monthly partitions
 
 
 def cycle(at: datetime, gpus: int = 2, pod: str | None = None) -> CycleResult:

@@ -301,6 +301,60 @@ pod_hour = _rollup(
     *(_optional(column, Float) for column in POD_HOUR_IO_COLUMNS),  # revision 0008
 )
 
+
+def _activity_key(bucket: str) -> list[Column[Any]]:
+    """The key of right-sizing's rollups (activity.py, revision 0010): a GPU or MIG instance and
+    the workload (the pod's owner, else the pod) that ran on it."""
+    return [
+        _required(bucket, UtcDateTime(), key=True),
+        _required("node", String(253), key=True),
+        _required("gpu", String(32), key=True),
+        _required("uuid", String(64), key=True),
+        _instance(key=True),
+        _required("namespace", String(253), key=True),
+        _required("workload", String(253), key=True),
+    ]
+
+
+def _rightsize(name: str, bucket: str) -> Table:
+    """What right-sizing reads besides the histograms, per bucket (activity.SUMMARY_VALUES)."""
+    return Table(
+        name,
+        metadata,
+        *_activity_key(bucket),
+        _required("covered_seconds", Float),
+        _required("idle_gpu_seconds", Float),
+        _optional("util_max", Float),
+        _optional("fb_used_max_mib", Float),
+        _required("covers_max_seconds", Float),  # bounds the report's raw reads at the edges
+        _required("first_start", UtcDateTime()),
+        _required("last_end", UtcDateTime()),
+        _required("period_covered_seconds", Float),  # training rows whose period was found
+        _optional("gpu_model", String(256)),
+        _optional("mig_profile", String(32)),
+        postgresql_partition_by=f"RANGE ({bucket})",
+    )
+
+
+def _activity(name: str, bucket: str) -> Table:
+    """Histograms of SM and DRAM activity: covered seconds per metric and 1 %-wide bucket."""
+    return Table(
+        name,
+        metadata,
+        *_activity_key(bucket),
+        _required("metric", String(8), key=True),  # activity.METRICS
+        _required("percent", Integer, key=True),  # 0..100
+        _required("seconds", Float),
+        postgresql_partition_by=f"RANGE ({bucket})",
+    )
+
+
+# Right-sizing's rollups (revision 0010): report --by rightsize reads whole days and hours here.
+rightsize_hour = _rightsize("rightsize_hour", "hour")
+rightsize_day = _rightsize("rightsize_day", "day")
+activity_hour = _activity("activity_hour", "hour")
+activity_day = _activity("activity_day", "day")
+
 # Where retention removed raw rows: gpu_window holds every row of the time after
 # ``removed_before``, so the report reads a partial hour before it from its rollup instead.
 store_horizon = Table(

@@ -105,6 +105,10 @@ SCHEMES = {
         Scheme("gpu_hour", "hour", monthly=True),
         Scheme("gpu_day", "day", monthly=True),
         Scheme("pod_hour", "hour", monthly=True),
+        Scheme("rightsize_hour", "hour", monthly=True),
+        Scheme("rightsize_day", "day", monthly=True),
+        Scheme("activity_hour", "hour", monthly=True),
+        Scheme("activity_day", "day", monthly=True),
     )
 }
 

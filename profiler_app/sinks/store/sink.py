@@ -20,6 +20,7 @@ from profiler_app.model import (
     PodUsage,
 )
 from profiler_app.sinks import field_stat
+from profiler_app.sinks.store.activity import ACTIVITY_TIERS, activity_rows, activity_statement
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
 from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
@@ -238,14 +239,17 @@ class TableStore:
     def _upsert_rollups(
         self, cursor: Any, rows: list[dict[str, Any]], pods: list[PodUsage]
     ) -> None:
-        """The cycle's rows added into the hour and day they cover (rollups.py)."""
+        """The cycle's rows added into the hour and day they cover (rollups.py, and
+        right-sizing's in activity.py)."""
         for tier, upserts in (
             *((tier, gpu_rollup_rows(tier, rows)) for tier in GPU_TIERS),
             (POD_HOUR, pod_rollup_rows(rows, pods)),
+            *((tier, activity_rows(tier, rows)) for tier in ACTIVITY_TIERS),
         ):
             if upserts:
+                build = activity_statement if tier in ACTIVITY_TIERS else rollup_statement
                 cursor.executemany(
-                    self._statement(rollup_statement, tier, upserts[0]),
+                    self._statement(build, tier, upserts[0]),
                     [self._database.bind(upsert) for upsert in upserts],
                 )
 

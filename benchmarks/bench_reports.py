@@ -1,0 +1,344 @@
+"""Every ``report`` view in every format on a churning cluster written through the daemon's
+writer, and an independent check of the figures against the raw rows.
+
+Run by hand from the repository root::
+
+    STORE=sqlite:////tmp/reports/profiler.db
+    .venv/bin/python benchmarks/bench_reports.py fill "$STORE" --gpus 64 --days 30
+    .venv/bin/python benchmarks/bench_reports.py time "$STORE"
+    .venv/bin/python benchmarks/bench_reports.py check "$STORE"
+
+``fill`` writes every node's cycles in time order through ``TableStore.publish`` (one
+transaction per cycle with its rollups, raw rows kept 14 days by the writer's retention, as a
+daemon run with the defaults does), at a 300 s store interval. The cluster churns: each GPU (or
+MIG instance: every fourth node splits GPU 0 into two) runs a sequence of pods of changing
+workloads, each pod living 1 to 8 hours (restarts several times a day), separated by idle gaps
+of random length (some with the pod still holding memory); SM and DRAM activity and the peaks
+vary from window to window. Seeded: the same arguments give the same store.
+
+``time`` runs each ``--by`` view in table, JSON and CSV for ``--since 30d`` and ``24h`` as a
+whole ``gpu-profiler`` process, three times; it prints the median wall time and the largest
+peak RSS. ``check`` recomputes, over a range inside the raw rows' retention, each sampled GPU's
+covered and idle hours (the gpu view) and each sampled workload's SM p95 (the rightsize view)
+with SQL of its own over ``gpu_window``, and prints the largest difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profiler_app.model import (  # noqa: E402
+    DRAM_ACTIVE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    SM_ACTIVE,
+    CycleResult,
+    FieldStats,
+    GpuProfile,
+)
+from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
+from profiler_app.sinks.store.dbapi import Database  # noqa: E402
+from profiler_app.sinks.store.retention import Retention  # noqa: E402
+from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
+
+END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
+INTERVAL = 300.0
+WINDOW = 1800.0
+VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial", "rightsize")
+FORMATS = ("table", "json", "csv")
+RANGES = ("30d", "24h")
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+class Slot:
+    """One GPU or MIG instance and what runs on it: a pod for a while, then a gap."""
+
+    def __init__(self, rng: random.Random, node: int, gpu: int, instance: str) -> None:
+        self.rng, self.node, self.gpu, self.instance = rng, node, gpu, instance
+        self.until = END - timedelta(days=400)  # start with a new pod
+        self.pod: tuple[str, str, str, str] | None = None
+        self.level = 0.0
+        self.serial = 0
+
+    def next(self, at: datetime) -> None:
+        """A new pod (restarted or another workload) or an idle gap, when the current ends."""
+        if at < self.until:
+            return
+        rng = self.rng
+        self.serial += 1
+        if self.pod is not None and rng.random() < 0.35:  # an idle gap
+            self.pod = None if rng.random() < 0.7 else self.pod
+            self.level = 0.0
+            self.until = at + timedelta(minutes=rng.randint(5, 300))
+            return
+        workload = rng.randrange(400)
+        kind = ("PyTorchJob", "Deployment", "Job")[workload % 3]
+        self.pod = (
+            f"team-{workload % 25}",
+            f"w{workload}-{self.node}-{self.serial}",
+            kind,
+            f"w{workload}",
+        )
+        self.level = rng.uniform(0.05, 0.95)
+        self.until = at + timedelta(minutes=rng.randint(60, 480))
+
+    def profile(self, at: datetime) -> GpuProfile:
+        rng = self.rng
+        self.next(at)
+        active = self.pod is not None and self.level > 0
+        sm = min(max(self.level + rng.gauss(0, 0.08), 0.0), 1.0) if active else 0.0
+        util = min(100.0, sm * 100 + rng.uniform(0, 10)) if active else rng.uniform(0, 2)
+        fb = rng.uniform(2_000, 70_000) * (0.5 + self.level) if self.pod else 300.0
+        stats = {
+            GPU_UTIL: FieldStats(util, util * 0.95, util * 0.7, 0.05 if active else 1.0),
+            MEM_COPY_UTIL: FieldStats(util / 2, util / 2.2, util / 4, 0.0),
+            FB_USED: FieldStats(fb, fb, fb * 0.9, 0.0),
+            SM_ACTIVE: FieldStats(sm, sm, sm * 0.8, 0.0),
+            DRAM_ACTIVE: FieldStats(sm / 2, sm / 2, sm / 3, 0.0),
+        }
+        namespace, pod, owner_kind, owner_name = self.pod or (None, None, None, None)
+        training = active and owner_kind == "PyTorchJob"
+        return GpuProfile(
+            str(self.gpu),
+            f"GPU-{self.node * 8 + self.gpu:05d}",
+            f"node-{self.node:04d}",
+            ("training" if training else "inference") if active else "idle",
+            120.0 if training else None,
+            stats,
+            namespace=namespace,
+            pod=pod,
+            owner_kind=owner_kind,
+            owner_name=owner_name,
+            mig_instance=self.instance,
+            mig_profile="3g.40gb" if self.instance else "",
+            gpu_model=H100,
+        )
+
+
+def slots_of(node: int, rng: random.Random) -> list[Slot]:
+    slots = []
+    for gpu in range(8):
+        instances = ("1", "2") if node % 4 == 0 and gpu == 0 else ("",)
+        slots += [Slot(rng, node, gpu, instance) for instance in instances]
+    return slots
+
+
+def _without_fsync(connection: Any) -> None:
+    """WAL without an fsync per commit: a month of commits in minutes. The fill is not what is
+    timed (the writers benchmark measures durable commits); what it writes is the same."""
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=OFF")
+
+
+def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
+    dbapi.prepare_sqlite_writer = _without_fsync
+    store = TableStore(
+        url,
+        retention_seconds=raw_days * 86400.0,
+        rollup_retention_seconds=400 * 86400.0,
+        store_interval_seconds=INTERVAL,
+    )
+    nodes = {node: slots_of(node, random.Random(node)) for node in range(gpus // 8)}
+    start = END - timedelta(days=days)
+    steps = int(days * 86400 / INTERVAL)
+    began = time.monotonic()
+    for step in range(1, steps + 1):
+        at = start + timedelta(seconds=step * INTERVAL)
+        for node, slots in nodes.items():
+            profiles = [slot.profile(at) for slot in slots]
+            store.publish(CycleResult(f"node-{node:04d}", at, WINDOW, profiles))
+        if step % 288 == 0:
+            print(f"  day {step // 288} written, {time.monotonic() - began:.0f} s", flush=True)
+    store.close()
+    print(f"{steps * len(nodes):,} cycles in {time.monotonic() - began:.0f} s")
+    prune(url, raw_days)
+
+
+def prune(url: str, raw_days: int) -> None:
+    """Retention as the daemons run it at ``END`` (hourly; a fill runs faster than the hour)."""
+    database = Database(parse_store_url(url))
+    retention = Retention(raw_days * 86400.0, 400 * 86400.0)
+    while retention.prune(database, END):
+        pass
+    database.close()
+
+
+def _run(arguments: list[str]) -> tuple[float, int, int]:
+    """(seconds, peak RSS in KiB, exit status) of one whole gpu-profiler process."""
+    began = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "profiler_app", *arguments],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    return time.monotonic() - began, usage.ru_maxrss, os.waitstatus_to_exitcode(status)
+
+
+def time_views(url: str, rounds: int, views: list[str]) -> None:
+    until = END.isoformat().replace("+00:00", "Z")
+    results = {}
+    for command in (["--help"], ["report", "--help"], ["run", "--help"], ["trial", "--help"]):
+        seconds = statistics.median(_run(command)[0] for _ in range(rounds))
+        print(f"start-up {' '.join(command):<16} {seconds:.2f} s", flush=True)
+    for since in RANGES:
+        for view in views:
+            for output in FORMATS:
+                runs = [
+                    _run(
+                        [
+                            "report",
+                            "--store-url",
+                            url,
+                            "--by",
+                            view,
+                            "--since",
+                            since,
+                            "--until",
+                            until,
+                            "-o",
+                            output,
+                        ]
+                    )
+                    for _ in range(rounds)
+                ]
+                if any(status != 0 for _, _, status in runs):
+                    print(f"{since} {view} {output}: failed", flush=True)
+                    continue
+                seconds = statistics.median(run[0] for run in runs)
+                memory = max(run[1] for run in runs) / 1024
+                results[f"{since} {view} {output}"] = (seconds, memory)
+                print(
+                    f"{since:>4} {view:<10} {output:<6} {seconds:6.2f} s {memory:6.0f} MiB",
+                    flush=True,
+                )
+    print(json.dumps(results))
+
+
+def check(url: str, sample: int) -> None:
+    """The gpu and rightsize views against SQL of this function's own over the raw rows."""
+    import sqlalchemy as sa  # noqa: PLC0415
+
+    from profiler_app.rightsizing import model_for  # noqa: PLC0415
+
+    until = END
+    since = END - timedelta(days=2)  # inside the raw rows' retention
+    engine = sa.create_engine(url)
+    start_s, end_s = since.timestamp(), until.timestamp()
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.text(
+                "SELECT node, gpu, uuid, gpu_i_id, namespace, coalesce(owner_name, pod),"
+                " at, covers_seconds, util_idle_fraction, sm_active_p95 FROM gpu_window"
+            )
+        ).all()
+    engine.dispose()
+    gpus: dict[tuple[str, str, str], list[float]] = {}
+    workloads: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for node, gpu, _, instance, namespace, workload, at, covers, idle, sm in rows:
+        moment = (at if isinstance(at, datetime) else datetime.fromisoformat(at)).replace(
+            tzinfo=UTC
+        )
+        end = moment.timestamp()
+        overlap = min(end, end_s) - max(end - covers, start_s)
+        if overlap <= 0:
+            continue
+        totals = gpus.setdefault((node, gpu, instance or ""), [0.0, 0.0])
+        totals[0] += overlap / 3600
+        totals[1] += overlap * (idle or 0.0) / 3600
+        if workload is not None and sm is not None:
+            workloads.setdefault((namespace or "", workload), []).append((sm, overlap))
+    arguments = [
+        "report",
+        "--store-url",
+        url,
+        "--since",
+        "2d",
+        "--until",
+        END.isoformat(),
+        "-o",
+        "json",
+    ]
+    differences = {"covered hours": 0.0, "idle hours": 0.0, "sm p95": 0.0}
+    for view in ("gpu", "rightsize"):
+        out = subprocess.run(
+            [sys.executable, "-m", "profiler_app", *arguments, "--by", view],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        ).stdout
+        for row in json.loads(out)["rows"][: sample * 50]:
+            if view == "gpu":
+                expected = gpus.get((row["node"], row["gpu"], row["mig_instance"] or ""))
+                if expected is None:
+                    continue
+                differences["covered hours"] = max(
+                    differences["covered hours"], abs(row["covered_hours"] - expected[0])
+                )
+                differences["idle hours"] = max(
+                    differences["idle hours"], abs(row["idle_gpu_hours"] - expected[1])
+                )
+            elif row.get("needs") and (row["namespace"], row["workload"]) in workloads:
+                values = sorted(workloads[(row["namespace"], row["workload"])])
+                target = 0.95 * sum(weight for _, weight in values)
+                cumulative, p95 = 0.0, values[-1][0]
+                for value, weight in values:
+                    cumulative += weight
+                    if cumulative >= target:
+                        p95 = value
+                        break
+                model = model_for(row["gpu_model"])
+                assert model is not None
+                profile = model.profile(row["current_profile"]) if row["current_profile"] else None
+                sms = row["needs"]["sms"] / (profile.sms if profile else model.sms)
+                differences["sm p95"] = max(differences["sm p95"], abs(sms - min(p95, 1.0)))
+    print(json.dumps(differences))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    filling = commands.add_parser("fill")
+    filling.add_argument("url")
+    filling.add_argument("--gpus", type=int, default=256)
+    filling.add_argument("--days", type=int, default=30)
+    filling.add_argument("--raw-days", type=int, default=14)
+    timing = commands.add_parser("time")
+    timing.add_argument("url")
+    timing.add_argument("--rounds", type=int, default=3)
+    timing.add_argument("--views", default=",".join(VIEWS))
+    pruning = commands.add_parser("prune")
+    pruning.add_argument("url")
+    pruning.add_argument("--raw-days", type=int, default=14)
+    checking = commands.add_parser("check")
+    checking.add_argument("url")
+    checking.add_argument("--sample", type=int, default=20)
+    args = parser.parse_args()
+    if args.command == "fill":
+        fill(args.url, args.gpus, args.days, args.raw_days)
+    elif args.command == "prune":
+        prune(args.url, args.raw_days)
+    elif args.command == "time":
+        time_views(args.url, args.rounds, args.views.split(","))
+    else:
+        check(args.url, args.sample)
+
+
+if __name__ == "__main__":
+    main()

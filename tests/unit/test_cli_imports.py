@@ -1,0 +1,50 @@
+"""Start-up: ``gpu-profiler --help`` lists the commands without importing one, each command
+imports its own module and no other command's, and ``report`` leaves the store layer
+(SQLAlchemy) unloaded until its arguments are good. New processes, ``sys.modules`` inspected."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from profiler_app.cli import COMMAND_MODULES
+
+HEAVY = ("sqlalchemy", "alembic", "numpy", "yaml", "requests", "rich", "kubernetes", "psycopg")
+
+
+def loaded(*arguments: str) -> tuple[set[str], set[str]]:
+    """(command modules, heavy top-level packages) in ``sys.modules`` after the command line."""
+    probe = (
+        "import sys, json; from profiler_app.cli import main\n"
+        f"try: main({list(arguments)!r})\n"
+        "except SystemExit: pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    modules = set(json.loads(done.stderr.splitlines()[-1]))
+    commands = {name for name, module in COMMAND_MODULES.items() if module in modules}
+    return commands, {name for name in HEAVY if name in modules}
+
+
+def test_the_top_level_help_imports_no_command() -> None:
+    assert loaded("--help") == (set(), set())
+
+
+def test_an_unknown_command_imports_no_command() -> None:
+    assert loaded("repot") == (set(), set())
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_MODULES))
+def test_each_command_imports_its_own_module_only(command: str) -> None:
+    commands, _ = loaded(command, "--help")
+    assert commands == {command}
+
+
+def test_report_help_and_bad_arguments_leave_the_store_layer_unloaded() -> None:
+    assert loaded("report", "--help") == ({"report"}, set())
+    assert loaded("report", "--since", "soon") == ({"report"}, set())

@@ -1,0 +1,253 @@
+"""Right-sizing's rollups (rightsize_*, activity_*): on random stores written through the
+writer, the quantiles merged from the rollups (raw rows only at the range's edges) equal those
+of the raw rows within one 1 % bucket, and the peaks and covered time agree; revision
+0010_rightsize_rollups fills them from existing rows as the writer would have, and goes down
+and up again. SQLite always; PostgreSQL with the ``integration`` marker."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiler_app.rightsize_report import weighted_quantile, workload_usages
+from profiler_app.sinks.store.activity import percent_bucket
+from profiler_app.sinks.store.engine import create_store_engine
+from profiler_app.sinks.store.models import (
+    activity_day,
+    activity_hour,
+    gpu_window,
+    rightsize_day,
+    rightsize_hour,
+)
+from profiler_app.sinks.store.urls import parse_store_url
+from tests.support.migrations import migrate
+from tests.support.store_rows import write_rows
+
+pytest_plugins = ["tests.support.postgres"]
+
+T0 = datetime(2026, 10, 31, 21, 3, tzinfo=UTC)  # near the end of a day and a month
+TABLES = (rightsize_hour, rightsize_day, activity_hour, activity_day)
+# (namespace, pod, owner): a job's pod, a bare pod, and a second workload for the same GPUs.
+PODS = (("ml", "train-0", "llama"), ("ml", "serve-1", None), ("web", "api-7", "api"))
+RATIOS = st.one_of(
+    st.none(),
+    st.integers(0, 100).map(lambda whole: whole / 100),  # whole percents: exact
+    st.floats(0.0, 1.2, allow_nan=False),  # MIG can read above 1
+)
+GPU = st.tuples(
+    st.sampled_from([("0", ""), ("0", "7"), ("1", "")]),  # a whole GPU and a MIG instance
+    st.sampled_from(PODS),
+    RATIOS,
+    RATIOS,
+    st.sampled_from([None, 512.0, 30_000.0]),
+)
+# Per cycle: node, seconds since that node's previous cycle, its GPUs.
+CYCLES = st.lists(
+    st.tuples(
+        st.sampled_from(["node-a", "node-b"]),
+        st.one_of(st.sampled_from([0.0, 300.0, 3600.0]), st.floats(1.0, 90_000.0)),
+        st.lists(GPU, min_size=1, max_size=3, unique_by=lambda gpu: gpu[0]),
+    ),
+    min_size=1,
+    max_size=30,
+)
+RANGES = st.lists(
+    st.tuples(st.integers(0, 20 * 86_400), st.integers(1, 20 * 86_400)), min_size=1, max_size=3
+)
+WINDOW = 7200.0
+
+
+def rows_of(plan: list[Any]) -> list[dict[str, Any]]:
+    """Raw rows as the writer makes them: each covering the time since its GPU's previous row,
+    at most the window."""
+    at = {"node-a": T0, "node-b": T0 + timedelta(seconds=450)}
+    last: dict[tuple[str, str, str], datetime] = {}
+    rows = []
+    for node, gap, gpus in plan:
+        at[node] += timedelta(seconds=gap)
+        for (gpu, instance), (namespace, pod, owner), sm, dram, fb in gpus:
+            key = (node, gpu, instance)
+            previous = last.get(key)
+            covers = (
+                WINDOW if previous is None else min((at[node] - previous).total_seconds(), WINDOW)
+            )
+            last[key] = at[node]
+            rows.append(
+                {
+                    "at": at[node],
+                    "node": node,
+                    "gpu": gpu,
+                    "uuid": f"GPU-{node}-{gpu}",
+                    "gpu_i_id": instance,
+                    "mig_profile": "1g.10gb" if instance else None,
+                    "gpu_model": "NVIDIA H100 80GB HBM3",
+                    "job_type": "training",
+                    "period_seconds": 10.0 if sm is not None else None,
+                    "window_seconds": WINDOW,
+                    "covers_seconds": covers,
+                    "util_max": 50.0 if sm is None else sm * 100,
+                    "util_idle_fraction": 0.25,
+                    "fb_used_max_mib": fb,
+                    "namespace": namespace,
+                    "pod": pod,
+                    "owner_kind": "Job" if owner else None,
+                    "owner_name": owner,
+                    "sm_active_p95": sm,
+                    "sm_active_mean": None if sm is None else sm / 2,
+                    "dram_active_p95": dram,
+                }
+            )
+    return rows
+
+
+def reference(
+    connection: sa.Connection, since: datetime, until: datetime
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per workload, from the stored raw rows alone: each row weighted by the microseconds of
+    ``(at - covers, at]`` inside ``[since, until)`` (a row covering nothing, where its ``at``
+    is, with no weight)."""
+    low = (since - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    high = (until - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    found: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"w": [], "sm": [], "mean": [], "dram": [], "fb": None, "covered": 0.0}
+    )
+    for row in connection.execute(sa.select(gpu_window)).mappings():
+        end = (row["at"] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        covers = round(row["covers_seconds"] * 1e6)
+        overlap = min(end, high) - max(end - covers, low)
+        if not (overlap > 0 or (covers == 0 and low <= end < high)):
+            continue
+        usage = found[(row["namespace"], row["owner_name"] or row["pod"])]
+        weight = max(overlap, 0) / 1e6
+        usage["w"].append(weight)
+        for name, column in (("sm", "sm_active_p95"), ("mean", "sm_active_mean")):
+            usage[name].append(math.nan if row[column] is None else row[column])
+        usage["dram"].append(math.nan if row["dram_active_p95"] is None else row["dram_active_p95"])
+        usage["covered"] += weight
+        if row["fb_used_max_mib"] is not None:
+            usage["fb"] = max(usage["fb"] or 0.0, row["fb_used_max_mib"])
+    return found
+
+
+def close(got: float, raw: float) -> bool:
+    """Within one 1 % bucket of the raw quantile, clamped to [0, 1] as right-sizing reads it."""
+    return abs(got - min(max(raw, 0.0), 1.0)) <= 0.01 + 1e-9
+
+
+def check(url: str, plan: list[Any], ranges: list[tuple[int, int]]) -> None:
+    write_rows(url, rows_of(plan))
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            for start, length in ranges:
+                since = T0 - timedelta(hours=3) + timedelta(seconds=start)
+                until = since + timedelta(seconds=length)
+                expected = reference(connection, since, until)
+                got = {
+                    (merged.namespace, merged.workload): usage
+                    for merged, usage in workload_usages(connection, since=since, until=until)
+                }
+                assert set(got) == set(expected), (since, until)
+                for key, raw in expected.items():
+                    usage, what = got[key], (key, since, until)
+                    sm = weighted_quantile(raw["sm"], raw["w"], 0.95)
+                    if math.isnan(sm):
+                        assert isinstance(usage, str), what
+                        continue
+                    assert not isinstance(usage, str), what
+                    assert close(usage.sm_active_p95, sm), (what, usage.sm_active_p95, sm)
+                    mean = weighted_quantile(raw["mean"], raw["w"], 0.5)
+                    assert close(usage.sm_active_p50, 0.0 if math.isnan(mean) else mean), what
+                    dram = weighted_quantile(raw["dram"], raw["w"], 0.95)
+                    assert close(usage.dram_active_p95, 0.0 if math.isnan(dram) else dram), what
+                    assert usage.peak_fb_mib == (raw["fb"] or 0.0), what
+                    assert usage.active_fraction == pytest.approx(0.75), what
+    finally:
+        engine.dispose()
+
+
+def test_percent_buckets_keep_whole_percents_whole() -> None:
+    assert [percent_bucket(whole / 100) for whole in range(101)] == list(range(101))
+    assert (percent_bucket(-0.1), percent_bucket(0.999), percent_bucket(1.3)) == (0, 99, 100)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=CYCLES, ranges=RANGES)
+def test_rollup_quantiles_match_the_raw_rows_on_sqlite(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[Any], ranges: list[tuple[int, int]]
+) -> None:
+    path = tmp_path_factory.mktemp("store") / "profiler.db"
+    check(f"sqlite:///{path}", plan, ranges)
+
+
+@pytest.mark.integration
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=CYCLES, ranges=RANGES)
+def test_rollup_quantiles_match_the_raw_rows_on_postgresql(
+    postgres_server: Any, plan: list[Any], ranges: list[tuple[int, int]]
+) -> None:
+    check(postgres_server.create_database(), plan, ranges)
+
+
+def snapshot(connection: sa.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Each table's rows, sorted, with floats rounded (sums add up in another order in SQL)."""
+    tables = {}
+    for table in TABLES:
+        rows = [
+            tuple(round(value, 6) if isinstance(value, float) else value for value in row)
+            for row in connection.execute(sa.select(table))
+        ]
+        tables[table.name] = sorted(rows, key=repr)
+    return tables
+
+
+def test_the_migration_fills_the_rollups_as_the_writer_does_and_goes_down_and_up(
+    store_url: str,
+) -> None:
+    plan = [
+        (
+            "node-a",
+            0.0,
+            [(("0", ""), PODS[0], 0.29, 0.5, 512.0), (("0", "7"), PODS[1], 1.1, None, None)],
+        ),
+        (
+            "node-a",
+            300.0,
+            [(("0", ""), PODS[0], 0.2, 0.51, 30_000.0), (("0", "7"), PODS[1], 0.3, 0.1, 512.0)],
+        ),
+        ("node-b", 0.0, [(("1", ""), PODS[2], None, None, 512.0)]),
+        ("node-a", 0.0, [(("0", ""), PODS[2], 0.7, 0.2, 512.0)]),  # covers nothing
+        ("node-a", 86_000.0, [(("0", ""), PODS[2], 0.123456, 0.9, 512.0)]),  # across midnight
+        ("node-b", 5_000.0, [(("1", ""), PODS[0], 0.5, 0.5, None)]),
+    ]
+    write_rows(store_url, rows_of(plan))
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            written = snapshot(connection)
+        assert all(written.values()), "the writer filled every table"
+        migrate(engine, "0009_gpu_identity", down=True)
+        with engine.connect() as connection:
+            names = set(sa.inspect(connection).get_table_names())
+            assert not names & {table.name for table in TABLES}
+            assert connection.execute(sa.select(sa.func.count()).select_from(gpu_window)).scalar()
+        migrate(engine, "head")
+        with engine.connect() as connection:
+            assert snapshot(connection) == written
+        migrate(engine, "0009_gpu_identity", down=True)
+        migrate(engine, "head")
+        with engine.connect() as connection:
+            assert snapshot(connection) == written
+    finally:
+        engine.dispose()
