@@ -161,7 +161,8 @@ def test_special_values_are_parsed() -> None:
         (
             error_reply(400, "exceeded maximum resolution of 11,000 points per timeseries"),
             UserError,
-            r"rejected DCGM_FI_DEV_GPU_UTIL\{Hostname=\"node-a\"\} or .* \(HTTP 400\): exceeded maximum",
+            r"rejected DCGM_FI_DEV_GPU_UTIL\{Hostname=\"node-a\"\} or .* \(HTTP 400\): "
+            "exceeded maximum",
         ),
         ((404, "404 page not found"), UserError, r"HTTP 404\): Not Found"),
         (
