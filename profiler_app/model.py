@@ -39,10 +39,8 @@ MIG_INSTANCE_LABEL = "GPU_I_ID"
 MIG_PROFILE_LABEL = "GPU_I_PROFILE"
 
 # How a GPU is shared (GpuProfile.sharing, the store's ``sharing``): the device plugin's
-# strategies. A series with PER_POD_LABEL is a pod's own share of a shared GPU (dcgm-exporter
-# 4.5.3+ with KUBERNETES_VIRTUAL_GPUS, from NVML's per-process accounting), not the GPU's.
+# strategies. Which series are a pod's own share of a GPU: ``exporter_series``.
 NOT_SHARED, TIME_SLICING, MPS = "none", "time-slicing", "mps"
-PER_POD_LABEL = "uid"
 
 # A GPU holding at least this much framebuffer holds memory for a workload (a CUDA context
 # alone takes a few hundred MiB): an idle one is "memory held, compute idle".
@@ -93,8 +91,8 @@ class PodShare:
 
 @dataclass(frozen=True)
 class PodGpuPeak:
-    """A pod's own peaks on a shared GPU, from the per-pod series dcgm-exporter derives from
-    NVML's per-process accounting (labelled ``uid``; docs/sharing.md). None: not in them."""
+    """A pod's own peaks on a GPU, from the per-pod series dcgm-exporter derives from NVML's
+    per-process accounting (labelled ``pod_uid``; docs/sharing.md). None: not in them."""
 
     namespace: str
     pod: str

@@ -16,6 +16,10 @@ from datetime import UTC, datetime
 
 from profiler_app.analysis.io import io_rates
 from profiler_app.engines import Identity
+
+# dcgm-exporter's pod UID label, which the NVML source also puts on a GPU's series (the pod
+# whose processes use it, by cgroup).
+from profiler_app.exporter_series import POD_UID_LABEL
 from profiler_app.model import (
     FB_USED,
     GPU_UTIL,
@@ -35,9 +39,6 @@ from profiler_app.model import (
     stats_of,
 )
 from profiler_app.workloads import Workload, workload_from_owner
-
-# Label the NVML source puts on a GPU's series: the pod whose processes use it (by cgroup).
-POD_UID_LABEL = "pod_uid"
 
 
 def attribute_series(

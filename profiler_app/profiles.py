@@ -33,6 +33,7 @@ from profiler_app.analysis import (
 )
 from profiler_app.analysis.io import input_bound_reason
 from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
+from profiler_app.exporter_series import split_field, with_node_label
 from profiler_app.model import (
     DRAM_ACTIVE,
     ENFORCED_POWER_LIMIT,
@@ -44,7 +45,6 @@ from profiler_app.model import (
     MIG_PROFILE_LABEL,
     MPS,
     NOT_SHARED,
-    PER_POD_LABEL,
     POWER_MGMT_LIMIT,
     POWER_USAGE,
     SM_ACTIVE,
@@ -82,31 +82,29 @@ def _gpu_order(profile: GpuProfile, last: int) -> tuple[str, int, int | str, int
     )
 
 
-def _without_per_pod_series(
-    matrices: Sequence[SeriesMatrix],
-) -> tuple[list[SeriesMatrix], list[SeriesMatrix]]:
-    """The device-level series, and apart from them the per-pod series of shared GPUs (with a
-    ``uid`` label): those hold a pod's own use, not the GPU's, and must not merge into it."""
-    devices, per_pod = [], []
+def _split(
+    matrices: Sequence[SeriesMatrix], primary_field: str, node_label: str
+) -> tuple[list[SeriesMatrix], SeriesMatrix | None, list[SeriesMatrix]]:
+    """The device-level series of every field, the primary field's presence-only series and the
+    pods' own series (``exporter_series``)."""
+    primary = next(matrix for matrix in matrices if matrix.field == primary_field)
+    resolver = KeyResolver(primary.labels, node_label)
+    devices, own = [], []
+    presence = None
     for matrix in matrices:
-        own = [row for row, labels in enumerate(matrix.labels) if PER_POD_LABEL in labels]
-        if not own:
-            devices.append(matrix)
-            continue
-        rest = [row for row in range(len(matrix.labels)) if row not in set(own)]
-        devices.append(_rows(matrix, rest))
-        per_pod.append(_rows(matrix, own))
-    return devices, per_pod
-
-
-def _rows(matrix: SeriesMatrix, rows: list[int]) -> SeriesMatrix:
-    return replace(matrix, labels=[matrix.labels[row] for row in rows], values=matrix.values[rows])
+        split = split_field(matrix, resolver)
+        devices.append(split.device)
+        if split.own is not None:
+            own.append(split.own)
+        if matrix.field == primary_field:
+            presence = split.presence
+    return devices, presence, own
 
 
 def _pod_peaks(
     per_pod: Sequence[SeriesMatrix], resolver: KeyResolver
 ) -> dict[GpuKey, tuple[PodGpuPeak, ...]]:
-    """Each shared GPU's pods with their own peaks of GPU utilisation and framebuffer."""
+    """Each GPU's pods with their own peaks of GPU utilisation and framebuffer."""
     found: dict[GpuKey, dict[Pod, dict[str, float]]] = {}
     for matrix in per_pod:
         if matrix.field not in (GPU_UTIL, FB_USED):
@@ -396,14 +394,15 @@ def build_profiles(
     primary = next((matrix for matrix in matrices if matrix.field == primary_field), None)
     if primary is None:
         raise ValueError(f"no {primary_field} matrix among {[m.field for m in matrices]}")
-    matrices, per_pod = _without_per_pod_series(matrices)
+    matrices = with_node_label(matrices, node_label)
+    matrices, presence, per_pod = _split(matrices, primary_field, node_label)
     primary = next(matrix for matrix in matrices if matrix.field == primary_field)
     if primary.field == GPU_UTIL:
         primary = _with_mig_instances(primary, matrices, node_label)
     if not primary.labels:
         return []
     resolver = KeyResolver(primary.labels, node_label)
-    timelines = merge(primary, resolver)
+    timelines = merge(primary, resolver, presence)
     fields: dict[str, tuple[FloatMatrix, np.ndarray]] = {}
     for other in matrices:
         if other is not primary and other.field not in fields:
@@ -467,7 +466,8 @@ def build_profiles(
         if mig[row] and primary.field == GPU_UTIL:
             profile = replace(profile, util_field=GR_ENGINE_ACTIVE, mem_field=DRAM_ACTIVE)
         if not mig[row]:
-            seen = timelines.shared[row] or timelines.keys[row] in peaks
+            # Several pods at once, in their own series too (local sampling has no other sign).
+            seen = timelines.shared[row] or len(peaks.get(timelines.keys[row], ())) > 1
             sharing, replicas = _sharing(seen, node_sharing)
             profile = replace(
                 profile,

@@ -13,8 +13,10 @@ pod seen with its share of the GPU's samples.
 
 A GPU shared by time-slicing (docs/sharing.md) has a series per pod at the same times: with
 dcgm-exporter's ``KUBERNETES_VIRTUAL_GPUS`` a copy of the device's values per pod, labelled
-``vgpu``. Such a GPU is ``shared``: its copies merge into the one device time line, and every pod
-counts with the share of the samples it was present in, not only the one that started last.
+``vgpu`` on a replica, and from 4.5.3-4.8.2 on per-pod series of GPU_UTIL and FB_USED beside
+the device's (``exporter_series``: they only say where a pod was, passed as ``presence``). Such
+a GPU is ``shared``: its copies merge into the one device time line, and every pod counts with
+the share of the samples it was present in, not only the one that started last.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def _attribution(
     time, for one GPU's series (rows of ``valid``).
 
     A column belongs to the series that started last among those with a sample there (the
-    new owner of a handed-over GPU, the new exporter after a restart).
+    new owner of a handed-over GPU, the new exporter after a restart), a series naming a pod
+    before one that names none (the device's series beside its pod's).
     """
     present = valid.any(axis=1)
     if not present.any():
@@ -160,7 +163,8 @@ def _attribution(
         owner[valid[0]] = 0
     else:
         first = np.where(present, np.argmax(valid, axis=1), valid.shape[1])
-        for series in np.argsort(first, kind="stable").tolist():
+        named = np.array([pod is not None for pod in pods])
+        for series in np.lexsort((first, named)).tolist():
             owner[valid[series]] = series
     covered = np.flatnonzero(owner >= 0)
     held = owner[covered]
@@ -186,12 +190,18 @@ def _attribution(
     )
 
 
-def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
-    """The GPUs of one field: one merged row each, with the labels of its latest series."""
+def merge(
+    matrix: SeriesMatrix, resolver: KeyResolver, presence: SeriesMatrix | None = None
+) -> Timelines:
+    """The GPUs of one field: one merged row each, with the labels of its latest series.
+    ``presence`` (on ``matrix``'s grid): series that only say which pod was on a GPU when; they
+    count for the pods, not for the values."""
     groups = _groups([resolver.key(labels) for labels in matrix.labels])
     keys = list(groups)
     valid = np.isfinite(matrix.values)
     last = _last_valid(valid) if matrix.values.size else np.full(len(matrix.labels), -1)
+    present_rows = _groups([resolver.key(labels) for labels in presence.labels]) if presence else {}
+    present = np.isfinite(presence.values) if presence else np.zeros((0, valid.shape[1]), bool)
     if all(len(rows) == 1 for rows in groups.values()):
         values = matrix.values
     else:
@@ -203,17 +213,19 @@ def merge(matrix: SeriesMatrix, resolver: KeyResolver) -> Timelines:
     pods: list[tuple[PodShare, ...]] = []
     latest_columns: list[int] = []
     shared: list[bool] = []
-    for rows in groups.values():
+    for key, rows in groups.items():
         # The latest series: the one with the latest sample; on a tie, the later in the answer.
         latest = max(rows, key=lambda row: (last[row], row))
         latest_columns.append(int(last[latest]))
         labels.append(dict(matrix.labels[latest]))
-        series_pods = [_pod(matrix.labels[row]) for row in rows]
-        sharing = any(VGPU_LABEL in matrix.labels[row] for row in rows) or _concurrent(
-            series_pods, valid[rows]
-        )
+        extra = present_rows.get(key, [])
+        series = [matrix.labels[row] for row in rows]
+        series += [presence.labels[row] for row in extra] if presence else []
+        series_pods = [_pod(one) for one in series]
+        seen = np.vstack([valid[rows], present[extra]]) if extra else valid[rows]
+        sharing = any(VGPU_LABEL in one for one in series) or _concurrent(series_pods, seen)
         attribute = _shared_attribution if sharing else _attribution
-        now, shares = attribute(series_pods, valid[rows], matrix.timestamps)
+        now, shares = attribute(series_pods, seen, matrix.timestamps)
         current.append(now)
         pods.append(shares)
         shared.append(sharing)

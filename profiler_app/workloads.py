@@ -26,7 +26,6 @@ TRAINING_KINDS = frozenset(
         "XGBoostJob",
         "PaddleJob",
         "JAXJob",
-        "TrainJob",
         "KubeflowJob",  # a Kubeflow training job whose operator label is missing
         "JobSet",
         "RayJob",
@@ -47,11 +46,15 @@ SERVING_KINDS = frozenset(
 # value is the workload's name.
 # A label wins over the owner chain, which often stops at an intermediate object (a JobSet's
 # pods are owned by Jobs, an InferenceService's by a ReplicaSet).
+# A Kubeflow Trainer TrainJob puts no label of its own on its pods: it runs them through a
+# JobSet of its name that it owns (kubeflow/trainer v2.3.0,
+# pkg/runtime/framework/plugins/jobset/jobset.go lines 413-433), whose controller labels every
+# pod with the JobSet's name (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go
+# lines 950 and 1020). Its pods are training as a JobSet named after the TrainJob.
 WORKLOAD_LABELS: tuple[tuple[str, str], ...] = (
     ("serving.kserve.io/inferenceservice", "InferenceService"),
     ("leaderworkerset.sigs.k8s.io/name", "LeaderWorkerSet"),
     ("jobset.sigs.k8s.io/jobset-name", "JobSet"),
-    ("trainer.kubeflow.org/trainjob-name", "TrainJob"),
     ("training.kubeflow.org/job-name", "KubeflowJob"),  # kind from operator-name, below
     ("volcano.sh/job-name", "Job"),
     ("batch.kubernetes.io/job-name", "Job"),

@@ -29,7 +29,6 @@ from profiler_app.model import (
     MEM_COPY_UTIL,
     MIG_INSTANCE_LABEL,
     MIG_PROFILE_LABEL,
-    PER_POD_LABEL,
     FloatMatrix,
     SeriesMatrix,
 )
@@ -497,10 +496,11 @@ class NvmlSource:
 
     def _with_pods_sharing(self, matrix: SeriesMatrix) -> SeriesMatrix:
         """``matrix`` with, for every GPU whose processes belong to several pods at once (a
-        time-sliced GPU), one series per pod (labelled ``uid``, as dcgm-exporter labels its
-        per-pod series): its processes' summed peak SM utilisation (capped at 100) or GPU
-        memory, at the time of its latest sample. NVML's per-process accounting keeps peaks,
-        not a time line; the profiles take each pod's peaks from these (docs/sharing.md)."""
+        time-sliced GPU), one series per pod (labelled ``pod_uid``, as dcgm-exporter
+        4.5.3-4.8.2 labels its per-pod series beside the device's, which then names no pod):
+        its processes' summed peak SM utilisation (capped at 100) or GPU memory, at the time of
+        its latest sample. NVML's per-process accounting keeps peaks, not a time line; the
+        profiles take each pod's peaks from these (docs/sharing.md)."""
         if matrix.field not in (GPU_UTIL, FB_USED) or not matrix.timestamps.size:
             return matrix
         labels, rows = list(matrix.labels), [matrix.values]
@@ -510,7 +510,7 @@ class NvmlSource:
                 column = int(np.argmin(np.abs(matrix.timestamps - last)))
                 row[0, column] = min(util, 100.0) if matrix.field == GPU_UTIL else memory / _MIB
                 base = {key: self._labels(device)[key] for key in ("gpu", "UUID", "Hostname")}
-                labels.append({**base, POD_UID: uid, PER_POD_LABEL: uid})
+                labels.append({**base, POD_UID: uid})
                 rows.append(row)
         if len(rows) == 1:
             return matrix
@@ -548,7 +548,7 @@ class NvmlSource:
                 MIG_PROFILE_LABEL: device.mig_profile,
             }
         pod_uid = self._main_pod(device.key)
-        if pod_uid is not None:
+        if pod_uid is not None and not self._pods_sharing(device.key):
             labels[POD_UID] = pod_uid
         identity = self._main_identity(device.key)
         if identity is not None and identity.engine:

@@ -1,25 +1,25 @@
-"""Time-sliced GPUs against a real Prometheus: each pod gets its own peaks, or none.
+"""Every dcgm-exporter shape through a real Prometheus: the whole GPU keeps its pod, time-sliced
+pods get their own peaks where the exporter measured them (``pod_uid``) and none otherwise, and
+the store never keeps a per-pod zero as a peak.
 
-The backfill is shaped as dcgm-exporter 4.5.3+ exports a time-sliced node with
-``KUBERNETES_VIRTUAL_GPUS`` on: per pod a copy of the device's series labelled with the pod and
-its ``vgpu`` replica, and, where NVML's per-process accounting has them, per-pod
-``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_FB_USED`` series labelled with the pod's ``uid``.
-GPU 0 has both, GPU 1 only the copies, GPU 2 is a whole GPU of one pod.
+One node per exporter shape (tests/support/dcgm.py, ``EXPORTER_SHAPES``, read from
+NVIDIA/dcgm-exporter's source), each the mixed node: GPU 0 time-sliced by two pods, GPU 1 whole
+to a PyTorchJob's pod, GPU 2 empty.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
-import numpy as np
 import pytest
 import sqlalchemy as sa
 
 from profiler_app.commands.options import DEFAULT_FIELDS
 from profiler_app.model import (
-    FB_USED,
     GPU_UTIL,
+    POWER_USAGE,
     SHARED_NOT_ATTRIBUTABLE,
     SHARED_PER_POD,
     CycleResult,
@@ -33,134 +33,118 @@ from profiler_app.sinks.store.models import gpu_window
 from profiler_app.sinks.store.models import pod_usage as pod_usage_table
 from profiler_app.sinks.store.urls import parse_store_url
 from profiler_app.sources.prometheus import PrometheusSource
-from tests.support.dcgm import OpenMetricsBuilder, sample_times
+from tests.support.dcgm import (
+    EXPORTER_SHAPES,
+    SHARED_PODS,
+    TRAINER,
+    ExporterShape,
+    OpenMetricsBuilder,
+    mixed_node,
+    sample_times,
+)
 from tests.support.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.integration
 
-NODE = "ts-node"
 STEP = 10.0
-POINTS = 180
-# Pod, its replica on its GPU, its own utilisation and framebuffer (None: no per-pod series).
-SHARED_WITH_OWN = (("pod-a", "0", 60.0, 10000.0), ("pod-b", "1", 20.0, 4000.0))
-SHARED_WITHOUT = (("pod-c", "0", None, None), ("pod-d", "1", None, None))
+POINTS = 360
+SHAPE_IDS = [shape.name for shape in EXPORTER_SHAPES]
 
 
-def gpu_labels(index: int) -> dict[str, str]:
-    return {
-        "gpu": str(index),
-        "UUID": f"GPU-0000000{index}-ts",
-        "device": f"nvidia{index}",
-        "modelName": "NVIDIA L4",
-        "Hostname": NODE,
-    }
+def node_of(shape: ExporterShape) -> str:
+    return f"node-{shape.name}"
 
 
-def time_sliced_backfill() -> str:
-    rng = np.random.default_rng(5)
+def backfill() -> str:
     times = sample_times(POINTS, STEP)
     builder = OpenMetricsBuilder()
-
-    def steady(level: float) -> np.ndarray:
-        return np.clip(level + rng.normal(0, 1.5, POINTS), 0, 100)
-
-    for index, pods, device_util, device_fb in (
-        (0, SHARED_WITH_OWN, 80.0, 14000.0),
-        (1, SHARED_WITHOUT, 50.0, 9000.0),
-    ):
-        util = steady(device_util)
-        for pod, replica, own_util, own_fb in pods:
-            copy = gpu_labels(index) | {"namespace": "ml", "pod": pod, "vgpu": replica}
-            builder.add(GPU_UTIL, copy, util, times)
-            builder.add(FB_USED, copy, np.full(POINTS, device_fb), times)
-            if own_util is not None and own_fb is not None:
-                own = copy | {"uid": f"uid-{pod}"}
-                builder.add(GPU_UTIL, own, np.minimum(util, own_util), times)
-                builder.add(FB_USED, own, np.full(POINTS, own_fb), times)
-    whole = gpu_labels(2) | {"namespace": "ml", "pod": "pod-e"}
-    builder.add(GPU_UTIL, whole, np.full(POINTS, 90.0), times)
-    builder.add(FB_USED, whole, np.full(POINTS, 30000.0), times)
+    for shape in EXPORTER_SHAPES:
+        for field, labels, values in mixed_node(shape, node_of(shape), times):
+            builder.add(field, labels, values, times)
     return builder.text()
 
 
 @pytest.fixture(scope="module")
-def profiles() -> Iterator[list[GpuProfile]]:
-    with PrometheusServer(time_sliced_backfill()) as server:
-        source = PrometheusSource(
-            server.url, NODE, fields=DEFAULT_FIELDS, optional_fields=DEFAULT_FIELDS[1:]
-        )
-        try:
-            yield build_profiles(source.read(1800.0))
-        finally:
-            source.close()
+def server() -> Iterator[PrometheusServer]:
+    with PrometheusServer(backfill()) as running:
+        yield running
 
 
-def test_each_physical_gpu_is_classified_once(profiles: list[GpuProfile]) -> None:
-    assert [(p.gpu, p.sharing) for p in profiles] == [
-        ("0", "time-slicing"),
-        ("1", "time-slicing"),
-        ("2", "none"),
-    ]
-    # The device's utilisation, from its copies, not the per-pod series.
-    assert profiles[0].stats[GPU_UTIL].mean == pytest.approx(80.0, abs=1.0)
-    assert profiles[0].stats[FB_USED].max == 14000.0
-    assert [(s.pod, round(s.share, 2)) for s in profiles[0].pods] == [
-        ("pod-a", 1.0),
-        ("pod-b", 1.0),
-    ]
-    assert [(s.pod, round(s.share, 2)) for s in profiles[1].pods] == [
-        ("pod-c", 1.0),
-        ("pod-d", 1.0),
-    ]
-
-
-def test_pods_get_their_own_peaks_or_none(profiles: list[GpuProfile]) -> None:
-    usage = {p.pod: p for p in pod_usage(profiles, [], {}, NODE)}
-    assert set(usage) == {"pod-a", "pod-b", "pod-c", "pod-d", "pod-e"}
-    for pod, _, util, fb in SHARED_WITH_OWN:
-        assert usage[pod].gpu_util_max == pytest.approx(util, abs=5.0)
-        assert usage[pod].fb_used_max_mib == fb
-        assert usage[pod].gpu_attribution == SHARED_PER_POD
-        assert usage[pod].gpus == ("0",)
-    for pod, *_ in SHARED_WITHOUT:
-        # Never the whole GPU's 50 % and 9000 MiB.
-        assert usage[pod].gpu_util_max is None
-        assert usage[pod].fb_used_max_mib is None
-        assert usage[pod].gpu_attribution == SHARED_NOT_ATTRIBUTABLE
-    assert usage["pod-e"].gpu_util_max == 90.0
-    assert usage["pod-e"].gpu_attribution is None
-
-
-def test_the_store_keeps_the_sharing_and_the_attribution(
-    profiles: list[GpuProfile], tmp_path: object
-) -> None:
-    url = f"sqlite:///{tmp_path}/profiler.db"
-    result = CycleResult(
-        NODE, datetime.now(UTC), 1800.0, profiles, pods=pod_usage(profiles, [], {}, NODE)
+def read(server: PrometheusServer, shape: ExporterShape) -> list[GpuProfile]:
+    source = PrometheusSource(
+        server.url, node_of(shape), fields=DEFAULT_FIELDS, optional_fields=DEFAULT_FIELDS[1:]
     )
+    try:
+        return build_profiles(source.read(1800.0))
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize("shape", EXPORTER_SHAPES, ids=SHAPE_IDS)
+def test_the_whole_gpu_keeps_its_pod_and_each_gpu_is_classified_once(
+    server: PrometheusServer, shape: ExporterShape
+) -> None:
+    profiles = read(server, shape)
+    # Before 4.5.3 an empty GPU has no series once another GPU of its node has a pod.
+    gpus = ["0", "1"] if shape.name.startswith("copies") else ["0", "1", "2"]
+    assert [profile.gpu for profile in profiles] == gpus
+    assert {profile.hostname for profile in profiles} == {node_of(shape)}
+    whole = profiles[1]
+    assert (whole.pod, whole.sharing, whole.job_type) == (TRAINER, "none", "training")
+    assert [share.pod for share in whole.pods] == [TRAINER]
+    assert whole.stats[GPU_UTIL].max > 90
+    assert all(POWER_USAGE in profile.stats for profile in profiles)
+    if shape.virtual_gpus:
+        shared = profiles[0]
+        assert shared.sharing == "time-slicing"
+        assert shared.stats[GPU_UTIL].mean == pytest.approx(80.0, abs=1.0)
+        assert [(s.pod, round(s.share, 2)) for s in shared.pods] == [
+            ("pod-a", 1.0),
+            ("pod-b", 1.0),
+        ]
+
+
+@pytest.mark.parametrize("shape", EXPORTER_SHAPES, ids=SHAPE_IDS)
+def test_the_store_keeps_own_peaks_or_none_and_never_a_zero(
+    server: PrometheusServer, shape: ExporterShape, tmp_path: Path
+) -> None:
+    profiles = read(server, shape)
+    node = node_of(shape)
+    url = f"sqlite:///{tmp_path}/profiler.db"
     store = TableStore(url)
     try:
-        store.publish(result)
+        store.publish(
+            CycleResult(
+                node, datetime.now(UTC), 1800.0, profiles, pods=pod_usage(profiles, [], {}, node)
+            )
+        )
     finally:
         store.close()
     engine = create_store_engine(parse_store_url(url), create_file=False)
     try:
         with engine.connect() as connection:
             g, p = gpu_window.c, pod_usage_table.c
-            gpus = connection.execute(sa.select(g.gpu, g.sharing).order_by(g.gpu)).all()
-            pods = connection.execute(
-                sa.select(p.pod, p.gpu_util_max, p.fb_used_max_mib, p.gpu_attribution).order_by(
-                    p.pod
-                )
+            sharing = dict(connection.execute(sa.select(g.gpu, g.sharing)).all())
+            rows = connection.execute(
+                sa.select(p.pod, p.gpu_util_max, p.fb_used_max_mib, p.gpu_attribution)
             ).all()
     finally:
         engine.dispose()
-    assert [tuple(row) for row in gpus] == [
-        ("0", "time-slicing"),
-        ("1", "time-slicing"),
-        ("2", "none"),
-    ]
-    by_pod = {row[0]: tuple(row[1:]) for row in pods}
-    assert by_pod["pod-b"][1:] == (4000.0, SHARED_PER_POD)
-    assert by_pod["pod-c"] == (None, None, SHARED_NOT_ATTRIBUTABLE)
-    assert by_pod["pod-e"] == (90.0, 30000.0, None)
+    by_pod = {row[0]: tuple(row[1:]) for row in rows}
+    assert sharing["1"] == "none"
+    util, fb, attribution = by_pod[TRAINER]
+    assert (fb, attribution) == (30_000.0, None)
+    assert util is not None
+    assert util > 90
+    for _, gpu_util, fb_used, _ in rows:
+        assert gpu_util != 0.0
+        assert fb_used != 0.0
+    if not shape.virtual_gpus:
+        return  # one pod named per GPU (see tests/support/dcgm.py, node_series)
+    assert sharing["0"] == "time-slicing"
+    own = shape.per_process and shape.pod_uid
+    for pod, _, pod_util, pod_fb in SHARED_PODS:
+        expected = (
+            (pod_util, pod_fb, SHARED_PER_POD) if own else (None, None, SHARED_NOT_ATTRIBUTABLE)
+        )
+        assert by_pod[pod] == expected

@@ -1,11 +1,25 @@
-"""dcgm-exporter-shaped metrics as OpenMetrics text, for backfilling a real Prometheus.
+"""dcgm-exporter-shaped metrics as OpenMetrics text, for backfilling a real Prometheus (a TEST
+DOUBLE of NVIDIA/dcgm-exporter's /metrics).
+
+Its shapes follow the exporter's source, read at the tags named (docs/sharing.md, "Upstream
+versions read"):
+
+- labels of a GPU's series: ``internal/pkg/rendermetrics/render_metrics.go`` at 4.5.3-4.8.2,
+  lines 47-56 (``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``; ``pci_bus_id`` is
+  left out, nothing here reads it); ``hostname`` on main after commit d5e5f51;
+- pod labels: ``internal/pkg/transformation/kubernetes.go`` ``Process``, at 4.5.3-4.8.2
+  (lines 331-451) and, before the per-process series, at 4.5.2-4.8.1 (lines 246-329, the same
+  in 4.4.2-4.7.1); label names from ``const.go`` (``pod_uid``, ``vgpu``); which fields get
+  per-pod series from ``process_metrics.go`` line 31 (GPU_UTIL and FB_USED).
 
 ``OpenMetricsBuilder`` writes any gauge or counter from numpy arrays with dcgm-exporter's labels
-(``Gpu.labels``); ``standard_dataset`` builds the labelled cluster that the ``prometheus``
+(``Gpu.labels``); ``node_series`` writes a node's GPUs and the pods holding them in each
+``ExporterShape``; ``standard_dataset`` builds the labelled cluster that the ``prometheus``
 fixture in tests/conftest.py serves: every node has one training, one inference, one idle and
 one bursty GPU (more GPUs repeat the pattern), with the job types known in ``expected``.
-Each busy GPU's pod also gets kubelet cAdvisor series (``add_cadvisor_pod``) whose CPU and
-memory peaks are known in ``pod_peaks``.
+Each busy GPU's pod also gets kubelet cAdvisor series (``add_cadvisor_pod``, a double of
+kubelet's cAdvisor endpoint as kube-prometheus-stack scrapes it: see its docstring) whose CPU
+and memory peaks are known in ``pod_peaks``.
 """
 
 from __future__ import annotations
@@ -14,7 +28,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +51,7 @@ class Gpu:
     namespace: str | None = None
     pod: str | None = None
     container: str | None = None
+    node_label: str = "Hostname"  # "hostname" after upstream commit d5e5f51
 
     @property
     def uuid(self) -> str:
@@ -49,7 +64,7 @@ class Gpu:
             "UUID": self.uuid,
             "device": f"nvidia{self.index}",
             "modelName": self.model_name,
-            "Hostname": self.hostname,
+            self.node_label: self.hostname,
         }
         for name, value in (("namespace", self.namespace), ("pod", self.pod)):
             if value is not None:
@@ -158,7 +173,15 @@ def add_cadvisor_pod(
     """kubelet cAdvisor series of a pod with containers ``main`` and ``sidecar``, plus the
     pod-level (``container=""``) and pause (``container="POD"``) rows a real kubelet also
     exports; returns the pod's (CPU peak in percent of one core, memory peak in bytes) summed
-    over its containers only. ``scale`` makes pods differ."""
+    over its containers only. ``scale`` makes pods differ.
+
+    Labels as kubelet sets them (kubernetes/kubernetes ``pkg/kubelet/server/server.go``,
+    ``containerPrometheusLabelsFunc``: ``namespace``, ``pod``, ``container``, the pod's own
+    cgroup under the pod with an empty container; ``id``, ``name`` and ``image`` are left out,
+    nothing here reads them) and as kube-prometheus-stack's kubelet ServiceMonitor adds them
+    (prometheus-community/helm-charts ``charts/kube-prometheus-stack/values.yaml``,
+    ``kubelet.serviceMonitor.cAdvisorRelabelings``: ``metrics_path``; prometheus-operator
+    labels a target on a Node with ``node``)."""
     step = float(times[1] - times[0]) if times.size > 1 else 1.0
     burst = (times >= times[-1] - CADVISOR_BURST[0]) & (times < times[-1] - CADVISOR_BURST[1])
     cores = {
@@ -188,6 +211,167 @@ def add_cadvisor_pod(
     cpu_peak = (0.5 + 1.0 + 0.25 * scale + 0.1) * 100
     memory_peak = (1024 + 2048 + 128 * scale + 64) * _MIB
     return cpu_peak, memory_peak
+
+
+@dataclass(frozen=True)
+class ExporterShape:
+    """How one dcgm-exporter deployment labels a node's series (module docstring's sources)."""
+
+    name: str
+    virtual_gpus: bool  # KUBERNETES_VIRTUAL_GPUS
+    per_process: bool  # 4.5.3-4.8.2 on: per-pod GPU_UTIL and FB_USED beside the device's
+    # The exporter reads pods from the API server (the chart mounts its token only with
+    # enablePodUID or enablePodLabels) with pod UIDs on, and maps processes (hostPID).
+    pod_uid: bool
+    node_label: str = "Hostname"
+
+
+EXPORTER_SHAPES = (
+    ExporterShape("classic", virtual_gpus=False, per_process=True, pod_uid=False),
+    ExporterShape("classic-pod-uid", virtual_gpus=False, per_process=True, pod_uid=True),
+    ExporterShape("copies-before-4.5.3", virtual_gpus=True, per_process=False, pod_uid=False),
+    ExporterShape(
+        "copies-before-4.5.3-pod-uid", virtual_gpus=True, per_process=False, pod_uid=True
+    ),
+    ExporterShape("per-process", virtual_gpus=True, per_process=True, pod_uid=False),
+    ExporterShape("per-process-pod-uid", virtual_gpus=True, per_process=True, pod_uid=True),
+    ExporterShape(
+        "per-process-pod-uid-hostname",
+        virtual_gpus=True,
+        per_process=True,
+        pod_uid=True,
+        node_label="hostname",
+    ),
+)
+PER_PROCESS_FIELDS = (GPU_UTIL, FB_USED)  # process_metrics.go line 31
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A container holding a GPU in kubelet's pod resources: ``vgpu`` is the replica of a
+    shared GPU (the ``::N`` of the device plugin's device id, kubernetes.go ``getSharedGPU``),
+    ``own`` its processes' values by field (NVML's per-process accounting)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    container: str = "main"
+    vgpu: str | None = None
+    own: dict[str, FloatArray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    """A GPU of the node: its device values by field, and the containers holding it."""
+
+    gpu: Gpu
+    values: dict[str, FloatArray]
+    holders: tuple[Holder, ...] = ()
+
+
+Series = tuple[str, dict[str, str], FloatArray]  # field, labels, values
+
+
+def _pod_labels(holder: Holder, uid: bool, vgpu: bool = True) -> dict[str, str]:
+    labels = {"pod": holder.pod, "namespace": holder.namespace, "container": holder.container}
+    if uid:  # an empty pod_uid is no label to Prometheus
+        labels["pod_uid"] = holder.uid
+    if vgpu and holder.vgpu is not None:
+        labels["vgpu"] = holder.vgpu
+    return labels
+
+
+def node_series(shape: ExporterShape, gpus: Sequence[NodeGpu]) -> list[Series]:
+    """Every series dcgm-exporter in ``shape`` sends for a node's GPUs, as
+    ``internal/pkg/transformation/kubernetes.go`` ``Process`` builds them:
+
+    - without virtual GPUs (4.5.3-4.8.2 lines 412-451): the device's series labelled in place
+      with the GPU's pod, the last container listed (``toDeviceToPod`` keeps one per device,
+      lines 887-909), no ``vgpu``; ``pod_uid`` with pod UIDs on (line 435);
+    - virtual GPUs before 4.5.3 (4.5.2-4.8.1 lines 246-296): per holder a copy of the device's
+      values, ``pod_uid`` always set but empty without UIDs (line 281), ``vgpu`` on a replica;
+      once any GPU of the node has a holder, the series of GPUs without one are dropped (line
+      292 keeps only the copies);
+    - virtual GPUs 4.5.3-4.8.2 (lines 338-409): GPU_UTIL and FB_USED keep the device's series
+      (line 366) beside one per holder from ``createPerProcessMetrics`` (lines 201-252:
+      ``pod_uid`` always set, line 243), whose value is the holder's own or 0 when its
+      processes are not mapped to it (``buildIdlePodValues``, lines 271-279), as every holder's
+      is without pod UIDs; the other fields get a copy per holder (``pod_uid`` only with pod
+      UIDs on, line 385); a GPU without holders keeps its device series (line 401).
+    """
+    any_held = any(gpu.holders for gpu in gpus)
+    found: list[Series] = []
+    for node_gpu in gpus:
+        device = replace(node_gpu.gpu, node_label=shape.node_label).labels()
+        for name, values in node_gpu.values.items():
+            holders = node_gpu.holders
+            if not shape.virtual_gpus:
+                pod = _pod_labels(holders[-1], shape.pod_uid, vgpu=False) if holders else {}
+                labels = device | pod
+                found.append((name, labels, values))
+                continue
+            if not holders:
+                if shape.per_process or not any_held:
+                    found.append((name, device, values))
+                continue
+            if shape.per_process and name in PER_PROCESS_FIELDS:
+                found.append((name, device, values))
+                for holder in holders:
+                    own = holder.own.get(name) if shape.pod_uid else None
+                    measured = own if own is not None else np.zeros(values.size)
+                    found.append((name, device | _pod_labels(holder, shape.pod_uid), measured))
+                continue
+            for holder in holders:
+                found.append((name, device | _pod_labels(holder, shape.pod_uid), values))
+    return found
+
+
+# The mixed node: GPU 0 time-sliced by two pods (their own utilisation and framebuffer), GPU 1
+# whole to a PyTorchJob's pod, GPU 2 empty.
+SHARED_PODS = (("pod-a", "0", 60.0, 10_000.0), ("pod-b", "1", 20.0, 4_000.0))
+TRAINER = "trainer-master-0"
+MIXED_FIELDS = (GPU_UTIL, FB_USED, POWER_USAGE)
+
+
+def mixed_node(
+    shape: ExporterShape, node: str, times: FloatArray, *, seed: int = 29
+) -> list[Series]:
+    """The series of the mixed node (``SHARED_PODS``, ``TRAINER``, an empty GPU) in ``shape``."""
+    rng = np.random.default_rng(seed)
+    n = times.size
+
+    def power(util: FloatArray) -> FloatArray:
+        return np.round(70 + 630 * 0.75 * util / 100 + rng.normal(0, 5, n), 1)
+
+    shared_util = np.rint(np.clip(80 + rng.normal(0, 1.5, n), 0, 100))
+    holders = tuple(
+        Holder(
+            "ml",
+            pod,
+            f"uid-{pod}",
+            vgpu=replica,
+            own={GPU_UTIL: np.minimum(shared_util, util), FB_USED: np.full(n, fb)},
+        )
+        for pod, replica, util, fb in SHARED_PODS
+    )
+    train_util = np.rint(signals.square(n, 12, rng, duty=0.6, noise=3.0))
+    train_fb = np.full(n, 30_000.0)
+    trainer = Holder("ml", TRAINER, f"uid-{TRAINER}", own={GPU_UTIL: train_util, FB_USED: train_fb})
+    idle = np.rint(signals.near_zero_noise(n, rng))
+    gpus = [
+        NodeGpu(
+            Gpu(node, 0, model_name="NVIDIA L4"),
+            {GPU_UTIL: shared_util, FB_USED: np.full(n, 14_000.0), POWER_USAGE: power(shared_util)},
+            holders,
+        ),
+        NodeGpu(
+            Gpu(node, 1),
+            {GPU_UTIL: train_util, FB_USED: train_fb, POWER_USAGE: power(train_util)},
+            (trainer,),
+        ),
+        NodeGpu(Gpu(node, 2), {GPU_UTIL: idle, FB_USED: np.zeros(n), POWER_USAGE: power(idle)}),
+    ]
+    return node_series(shape, gpus)
 
 
 def _utilisation(role: str, n: int, period: int, rng: np.random.Generator) -> FloatArray:

@@ -22,7 +22,10 @@ from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
 from tests.support import signals
 from tests.support.prometheus import Reply, matrix_reply
 
-_SELECTOR = re.compile(r'^(?P<field>[A-Za-z_:][A-Za-z0-9_:]*)\{Hostname="(?P<node>[^"]*)"\}$')
+# The profiler's query: FIELD{Hostname="node"} or FIELD{hostname="node"}.
+_SELECTOR = re.compile(
+    r'^(?P<field>[A-Za-z_:][A-Za-z0-9_:]*)\{Hostname="(?P<node>[^"]*)"\}( or |$)'
+)
 TRAINING_PERIOD_STEPS = 6
 
 

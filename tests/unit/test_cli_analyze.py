@@ -193,8 +193,8 @@ def test_prometheus_url_and_node_from_the_environment(
         status, out, _ = run(capsys, "--output", "json", "--step", "5s")
     assert status == 0
     assert [r["query"] for r in server.requests] == [
-        f'{GPU_UTIL}{{Hostname="gpu-7"}}',
-        f'{FB_USED}{{Hostname="gpu-7"}}',
+        f'{GPU_UTIL}{{Hostname="gpu-7"}} or {GPU_UTIL}{{hostname="gpu-7"}}',
+        f'{FB_USED}{{Hostname="gpu-7"}} or {FB_USED}{{hostname="gpu-7"}}',
     ]
     first = server.requests[0]
     assert float(first["end"]) - float(first["start"]) == 600

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from profiler_app.exporter_series import POD_UID_LABEL
 from profiler_app.model import FB_USED, GPU_UTIL, FieldStats, PodPeak, PodShare, SeriesMatrix
-from profiler_app.pods import POD_UID_LABEL, attribute_series, pod_usage, workloads_of
+from profiler_app.pods import attribute_series, pod_usage, workloads_of
 from profiler_app.sources.kube_pods import PodInfo
 from profiler_app.workloads import Workload
 from tests.support.cycles import gpu_profile
@@ -80,6 +81,28 @@ def test_workloads_come_from_the_owner_chain_and_the_labels() -> None:
         "llama-worker-0": ("PyTorchJob", "llama", "training"),
         "js-workers-0-0-x": ("JobSet", "js", "training"),
     }
+
+
+def test_a_trainjobs_pod_trains_through_its_jobset() -> None:
+    """A Kubeflow Trainer TrainJob's pod as it runs: owned by a Job of the JobSet the TrainJob
+    made under its own name (kubeflow/trainer v2.3.0, pkg/runtime/framework/plugins/jobset/
+    jobset.go lines 413-433), labelled by JobSet's controller (kubernetes-sigs/jobset v0.12.0,
+    pkg/controllers/jobset_controller.go lines 1014-1030) and by the Job controller; no label
+    names the TrainJob."""
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "llama-ft",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "jobset.sigs.k8s.io/job-index": "0",
+        "batch.kubernetes.io/job-name": "llama-ft-node-0",
+        "job-name": "llama-ft-node-0",
+    }
+    trainer = pod(
+        "llama-ft-node-0-0-x", "u1", owner_kind="Job", owner_name="llama-ft-node-0", labels=labels
+    )
+
+    (workload,) = workloads_of([trainer]).values()
+
+    assert (workload.kind, workload.name, workload.prior) == ("JobSet", "llama-ft", "training")
 
 
 def test_a_pod_seen_earlier_in_the_window_counts_its_gpu_but_not_the_peaks_after_it() -> None:

@@ -69,8 +69,10 @@ def matrix(field: str, rows: list[tuple[dict[str, str], float]]) -> SeriesMatrix
 
 def test_the_labels_name_the_kind_and_a_single_pod_keeps_its_peaks() -> None:
     one = {"Hostname": NODE, "gpu": "0", "UUID": "GPU-0", "namespace": "ml", "pod": "alone"}
-    two = {"Hostname": NODE, "gpu": "1", "UUID": "GPU-1", "namespace": "ml", "pod": "a"}
-    own = [two | {"pod": pod, "uid": f"uid-{pod}"} for pod in ("a", "b")]
+    # dcgm-exporter 4.5.3-4.8.2 with virtual GPUs (tests/support/dcgm.py): the device series of
+    # GPU_UTIL and FB_USED names no pod; each pod's own series beside it carries its pod_uid.
+    two = {"Hostname": NODE, "gpu": "1", "UUID": "GPU-1"}
+    own = [two | {"namespace": "ml", "pod": pod, "pod_uid": f"uid-{pod}"} for pod in ("a", "b")]
     matrices = [
         matrix(GPU_UTIL, [(one, 60.0), (two, 70.0), (own[0], 50.0), (own[1], 20.0)]),
         matrix(FB_USED, [(one, 9000.0), (two, 12000.0), (own[0], 8000.0), (own[1], 4000.0)]),

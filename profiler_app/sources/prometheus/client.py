@@ -1,6 +1,7 @@
 """The HTTP client: dcgm-exporter fields of one node, one ``query_range`` request per field.
 
-Each field is read with one selector for all GPUs of the node (``FIELD{Hostname="node"}``) and
+Each field is read with one query for all GPUs of the node (``FIELD{Hostname="node"} or
+FIELD{hostname="node"}``: dcgm-exporter spells the label either way, ``exporter_series``) and
 aligned onto one time grid shared by every field (``grid``). Transient faults (timeouts, refused
 connections, 429 and 5xx answers) raise ``SourceError``, which the daemon retries; anything else
 is a ``UserError`` with one clear line, credentials masked.
@@ -18,6 +19,7 @@ import requests
 
 from profiler_app.durations import format_duration
 from profiler_app.errors import SourceError, UserError
+from profiler_app.exporter_series import node_label_spellings
 from profiler_app.model import (
     GPU_UTIL,
     GR_ENGINE_ACTIVE,
@@ -90,7 +92,12 @@ class PrometheusSource:
         self.node = node
         self.node_label = node_label
         self.fields = list(fields)
-        self.queries = [promql_selector(field, node_label, node) for field in self.fields]
+        # dcgm-exporter renamed Hostname to hostname after 4.5.3-4.8.2: either spelling is read.
+        spellings = node_label_spellings(node_label)
+        self.queries = [
+            " or ".join(promql_selector(field, label, node) for label in spellings)
+            for field in self.fields
+        ]
         self.step_seconds = step_seconds
         self.timeout = timeout
         self.stats = RequestStats()
