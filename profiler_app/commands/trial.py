@@ -698,7 +698,7 @@ def handle_report(args: argparse.Namespace) -> int:
 
 
 def handle_clean(args: argparse.Namespace) -> int:
-    from profiler_app.trial.runner import (  # noqa: PLC0415
+    from profiler_app.trial.collect import (  # noqa: PLC0415
         collect_runs,
         delete_run,
         remaining_objects,

@@ -30,7 +30,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from profiler_app.trial import estimators
+from profiler_app.trial import status as trial_status
 from profiler_app.trial.cluster import ApiError, TrialCluster, UnavailableError
+from profiler_app.trial.collect import ANCHOR_PREFIX, EXPIRES_AT, collect_runs, remaining_objects
 from profiler_app.trial.estimators import Measurement
 from profiler_app.trial.manifests import (
     MANAGED_BY,
@@ -64,15 +66,6 @@ DEFAULT_NAMESPACE = "gpu-profiler-trials"
 PRIORITY_CLASS = "gpu-profiler-trial"
 PRIORITY_VALUE = -100  # below every default (0): production pods go first
 QUOTA_NAME = "gpu-profiler-trials"
-ANCHOR_PREFIX = "trial-run-"
-EXPIRES_AT = "ai.centaurus.io/trial-run-expires-at"
-IMMEDIATE_FAILURES = (
-    "CreateContainerConfigError",
-    "InvalidImageName",
-    "CreateContainerError",
-    "ErrImageNeverPull",
-)
-TRIAL_KINDS = ("Job", PYTORCH_JOB)
 
 Json = dict[str, Any]
 
@@ -478,15 +471,15 @@ class TrialRun:
         if obj is None:
             self._end(active, FAILED, "the trial object was deleted by someone else")
             return
-        finished = _finished(obj)
+        finished = trial_status.finished(obj)
         if finished is not None and finished[0] != "deadline":
             self._ended_early(active, *finished)
             return
-        problem = _stuck(pods)
+        problem = trial_status.stuck(pods)
         if problem is not None:
             self._end(active, FAILED, problem, measured=False)
             return
-        started = _all_started(pods, self._expected_pods(active))
+        started = trial_status.all_started(pods, self._expected_pods(active))
         if started is None:
             if active.running_since is None and now - active.created_at >= (
                 self.options.pending_timeout_seconds
@@ -494,8 +487,8 @@ class TrialRun:
                 self._end(
                     active,
                     UNSCHEDULABLE,
-                    f"pending for over "
-                    f"{self.options.pending_timeout_seconds:.0f} s: {_pending_reason(pods)}",
+                    f"pending for over {self.options.pending_timeout_seconds:.0f} s: "
+                    f"{trial_status.pending_reason(pods)}",
                     measured=False,
                 )
             return
@@ -579,7 +572,7 @@ class TrialRun:
         return [period, proxy]
 
     def _read_log(self, active: ActiveTrial) -> None:
-        pod = _rank_zero(active.pods)
+        pod = trial_status.rank_zero(active.pods)
         spec = next(spec for _, spec in pod_specs(dict(self.plan.template.manifest)))
         container = (gpu_container(spec, self.plan.template.name) or {}).get("name")
         since = None
@@ -721,68 +714,6 @@ class TrialRun:
             time.sleep(seconds)
 
 
-def collect_runs(
-    cluster: TrialCluster,
-    namespace: str,
-    now: float,
-    *,
-    older_than: float | None = None,
-    keep: str | None = None,
-) -> list[str]:
-    """Delete the runs whose anchor expired (or, with ``older_than``, was created at least that
-    many seconds before ``now``), with what they own; returns their run ids."""
-    try:
-        anchors = cluster.list_of("ConfigMap", namespace, dict([MANAGED_BY]))
-    except ApiError as error:
-        if error.status == 404:
-            return []
-        raise
-    collected = []
-    for anchor in anchors:
-        metadata = anchor.get("metadata") or {}
-        run = (metadata.get("labels") or {}).get(RUN_LABEL)
-        if not run or run == keep:
-            continue
-        if older_than is not None:
-            created = _rfc3339(metadata.get("creationTimestamp"))
-            due = created is not None and now - created >= older_than
-        else:
-            expires = (metadata.get("annotations") or {}).get(EXPIRES_AT)
-            due = expires is not None and now >= float(expires)
-        if due:
-            delete_run(cluster, namespace, run)
-            collected.append(run)
-    return collected
-
-
-def remaining_objects(cluster: TrialCluster, namespace: str, run_id: str) -> list[str]:
-    """Objects of the run still in the cluster (trial objects, pods, the anchor)."""
-    left = []
-    for kind in (*TRIAL_KINDS, "Pod", "ConfigMap"):
-        try:
-            items = cluster.list_of(kind, namespace, {RUN_LABEL: run_id})
-        except ApiError as error:
-            if error.status == 404:  # no such resource (no training operator)
-                continue
-            raise
-        left += [f"{kind} {namespace}/{item['metadata']['name']}" for item in items]
-    return left
-
-
-def delete_run(cluster: TrialCluster, namespace: str, run_id: str) -> None:
-    """Delete a run's anchor and, in case the garbage collector lags, its objects."""
-    cluster.delete("ConfigMap", namespace, f"{ANCHOR_PREFIX}{run_id}")
-    for kind in TRIAL_KINDS:
-        try:
-            items = cluster.list_of(kind, namespace, {RUN_LABEL: run_id})
-        except ApiError as error:
-            if error.status == 404:
-                continue
-            raise
-        for item in items:
-            cluster.delete(kind, namespace, item["metadata"]["name"])
-
-
 def _step_time(measurement: Measurement, gpus: int, strong: bool) -> float | None:
     """Seconds a step: measured, or from a reported rate of work (weak scaling: a step does
     one batch per GPU)."""
@@ -791,69 +722,3 @@ def _step_time(measurement: Measurement, gpus: int, strong: bool) -> float | Non
     if measurement.rate is None or measurement.rate <= 0:
         return None
     return (1.0 if strong else float(gpus)) / measurement.rate
-
-
-def _rfc3339(text: object) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _finished(obj: Json) -> tuple[str, str] | None:
-    """("failed"|"completed"|"deadline", message) once a Job or PyTorchJob has ended."""
-    for condition in (obj.get("status") or {}).get("conditions") or ():
-        if condition.get("status") != "True":
-            continue
-        kind, reason = condition.get("type"), condition.get("reason") or ""
-        message = condition.get("message") or reason
-        if kind == "Failed":
-            return ("deadline" if "Deadline" in reason else "failed"), message
-        if kind in ("Complete", "Succeeded"):
-            return "completed", message
-    return None
-
-
-def _stuck(pods: list[Json]) -> str | None:
-    """A container that will never start (a missing Secret, a bad image name)."""
-    for pod in pods:
-        for status in (pod.get("status") or {}).get("containerStatuses") or ():
-            waiting = (status.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in IMMEDIATE_FAILURES:
-                return (
-                    f"pod {pod['metadata']['name']}: {waiting['reason']}: "
-                    f"{waiting.get('message', '')}"
-                ).rstrip(": ")
-    return None
-
-
-def _all_started(pods: list[Json], expected: int) -> float | None:
-    """When the last of the expected pods' containers started (cluster time), once all run."""
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    if len(running) < expected or not running:
-        return None
-    starts = []
-    for pod in running:
-        for status in (pod.get("status") or {}).get("containerStatuses") or ():
-            started = _rfc3339(((status.get("state") or {}).get("running") or {}).get("startedAt"))
-            if started is not None:
-                starts.append(started)
-    return max(starts) if starts else None
-
-
-def _pending_reason(pods: list[Json]) -> str:
-    for pod in pods:
-        for condition in (pod.get("status") or {}).get("conditions") or ():
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                return str(condition.get("message") or condition.get("reason") or "unscheduled")
-    return "no pod was created (quota?)" if not pods else "pods not running"
-
-
-def _rank_zero(pods: list[str]) -> str:
-    for suffix in ("-master-0", "-worker-0"):
-        for pod in pods:
-            if pod.endswith(suffix):
-                return pod
-    return pods[0]
