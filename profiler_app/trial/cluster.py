@@ -55,6 +55,24 @@ def _message(error: ApiException) -> str:
     return str(body.get("message") or error.reason or "")
 
 
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _forbidden(method: str, path: str, message: str) -> str:
+    """A 403 as one line naming the permission that is missing: verb, resource, namespace."""
+    parts = path.strip("/").split("/")
+    namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts[:-1] else None
+    group = parts[1] if parts[0] == "apis" else ""
+    after = parts[parts.index(namespace) + 1 :] if namespace else parts[(3 if group else 2) :]
+    resource = after[0] if after else parts[-1]
+    if len(after) > 2:
+        resource = f"{resource}/{after[2]}"  # a subresource (pods/log)
+    verb = _VERBS.get(method) or ("get" if len(after) >= 2 else "list")
+    where = f" in namespace {namespace}" if namespace else ""
+    named = f"{resource}.{group}" if group else resource
+    return f"no permission to {verb} {named}{where} ({message})"
+
+
 class TrialCluster:
     """Typed calls for the resources trials use."""
 
@@ -84,6 +102,8 @@ class TrialCluster:
             status = error_status(error)
             if status is None or status >= 500 or status == 429:
                 raise UnavailableError(describe(error)) from None
+            if status == 403:
+                raise ApiError(403, _forbidden(method, path, _message(error))) from None
             raise ApiError(status, _message(error)) from None
         except TRANSPORT_ERRORS as error:
             raise UnavailableError(describe(error)) from None
@@ -124,17 +144,21 @@ class TrialCluster:
         )
         return list(result.get("items") or [])
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete with its dependents (garbage collector, in the background); False if gone."""
+    def delete(
+        self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None
+    ) -> bool:
+        """Delete with its dependents (garbage collector, in the background), and with
+        ``grace_seconds`` the pod's grace period instead of its own; False if gone."""
+        options: Json = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
         try:
             self._call(
-                "DELETE",
-                f"{RESOURCES[kind].format(namespace=namespace)}/{name}",
-                body={
-                    "kind": "DeleteOptions",
-                    "apiVersion": "v1",
-                    "propagationPolicy": "Background",
-                },
+                "DELETE", f"{RESOURCES[kind].format(namespace=namespace)}/{name}", body=options
             )
         except ApiError as error:
             if error.status == 404:

@@ -23,17 +23,19 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 
-from profiler_app.trial import estimators
+from profiler_app.trial import estimators, guards, handover
 from profiler_app.trial import status as trial_status
 from profiler_app.trial.cluster import ApiError, TrialCluster, UnavailableError
 from profiler_app.trial.collect import ANCHOR_PREFIX, EXPIRES_AT, collect_runs, remaining_objects
 from profiler_app.trial.estimators import Measurement
+from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS
+from profiler_app.trial.guards import QUOTA_NAME
 from profiler_app.trial.manifests import (
     MANAGED_BY,
     PYTORCH_JOB,
@@ -64,8 +66,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "gpu-profiler-trials"
 PRIORITY_CLASS = "gpu-profiler-trial"
-PRIORITY_VALUE = -100  # below every default (0): production pods go first
-QUOTA_NAME = "gpu-profiler-trials"
 
 Json = dict[str, Any]
 
@@ -117,6 +117,8 @@ class RunOptions:
     skip_tolerance: float = 0.10
     cleanup_timeout_seconds: float = 180.0
     max_gpus: int | None = None  # the quota; default: the largest trial times parallel
+    grace_seconds: int = DEFAULT_GRACE_SECONDS  # the cap on trial pods' grace period
+    read_only_volumes: bool = False
 
 
 @dataclass
@@ -179,6 +181,9 @@ class TrialRun:
             (t.placement.gpus for t in plan.trials), default=1
         ) * max(1, options.parallel)
         self._outage_since: float | None = None
+        self._uncertain: int | None = None  # a trial whose create got no answer
+        self._attempted: dict[int, float] = {}  # when each trial's create was first sent
+        self.draining: dict[int, handover.Draining] = {}
 
     # -- control ---------------------------------------------------------------------------
 
@@ -210,72 +215,26 @@ class TrialRun:
         quota = self.cluster.get("ResourceQuota", ns, QUOTA_NAME)
         if quota is None:
             self.cluster.ensure_namespace(ns)
-            self.cluster.create("ResourceQuota", ns, self._quota())
+            quota = self.cluster.create(
+                "ResourceQuota", ns, guards.quota_manifest(self.quota_gpus, self.options.parallel)
+            )
             self.progress.event(
                 f"namespace {ns}: ResourceQuota {QUOTA_NAME} of {self.quota_gpus} GPUs"
             )
         else:
-            hard = (quota.get("spec") or {}).get("hard") or {}
-            try:
-                self.quota_gpus = min(self.quota_gpus, int(str(hard["requests.nvidia.com/gpu"])))
-            except (KeyError, ValueError):
-                raise ApiError(
-                    400, f"ResourceQuota {ns}/{QUOTA_NAME} sets no requests.nvidia.com/gpu"
-                ) from None
-        self._ensure_priority_class()
+            self.quota_gpus = min(self.quota_gpus, guards.quota_gpus(quota, ns))
+        if not (quota.get("status") or {}).get("hard"):
+            waited = guards.wait_for_quota(
+                self.cluster, ns, clock=self.clock, pause=self._pause, timeout=60.0
+            )
+            self.progress.event(f"the quota is enforced ({waited:.0f} s for its status)")
+        if guards.ensure_priority_class(self.cluster, self.options.priority_class):
+            self.progress.event(f"PriorityClass {self.options.priority_class} created")
         anchor = self.cluster.create("ConfigMap", ns, self._anchor_manifest())
         self.anchor = anchor
         self.progress.event(
             f"run {self.run_id}: anchor ConfigMap {ns}/{anchor['metadata']['name']}"
         )
-
-    def _quota(self) -> Json:
-        objects = str(2 * max(1, self.options.parallel) + 2)
-        return {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": QUOTA_NAME, "labels": dict([MANAGED_BY])},
-            "spec": {
-                "hard": {
-                    "requests.nvidia.com/gpu": str(self.quota_gpus),
-                    "count/pods": str(self.quota_gpus),
-                    "count/jobs.batch": objects,
-                    "count/pytorchjobs.kubeflow.org": objects,
-                    "count/configmaps": "16",
-                }
-            },
-        }
-
-    def _ensure_priority_class(self) -> None:
-        name = self.options.priority_class
-        try:
-            found = self.cluster.priority_class(name)
-        except ApiError as error:
-            if error.status != 403:
-                raise
-            self.progress.event(
-                f"cannot read PriorityClass {name} (no permission): taken as "
-                "installed by the TrialRunner component"
-            )
-            return
-        if found is None:
-            self.cluster.create_priority_class(
-                {
-                    "apiVersion": "scheduling.k8s.io/v1",
-                    "kind": "PriorityClass",
-                    "metadata": {"name": name, "labels": dict([MANAGED_BY])},
-                    "value": PRIORITY_VALUE,
-                    "preemptionPolicy": "Never",
-                    "globalDefault": False,
-                    "description": "gpu-profiler trials: below production, never preempting",
-                }
-            )
-        elif found.get("preemptionPolicy") != "Never":
-            raise ApiError(
-                409,
-                f"PriorityClass {name} may preempt pods (preemptionPolicy "
-                f"{found.get('preemptionPolicy')}); trials need Never",
-            )
 
     def _anchor_manifest(self) -> Json:
         longest = self.options.per_trial_seconds * max(1, len(self.plan.trials))
@@ -296,11 +255,12 @@ class TrialRun:
     def _loop(self) -> None:
         queue = list(self.plan.trials)
         while (queue or self.active) and not self.stopping:
+            self._drain()
             queue = self._launch(queue)
             for index in list(self.active):
                 self._guarded(self._poll, self.active[index])
             self.progress.update(self.board(queue))
-            if self.active:
+            if self.active or self.draining or self._uncertain is not None:
                 self._pause(self.options.poll_seconds)
         for trial in queue:
             self._finish_unstarted(trial, CANCELLED, "not started: the run was stopped")
@@ -315,6 +275,10 @@ class TrialRun:
             if self._outage_since is not None:
                 self.progress.event("the API server answers again")
                 self._outage_since = None
+        except ApiError as error:
+            if error.status != 403:
+                raise
+            raise ApiError(403, f"checking on trial {active.name}: {error.message}") from None
         except UnavailableError as error:
             if self._outage_since is None:
                 self._outage_since = self.clock()
@@ -324,9 +288,12 @@ class TrialRun:
                 )
 
     def _launch(self, queue: list[PlannedTrial]) -> list[PlannedTrial]:
-        waiting = []
-        for trial in queue:
+        waiting: list[PlannedTrial] = []
+        # A trial whose create may have gone through is settled before any other starts.
+        queue = sorted(queue, key=lambda t: t.index != self._uncertain)
+        for position, trial in enumerate(queue):
             busy = sum(a.planned.placement.gpus for a in self.active.values())
+            busy += sum(d.gpus for d in self.draining.values())
             gpus = trial.placement.gpus
             if gpus > self.quota_gpus:
                 self._finish_unstarted(
@@ -337,13 +304,14 @@ class TrialRun:
                 continue
             hostnames = self._reserve(trial)
             if (
-                len(self.active) >= self.options.parallel
+                len(self.active) + len(self.draining) >= self.options.parallel
                 or busy + gpus > self.quota_gpus
                 or hostnames is None
             ):
                 waiting.append(trial)
                 continue
-            prediction = self._prediction(trial)
+            uncertain = trial.index == self._uncertain
+            prediction = None if uncertain else self._prediction(trial)
             if prediction is not None:
                 self.results[trial.index] = TrialResult(
                     trial.index,
@@ -357,10 +325,14 @@ class TrialRun:
                 self.progress.event(f"{trial.placement.describe()}: skipped, {prediction.note}")
                 continue
             try:
-                self._create(trial, hostnames)
+                self._create(trial, hostnames, uncertain=uncertain)
+                self._uncertain = None
             except UnavailableError:
-                waiting.append(trial)  # tried again next round
+                # The create may have gone through: nothing else starts until it is known.
+                self._uncertain = trial.index
+                return [*waiting, *queue[position:]]
             except ApiError as error:
+                self._uncertain = None
                 self._finish_unstarted(trial, FAILED, f"refused by the API server: {error}")
         return waiting
 
@@ -424,12 +396,15 @@ class TrialRun:
         disturb each other: the free nodes that can hold it (packed; once its pods are bound,
         only the node they are on), or all of its nodes (spread); None while taken."""
         taken = {name for active in self.active.values() for name in active.hostnames}
+        taken |= {name for draining in self.draining.values() for name in draining.hostnames}
         if trial.placement.layout == PACKED:
             free = tuple(name for name in trial.hostnames if name not in taken)
             return free or None
         return None if taken & set(trial.hostnames) else trial.hostnames
 
-    def _create(self, trial: PlannedTrial, hostnames: tuple[str, ...]) -> None:
+    def _create(
+        self, trial: PlannedTrial, hostnames: tuple[str, ...], *, uncertain: bool = False
+    ) -> None:
         assert self.anchor is not None
         settings = TrialSettings(
             namespace=self.options.namespace,
@@ -440,6 +415,8 @@ class TrialRun:
             anchor_name=self.anchor["metadata"]["name"],
             anchor_uid=self.anchor["metadata"]["uid"],
             allow_scale_up=self.options.allow_scale_up,
+            grace_seconds=self.options.grace_seconds,
+            read_only_volumes=self.options.read_only_volumes,
         )
         manifest = trial_manifest(
             self.plan.template,
@@ -452,9 +429,17 @@ class TrialRun:
         kind = manifest["kind"]
         name = manifest["metadata"]["name"]
         self.created.append((kind, name))
-        self.cluster.create(kind, self.options.namespace, manifest)
-        self.active[trial.index] = ActiveTrial(trial, name, kind, self.clock(), hostnames)
-        self.progress.event(f"{trial.placement.describe()}: started as {kind} {name}")
+        started = self._attempted.setdefault(trial.index, self.clock())
+        try:
+            self.cluster.create(kind, self.options.namespace, manifest)
+            said = f"started as {kind} {name}"
+        except ApiError as error:
+            if not (uncertain and error.status == 409):
+                raise
+            handover.adopt(self.cluster, kind, self.options.namespace, name, self.run_id)
+            said = f"the create of {kind} {name} timed out but went through: adopted"
+        self.active[trial.index] = ActiveTrial(trial, name, kind, started, hostnames)
+        self.progress.event(f"{trial.placement.describe()}: {said}")
 
     # -- one trial -------------------------------------------------------------------------
 
@@ -599,9 +584,16 @@ class TrialRun:
         ended = self.clock()
         try:
             self.cluster.delete(active.kind, self.options.namespace, active.name)
+            for pod in active.pods:  # the trial's own short grace, whatever deletes them next
+                self.cluster.delete(
+                    "Pod", self.options.namespace, pod, grace_seconds=self.options.grace_seconds
+                )
         except (UnavailableError, ApiError) as error:
             log.warning("could not delete %s now (%s); cleanup retries", active.name, error)
         placement = active.planned.placement
+        self.draining[active.planned.index] = handover.Draining(
+            active.planned.index, active.name, placement.gpus, active.hostnames, ended
+        )
         held = ended - active.bound_since if active.bound_since is not None else 0.0
         peak = sm = None
         metrics = self.measuring.metrics
@@ -632,6 +624,24 @@ class TrialRun:
             sm_active=sm,
         )
         self.progress.event(f"{placement.describe()}: {status} ({note})")
+
+    def _drain(self) -> None:
+        """Forget the ended trials whose pods are gone; their GPU time counts until then."""
+        for index, draining in list(self.draining.items()):
+            try:
+                left = handover.pods_left(self.cluster, self.options.namespace, draining.name)
+            except (UnavailableError, ApiError):
+                return
+            if left:
+                continue
+            del self.draining[index]
+            took = max(0.0, self.clock() - draining.ended_at)
+            result = self.results[index]
+            if result.gpu_seconds > 0:  # it held GPUs: they were held until now
+                self.results[index] = replace(
+                    result, gpu_seconds=result.gpu_seconds + took * draining.gpus
+                )
+            self.progress.event(f"{draining.name}: its pods were gone {took:.0f} s after it ended")
 
     def _finish_unstarted(self, trial: PlannedTrial, status: str, note: str) -> None:
         self.results[trial.index] = TrialResult(

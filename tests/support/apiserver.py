@@ -31,8 +31,9 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
 
 Every request is recorded (``requests``, and the status of each answer in ``answers``) so
 tests can count calls per cycle, and faults can be injected per method and path: an error status
-N times or forever (``fail``), a hang longer than the client's timeout (``hang``), or someone
-else's change landing just before the request is answered (``before``). Not modelled: TLS,
+N times or forever (``fail``), a hang longer than the client's timeout (``hang``), someone
+else's change landing just before the request is answered (``before``), or a request carried
+out whose answer never arrives (``lose_answers``). Not modelled: TLS,
 label selectors, other resource kinds, admission, server-side apply, and JSON patch ``move``
 and ``copy``.
 """
@@ -102,6 +103,7 @@ class _Fault:
     retry_after: int | None = None
     hang_seconds: float = 0.0
     action: Callable[[], None] | None = None  # run before answering normally (``before``)
+    lose_answer: bool = False  # do the request, then close the connection unanswered
 
 
 @dataclass
@@ -356,6 +358,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._request = request
         if fault is not None:
+            if fault.lose_answer:
+                self._lose_answer(request)
+                return
             if fault.status is None:
                 if self.state.stopping.wait(fault.hang_seconds):
                     return
@@ -370,6 +375,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(request)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _lose_answer(self, request: RecordedRequest) -> None:
+        """Carry the request out, then hang up without an answer: what a client sees when its
+        timeout fires after the server committed (the change stands; the client cannot know)."""
+        self._request = request
+        real_send = self._send_json
+        self._send_json = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        try:
+            self._route(request)
+        finally:
+            self._send_json = real_send  # type: ignore[method-assign]
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(2)
 
     def _take_fault(self, request: RecordedRequest) -> _Fault | None:
         for fault in self.state.faults:
@@ -829,6 +848,12 @@ class StandInApiServer:
         answering it: the change lands between the client's read and its write."""
         with self._state.lock:
             self._state.faults.append(_Fault(method, path, None, times, action=action))
+
+    def lose_answers(self, method: str, path: str, *, times: int | None = 1) -> None:
+        """Carry out ``method path`` but send no answer (the client times out or sees the
+        connection close), as when a create commits and its answer is lost on the way."""
+        with self._state.lock:
+            self._state.faults.append(_Fault(method, path, None, times, lose_answer=True))
 
     def clear_faults(self) -> None:
         with self._state.lock:

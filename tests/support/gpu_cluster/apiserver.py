@@ -282,8 +282,10 @@ class StandInGpuCluster(StandInApiServer):
             return self.pods.create(namespace, request.json())
 
     def delete_pod(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        options = request.json() if request.body else {}
+        grace = options.get("gracePeriodSeconds", request.query.get("gracePeriodSeconds"))
         with self.lock:
-            return self.pods.delete((namespace, name))
+            return self.pods.delete((namespace, name), None if grace is None else int(grace))
 
     def pod_log(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
         since = request.query.get("sinceTime")

@@ -15,9 +15,16 @@ Modelled as the real ones behave:
   time to live and ``cleanPodPolicy`` (``All``: every pod deleted once the job ends). It
   succeeds when its master (else worker 0) succeeds, fails when any pod fails.
 - A pod its controller could not create (refused by a quota) is created again on a later sync.
-- Admission of pods: a ResourceQuota's ``requests.nvidia.com/gpu`` and ``count/pods`` (over the
-  namespace's Pending and Running pods), and an existing ``priorityClassName``, else 403 as the
-  real admission plugins answer. Object counts (``count/jobs.batch``, ...) at creation.
+- Admission of pods: a ResourceQuota's ``requests.nvidia.com/gpu`` and ``pods`` (over the
+  namespace's pods that have not ended: Pending and Running, Terminating ones included until
+  they are gone) and ``count/pods`` (over every pod stored, ended ones too), as
+  kubernetes@v1.35.0 pkg/quota/v1/evaluator/core/pods.go ``PodUsageFunc`` charges them; an
+  existing ``priorityClassName``; else 403 as the real admission plugins answer. Object counts
+  (``count/jobs.batch``, ...) at creation.
+- A new ResourceQuota is enforced only once the quota controller has filled its ``status``
+  (``QUOTA_SYNC_SECONDS`` after its creation, on the cluster's clock); before, every create it
+  covers gets 403 "status unknown for quota: NAME, resources: R" (k8s.io/apiserver@v0.35.0
+  pkg/admission/plugin/resourcequota/controller.go ``checkRequest``).
 - Garbage collection by owner references: deleting an object with ``propagationPolicy``
   ``Background`` or ``Foreground`` deletes its dependents, recursively; ``Orphan`` leaves them
   without the reference. A Job deleted with no policy orphans its pods (batch/v1's default over
@@ -52,6 +59,7 @@ KINDS = {
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass", None),
 }
 ACTIVE_PHASES = ("Pending", "Running")
+QUOTA_SYNC_SECONDS = 1.0  # from a quota's creation to its status, on the cluster's clock
 GPU = "nvidia.com/gpu"
 
 
@@ -117,6 +125,8 @@ class BatchControllers:
         }
         if namespace:
             obj["metadata"]["namespace"] = namespace
+        if plural == "resourcequotas":
+            self.state.started[obj["metadata"]["uid"]] = now
         if plural in ("jobs", "pytorchjobs"):
             obj["status"] = {"startTime": objects.now_rfc3339(now=now), "conditions": []}
             self.state.started[obj["metadata"]["uid"]] = now
@@ -185,9 +195,22 @@ class BatchControllers:
             if p == "resourcequotas" and ns == namespace
         ]
 
+    def _unknown(self, namespace: str, resources: tuple[str, ...]) -> str | None:
+        """The refusal of a create that a quota without a status yet covers, if any."""
+        for quota in self._quotas(namespace):
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            covered = sorted(r for r in hard if r in resources)
+            if covered and not (quota.get("status") or {}).get("hard"):
+                name = quota["metadata"]["name"]
+                return f"status unknown for quota: {name}, resources: {','.join(covered)}"
+        return None
+
     def _count_refusal(self, namespace: str, resource: str) -> str | None:
         plural = next(p for p, (_a, _k, c) in KINDS.items() if c == resource)
         used = sum(1 for (p, ns, _n) in self.state.objects if p == plural and ns == namespace)
+        unknown = self._unknown(namespace, (resource,))
+        if unknown:
+            return unknown
         for quota in self._quotas(namespace):
             hard = (quota.get("spec") or {}).get("hard") or {}
             if resource in hard and used + 1 > int(hard[resource]):
@@ -214,8 +237,12 @@ class BatchControllers:
             and ("priorityclasses", "", priority) not in self.state.objects
         ):
             return f"no PriorityClass with name {priority} was found"
+        unknown = self._unknown(namespace, (f"requests.{GPU}", "pods", "count/pods"))
+        if unknown:
+            return unknown
         wanted = objects.gpus_requested(spec)
         active = self._active_pods(namespace)
+        stored = [k for k in self._cluster.state.pods if k[0] == namespace]
         used_gpus = sum(objects.gpus_requested(p["spec"]) for p in active)
         for quota in self._quotas(namespace):
             hard = (quota.get("spec") or {}).get("hard") or {}
@@ -226,8 +253,12 @@ class BatchControllers:
                     f"exceeded quota: {name}, requested: requests.{GPU}={wanted}, used: "
                     f"requests.{GPU}={used_gpus}, limited: requests.{GPU}={limit}"
                 )
-            if "count/pods" in hard and len(active) + 1 > int(hard["count/pods"]):
-                return f"exceeded quota: {name}, requested: count/pods=1"
+            for resource, used in (("pods", len(active)), ("count/pods", len(stored))):
+                if resource in hard and used + 1 > int(hard[resource]):
+                    return (
+                        f"exceeded quota: {name}, requested: {resource}=1, used: "
+                        f"{resource}={used}, limited: {resource}={hard[resource]}"
+                    )
         return None
 
     def record_usage(self, namespace: str) -> None:
@@ -251,6 +282,19 @@ class BatchControllers:
         for plural, namespace, name in list(self.state.objects):
             if plural in ("jobs", "pytorchjobs"):
                 self._sync(plural, namespace, name)
+            elif plural == "resourcequotas":
+                self._sync_quota(self.state.objects[(plural, namespace, name)])
+
+    def _sync_quota(self, quota: Json) -> None:
+        """The quota controller fills a new quota's status once it has synced (``used`` is
+        not kept up to date here: admission counts for itself)."""
+        if (quota.get("status") or {}).get("hard"):
+            return
+        if self._cluster.clock() - self.state.started[quota["metadata"]["uid"]] >= (
+            QUOTA_SYNC_SECONDS
+        ):
+            hard = dict((quota.get("spec") or {}).get("hard") or {})
+            quota["status"] = {"hard": hard, "used": dict.fromkeys(hard, "0")}
 
     def _pods_of(self, obj: Json) -> dict[tuple[str, str], Json]:
         uid = obj["metadata"]["uid"]

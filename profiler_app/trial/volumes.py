@@ -1,0 +1,71 @@
+"""Volumes a trial could write to that are not its own.
+
+A trial runs the template's containers with the template's volumes. A hostPath, an NFS export,
+an inline CSI volume or a PersistentVolumeClaim mounted writable is shared with production:
+a trial could overwrite its checkpoints. ``plan`` and ``run`` warn about each; with
+``--read-only-volumes`` the trial mounts them read-only (the volume's own ``readOnly`` where it
+has one, and every mount of it). The trial's own volumes (emptyDir, ephemeral claims made for
+the pod, projected ConfigMaps, Secrets and the downward API) are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+Json = dict[str, Any]
+TRIAL_ENV = "GPU_PROFILER_TRIAL"
+# Volume sources shared with whatever else mounts them: (key, how to name one, has readOnly).
+SHARED_SOURCES = (
+    ("hostPath", lambda s: f"hostPath {s.get('path')}", False),
+    ("nfs", lambda s: f"NFS {s.get('server')}:{s.get('path')}", True),
+    ("csi", lambda s: f"CSI volume of driver {s.get('driver')}", True),
+    ("persistentVolumeClaim", lambda s: f"PersistentVolumeClaim {s.get('claimName')}", True),
+)
+
+
+def _mounts(spec: Json) -> Iterator[Json]:
+    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        yield from container.get("volumeMounts") or ()
+
+
+def _shared(spec: Json) -> Iterator[tuple[Json, str, Json, str, bool]]:
+    """(volume, source key, source, description, has readOnly) of each shared volume."""
+    for volume in spec.get("volumes") or ():
+        for key, describe, has_read_only in SHARED_SOURCES:
+            source = volume.get(key)
+            if isinstance(source, dict):
+                yield volume, key, source, describe(source), has_read_only
+
+
+def writable_volumes(spec: Json) -> list[tuple[str, str]]:
+    """(volume name, description) of the shared volumes some container mounts writable."""
+    found = []
+    for volume, _key, source, description, _has in _shared(spec):
+        if source.get("readOnly"):
+            continue
+        name = volume.get("name")
+        if any(m.get("name") == name and not m.get("readOnly") for m in _mounts(spec)):
+            found.append((str(name), description))
+    return found
+
+
+def volume_warnings(spec: Json) -> list[str]:
+    return [
+        f"the template mounts {description} writable (volume {name}): trials could overwrite "
+        f"what production keeps there (checkpoints); give --read-only-volumes to trial run, "
+        f"mount it readOnly, or have the script skip writes when {TRIAL_ENV}=1"
+        for name, description in writable_volumes(spec)
+    ]
+
+
+def mount_read_only(spec: Json) -> None:
+    """Every shared volume read-only in this pod spec (``--read-only-volumes``)."""
+    names = set()
+    for volume, _key, source, _description, has_read_only in _shared(spec):
+        names.add(volume.get("name"))
+        if has_read_only:
+            source["readOnly"] = True
+    for mount in _mounts(spec):
+        if mount.get("name") in names:
+            mount["readOnly"] = True
