@@ -39,13 +39,14 @@ def _shared(spec: Json) -> Iterator[tuple[Json, str, Json, str, bool]]:
 
 
 def writable_volumes(spec: Json) -> list[tuple[str, str]]:
-    """(volume name, description) of the shared volumes some container mounts writable."""
+    """(volume name, description) of the shared volumes not mounted read-only everywhere."""
     found = []
     for volume, _key, source, description, _has in _shared(spec):
         if source.get("readOnly"):
             continue
         name = volume.get("name")
-        if any(m.get("name") == name and not m.get("readOnly") for m in _mounts(spec)):
+        mounts = [m for m in _mounts(spec) if m.get("name") == name]
+        if not mounts or not all(m.get("readOnly") for m in mounts):
             found.append((str(name), description))
     return found
 
