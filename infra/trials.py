@@ -3,14 +3,15 @@ one-shot Job, with nothing more than it needs.
 
 - The trial namespace, its ResourceQuota on ``requests.nvidia.com/gpu`` and on object counts,
   and the low PriorityClass with ``preemptionPolicy: Never``: made here, by someone allowed to,
-  so the runner's ServiceAccount never needs cluster-wide rights (the runner reads the quota and
-  finds them in place).
+  so the runner's ServiceAccount needs no cluster-wide right but reading that one class (the
+  runner reads the quota and the class and finds them in place).
 - A ServiceAccount and a Role limited to that namespace: Jobs and PyTorchJobs create, get, list,
   delete; pods get, list, watch, delete (a trial's pods are deleted with its short grace
   period); pods/log get; ConfigMaps (each run's anchor) create, get, list, delete;
-  ResourceQuotas get. One cluster-wide right, narrowed to one object: get on the PriorityClass
-  ``gpu-profiler-trial`` (the runner refuses to run when it cannot check that class). The
-  profiler DaemonSet's own ClusterRole does not change.
+  ResourceQuotas get; Leases (one run at a time) create, get, update, delete. One cluster-wide
+  right, narrowed to one object: get on the PriorityClass ``gpu-profiler-trial`` (the runner
+  refuses to run when it cannot check that class). The profiler DaemonSet's own ClusterRole
+  does not change.
 
 docs/trial.md has the Job that runs ``trial run`` with this ServiceAccount.
 """
@@ -39,6 +40,7 @@ ROLE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("", ("pods/log",), ("get",)),
     ("", ("configmaps",), ("create", "get", "list", "delete")),
     ("", ("resourcequotas",), ("get",)),
+    ("coordination.k8s.io", ("leases",), ("create", "get", "update", "delete")),  # one run a time
 )
 
 

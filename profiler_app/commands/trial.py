@@ -292,6 +292,11 @@ def _clean_parser(parser: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--older-than", metavar="DURATION", help="remove every run started at least this long ago"
     )
+    which.add_argument(
+        "--expired",
+        action="store_true",
+        help="remove every run past the end its anchor states (what the next run collects)",
+    )
     _common(parser)
     parser.set_defaults(handler=_quiet_on_broken_pipe(handle_clean))
 
@@ -630,10 +635,12 @@ def handle_clean(args: argparse.Namespace) -> int:
     from profiler_app.trial.collect import (  # noqa: PLC0415
         collect_runs,
         delete_run,
+        found_runs,
         remaining_objects,
     )
 
     cluster = _connect(args.kubeconfig)
+    now = time.time()
     try:
         if args.run:
             delete_run(cluster, args.namespace, args.run)
@@ -644,13 +651,27 @@ def handle_clean(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 0
-        older = _duration(args.older_than, "--older-than")
-        runs = collect_runs(cluster, args.namespace, time.time(), older_than=older)
+        older = None if args.expired else _duration(args.older_than, "--older-than")
+        found = found_runs(cluster, args.namespace)
+        runs = collect_runs(cluster, args.namespace, now, older_than=older)
     except _api_errors() as error:
         raise UserError(f"trial clean: {error}") from None
+    which = "past their end" if args.expired else f"older than {args.older_than}"
     print(
-        f"gpu-profiler: removed {len(runs)} run(s) older than {args.older_than}"
+        f"gpu-profiler: removed {len(runs)} run(s) {which}"
         + (f": {', '.join(runs)}" if runs else ""),
         file=sys.stderr,
     )
+    for run, created, expires in found:  # what is left, and when the next run collects it
+        if run in runs:
+            continue
+        started = (
+            "start unknown" if created is None else f"started {format_duration(now - created)} ago"
+        )
+        ends = (
+            "no stated end"
+            if expires is None
+            else f"collected by the next run in {format_duration(max(0.0, expires - now))}"
+        )
+        print(f"gpu-profiler: kept run {run}: {started}; {ends}", file=sys.stderr)
     return 0

@@ -27,6 +27,7 @@ RESOURCES = {
     "Pod": "/api/v1/namespaces/{namespace}/pods",
     "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
     "ResourceQuota": "/api/v1/namespaces/{namespace}/resourcequotas",
+    "Lease": "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
 }
 NAMESPACES = "/api/v1/namespaces"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -123,6 +124,14 @@ class TrialCluster:
     def create(self, kind: str, namespace: str, manifest: Json) -> Json:
         result: Json = self._call(
             "POST", RESOURCES[kind].format(namespace=namespace), body=manifest
+        )
+        return result
+
+    def update(self, kind: str, namespace: str, manifest: Json) -> Json:
+        """Replace (PUT); the manifest's resourceVersion makes it 409 if changed meanwhile."""
+        name = manifest["metadata"]["name"]
+        result: Json = self._call(
+            "PUT", f"{RESOURCES[kind].format(namespace=namespace)}/{name}", body=manifest
         )
         return result
 

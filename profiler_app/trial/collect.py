@@ -15,6 +15,32 @@ EXPIRES_AT = "ai.centaurus.io/trial-run-expires-at"
 TRIAL_KINDS = ("Job", PYTORCH_JOB)
 
 
+def found_runs(
+    cluster: TrialCluster, namespace: str
+) -> list[tuple[str, float | None, float | None]]:
+    """(run id, created, expires) of every run anchor in the namespace (Unix seconds)."""
+    try:
+        anchors = cluster.list_of("ConfigMap", namespace, dict([MANAGED_BY]))
+    except ApiError as error:
+        if error.status == 404:
+            return []
+        raise
+    found = []
+    for anchor in anchors:
+        metadata = anchor.get("metadata") or {}
+        run = (metadata.get("labels") or {}).get(RUN_LABEL)
+        if run:
+            expires = (metadata.get("annotations") or {}).get(EXPIRES_AT)
+            found.append(
+                (
+                    str(run),
+                    rfc3339(metadata.get("creationTimestamp")),
+                    float(expires) if expires else None,
+                )
+            )
+    return sorted(found)
+
+
 def collect_runs(
     cluster: TrialCluster,
     namespace: str,

@@ -36,6 +36,7 @@ from profiler_app.trial.collect import ANCHOR_PREFIX, EXPIRES_AT, collect_runs, 
 from profiler_app.trial.estimators import Measurement
 from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS
 from profiler_app.trial.guards import QUOTA_NAME
+from profiler_app.trial.lock import NamespaceLock
 from profiler_app.trial.manifests import (
     MANAGED_BY,
     PYTORCH_JOB,
@@ -184,6 +185,7 @@ class TrialRun:
         self._uncertain: int | None = None  # a trial whose create got no answer
         self._attempted: dict[int, float] = {}  # when each trial's create was first sent
         self.draining: dict[int, handover.Draining] = {}
+        self._lock = NamespaceLock(cluster, options.namespace, self.run_id, clock)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -202,6 +204,9 @@ class TrialRun:
             self._loop()
         finally:
             leftovers = self._cleanup()
+            if not leftovers:  # else the Lease expires on its own, after the leftovers
+                with contextlib.suppress(UnavailableError, ApiError):
+                    self._lock.release()
         ordered = [self.results[t.index] for t in self.plan.trials if t.index in self.results]
         spent = sum(result.gpu_seconds for result in ordered)
         return RunOutcome(self.run_id, ordered, leftovers, self.stopping, spent)
@@ -210,6 +215,13 @@ class TrialRun:
 
     def _prepare(self) -> None:
         ns = self.options.namespace
+        try:
+            self._lock.acquire()  # one run at a time in the namespace (lock.py)
+        except ApiError as error:
+            if error.status != 404:  # 404: no such namespace yet
+                raise
+            self.cluster.ensure_namespace(ns)
+            self._lock.acquire()
         for run in collect_runs(self.cluster, ns, self.clock(), keep=self.run_id):
             self.progress.event(f"collected the objects of expired run {run}")
         quota = self.cluster.get("ResourceQuota", ns, QUOTA_NAME)
@@ -255,6 +267,8 @@ class TrialRun:
     def _loop(self) -> None:
         queue = list(self.plan.trials)
         while (queue or self.active) and not self.stopping:
+            with contextlib.suppress(UnavailableError):
+                self._lock.renew()
             self._drain()
             queue = self._launch(queue)
             for index in list(self.active):

@@ -45,6 +45,7 @@ def test_the_role_is_the_namespace_and_what_trial_run_does(trial_run: ProgramRun
         ("", "pods/log"): ["get"],
         ("", "configmaps"): ["create", "delete", "get", "list"],
         ("", "resourcequotas"): ["get"],
+        ("coordination.k8s.io", "leases"): ["create", "delete", "get", "update"],
     }
     binding = trial_run.one(f"{RBAC}:RoleBinding").inputs
     assert binding["roleRef"] == {

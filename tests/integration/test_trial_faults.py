@@ -3,13 +3,17 @@
 enforced once their status is filled, as kube-apiserver 1.35 does), under the faults and
 templates that let a trial outspend its budget or touch what is not its own: a create whose
 answer is lost, a template with an hour of grace and a preStop hook, shared writable volumes, a
-PriorityClass above production, and a 403 while trials are checked on.
+PriorityClass above production, a 403 while trials are checked on, and a second run in the
+namespace.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +195,72 @@ def test_a_403_while_checking_on_trials_is_one_line_naming_the_permission(
     assert f"no permission to list pods in namespace {NAMESPACE}" in line
     with cluster.lock:  # cleanup still ran
         assert not [k for k in cluster.batch.state.objects if k[0] in ("jobs", "configmaps")]
+
+
+@pytest.mark.parametrize("renewed_ago", [10.0, 3600.0])
+def test_a_second_run_in_the_namespace_is_refused_while_the_first_holds_its_lease(
+    cluster: StandInGpuCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    renewed_ago: float,
+) -> None:
+    """A run that renewed the namespace's Lease 10 s ago holds it: the second run stops before
+    creating anything. One that stopped renewing an hour ago is taken over."""
+    plan_path = plan(tmp_path, training(job()), "gpus=1")
+    cluster.namespaces.add(NAMESPACE)
+    renewed = datetime.fromtimestamp(time.time() - renewed_ago, UTC)
+    lease = {
+        "metadata": {"name": "gpu-profiler-trial-run"},
+        "spec": {
+            "holderIdentity": "0ther0ne",
+            "leaseDurationSeconds": 300,
+            "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        },
+    }
+    with cluster.lock:
+        assert cluster.batch.create("leases", NAMESPACE, lease)[0] == 201
+    capsys.readouterr()
+    if renewed_ago < 300:
+        assert run(plan_path) == 2
+        line = error_line(capsys.readouterr().err)
+        assert f"namespace {NAMESPACE} is in use by trial run 0ther0ne" in line
+        assert cluster.requests("POST", JOBS) == []
+    else:
+        assert run(plan_path) == 0
+        with cluster.lock:  # taken over, then released at the end of the run
+            assert (
+                "leases",
+                NAMESPACE,
+                "gpu-profiler-trial-run",
+            ) not in cluster.batch.state.objects
+
+
+def test_trial_clean_expired_removes_what_is_past_its_end_and_says_what_it_keeps(
+    cluster: StandInGpuCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An anchor left by a run cut off from the API server for longer than its cleanup window:
+    ``trial clean --expired`` removes it without waiting for the next run, and lists the live
+    run it keeps."""
+    cluster.namespaces.add(NAMESPACE)
+    now = time.time()
+    for run_id, expires in (("0ld0ne00", now - 60), ("n0wrun00", now + 1800)):
+        anchor = {
+            "metadata": {
+                "name": f"trial-run-{run_id}",
+                "labels": {
+                    "ai.centaurus.io/trial-run": run_id,
+                    "app.kubernetes.io/managed-by": "gpu-profiler-trial",
+                },
+                "annotations": {"ai.centaurus.io/trial-run-expires-at": f"{expires:.0f}"},
+            }
+        }
+        with cluster.lock:
+            assert cluster.batch.create("configmaps", NAMESPACE, anchor)[0] == 201
+    assert main(["trial", "clean", "--expired"]) == 0
+    err = capsys.readouterr().err
+    assert "removed 1 run(s) past their end: 0ld0ne00" in err
+    kept_line = r"kept run n0wrun00: started \d+s ago; collected by the next run in (29m\d+s|30m)\n"
+    assert re.search(kept_line, err), err
+    with cluster.lock:
+        kept = [key[2] for key in cluster.batch.state.objects if key[0] == "configmaps"]
+    assert kept == ["trial-run-n0wrun00"]

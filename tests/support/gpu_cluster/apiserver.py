@@ -65,6 +65,11 @@ ROUTES = [
     ),
     ("*", rf"/api/v1/namespaces/{_NAME}/(configmaps|resourcequotas)(?:/{_NAME})?", "batch_objects"),
     ("*", rf"/apis/scheduling\.k8s\.io/v1/()(priorityclasses)(?:/{_NAME})?", "batch_objects"),
+    (
+        "*",
+        rf"/apis/coordination\.k8s\.io/v1/namespaces/{_NAME}/(leases)(?:/{_NAME})?",
+        "batch_objects",
+    ),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims/{_NAME}", "node_claim"),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodepools", "list_node_pools"),
     ("GET", rf"/apis/{re.escape(NODE_CLASS_API)}/ec2nodeclasses", "list_node_classes"),
@@ -306,6 +311,8 @@ class StandInGpuCluster(StandInApiServer):
                 return self.batch.list(plural, namespace, selector)
             if request.method == "GET":
                 return self.batch.get(plural, namespace, name or "")
+            if request.method == "PUT" and name is not None:
+                return self.batch.update(plural, namespace, name, request.json())
             if request.method == "DELETE" and name is not None:
                 options = request.json() if request.body else {}
                 policy = options.get("propagationPolicy") or request.query.get("propagationPolicy")

@@ -25,6 +25,9 @@ Modelled as the real ones behave:
   (``QUOTA_SYNC_SECONDS`` after its creation, on the cluster's clock); before, every create it
   covers gets 403 "status unknown for quota: NAME, resources: R" (k8s.io/apiserver@v0.35.0
   pkg/admission/plugin/resourcequota/controller.go ``checkRequest``).
+- Leases (coordination.k8s.io/v1) and any kind above replaced by PUT: a ``resourceVersion``
+  other than the stored one is 409 Conflict, as the registry's optimistic concurrency answers;
+  each stored change gets a new one.
 - Garbage collection by owner references: deleting an object with ``propagationPolicy``
   ``Background`` or ``Foreground`` deletes its dependents, recursively; ``Orphan`` leaves them
   without the reference. A Job deleted with no policy orphans its pods (batch/v1's default over
@@ -57,6 +60,7 @@ KINDS = {
     "configmaps": ("v1", "ConfigMap", "count/configmaps"),
     "resourcequotas": ("v1", "ResourceQuota", "count/resourcequotas"),
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass", None),
+    "leases": ("coordination.k8s.io/v1", "Lease", None),
 }
 ACTIVE_PHASES = ("Pending", "Running")
 QUOTA_SYNC_SECONDS = 1.0  # from a quota's creation to its status, on the cluster's clock
@@ -135,6 +139,27 @@ class BatchControllers:
         if plural in ("jobs", "pytorchjobs"):
             self._sync(plural, namespace, name)
         return 201, copy.deepcopy(obj)
+
+    def update(self, plural: str, namespace: str, name: str, manifest: Json) -> Reply:
+        stored = self.state.objects.get((plural, namespace, name))
+        if stored is None:
+            return 404, status_object(404, "NotFound", f'{plural} "{name}" not found')
+        version = (manifest.get("metadata") or {}).get("resourceVersion")
+        if version is not None and version != stored["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again"
+            )
+            return 409, status_object(409, "Conflict", message)
+        obj = copy.deepcopy(manifest)
+        obj["metadata"] = {
+            **(manifest.get("metadata") or {}),
+            **{k: stored["metadata"][k] for k in ("uid", "creationTimestamp", "namespace")
+               if k in stored["metadata"]},
+            "resourceVersion": str(int(stored["metadata"]["resourceVersion"]) + 1),
+        }  # fmt: skip
+        self.state.objects[(plural, namespace, name)] = obj
+        return 200, copy.deepcopy(obj)
 
     def get(self, plural: str, namespace: str, name: str) -> Reply:
         obj = self.state.objects.get((plural, namespace, name))
