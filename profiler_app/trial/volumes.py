@@ -15,13 +15,23 @@ from typing import Any
 
 Json = dict[str, Any]
 TRIAL_ENV = "GPU_PROFILER_TRIAL"
-# Volume sources shared with whatever else mounts them: (key, how to name one, has readOnly).
+# Volume sources shared with whatever else mounts them, and whether each has ``readOnly``.
 SHARED_SOURCES = (
-    ("hostPath", lambda s: f"hostPath {s.get('path')}", False),
-    ("nfs", lambda s: f"NFS {s.get('server')}:{s.get('path')}", True),
-    ("csi", lambda s: f"CSI volume of driver {s.get('driver')}", True),
-    ("persistentVolumeClaim", lambda s: f"PersistentVolumeClaim {s.get('claimName')}", True),
+    ("hostPath", False),
+    ("nfs", True),
+    ("csi", True),
+    ("persistentVolumeClaim", True),
 )
+
+
+def _describe(key: str, source: Json) -> str:
+    if key == "hostPath":
+        return f"hostPath {source.get('path')}"
+    if key == "nfs":
+        return f"NFS {source.get('server')}:{source.get('path')}"
+    if key == "csi":
+        return f"CSI volume of driver {source.get('driver')}"
+    return f"PersistentVolumeClaim {source.get('claimName')}"
 
 
 def _mounts(spec: Json) -> Iterator[Json]:
@@ -32,10 +42,10 @@ def _mounts(spec: Json) -> Iterator[Json]:
 def _shared(spec: Json) -> Iterator[tuple[Json, str, Json, str, bool]]:
     """(volume, source key, source, description, has readOnly) of each shared volume."""
     for volume in spec.get("volumes") or ():
-        for key, describe, has_read_only in SHARED_SOURCES:
+        for key, has_read_only in SHARED_SOURCES:
             source = volume.get(key)
             if isinstance(source, dict):
-                yield volume, key, source, describe(source), has_read_only
+                yield volume, key, source, _describe(key, source), has_read_only
 
 
 def writable_volumes(spec: Json) -> list[tuple[str, str]]:
