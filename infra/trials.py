@@ -8,7 +8,8 @@ one-shot Job, with nothing more than it needs.
 - A ServiceAccount and a Role limited to that namespace: Jobs and PyTorchJobs create, get, list,
   delete; pods get, list, watch, delete (a trial's pods are deleted with its short grace
   period); pods/log get; ConfigMaps (each run's anchor) create, get, list, delete;
-  ResourceQuotas get; Leases (one run at a time) create, get, update, delete. One cluster-wide
+  ResourceQuotas get; Leases (one run at a time) create, get, update, delete; Events list
+  (a quota refusing a trial's pods). One cluster-wide
   right, narrowed to one object: get on the PriorityClass ``gpu-profiler-trial`` (the runner
   refuses to run when it cannot check that class). The profiler DaemonSet's own ClusterRole
   does not change.
@@ -41,6 +42,7 @@ ROLE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("", ("configmaps",), ("create", "get", "list", "delete")),
     ("", ("resourcequotas",), ("get",)),
     ("coordination.k8s.io", ("leases",), ("create", "get", "update", "delete")),  # one run a time
+    ("", ("events",), ("list",)),  # a controller's FailedCreate: the quota refused a trial's pods
 )
 
 

@@ -177,6 +177,19 @@ class TrialCluster:
 
     # -- specific --------------------------------------------------------------------------
 
+    def events_of(self, namespace: str, name: str) -> list[Json]:
+        """The Events about the object ``name`` (its controller's FailedCreate, say)."""
+        result = self._call(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events",
+            query={"fieldSelector": f"involvedObject.name={name}"},
+        )
+        return [
+            e
+            for e in result.get("items") or ()
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
+
     def nodes(self) -> list[Json]:
         return list(self._call("GET", NODES).get("items") or [])
 

@@ -487,7 +487,7 @@ class TrialRun:
                     active,
                     UNSCHEDULABLE,
                     f"pending for over {self.options.pending_timeout_seconds:.0f} s: "
-                    f"{trial_status.pending_reason(pods)}",
+                    f"{self._why_pending(active, pods)}",
                     measured=False,
                 )
             return
@@ -511,6 +511,19 @@ class TrialRun:
                 if active.measurement and active.measurement.stable:
                     self._measure(active)
                     self._end(active, OK, "throughput stable (CV under 5 %): ended early")
+
+    def _why_pending(self, active: ActiveTrial, pods: list[Json]) -> str:
+        """The scheduler's message, or, when pods are missing, the quota's refusal that the
+        trial's controller recorded as a FailedCreate Event."""
+        if len(pods) < self._expected_pods(active):
+            try:
+                events = self.cluster.events_of(self.options.namespace, active.name)
+            except (UnavailableError, ApiError):
+                events = []
+            refused = trial_status.refused_creates(events)
+            if refused is not None:
+                return f"the namespace's quota refused its pods (FailedCreate: {refused})"
+        return trial_status.pending_reason(pods)
 
     def _ended_early(self, active: ActiveTrial, kind: str, message: str) -> None:
         """The job completed or failed on its own: what it measured until then counts."""

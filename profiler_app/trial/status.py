@@ -81,3 +81,13 @@ def rank_zero(pods: list[str]) -> str:
             if pod.endswith(suffix):
                 return pod
     return pods[0]
+
+
+def refused_creates(events: list[Json]) -> str | None:
+    """The latest FailedCreate of a trial's controller (a quota refusing its pods), if any: what
+    tells "the quota refused" from "the scheduler found no room"."""
+    failed = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not failed:
+        return None
+    latest = max(failed, key=lambda e: str(e.get("lastTimestamp") or ""))
+    return str(latest.get("message") or "FailedCreate")

@@ -46,6 +46,7 @@ def test_the_role_is_the_namespace_and_what_trial_run_does(trial_run: ProgramRun
         ("", "configmaps"): ["create", "delete", "get", "list"],
         ("", "resourcequotas"): ["get"],
         ("coordination.k8s.io", "leases"): ["create", "delete", "get", "update"],
+        ("", "events"): ["list"],
     }
     binding = trial_run.one(f"{RBAC}:RoleBinding").inputs
     assert binding["roleRef"] == {

@@ -264,3 +264,24 @@ def test_trial_clean_expired_removes_what_is_past_its_end_and_says_what_it_keeps
     with cluster.lock:
         kept = [key[2] for key in cluster.batch.state.objects if key[0] == "configmaps"]
     assert kept == ["trial-run-n0wrun00"]
+
+
+def test_a_trial_the_quota_refuses_says_so_rather_than_unschedulable(
+    cluster: StandInGpuCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The namespace's quota lets no pod in: the Job controller records FailedCreate Events,
+    and the trial's note says the quota refused its pods, not that no node had room."""
+    plan_path = plan(tmp_path, training(job()), "gpus=1")
+    cluster.namespaces.add(NAMESPACE)
+    quota = {
+        "metadata": {"name": "gpu-profiler-trials"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "4", "pods": "0"}},
+    }
+    with cluster.lock:
+        assert cluster.batch.create("resourcequotas", NAMESPACE, quota)[0] == 201
+    results = tmp_path / "results.json"
+    assert run(plan_path, "--pending-timeout", "3s", "--results", str(results)) == 0
+    (row,) = json.loads(results.read_text())["trials"]
+    assert row["status"] == "unschedulable"
+    assert "the namespace's quota refused its pods (FailedCreate: Error creating:" in row["note"]
+    assert "exceeded quota: gpu-profiler-trials, requested: pods=1" in row["note"]

@@ -509,8 +509,17 @@ class StandInGpuCluster(StandInApiServer):
         return 200, copy.deepcopy(found)
 
     def list_events(self, request: RecordedRequest, namespace: str) -> Reply:
+        """The namespace's Events; ``fieldSelector=involvedObject.name=NAME`` narrows them."""
+        selector = request.query.get("fieldSelector", "")
+        named = selector.split("=", 1)[1] if selector.startswith("involvedObject.name=") else None
         with self.lock:
-            events = self.pods.claim_events(namespace)
+            events = self.pods.claim_events(namespace) + [
+                copy.deepcopy(e)
+                for e in self.batch.state.events
+                if e["involvedObject"].get("namespace") == namespace
+            ]
+        if named is not None:
+            events = [e for e in events if e["involvedObject"].get("name") == named]
         return _listing("Event", events)
 
     def list_databases(self, request: RecordedRequest, namespace: str) -> Reply:

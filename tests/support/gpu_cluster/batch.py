@@ -14,7 +14,11 @@ Modelled as the real ones behave:
   required (the operator's validation, 422); ``runPolicy`` gives the deadline, back-off limit,
   time to live and ``cleanPodPolicy`` (``All``: every pod deleted once the job ends). It
   succeeds when its master (else worker 0) succeeds, fails when any pod fails.
-- A pod its controller could not create (refused by a quota) is created again on a later sync.
+- A pod its controller could not create (refused by a quota) is created again on a later sync,
+  and the refusal is recorded as a Warning Event ``FailedCreate`` "Error creating: <the API
+  server's message>" on the Job or PyTorchJob, repeated ones counted in the same Event
+  (kubernetes@v1.35.0 pkg/controller/controller_utils.go ``CreatePods``,
+  ``FailedCreatePodReason``; client-go's event correlator aggregates repeats).
 - Admission of pods: a ResourceQuota's ``requests.nvidia.com/gpu`` and ``pods`` (over the
   namespace's pods that have not ended: Pending and Running, Terminating ones included until
   they are gone) and ``count/pods`` (over every pod stored, ended ones too), as
@@ -74,6 +78,7 @@ class BatchState:
     peak_gpus: dict[str, int] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)  # uid -> on the clock
     finished: dict[str, float] = field(default_factory=dict)
+    events: list[Json] = field(default_factory=list)  # the controllers' Events
 
 
 def _conditions(obj: Json) -> list[Json]:
@@ -375,9 +380,11 @@ class BatchControllers:
             marker = f"{role}-{index}"
             if marker in existing:
                 continue
-            self._cluster.pods.create(
+            code, answer = self._cluster.pods.create(
                 namespace, self._pod(plural, obj, role=role, index=index, marker=marker)
             )
+            if code >= 400:
+                self._failed_create(obj, f"Error creating: {answer.get('message')}")
             self.record_usage(namespace)
         running = [p for p in pods.values() if p.get("status", {}).get("phase") == "Running"]
         obj["status"]["active"] = len(
@@ -391,6 +398,38 @@ class BatchControllers:
             obj["status"]["conditions"].append(
                 {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}
             )
+
+    def _failed_create(self, obj: Json, message: str) -> None:
+        metadata = obj["metadata"]
+        for event in self.state.events:
+            if event["involvedObject"]["uid"] == metadata["uid"] and event["message"] == message:
+                event["count"] += 1
+                event["lastTimestamp"] = objects.now_rfc3339(now=self._cluster.clock())
+                return
+        now = objects.now_rfc3339(now=self._cluster.clock())
+        self.state.events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{metadata['name']}.{objects.suffix(message, now)}",
+                    "namespace": metadata.get("namespace"),
+                },
+                "type": "Warning",
+                "reason": "FailedCreate",
+                "message": message,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "involvedObject": {
+                    "apiVersion": obj["apiVersion"],
+                    "kind": obj["kind"],
+                    "name": metadata["name"],
+                    "namespace": metadata.get("namespace"),
+                    "uid": metadata["uid"],
+                },
+            }
+        )
 
     def _pod(
         self, plural: str, obj: Json, role: str | None, index: int | None, marker: str
