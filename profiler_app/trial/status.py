@@ -33,7 +33,7 @@ def finished(obj: Json) -> tuple[str, str] | None:
             continue
         kind, reason = condition.get("type"), condition.get("reason") or ""
         message = condition.get("message") or reason
-        if kind == "Failed":
+        if kind in ("Failed", "FailureTarget"):  # FailureTarget: Failed once pods terminate
             return ("deadline" if "Deadline" in reason else "failed"), message
         if kind in ("Complete", "Succeeded"):
             return "completed", message

@@ -259,7 +259,8 @@ def test_trial_clean_expired_removes_what_is_past_its_end_and_says_what_it_keeps
     assert main(["trial", "clean", "--expired"]) == 0
     err = capsys.readouterr().err
     assert "removed 1 run(s) past their end: 0ld0ne00" in err
-    kept_line = r"kept run n0wrun00: started \d+s ago; collected by the next run in (29m\d+s|30m)\n"
+    kept_line = r"kept run n0wrun00: started [\d.]+s ago; collected by the next run in "
+    kept_line += r"(29m\d+s|30m)\n"
     assert re.search(kept_line, err), err
     with cluster.lock:
         kept = [key[2] for key in cluster.batch.state.objects if key[0] == "configmaps"]

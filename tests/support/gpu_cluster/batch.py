@@ -8,7 +8,11 @@ Modelled as the real ones behave:
   Job is first synced; ``activeDeadlineSeconds`` counts from it on the cluster's clock, and past
   it the running pods are deleted and the Job fails with ``DeadlineExceeded``; a failed pod with
   ``backoffLimit: 0`` fails it with ``BackoffLimitExceeded``; a succeeded one completes it;
-  ``ttlSecondsAfterFinished`` after it finished, the Job is deleted with its pods.
+  ``ttlSecondsAfterFinished`` after it finished, the Job is deleted with its pods. A failing Job
+  first gets the condition ``FailureTarget`` (its active pods deleted), and ``Failed`` only once
+  no pod of it is left running (kubernetes@v1.35.0 pkg/controller/job: ``newFailureCondition``
+  makes ``FailureTarget`` when ``delayTerminalCondition()``, which the default feature gates
+  turn on).
 - Training operator (kubeflow.org/v1 PyTorchJob): pods ``<job>-master-0`` and ``<job>-worker-N``
   labelled ``training.kubeflow.org/*`` and owned by the job; a container named ``pytorch`` is
   required (the operator's validation, 422); ``runPolicy`` gives the deadline, back-off limit,
@@ -339,6 +343,14 @@ class BatchControllers:
             self._expire(plural, namespace, name, obj, now)
             return
         pods = self._pods_of(obj)
+        target = next((c for c in _conditions(obj) if c["type"] == "FailureTarget"), None)
+        if target is not None:  # Failed once its pods have terminated
+            if not any(p.get("status", {}).get("phase") in ACTIVE_PHASES for p in pods.values()):
+                failed = {**target, "type": "Failed"}
+                obj["status"]["conditions"].append(failed)
+                obj["status"]["completionTime"] = objects.now_rfc3339(now=now)
+                self.state.finished[obj["metadata"]["uid"]] = now
+            return
         spec = obj.get("spec") or {}
         policy = spec.get("runPolicy") or {} if plural == "pytorchjobs" else spec
         started = self.state.started[obj["metadata"]["uid"]]
@@ -484,11 +496,14 @@ class BatchControllers:
         """End the job; ``delete`` its pods: "all" (cleanPodPolicy All), "active" (the Job
         controller past a deadline) or "none"."""
         kind, reason, message = condition
+        if kind == "Failed" and obj["kind"] == "Job":
+            kind = "FailureTarget"  # Failed follows once the pods have terminated (_sync)
         obj["status"]["conditions"].append(
             {"type": kind, "status": "True", "reason": reason, "message": message}
         )
-        obj["status"]["completionTime"] = objects.now_rfc3339(now=now)
-        self.state.finished[obj["metadata"]["uid"]] = now
+        if kind != "FailureTarget":
+            obj["status"]["completionTime"] = objects.now_rfc3339(now=now)
+            self.state.finished[obj["metadata"]["uid"]] = now
         for key, pod in pods.items():
             active = pod.get("status", {}).get("phase") in ACTIVE_PHASES
             if delete == "all" or (delete == "active" and active):
