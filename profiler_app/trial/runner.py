@@ -1,8 +1,11 @@
 """``TrialRun``: launches a plan's trials, measures them, and removes everything it created.
 
 Before anything: the budget is checked by the caller (``plan.budget_refusal``). Then, in order:
-expired runs are collected; the namespace, its ResourceQuota and the PriorityClass are made
-sure of; the run's anchor ConfigMap is created. Trials start cheapest first, at most
+the namespace's Lease is taken (lock.py: one run at a time); expired runs are collected; the
+namespace, its ResourceQuota (waited for until enforced) and the PriorityClass are made sure of
+(guards.py); the run's anchor ConfigMap is created. A create whose answer is lost is settled
+before anything else starts, and an ended trial's GPUs stay taken until its pods are gone
+(handover.py). Trials start cheapest first, at most
 ``parallel`` at a time and never more GPUs than the quota; a trial the step-time model predicts
 with confidence is not started. Each trial is polled: pending past ``pending_timeout`` means
 deleted and ``unschedulable``; a failed Job or PyTorchJob means ``failed`` with the reason; once
