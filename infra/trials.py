@@ -3,11 +3,16 @@ one-shot Job, with nothing more than it needs.
 
 - The trial namespace, its ResourceQuota on ``requests.nvidia.com/gpu`` and on object counts,
   and the low PriorityClass with ``preemptionPolicy: Never``: made here, by someone allowed to,
-  so the runner's ServiceAccount never needs cluster-wide rights (the runner reads the quota and
-  finds them in place).
+  so the runner's ServiceAccount needs no cluster-wide right but reading that one class (the
+  runner reads the quota and the class and finds them in place).
 - A ServiceAccount and a Role limited to that namespace: Jobs and PyTorchJobs create, get, list,
-  delete; pods get, list, watch; pods/log get; ConfigMaps (each run's anchor) create, get, list,
-  delete; ResourceQuotas get. The profiler DaemonSet's own ClusterRole does not change.
+  delete; pods get, list, watch, delete (a trial's pods are deleted with its short grace
+  period); pods/log get; ConfigMaps (each run's anchor) create, get, list, delete;
+  ResourceQuotas get; Leases (one run at a time) create, get, update, delete; Events list
+  (a quota refusing a trial's pods). One cluster-wide
+  right, narrowed to one object: get on the PriorityClass ``gpu-profiler-trial`` (the runner
+  refuses to run when it cannot check that class). The profiler DaemonSet's own ClusterRole
+  does not change.
 
 docs/trial.md has the Job that runs ``trial run`` with this ServiceAccount.
 """
@@ -32,10 +37,12 @@ LABELS = {"app.kubernetes.io/managed-by": "gpu-profiler-trial"}
 ROLE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("batch", ("jobs",), ("create", "get", "list", "delete")),
     ("kubeflow.org", ("pytorchjobs",), ("create", "get", "list", "delete")),
-    ("", ("pods",), ("get", "list", "watch")),
+    ("", ("pods",), ("get", "list", "watch", "delete")),
     ("", ("pods/log",), ("get",)),
     ("", ("configmaps",), ("create", "get", "list", "delete")),
     ("", ("resourcequotas",), ("get",)),
+    ("coordination.k8s.io", ("leases",), ("create", "get", "update", "delete")),  # one run a time
+    ("", ("events",), ("list",)),  # a controller's FailedCreate: the quota refused a trial's pods
 )
 
 
@@ -57,7 +64,8 @@ def quota_hard(args: GpuTrialRunnerArgs) -> dict[str, str]:
     trials = str(args.max_trials)
     return {
         "requests.nvidia.com/gpu": str(args.max_gpus),
-        "count/pods": str(args.max_gpus),  # every trial pod requests a GPU
+        # "pods" counts pods that have not ended; "count/pods" would count finished ones too.
+        "pods": str(args.max_gpus),  # every trial pod requests a GPU
         "count/jobs.batch": trials,
         "count/pytorchjobs.kubeflow.org": trials,
         "count/configmaps": "16",  # the runs' anchors and kube-root-ca.crt
@@ -129,6 +137,34 @@ class GpuTrialRunner(pulumi.ComponentResource):
                 )
             ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, role, account]),
+        )
+        reader = k8s.rbac.v1.ClusterRole(
+            "trial-priority-class-reader",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{TRIAL_ACCOUNT}-priority", labels=LABELS),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=["scheduling.k8s.io"],
+                    resources=["priorityclasses"],
+                    resource_names=[PRIORITY_CLASS],
+                    verbs=["get"],
+                )
+            ],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            "trial-priority-class-reader-binding",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{TRIAL_ACCOUNT}-priority", labels=LABELS),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io",
+                kind="ClusterRole",
+                name=f"{TRIAL_ACCOUNT}-priority",
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(
+                    kind="ServiceAccount", name=TRIAL_ACCOUNT, namespace=namespace
+                )
+            ],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[reader, account]),
         )
         self.namespace = namespace
         self.service_account = pulumi.Output.from_input(TRIAL_ACCOUNT)

@@ -5,7 +5,6 @@ measured, bounded and cleaned up. docs/trial.md has the rules, the estimators an
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -21,6 +20,13 @@ from rich.console import Console
 from rich.table import Table
 
 from profiler_app.commands import SUMMARIES
+from profiler_app.commands.trial_report import (
+    handle_report,
+    load_json,
+    record,
+    results_document,
+    write,
+)
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
 from profiler_app.sinks.store.urls import default_store_url
@@ -38,15 +44,10 @@ from profiler_app.trial.manifests import (
 )
 from profiler_app.trial.placement import GpuNode, parse_dims
 from profiler_app.trial.plan import Plan, budget_refusal, build_plan
-from profiler_app.trial.results import COLUMNS, summarise
+from profiler_app.trial.results import summarise
 from profiler_app.urls import without_credentials
 
 DEFAULT_NAMESPACE = "gpu-profiler-trials"
-# The terminal table; JSON and CSV carry every column.
-TABLE_COLUMNS = [
-    "trial", "placement", "nodes", "status", "throughput", "unit", "throughput_per_gpu",
-    "scaling_efficiency", "gpu_seconds", "pareto", "recommended", "note",
-]  # fmt: skip
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,8 +132,19 @@ def _plan_parser(parser: argparse.ArgumentParser) -> None:
         help="prune the trials past this many GPU-hours (cheapest kept)",
     )
     _scaling_options(parser)
+    _grace_option(parser)
     _common(parser)
     parser.set_defaults(handler=_quiet_on_broken_pipe(handle_plan))
+
+
+def _grace_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace-period",
+        default="30s",
+        metavar="DURATION",
+        help="the most a trial's pods get to stop (terminationGracePeriodSeconds; preStop "
+        "hooks are dropped), counted in the budget (default: %(default)s)",
+    )
 
 
 def _scaling_options(parser: argparse.ArgumentParser) -> None:
@@ -200,6 +212,13 @@ def _run_parser(parser: argparse.ArgumentParser) -> None:
         help="let trials go to nodes that do not exist yet (Karpenter may "
         "launch them); by default they may only use the nodes the plan found",
     )
+    parser.add_argument(
+        "--read-only-volumes",
+        action="store_true",
+        help="mount the template's hostPath, NFS, CSI and PersistentVolumeClaim volumes "
+        "read-only in trials",
+    )
+    _grace_option(parser)
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -273,6 +292,11 @@ def _clean_parser(parser: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--older-than", metavar="DURATION", help="remove every run started at least this long ago"
     )
+    which.add_argument(
+        "--expired",
+        action="store_true",
+        help="remove every run past the end its anchor states (what the next run collects)",
+    )
     _common(parser)
     parser.set_defaults(handler=_quiet_on_broken_pipe(handle_clean))
 
@@ -298,6 +322,13 @@ def _duration(text: str, flag: str) -> float:
         return parse_duration(text)
     except UserError as error:
         raise UserError(f"{flag}: {error}") from None
+
+
+def _grace(text: str) -> int:
+    seconds = _duration(text, "--grace-period")
+    if seconds < 0:
+        raise UserError(f"--grace-period {text!r} must not be negative")
+    return round(seconds)
 
 
 def _read_document(path: str) -> Any:
@@ -334,8 +365,9 @@ def _connect(kubeconfig: str | None) -> Any:
 
 def _api_errors() -> tuple[type[Exception], ...]:
     from profiler_app.trial.cluster import ApiError, UnavailableError  # noqa: PLC0415
+    from profiler_app.trial.guards import GuardError  # noqa: PLC0415
 
-    return (ApiError, UnavailableError)
+    return (ApiError, UnavailableError, GuardError)
 
 
 # -- plan -------------------------------------------------------------------------------------
@@ -344,6 +376,7 @@ def _api_errors() -> tuple[type[Exception], ...]:
 def handle_plan(args: argparse.Namespace) -> int:
     dims = parse_dims(args.dims)
     per_trial = _duration(args.per_trial, "--per-trial")
+    grace = _grace(args.grace_period)
     if args.budget_gpu_hours is not None and args.budget_gpu_hours <= 0:
         raise UserError("--budget-gpu-hours must be positive")
     scaling = BatchScaling(args.scale, args.batch_env, args.batch_env_scope)
@@ -378,8 +411,9 @@ def handle_plan(args: argparse.Namespace) -> int:
         scaling=scaling,
         budget_gpu_hours=args.budget_gpu_hours,
         source=source,
+        grace_seconds=grace,
     )
-    for warning in template_warnings(template, args.namespace):
+    for warning in template_warnings(template, args.namespace, grace):
         print(f"gpu-profiler: warning: {warning}", file=sys.stderr)
     _print_plan(plan, sys.stderr)
     text = json.dumps(plan.to_json(), indent=2) + "\n"
@@ -407,12 +441,13 @@ def _print_plan(plan: Plan, out: TextIO) -> None:
     table = Table(
         title=f"Trial plan for {plan.template.kind} {plan.template.name}: "
         f"{len(plan.trials)} trials, {plan.gpu_hours():.2f} GPU-hours at most "
-        f"({format_duration(plan.per_trial_seconds)} each)"
+        f"({format_duration(plan.per_trial_seconds)} each, then at most "
+        f"{format_duration(plan.grace_seconds)} to stop)"
     )
     for column in ("#", "placement", "nodes", "GPU-hours", "pruned because"):
         table.add_column(column)
     for trial in plan.trials:
-        hours = trial.placement.gpus * plan.per_trial_seconds / 3600
+        hours = trial.placement.gpus * (plan.per_trial_seconds + plan.grace_seconds) / 3600
         table.add_row(
             str(trial.index), trial.placement.describe(), str(trial.nodes_used), f"{hours:.2f}", ""
         )
@@ -438,7 +473,9 @@ def _run_options(args: argparse.Namespace, plan: Plan) -> Any:
         raise UserError("--budget-gpu-hours must be positive")
     if not plan.trials:
         raise UserError(f"{args.plan} has no trials to run (every placement was pruned)")
-    refusal = budget_refusal([t.placement for t in plan.trials], per_trial, args.budget_gpu_hours)
+    grace = _grace(args.grace_period)
+    placements = [t.placement for t in plan.trials]
+    refusal = budget_refusal(placements, per_trial, args.budget_gpu_hours, grace)
     if refusal:
         raise UserError(refusal)
     if not (args.metric or args.metric_query or args.step_regex or args.prometheus_url):
@@ -458,17 +495,18 @@ def _run_options(args: argparse.Namespace, plan: Plan) -> Any:
         allow_scale_up=args.allow_scale_up,
         poll_seconds=_duration(args.poll, "--poll"),
         max_gpus=args.max_gpus,
+        grace_seconds=grace,
+        read_only_volumes=args.read_only_volumes,
     )
 
 
 def handle_run(args: argparse.Namespace) -> int:
     from profiler_app.trial.runner import Measuring, TrialRun, new_run_id  # noqa: PLC0415
 
-    plan = Plan.from_json(_load_json(args.plan), args.plan)
+    plan = Plan.from_json(load_json(args.plan), args.plan)
     options = _run_options(args, plan)
     step_regex = _regex(args.step_regex)
-    for warning in template_warnings(plan.template, args.namespace):
-        print(f"gpu-profiler: warning: {warning}", file=sys.stderr)
+    _warn_about_template(plan, options)
     if args.dry_run:
         _dry_run(plan, options, new_run_id())
         return 0
@@ -498,7 +536,7 @@ def handle_run(args: argparse.Namespace) -> int:
             if metrics is not None:
                 metrics.close()
     summary = summarise(outcome.results, plan.scaling.scale)
-    document = _results_document(
+    document = results_document(
         outcome.run_id,
         plan=plan,
         rows=summary.rows(),
@@ -507,10 +545,10 @@ def handle_run(args: argparse.Namespace) -> int:
         budget=args.budget_gpu_hours,
     )
     if store_url is not None:
-        _record(store_url, outcome.run_id, plan, summary.rows(), summary.recommendation)
+        record(store_url, outcome.run_id, plan, summary.rows(), summary.recommendation)
     if args.results:
         Path(args.results).write_text(json.dumps(document, indent=2, default=str) + "\n")
-    _write(document, args.output, sys.stdout)
+    write(document, args.output, sys.stdout)
     print(
         f"gpu-profiler: run {outcome.run_id}: {len(outcome.results)} trials, "
         f"{outcome.gpu_seconds / 3600:.3f} of {args.budget_gpu_hours:g} GPU-hours used",
@@ -528,6 +566,14 @@ def handle_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_about_template(plan: Plan, options: Any) -> None:
+    warnings = template_warnings(plan.template, options.namespace, options.grace_seconds)
+    if options.read_only_volumes:  # they are mounted read-only: nothing to warn about
+        warnings = [w for w in warnings if "writable (volume" not in w]
+    for warning in warnings:
+        print(f"gpu-profiler: warning: {warning}", file=sys.stderr)
+
+
 def _regex(text: str | None) -> re.Pattern[str] | None:
     if text is None:
         return None
@@ -535,15 +581,6 @@ def _regex(text: str | None) -> re.Pattern[str] | None:
         return re.compile(text)
     except re.error as error:
         raise UserError(f"--step-regex {text!r}: {error}") from None
-
-
-def _load_json(path: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as error:
-        raise UserError(f"cannot read {path}: {error.strerror or error}") from None
-    except ValueError as error:
-        raise UserError(f"{path} is not JSON: {error}") from None
 
 
 def _dry_run(plan: Plan, options: Any, run_id: str) -> None:
@@ -556,6 +593,8 @@ def _dry_run(plan: Plan, options: Any, run_id: str) -> None:
         anchor_name=f"trial-run-{run_id}",
         anchor_uid="<the anchor's uid>",
         allow_scale_up=options.allow_scale_up,
+        grace_seconds=options.grace_seconds,
+        read_only_volumes=options.read_only_volumes,
     )
     manifests = [
         trial_manifest(
@@ -589,122 +628,19 @@ def _stop_on_signals(run: Any, received: list[int]) -> dict[int, Any]:
     return previous
 
 
-RESULTS_FORMAT_VERSION = 1  # docs/cli.md: keys are only added within a version
-
-
-def _results_document(
-    run_id: str,
-    *,
-    plan: Plan,
-    rows: list[dict[str, Any]],
-    recommendation: str,
-    gpu_seconds: float,
-    budget: float | None,
-) -> dict[str, Any]:
-    workload = f"{plan.template.kind}/{plan.template.namespace or ''}/{plan.template.name}"
-    return {
-        "kind": "trial-results",
-        "format_version": RESULTS_FORMAT_VERSION,
-        "run_id": run_id,
-        "workload": workload,
-        "recommendation": recommendation,
-        "gpu_hours_used": round(gpu_seconds / 3600, 6),
-        "budget_gpu_hours": budget,
-        "pareto": [row["trial"] for row in rows if row["pareto"]],
-        "trials": rows,
-    }
-
-
-def _record(
-    url: str, run_id: str, plan: Plan, rows: list[dict[str, Any]], recommendation: str
-) -> None:
-    from profiler_app.sinks.store.trials import TrialStore  # noqa: PLC0415
-
-    workload = f"{plan.template.kind}/{plan.template.namespace or ''}/{plan.template.name}"
-    store = TrialStore(url)
-    try:
-        store.record(
-            run_id,
-            [{**row, "workload": workload, "recommendation": recommendation} for row in rows],
-        )
-    finally:
-        store.close()
-
-
-def _write(document: dict[str, Any], output: str, out: TextIO) -> None:
-    rows = document["trials"]
-    if output == "json":
-        json.dump(document, out, indent=2, default=str)
-        out.write("\n")
-        return
-    if output == "csv":
-        writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        return
-    console = Console(file=out, width=200 if not out.isatty() else None)
-    table = Table(title=f"Trials of run {document['run_id']} ({document['workload']})")
-    for column in TABLE_COLUMNS:
-        table.add_column(column.replace("_", " "))
-    for row in rows:
-        table.add_row(*(_cell(row.get(column)) for column in TABLE_COLUMNS))
-    console.print(table)
-    front = ", ".join(document["pareto"]) or "none"
-    console.print(f"Pareto front (throughput against GPUs): {front}", highlight=False)
-    console.print(f"Recommendation: {document['recommendation']}", highlight=False)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else ""
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
-
-
-# -- report and clean -------------------------------------------------------------------------
-
-
-def handle_report(args: argparse.Namespace) -> int:
-    if Path(args.run).is_file():
-        document = _load_json(args.run)
-        if not isinstance(document, dict) or "trials" not in document:
-            raise UserError(f"{args.run} is not a results file of gpu-profiler trial run")
-    else:
-        if args.store_url.strip().lower() == "none":
-            raise UserError("a run id is read from the store: give --store-url")
-        from profiler_app.sinks.store.trials import TrialStore  # noqa: PLC0415
-
-        store = TrialStore(args.store_url, create=False)
-        try:
-            rows = store.run_rows(args.run)
-        finally:
-            store.close()
-        if not rows:
-            raise UserError(f"no trial run {args.run!r} in the store {store.url}")
-        document = {
-            "kind": "trial-results",
-            "format_version": RESULTS_FORMAT_VERSION,
-            "run_id": args.run,
-            "workload": rows[0]["workload"],
-            "recommendation": rows[0]["recommendation"] or "",
-            "pareto": [row["trial"] for row in rows if row["pareto"]],
-            "trials": [{column: row.get(column) for column in COLUMNS} for row in rows],
-        }
-    _write(document, args.output, sys.stdout)
-    return 0
+# -- clean ------------------------------------------------------------------------------------
 
 
 def handle_clean(args: argparse.Namespace) -> int:
-    from profiler_app.trial.runner import (  # noqa: PLC0415
+    from profiler_app.trial.collect import (  # noqa: PLC0415
         collect_runs,
         delete_run,
+        found_runs,
         remaining_objects,
     )
 
     cluster = _connect(args.kubeconfig)
+    now = time.time()
     try:
         if args.run:
             delete_run(cluster, args.namespace, args.run)
@@ -715,13 +651,27 @@ def handle_clean(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 0
-        older = _duration(args.older_than, "--older-than")
-        runs = collect_runs(cluster, args.namespace, time.time(), older_than=older)
+        older = None if args.expired else _duration(args.older_than, "--older-than")
+        found = found_runs(cluster, args.namespace)
+        runs = collect_runs(cluster, args.namespace, now, older_than=older)
     except _api_errors() as error:
         raise UserError(f"trial clean: {error}") from None
+    which = "past their end" if args.expired else f"older than {args.older_than}"
     print(
-        f"gpu-profiler: removed {len(runs)} run(s) older than {args.older_than}"
+        f"gpu-profiler: removed {len(runs)} run(s) {which}"
         + (f": {', '.join(runs)}" if runs else ""),
         file=sys.stderr,
     )
+    for run, created, expires in found:  # what is left, and when the next run collects it
+        if run in runs:
+            continue
+        started = (
+            "start unknown" if created is None else f"started {format_duration(now - created)} ago"
+        )
+        ends = (
+            "no stated end"
+            if expires is None
+            else f"collected by the next run in {format_duration(max(0.0, expires - now))}"
+        )
+        print(f"gpu-profiler: kept run {run}: {started}; {ends}", file=sys.stderr)
     return 0

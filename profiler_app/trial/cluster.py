@@ -27,6 +27,7 @@ RESOURCES = {
     "Pod": "/api/v1/namespaces/{namespace}/pods",
     "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
     "ResourceQuota": "/api/v1/namespaces/{namespace}/resourcequotas",
+    "Lease": "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
 }
 NAMESPACES = "/api/v1/namespaces"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -53,6 +54,24 @@ def _message(error: ApiException) -> str:
     except ValueError:
         body = {}
     return str(body.get("message") or error.reason or "")
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _forbidden(method: str, path: str, message: str) -> str:
+    """A 403 as one line naming the permission that is missing: verb, resource, namespace."""
+    parts = path.strip("/").split("/")
+    namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts[:-1] else None
+    group = parts[1] if parts[0] == "apis" else ""
+    after = parts[parts.index(namespace) + 1 :] if namespace else parts[(3 if group else 2) :]
+    resource = after[0] if after else parts[-1]
+    if len(after) > 2:
+        resource = f"{resource}/{after[2]}"  # a subresource (pods/log)
+    verb = _VERBS.get(method) or ("get" if len(after) >= 2 else "list")
+    where = f" in namespace {namespace}" if namespace else ""
+    named = f"{resource}.{group}" if group else resource
+    return f"no permission to {verb} {named}{where} ({message})"
 
 
 class TrialCluster:
@@ -84,6 +103,8 @@ class TrialCluster:
             status = error_status(error)
             if status is None or status >= 500 or status == 429:
                 raise UnavailableError(describe(error)) from None
+            if status == 403:
+                raise ApiError(403, _forbidden(method, path, _message(error))) from None
             raise ApiError(status, _message(error)) from None
         except TRANSPORT_ERRORS as error:
             raise UnavailableError(describe(error)) from None
@@ -106,6 +127,14 @@ class TrialCluster:
         )
         return result
 
+    def update(self, kind: str, namespace: str, manifest: Json) -> Json:
+        """Replace (PUT); the manifest's resourceVersion makes it 409 if changed meanwhile."""
+        name = manifest["metadata"]["name"]
+        result: Json = self._call(
+            "PUT", f"{RESOURCES[kind].format(namespace=namespace)}/{name}", body=manifest
+        )
+        return result
+
     def get(self, kind: str, namespace: str, name: str) -> Json | None:
         try:
             result: Json = self._call(
@@ -124,17 +153,21 @@ class TrialCluster:
         )
         return list(result.get("items") or [])
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete with its dependents (garbage collector, in the background); False if gone."""
+    def delete(
+        self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None
+    ) -> bool:
+        """Delete with its dependents (garbage collector, in the background), and with
+        ``grace_seconds`` the pod's grace period instead of its own; False if gone."""
+        options: Json = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
         try:
             self._call(
-                "DELETE",
-                f"{RESOURCES[kind].format(namespace=namespace)}/{name}",
-                body={
-                    "kind": "DeleteOptions",
-                    "apiVersion": "v1",
-                    "propagationPolicy": "Background",
-                },
+                "DELETE", f"{RESOURCES[kind].format(namespace=namespace)}/{name}", body=options
             )
         except ApiError as error:
             if error.status == 404:
@@ -143,6 +176,19 @@ class TrialCluster:
         return True
 
     # -- specific --------------------------------------------------------------------------
+
+    def events_of(self, namespace: str, name: str) -> list[Json]:
+        """The Events about the object ``name`` (its controller's FailedCreate, say)."""
+        result = self._call(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events",
+            query={"fieldSelector": f"involvedObject.name={name}"},
+        )
+        return [
+            e
+            for e in result.get("items") or ()
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
 
     def nodes(self) -> list[Json]:
         return list(self._call("GET", NODES).get("items") or [])

@@ -23,19 +23,20 @@ from typing import Any
 from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.errors import UserError
 from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES
+from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS, bound_stopping, stopping_notes
 from profiler_app.trial.placement import (
     GPU_RESOURCE,
     HOSTNAME_LABEL,
     PACKED,
     Placement,
 )
+from profiler_app.trial.volumes import TRIAL_ENV, mount_read_only, volume_warnings
 
 Json = dict[str, Any]
 JOB, PYTORCH_JOB, POD = "Job", "PyTorchJob", "Pod"
 API_VERSIONS = {JOB: "batch/v1", PYTORCH_JOB: "kubeflow.org/v1", POD: "v1"}
 PYTORCH_CONTAINER = "pytorch"  # the container the training operator configures
 MASTER, WORKER = "Master", "Worker"
-TRIAL_ENV = "GPU_PROFILER_TRIAL"
 RUN_LABEL = f"{DEFAULT_DOMAIN}/trial-run"
 TRIAL_LABEL = f"{DEFAULT_DOMAIN}/trial"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-profiler-trial")
@@ -115,6 +116,8 @@ class TrialSettings:
     anchor_name: str
     anchor_uid: str
     allow_scale_up: bool = False
+    grace_seconds: int = DEFAULT_GRACE_SECONDS
+    read_only_volumes: bool = False
 
 
 def strip_server_fields(obj: Json) -> Json:
@@ -253,39 +256,25 @@ def load_template(document: Any, source: str) -> Template:
     )
 
 
-def template_warnings(template: Template, trial_namespace: str) -> list[str]:
-    """What a user must know before trials run: volumes a trial could write to, and objects the
-    pods need that must exist in the trial namespace."""
+def template_warnings(
+    template: Template, trial_namespace: str, grace_seconds: int = DEFAULT_GRACE_SECONDS
+) -> list[str]:
+    """What a user must know before trials run: volumes a trial could write to, how trials
+    stop (grace period, preStop hooks), and objects the pods need in the trial namespace."""
     warnings: list[str] = []
     needed: dict[str, set[str]] = {}
-    for _role, spec in pod_specs(copy.deepcopy(template.manifest)):
-        warnings += _writable_claims(spec)
+    specs = [spec for _role, spec in pod_specs(copy.deepcopy(template.manifest))]
+    for spec in specs:
+        warnings += volume_warnings(spec)
         for kind, name in _referenced(spec):
             needed.setdefault(kind, set()).add(name)
+    warnings += stopping_notes(specs, grace_seconds)
     if needed and template.namespace != trial_namespace:
         listed = "; ".join(
             f"{kind} {', '.join(sorted(names))}" for kind, names in sorted(needed.items())
         )
         warnings.append(f"trials run in namespace {trial_namespace}: the pods need {listed} there")
     return list(dict.fromkeys(warnings))
-
-
-def _writable_claims(spec: Json) -> list[str]:
-    read_only_mounts = {
-        mount.get("name")
-        for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
-        for mount in container.get("volumeMounts") or ()
-        if mount.get("readOnly")
-    }
-    return [
-        f"the template mounts PersistentVolumeClaim {claim.get('claimName')} writable (volume "
-        f"{volume.get('name')}): trials could overwrite its checkpoints; mount it readOnly, or "
-        f"have the script skip writes when {TRIAL_ENV}=1"
-        for volume in spec.get("volumes") or ()
-        if (claim := volume.get("persistentVolumeClaim"))
-        and not claim.get("readOnly")
-        and volume.get("name") not in read_only_mounts
-    ]
 
 
 # (kind, where a pod spec names one): volumes, envFrom and env valueFrom.
@@ -474,6 +463,9 @@ def _pod_spec(
     batch: int | None,
 ) -> None:
     spec["priorityClassName"] = settings.priority_class
+    bound_stopping(spec, settings.grace_seconds)
+    if settings.read_only_volumes:
+        mount_read_only(spec)
     for owned in ("priority", "preemptionPolicy", "nodeName", "topologySpreadConstraints"):
         spec.pop(owned, None)
     for container in spec.get("containers") or ():

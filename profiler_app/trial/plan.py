@@ -4,7 +4,8 @@ Every combination of the dimensions is a candidate. A candidate is pruned, with 
 the template's pods fit no node that exists (taints, nodeSelector, allocatable GPUs per node and
 in all; see ``placement.fit``), when its batch does not divide over its GPUs, or when it would
 take the plan over its GPU-hour budget. The rest run cheapest first: fewest GPUs, packed before
-spread. A trial's cost is its GPUs times its deadline, the most it can hold them.
+spread. A trial's cost is its GPUs times its deadline plus its pods' capped grace period
+(grace.py), the most it can hold them.
 
 The plan is a JSON document (``PLAN_VERSION``) that ``trial run`` reads; its placements carry a
 ``sharing`` field, reserved for MIG profiles and time-slicing.
@@ -20,6 +21,7 @@ from typing import Any
 
 from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
+from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS
 from profiler_app.trial.manifests import (
     PYTORCH_JOB,
     BatchScaling,
@@ -96,9 +98,10 @@ class Plan:
     budget_gpu_hours: float | None = None
     source: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
 
     def gpu_hours(self, per_trial_seconds: float | None = None) -> float:
-        seconds = per_trial_seconds or self.per_trial_seconds
+        seconds = (per_trial_seconds or self.per_trial_seconds) + self.grace_seconds
         return sum(gpu_hours(t.placement.gpus, seconds) for t in self.trials)
 
     def to_json(self) -> Json:
@@ -111,6 +114,7 @@ class Plan:
             "scaling": self.scaling.to_json(),
             "dims": self.dims.to_json(),
             "per_trial_seconds": self.per_trial_seconds,
+            "grace_seconds": self.grace_seconds,
             "budget_gpu_hours": self.budget_gpu_hours,
             "gpu_hours": round(self.gpu_hours(), 4),
             "trials": [trial.to_json() for trial in self.trials],
@@ -142,6 +146,7 @@ class Plan:
                 budget_gpu_hours=document.get("budget_gpu_hours"),
                 source=str(document.get("source") or ""),
                 created_at=str(document.get("created_at") or ""),
+                grace_seconds=float(document.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise UserError(f"{origin}: malformed trial plan ({error})") from None
@@ -176,6 +181,7 @@ def build_plan(
     scaling: BatchScaling | None = None,
     budget_gpu_hours: float | None = None,
     source: str = "",
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> Plan:
     """The pruned grid, cheapest first (see the module docstring)."""
     scaling = scaling or BatchScaling()
@@ -211,7 +217,7 @@ def build_plan(
         if isinstance(outcome, str):
             pruned.append(Pruned(placement, outcome))
             continue
-        cost = gpu_hours(placement.gpus, per_trial_seconds)
+        cost = gpu_hours(placement.gpus, per_trial_seconds + grace_seconds)
         if budget_gpu_hours is not None and spent + cost > budget_gpu_hours + 1e-9:
             pruned.append(
                 Pruned(
@@ -233,6 +239,7 @@ def build_plan(
         nodes=list(nodes),
         budget_gpu_hours=budget_gpu_hours,
         source=source,
+        grace_seconds=grace_seconds,
     )
 
 
@@ -256,24 +263,31 @@ def _cost_order(placement: Placement) -> tuple[int, int, int, str]:
 
 
 def budget_refusal(
-    placements: Sequence[Placement], per_trial_seconds: float, budget_gpu_hours: float
+    placements: Sequence[Placement],
+    per_trial_seconds: float,
+    budget_gpu_hours: float,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> str | None:
-    """Why a run of these trials with this deadline would exceed the budget, or None."""
+    """Why a run of these trials would exceed the budget, or None. A trial can hold its GPUs
+    for its deadline and then its pods' grace period (capped, grace.py): both count."""
     if not placements:
         return None
-    cheapest = min(gpu_hours(p.gpus, per_trial_seconds) for p in placements)
-    needed = sum(gpu_hours(p.gpus, per_trial_seconds) for p in placements)
+    held = per_trial_seconds + grace_seconds
+    cheapest = min(gpu_hours(p.gpus, held) for p in placements)
+    needed = sum(gpu_hours(p.gpus, held) for p in placements)
     deadline = format_duration(per_trial_seconds)
+    grace = format_duration(grace_seconds)
     if cheapest > budget_gpu_hours:
         return (
             f"--budget-gpu-hours {budget_gpu_hours:g} is too small for a single trial: the "
-            f"cheapest needs {cheapest:.2f} GPU-hours at --per-trial {deadline}"
+            f"cheapest needs {cheapest:.2f} GPU-hours at --per-trial {deadline} and "
+            f"--grace-period {grace}"
         )
     if needed > budget_gpu_hours:
         return (
             f"the plan's {len(placements)} trials may hold GPUs for {needed:.2f} GPU-hours "
-            f"(GPUs x --per-trial {deadline}), over --budget-gpu-hours "
-            f"{budget_gpu_hours:g}: raise the budget, shorten --per-trial, or plan again "
-            "with --budget-gpu-hours"
+            f"(GPUs x (--per-trial {deadline} + --grace-period {grace})), over "
+            f"--budget-gpu-hours {budget_gpu_hours:g}: raise the budget, shorten --per-trial, "
+            "or plan again with --budget-gpu-hours"
         )
     return None

@@ -1,8 +1,11 @@
 """``TrialRun``: launches a plan's trials, measures them, and removes everything it created.
 
 Before anything: the budget is checked by the caller (``plan.budget_refusal``). Then, in order:
-expired runs are collected; the namespace, its ResourceQuota and the PriorityClass are made
-sure of; the run's anchor ConfigMap is created. Trials start cheapest first, at most
+the namespace's Lease is taken (lock.py: one run at a time); expired runs are collected; the
+namespace, its ResourceQuota (waited for until enforced) and the PriorityClass are made sure of
+(guards.py); the run's anchor ConfigMap is created. A create whose answer is lost is settled
+before anything else starts, and an ended trial's GPUs stay taken until its pods are gone
+(handover.py). Trials start cheapest first, at most
 ``parallel`` at a time and never more GPUs than the quota; a trial the step-time model predicts
 with confidence is not started. Each trial is polled: pending past ``pending_timeout`` means
 deleted and ``unschedulable``; a failed Job or PyTorchJob means ``failed`` with the reason; once
@@ -23,15 +26,20 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 
-from profiler_app.trial import estimators
+from profiler_app.trial import estimators, guards, handover
+from profiler_app.trial import status as trial_status
 from profiler_app.trial.cluster import ApiError, TrialCluster, UnavailableError
+from profiler_app.trial.collect import ANCHOR_PREFIX, EXPIRES_AT, collect_runs, remaining_objects
 from profiler_app.trial.estimators import Measurement
+from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS
+from profiler_app.trial.guards import QUOTA_NAME
+from profiler_app.trial.lock import NamespaceLock
 from profiler_app.trial.manifests import (
     MANAGED_BY,
     PYTORCH_JOB,
@@ -62,17 +70,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "gpu-profiler-trials"
 PRIORITY_CLASS = "gpu-profiler-trial"
-PRIORITY_VALUE = -100  # below every default (0): production pods go first
-QUOTA_NAME = "gpu-profiler-trials"
-ANCHOR_PREFIX = "trial-run-"
-EXPIRES_AT = "ai.centaurus.io/trial-run-expires-at"
-IMMEDIATE_FAILURES = (
-    "CreateContainerConfigError",
-    "InvalidImageName",
-    "CreateContainerError",
-    "ErrImageNeverPull",
-)
-TRIAL_KINDS = ("Job", PYTORCH_JOB)
 
 Json = dict[str, Any]
 
@@ -124,6 +121,8 @@ class RunOptions:
     skip_tolerance: float = 0.10
     cleanup_timeout_seconds: float = 180.0
     max_gpus: int | None = None  # the quota; default: the largest trial times parallel
+    grace_seconds: int = DEFAULT_GRACE_SECONDS  # the cap on trial pods' grace period
+    read_only_volumes: bool = False
 
 
 @dataclass
@@ -186,6 +185,10 @@ class TrialRun:
             (t.placement.gpus for t in plan.trials), default=1
         ) * max(1, options.parallel)
         self._outage_since: float | None = None
+        self._uncertain: int | None = None  # a trial whose create got no answer
+        self._attempted: dict[int, float] = {}  # when each trial's create was first sent
+        self.draining: dict[int, handover.Draining] = {}
+        self._lock = NamespaceLock(cluster, options.namespace, self.run_id, clock)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -204,6 +207,9 @@ class TrialRun:
             self._loop()
         finally:
             leftovers = self._cleanup()
+            if not leftovers:  # else the Lease expires on its own, after the leftovers
+                with contextlib.suppress(UnavailableError, ApiError):
+                    self._lock.release()
         ordered = [self.results[t.index] for t in self.plan.trials if t.index in self.results]
         spent = sum(result.gpu_seconds for result in ordered)
         return RunOutcome(self.run_id, ordered, leftovers, self.stopping, spent)
@@ -212,77 +218,38 @@ class TrialRun:
 
     def _prepare(self) -> None:
         ns = self.options.namespace
+        try:
+            self._lock.acquire()  # one run at a time in the namespace (lock.py)
+        except ApiError as error:
+            if error.status != 404:  # 404: no such namespace yet
+                raise
+            self.cluster.ensure_namespace(ns)
+            self._lock.acquire()
         for run in collect_runs(self.cluster, ns, self.clock(), keep=self.run_id):
             self.progress.event(f"collected the objects of expired run {run}")
         quota = self.cluster.get("ResourceQuota", ns, QUOTA_NAME)
         if quota is None:
             self.cluster.ensure_namespace(ns)
-            self.cluster.create("ResourceQuota", ns, self._quota())
+            quota = self.cluster.create(
+                "ResourceQuota", ns, guards.quota_manifest(self.quota_gpus, self.options.parallel)
+            )
             self.progress.event(
                 f"namespace {ns}: ResourceQuota {QUOTA_NAME} of {self.quota_gpus} GPUs"
             )
         else:
-            hard = (quota.get("spec") or {}).get("hard") or {}
-            try:
-                self.quota_gpus = min(self.quota_gpus, int(str(hard["requests.nvidia.com/gpu"])))
-            except (KeyError, ValueError):
-                raise ApiError(
-                    400, f"ResourceQuota {ns}/{QUOTA_NAME} sets no requests.nvidia.com/gpu"
-                ) from None
-        self._ensure_priority_class()
+            self.quota_gpus = min(self.quota_gpus, guards.quota_gpus(quota, ns))
+        if not (quota.get("status") or {}).get("hard"):
+            waited = guards.wait_for_quota(
+                self.cluster, ns, clock=self.clock, pause=self._pause, timeout=60.0
+            )
+            self.progress.event(f"the quota is enforced ({waited:.0f} s for its status)")
+        if guards.ensure_priority_class(self.cluster, self.options.priority_class):
+            self.progress.event(f"PriorityClass {self.options.priority_class} created")
         anchor = self.cluster.create("ConfigMap", ns, self._anchor_manifest())
         self.anchor = anchor
         self.progress.event(
             f"run {self.run_id}: anchor ConfigMap {ns}/{anchor['metadata']['name']}"
         )
-
-    def _quota(self) -> Json:
-        objects = str(2 * max(1, self.options.parallel) + 2)
-        return {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": QUOTA_NAME, "labels": dict([MANAGED_BY])},
-            "spec": {
-                "hard": {
-                    "requests.nvidia.com/gpu": str(self.quota_gpus),
-                    "count/pods": str(self.quota_gpus),
-                    "count/jobs.batch": objects,
-                    "count/pytorchjobs.kubeflow.org": objects,
-                    "count/configmaps": "16",
-                }
-            },
-        }
-
-    def _ensure_priority_class(self) -> None:
-        name = self.options.priority_class
-        try:
-            found = self.cluster.priority_class(name)
-        except ApiError as error:
-            if error.status != 403:
-                raise
-            self.progress.event(
-                f"cannot read PriorityClass {name} (no permission): taken as "
-                "installed by the TrialRunner component"
-            )
-            return
-        if found is None:
-            self.cluster.create_priority_class(
-                {
-                    "apiVersion": "scheduling.k8s.io/v1",
-                    "kind": "PriorityClass",
-                    "metadata": {"name": name, "labels": dict([MANAGED_BY])},
-                    "value": PRIORITY_VALUE,
-                    "preemptionPolicy": "Never",
-                    "globalDefault": False,
-                    "description": "gpu-profiler trials: below production, never preempting",
-                }
-            )
-        elif found.get("preemptionPolicy") != "Never":
-            raise ApiError(
-                409,
-                f"PriorityClass {name} may preempt pods (preemptionPolicy "
-                f"{found.get('preemptionPolicy')}); trials need Never",
-            )
 
     def _anchor_manifest(self) -> Json:
         longest = self.options.per_trial_seconds * max(1, len(self.plan.trials))
@@ -303,11 +270,14 @@ class TrialRun:
     def _loop(self) -> None:
         queue = list(self.plan.trials)
         while (queue or self.active) and not self.stopping:
+            with contextlib.suppress(UnavailableError):
+                self._lock.renew()
+            self._drain()
             queue = self._launch(queue)
             for index in list(self.active):
                 self._guarded(self._poll, self.active[index])
             self.progress.update(self.board(queue))
-            if self.active:
+            if self.active or self.draining or self._uncertain is not None:
                 self._pause(self.options.poll_seconds)
         for trial in queue:
             self._finish_unstarted(trial, CANCELLED, "not started: the run was stopped")
@@ -322,6 +292,10 @@ class TrialRun:
             if self._outage_since is not None:
                 self.progress.event("the API server answers again")
                 self._outage_since = None
+        except ApiError as error:
+            if error.status != 403:
+                raise
+            raise ApiError(403, f"checking on trial {active.name}: {error.message}") from None
         except UnavailableError as error:
             if self._outage_since is None:
                 self._outage_since = self.clock()
@@ -331,9 +305,12 @@ class TrialRun:
                 )
 
     def _launch(self, queue: list[PlannedTrial]) -> list[PlannedTrial]:
-        waiting = []
-        for trial in queue:
+        waiting: list[PlannedTrial] = []
+        # A trial whose create may have gone through is settled before any other starts.
+        queue = sorted(queue, key=lambda t: t.index != self._uncertain)
+        for position, trial in enumerate(queue):
             busy = sum(a.planned.placement.gpus for a in self.active.values())
+            busy += sum(d.gpus for d in self.draining.values())
             gpus = trial.placement.gpus
             if gpus > self.quota_gpus:
                 self._finish_unstarted(
@@ -344,13 +321,14 @@ class TrialRun:
                 continue
             hostnames = self._reserve(trial)
             if (
-                len(self.active) >= self.options.parallel
+                len(self.active) + len(self.draining) >= self.options.parallel
                 or busy + gpus > self.quota_gpus
                 or hostnames is None
             ):
                 waiting.append(trial)
                 continue
-            prediction = self._prediction(trial)
+            uncertain = trial.index == self._uncertain
+            prediction = None if uncertain else self._prediction(trial)
             if prediction is not None:
                 self.results[trial.index] = TrialResult(
                     trial.index,
@@ -364,10 +342,14 @@ class TrialRun:
                 self.progress.event(f"{trial.placement.describe()}: skipped, {prediction.note}")
                 continue
             try:
-                self._create(trial, hostnames)
+                self._create(trial, hostnames, uncertain=uncertain)
+                self._uncertain = None
             except UnavailableError:
-                waiting.append(trial)  # tried again next round
+                # The create may have gone through: nothing else starts until it is known.
+                self._uncertain = trial.index
+                return [*waiting, *queue[position:]]
             except ApiError as error:
+                self._uncertain = None
                 self._finish_unstarted(trial, FAILED, f"refused by the API server: {error}")
         return waiting
 
@@ -431,12 +413,15 @@ class TrialRun:
         disturb each other: the free nodes that can hold it (packed; once its pods are bound,
         only the node they are on), or all of its nodes (spread); None while taken."""
         taken = {name for active in self.active.values() for name in active.hostnames}
+        taken |= {name for draining in self.draining.values() for name in draining.hostnames}
         if trial.placement.layout == PACKED:
             free = tuple(name for name in trial.hostnames if name not in taken)
             return free or None
         return None if taken & set(trial.hostnames) else trial.hostnames
 
-    def _create(self, trial: PlannedTrial, hostnames: tuple[str, ...]) -> None:
+    def _create(
+        self, trial: PlannedTrial, hostnames: tuple[str, ...], *, uncertain: bool = False
+    ) -> None:
         assert self.anchor is not None
         settings = TrialSettings(
             namespace=self.options.namespace,
@@ -447,6 +432,8 @@ class TrialRun:
             anchor_name=self.anchor["metadata"]["name"],
             anchor_uid=self.anchor["metadata"]["uid"],
             allow_scale_up=self.options.allow_scale_up,
+            grace_seconds=self.options.grace_seconds,
+            read_only_volumes=self.options.read_only_volumes,
         )
         manifest = trial_manifest(
             self.plan.template,
@@ -459,9 +446,17 @@ class TrialRun:
         kind = manifest["kind"]
         name = manifest["metadata"]["name"]
         self.created.append((kind, name))
-        self.cluster.create(kind, self.options.namespace, manifest)
-        self.active[trial.index] = ActiveTrial(trial, name, kind, self.clock(), hostnames)
-        self.progress.event(f"{trial.placement.describe()}: started as {kind} {name}")
+        started = self._attempted.setdefault(trial.index, self.clock())
+        try:
+            self.cluster.create(kind, self.options.namespace, manifest)
+            said = f"started as {kind} {name}"
+        except ApiError as error:
+            if not (uncertain and error.status == 409):
+                raise
+            handover.adopt(self.cluster, kind, self.options.namespace, name, self.run_id)
+            said = f"the create of {kind} {name} timed out but went through: adopted"
+        self.active[trial.index] = ActiveTrial(trial, name, kind, started, hostnames)
+        self.progress.event(f"{trial.placement.describe()}: {said}")
 
     # -- one trial -------------------------------------------------------------------------
 
@@ -478,15 +473,15 @@ class TrialRun:
         if obj is None:
             self._end(active, FAILED, "the trial object was deleted by someone else")
             return
-        finished = _finished(obj)
+        finished = trial_status.finished(obj)
         if finished is not None and finished[0] != "deadline":
             self._ended_early(active, *finished)
             return
-        problem = _stuck(pods)
+        problem = trial_status.stuck(pods)
         if problem is not None:
             self._end(active, FAILED, problem, measured=False)
             return
-        started = _all_started(pods, self._expected_pods(active))
+        started = trial_status.all_started(pods, self._expected_pods(active))
         if started is None:
             if active.running_since is None and now - active.created_at >= (
                 self.options.pending_timeout_seconds
@@ -494,8 +489,8 @@ class TrialRun:
                 self._end(
                     active,
                     UNSCHEDULABLE,
-                    f"pending for over "
-                    f"{self.options.pending_timeout_seconds:.0f} s: {_pending_reason(pods)}",
+                    f"pending for over {self.options.pending_timeout_seconds:.0f} s: "
+                    f"{self._why_pending(active, pods)}",
                     measured=False,
                 )
             return
@@ -519,6 +514,19 @@ class TrialRun:
                 if active.measurement and active.measurement.stable:
                     self._measure(active)
                     self._end(active, OK, "throughput stable (CV under 5 %): ended early")
+
+    def _why_pending(self, active: ActiveTrial, pods: list[Json]) -> str:
+        """The scheduler's message, or, when pods are missing, the quota's refusal that the
+        trial's controller recorded as a FailedCreate Event."""
+        if len(pods) < self._expected_pods(active):
+            try:
+                events = self.cluster.events_of(self.options.namespace, active.name)
+            except (UnavailableError, ApiError):
+                events = []
+            refused = trial_status.refused_creates(events)
+            if refused is not None:
+                return f"the namespace's quota refused its pods (FailedCreate: {refused})"
+        return trial_status.pending_reason(pods)
 
     def _ended_early(self, active: ActiveTrial, kind: str, message: str) -> None:
         """The job completed or failed on its own: what it measured until then counts."""
@@ -579,7 +587,7 @@ class TrialRun:
         return [period, proxy]
 
     def _read_log(self, active: ActiveTrial) -> None:
-        pod = _rank_zero(active.pods)
+        pod = trial_status.rank_zero(active.pods)
         spec = next(spec for _, spec in pod_specs(dict(self.plan.template.manifest)))
         container = (gpu_container(spec, self.plan.template.name) or {}).get("name")
         since = None
@@ -606,9 +614,16 @@ class TrialRun:
         ended = self.clock()
         try:
             self.cluster.delete(active.kind, self.options.namespace, active.name)
+            for pod in active.pods:  # the trial's own short grace, whatever deletes them next
+                self.cluster.delete(
+                    "Pod", self.options.namespace, pod, grace_seconds=self.options.grace_seconds
+                )
         except (UnavailableError, ApiError) as error:
             log.warning("could not delete %s now (%s); cleanup retries", active.name, error)
         placement = active.planned.placement
+        self.draining[active.planned.index] = handover.Draining(
+            active.planned.index, active.name, placement.gpus, active.hostnames, ended
+        )
         held = ended - active.bound_since if active.bound_since is not None else 0.0
         peak = sm = None
         metrics = self.measuring.metrics
@@ -639,6 +654,24 @@ class TrialRun:
             sm_active=sm,
         )
         self.progress.event(f"{placement.describe()}: {status} ({note})")
+
+    def _drain(self) -> None:
+        """Forget the ended trials whose pods are gone; their GPU time counts until then."""
+        for index, draining in list(self.draining.items()):
+            try:
+                left = handover.pods_left(self.cluster, self.options.namespace, draining.name)
+            except (UnavailableError, ApiError):
+                return
+            if left:
+                continue
+            del self.draining[index]
+            took = max(0.0, self.clock() - draining.ended_at)
+            result = self.results[index]
+            if result.gpu_seconds > 0:  # it held GPUs: they were held until now
+                self.results[index] = replace(
+                    result, gpu_seconds=result.gpu_seconds + took * draining.gpus
+                )
+            self.progress.event(f"{draining.name}: its pods were gone {took:.0f} s after it ended")
 
     def _finish_unstarted(self, trial: PlannedTrial, status: str, note: str) -> None:
         self.results[trial.index] = TrialResult(
@@ -721,68 +754,6 @@ class TrialRun:
             time.sleep(seconds)
 
 
-def collect_runs(
-    cluster: TrialCluster,
-    namespace: str,
-    now: float,
-    *,
-    older_than: float | None = None,
-    keep: str | None = None,
-) -> list[str]:
-    """Delete the runs whose anchor expired (or, with ``older_than``, was created at least that
-    many seconds before ``now``), with what they own; returns their run ids."""
-    try:
-        anchors = cluster.list_of("ConfigMap", namespace, dict([MANAGED_BY]))
-    except ApiError as error:
-        if error.status == 404:
-            return []
-        raise
-    collected = []
-    for anchor in anchors:
-        metadata = anchor.get("metadata") or {}
-        run = (metadata.get("labels") or {}).get(RUN_LABEL)
-        if not run or run == keep:
-            continue
-        if older_than is not None:
-            created = _rfc3339(metadata.get("creationTimestamp"))
-            due = created is not None and now - created >= older_than
-        else:
-            expires = (metadata.get("annotations") or {}).get(EXPIRES_AT)
-            due = expires is not None and now >= float(expires)
-        if due:
-            delete_run(cluster, namespace, run)
-            collected.append(run)
-    return collected
-
-
-def remaining_objects(cluster: TrialCluster, namespace: str, run_id: str) -> list[str]:
-    """Objects of the run still in the cluster (trial objects, pods, the anchor)."""
-    left = []
-    for kind in (*TRIAL_KINDS, "Pod", "ConfigMap"):
-        try:
-            items = cluster.list_of(kind, namespace, {RUN_LABEL: run_id})
-        except ApiError as error:
-            if error.status == 404:  # no such resource (no training operator)
-                continue
-            raise
-        left += [f"{kind} {namespace}/{item['metadata']['name']}" for item in items]
-    return left
-
-
-def delete_run(cluster: TrialCluster, namespace: str, run_id: str) -> None:
-    """Delete a run's anchor and, in case the garbage collector lags, its objects."""
-    cluster.delete("ConfigMap", namespace, f"{ANCHOR_PREFIX}{run_id}")
-    for kind in TRIAL_KINDS:
-        try:
-            items = cluster.list_of(kind, namespace, {RUN_LABEL: run_id})
-        except ApiError as error:
-            if error.status == 404:
-                continue
-            raise
-        for item in items:
-            cluster.delete(kind, namespace, item["metadata"]["name"])
-
-
 def _step_time(measurement: Measurement, gpus: int, strong: bool) -> float | None:
     """Seconds a step: measured, or from a reported rate of work (weak scaling: a step does
     one batch per GPU)."""
@@ -791,69 +762,3 @@ def _step_time(measurement: Measurement, gpus: int, strong: bool) -> float | Non
     if measurement.rate is None or measurement.rate <= 0:
         return None
     return (1.0 if strong else float(gpus)) / measurement.rate
-
-
-def _rfc3339(text: object) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _finished(obj: Json) -> tuple[str, str] | None:
-    """("failed"|"completed"|"deadline", message) once a Job or PyTorchJob has ended."""
-    for condition in (obj.get("status") or {}).get("conditions") or ():
-        if condition.get("status") != "True":
-            continue
-        kind, reason = condition.get("type"), condition.get("reason") or ""
-        message = condition.get("message") or reason
-        if kind == "Failed":
-            return ("deadline" if "Deadline" in reason else "failed"), message
-        if kind in ("Complete", "Succeeded"):
-            return "completed", message
-    return None
-
-
-def _stuck(pods: list[Json]) -> str | None:
-    """A container that will never start (a missing Secret, a bad image name)."""
-    for pod in pods:
-        for status in (pod.get("status") or {}).get("containerStatuses") or ():
-            waiting = (status.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in IMMEDIATE_FAILURES:
-                return (
-                    f"pod {pod['metadata']['name']}: {waiting['reason']}: "
-                    f"{waiting.get('message', '')}"
-                ).rstrip(": ")
-    return None
-
-
-def _all_started(pods: list[Json], expected: int) -> float | None:
-    """When the last of the expected pods' containers started (cluster time), once all run."""
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    if len(running) < expected or not running:
-        return None
-    starts = []
-    for pod in running:
-        for status in (pod.get("status") or {}).get("containerStatuses") or ():
-            started = _rfc3339(((status.get("state") or {}).get("running") or {}).get("startedAt"))
-            if started is not None:
-                starts.append(started)
-    return max(starts) if starts else None
-
-
-def _pending_reason(pods: list[Json]) -> str:
-    for pod in pods:
-        for condition in (pod.get("status") or {}).get("conditions") or ():
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                return str(condition.get("message") or condition.get("reason") or "unscheduled")
-    return "no pod was created (quota?)" if not pods else "pods not running"
-
-
-def _rank_zero(pods: list[str]) -> str:
-    for suffix in ("-master-0", "-worker-0"):
-        for pod in pods:
-            if pod.endswith(suffix):
-                return pod
-    return pods[0]

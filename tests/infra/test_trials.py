@@ -18,7 +18,7 @@ import yaml
 from infra.render.program import ProgramRun, run_stack
 from infra.trials import PRIORITY_CLASS, QUOTA_NAME, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from infra.versions import KUBERNETES_VERSION
-from profiler_app.trial import runner
+from profiler_app.trial import guards, runner
 from tests.infra.conftest import EKS_STACK, REPO_ROOT
 
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -41,10 +41,12 @@ def test_the_role_is_the_namespace_and_what_trial_run_does(trial_run: ProgramRun
     assert rules == {
         ("batch", "jobs"): ["create", "delete", "get", "list"],
         ("kubeflow.org", "pytorchjobs"): ["create", "delete", "get", "list"],
-        ("", "pods"): ["get", "list", "watch"],
+        ("", "pods"): ["delete", "get", "list", "watch"],
         ("", "pods/log"): ["get"],
         ("", "configmaps"): ["create", "delete", "get", "list"],
         ("", "resourcequotas"): ["get"],
+        ("coordination.k8s.io", "leases"): ["create", "delete", "get", "update"],
+        ("", "events"): ["list"],
     }
     binding = trial_run.one(f"{RBAC}:RoleBinding").inputs
     assert binding["roleRef"] == {
@@ -55,9 +57,18 @@ def test_the_role_is_the_namespace_and_what_trial_run_does(trial_run: ProgramRun
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": TRIAL_ACCOUNT, "namespace": TRIAL_NAMESPACE}
     ]
-    # Nothing cluster-wide for the runner: the daemon's ClusterRole is the only one.
-    roles = trial_run.of_type(f"{RBAC}:ClusterRole")
-    assert [r.name for r in roles if "trial" in r.name] == []
+    # Cluster-wide, the runner may only read its own PriorityClass (to check it).
+    roles = [r for r in trial_run.of_type(f"{RBAC}:ClusterRole") if "trial" in r.name]
+    assert [r.inputs["rules"] for r in roles] == [
+        [
+            {
+                "apiGroups": ["scheduling.k8s.io"],
+                "resources": ["priorityclasses"],
+                "resourceNames": [PRIORITY_CLASS],
+                "verbs": ["get"],
+            }
+        ]
+    ]
 
 
 def test_the_guards_the_runner_finds_in_place(trial_run: ProgramRun) -> None:
@@ -68,7 +79,7 @@ def test_the_guards_the_runner_finds_in_place(trial_run: ProgramRun) -> None:
     priority = trial_run.one("kubernetes:scheduling.k8s.io/v1:PriorityClass").inputs
     assert priority["metadata"]["name"] == PRIORITY_CLASS == runner.PRIORITY_CLASS
     assert priority["preemptionPolicy"] == "Never"
-    assert priority["value"] == runner.PRIORITY_VALUE < 0
+    assert priority["value"] == guards.PRIORITY_VALUE < 0
     namespace = [
         n.inputs
         for n in trial_run.of_type("kubernetes:core/v1:Namespace")

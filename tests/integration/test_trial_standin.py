@@ -364,8 +364,14 @@ def test_deadlines_end_trials_the_runner_cannot_reach(
             assert [k for k in cluster.state.pods if k[0] == NAMESPACE]
         fake_clock.advance(120)  # past the deadline
         cluster.reconcile()
+        with cluster.lock:  # deleted (cleanPodPolicy All), Terminating until their containers exit
+            terminating = [p for k, p in cluster.state.pods.items() if k[0] == NAMESPACE]
+        assert terminating
+        assert all(p["metadata"]["deletionGracePeriodSeconds"] == 30 for p in terminating)
+        fake_clock.advance(3)  # the training containers exit 2 s after SIGTERM
+        cluster.reconcile()
         with cluster.lock:
-            assert not [k for k in cluster.state.pods if k[0] == NAMESPACE]  # cleanPodPolicy All
+            assert not [k for k in cluster.state.pods if k[0] == NAMESPACE]
             (job_object,) = [
                 o for k, o in cluster.batch.state.objects.items() if k[0] == "pytorchjobs"
             ]

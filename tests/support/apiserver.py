@@ -7,8 +7,16 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
 - ``GET/PATCH /api/v1/nodes/{name}`` and ``GET/PATCH /api/v1/namespaces/{ns}/pods/{name}``.
   PATCH takes a strategic merge or merge patch (a JSON object: maps merge, ``null`` deletes a
   key; lists are replaced, where the real strategic merge treats some specially, which the
-  profiler never patches) or a JSON patch (RFC 6902 ``add``, ``remove``, ``replace``, ``test``);
-  another Content-Type is 415, a malformed body 400. Then, as the real server's patch handler
+  profiler never patches), a JSON patch (RFC 6902 ``add``, ``remove``, ``replace``, ``test``) or
+  a server-side apply (``application/apply-patch+yaml``, which the real server accepts on pods
+  and nodes: it needs ``fieldManager``, else 422 as kubernetes@v1.35.0
+  staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go
+  ``ValidatePatchOptions`` answers; applied here as a merge of the applied
+  configuration, without field ownership or removal of fields a manager stops applying);
+  another Content-Type is 415, a malformed body 400. A patch that changes nothing stores
+  nothing: no new ``resourceVersion``, no watch event (kubernetes@v1.35.0
+  staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go ``GuaranteedUpdate`` skips the write
+  when the object is unchanged). Then, as the real server's patch handler
   and registry do: a JSON patch that does not apply (a failed ``test`` too) is 422 with the
   generic "the server rejected our request" Status; a patched object whose
   ``metadata.resourceVersion`` differs from the stored one (the patch carried a stale one: a
@@ -32,10 +40,11 @@ No real kube-apiserver can run here, so this small HTTP server answers, over rea
 
 Every request is recorded (``requests``, and the status of each answer in ``answers``) so
 tests can count calls per cycle, and faults can be injected per method and path: an error status
-N times or forever (``fail``), a hang longer than the client's timeout (``hang``), or someone
-else's change landing just before the request is answered (``before``). Not modelled: TLS,
-label selectors, other resource kinds, admission, server-side apply, and JSON patch ``move``
-and ``copy``.
+N times or forever (``fail``), a hang longer than the client's timeout (``hang``), someone
+else's change landing just before the request is answered (``before``), or a request carried
+out whose answer never arrives (``lose_answers``). Not modelled: TLS,
+label selectors, other resource kinds, admission, server-side apply's field ownership, and
+JSON patch ``move`` and ``copy``.
 """
 
 from __future__ import annotations
@@ -64,7 +73,8 @@ import yaml
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-PATCH_TYPES = (STRATEGIC_MERGE_PATCH, MERGE_PATCH, JSON_PATCH)
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (STRATEGIC_MERGE_PATCH, MERGE_PATCH, JSON_PATCH, APPLY_PATCH)
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -74,6 +84,7 @@ _PODS_PATH = "/api/v1/pods"
 _NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _KIND_NAMES = {"pods": "Pod", "nodes": "Node"}
+_REFUSED = object()  # a request already answered with a refusal
 
 Json = dict[str, Any]
 
@@ -104,6 +115,7 @@ class _Fault:
     hang_seconds: float = 0.0
     action: Callable[[], None] | None = None  # run before answering normally (``before``)
     cause: str | None = None  # a 500's cause (``internal_error``)
+    lose_answer: bool = False  # do the request, then close the connection unanswered
 
 
 @dataclass
@@ -380,6 +392,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._request = request
         if fault is not None:
+            if fault.lose_answer:
+                self._lose_answer(request)
+                return
             if fault.status is None:
                 if self.state.stopping.wait(fault.hang_seconds):
                     return
@@ -397,6 +412,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(request)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _lose_answer(self, request: RecordedRequest) -> None:
+        """Carry the request out, then hang up without an answer: what a client sees when its
+        timeout fires after the server committed (the change stands; the client cannot know)."""
+        self._request = request
+        real_send = self._send_json
+        self._send_json = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        try:
+            self._route(request)
+        finally:
+            self._send_json = real_send  # type: ignore[method-assign]
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(2)
 
     def _take_fault(self, request: RecordedRequest) -> _Fault | None:
         for fault in self.state.faults:
@@ -458,20 +487,36 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._patch_object(request, kind, key, current)
 
+    def _read_patch(self, request: RecordedRequest, content_type: str) -> Any:
+        """The patch in the body, or ``_REFUSED`` with the real server's refusal sent: an
+        unknown type (415), an apply without ``fieldManager`` (422), a malformed body (400)."""
+        if content_type not in PATCH_TYPES:
+            message = f"the body of the request was in an unknown format: {request.content_type}"
+            self._send_status(415, "UnsupportedMediaType", message)
+            return _REFUSED
+        if content_type == APPLY_PATCH and not request.query.get("fieldManager"):
+            message = (
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is '
+                "required for apply patch"
+            )
+            self._send_status(422, "Invalid", message)
+            return _REFUSED
+        try:
+            if content_type == APPLY_PATCH:
+                return yaml.safe_load(request.body)
+            return json.loads(request.body)
+        except (ValueError, yaml.YAMLError) as error:
+            self._send_status(400, "BadRequest", f"invalid patch: {error}")
+            return _REFUSED
+
     def _patch_object(self, request: RecordedRequest, kind: str, key: Any, current: Json) -> None:
         """Validate and apply a strategic merge, merge or JSON patch (the caller holds the lock),
         then check what the patched object says against the stored one, in the real server's
         order: resourceVersion (409 Conflict), name (400), uid (422), annotations (422)."""
         name = current["metadata"]["name"]
         content_type = (request.content_type or "").split(";")[0].strip()
-        if content_type not in PATCH_TYPES:
-            message = f"the body of the request was in an unknown format: {request.content_type}"
-            self._send_status(415, "UnsupportedMediaType", message)
-            return
-        try:
-            patch = json.loads(request.body)
-        except ValueError as error:
-            self._send_status(400, "BadRequest", f"invalid JSON patch: {error}")
+        patch = self._read_patch(request, content_type)
+        if patch is _REFUSED:
             return
         patched = copy.deepcopy(current)
         if content_type == JSON_PATCH:
@@ -492,6 +537,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_status(400, "BadRequest", "a merge patch must be an object")
             return
         if not self._patched_object_acceptable(kind, name, current, patched):
+            return
+        if patched == current:  # a no-op: no new resourceVersion, no watch event
+            self._send_json(200, current)
             return
         self.server.commit(kind, key, patched)
         self._send_json(200, patched)
@@ -858,6 +906,12 @@ class StandInApiServer:
         answering it: the change lands between the client's read and its write."""
         with self._state.lock:
             self._state.faults.append(_Fault(method, path, None, times, action=action))
+
+    def lose_answers(self, method: str, path: str, *, times: int | None = 1) -> None:
+        """Carry out ``method path`` but send no answer (the client times out or sees the
+        connection close), as when a create commits and its answer is lost on the way."""
+        with self._state.lock:
+            self._state.faults.append(_Fault(method, path, None, times, lose_answer=True))
 
     def clear_faults(self) -> None:
         with self._state.lock:

@@ -68,7 +68,8 @@ def test_strategic_merge_patch_merges_and_deletes_with_null(
 @pytest.mark.parametrize(
     ("body", "content_type", "status"),
     [
-        ({"metadata": {}}, "application/apply-patch+yaml", 415),
+        ({"metadata": {}}, "application/x-yaml", 415),
+        ({"metadata": {"annotations": {"a.io/x": "1"}}}, "application/apply-patch+yaml", 422),
         ([{"op": "add"}], STRATEGIC_MERGE_PATCH, 400),
         ({"op": "add"}, JSON_PATCH, 400),
         ([{"op": "move", "from": "/a", "path": "/b"}], JSON_PATCH, 400),
@@ -353,3 +354,38 @@ def test_kubeconfig_points_at_the_server_with_the_token(
 
     assert document["clusters"][0]["cluster"]["server"] == apiserver.url
     assert document["users"][0]["user"]["token"] == "t0ken"
+
+
+def test_server_side_apply_is_accepted_on_pods_with_a_field_manager(
+    apiserver: StandInApiServer, http: requests.Session
+) -> None:
+    apiserver.add_pod(pod_manifest("ml", "worker-0", "node-a", gpus=1))
+    applied = "metadata:\n  annotations:\n    karpenter.sh/do-not-disrupt: 'true'\n"
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    url = apiserver.url + POD_PATH
+    answer = http.patch(url, data=applied, headers=headers, params={"fieldManager": "me"})
+    assert answer.status_code == 200
+    assert apiserver.pod("ml", "worker-0")["metadata"]["annotations"] == {
+        "karpenter.sh/do-not-disrupt": "true"
+    }
+    refused = http.patch(url, data=applied, headers=headers)  # no fieldManager
+    assert refused.status_code == 422
+    assert "fieldManager: Required value" in refused.json()["message"]
+
+
+def test_a_patch_that_changes_nothing_keeps_the_version_and_sends_no_event(
+    apiserver: StandInApiServer, http: requests.Session
+) -> None:
+    pod = apiserver.add_pod(
+        pod_manifest("ml", "worker-0", "node-a", gpus=1, annotations={"a.io/x": "1"})
+    )
+    before = pod["metadata"]["resourceVersion"]
+    body = {"metadata": {"annotations": {"a.io/x": "1"}}}
+    answer = patch(http, apiserver.url + POD_PATH, body, STRATEGIC_MERGE_PATCH)
+    assert answer.status_code == 200
+    assert answer.json()["metadata"]["resourceVersion"] == before
+    assert apiserver.pod("ml", "worker-0")["metadata"]["resourceVersion"] == before
+    changed = patch(
+        http, apiserver.url + POD_PATH, {"metadata": {"annotations": {"a.io/x": "2"}}}, MERGE_PATCH
+    )
+    assert int(changed.json()["metadata"]["resourceVersion"]) > int(before)

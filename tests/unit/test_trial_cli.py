@@ -70,7 +70,7 @@ def test_plan_writes_the_pruned_grid(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = plan_file(tmp_path, "gpus=1,2,4,8")
     plan = json.loads(out.read_text())
     assert [t["placement"]["gpus"] for t in plan["trials"]] == [1, 2, 2, 4, 4, 8]
-    assert plan["gpu_hours"] == pytest.approx(21 * 600 / 3600)
+    assert plan["gpu_hours"] == pytest.approx(21 * (600 + 30) / 3600)  # deadline and grace
     err = capsys.readouterr().err
     assert "8 GPUs packed" in err
     assert "no node of NVIDIA-A10G has 8 allocatable GPUs" in err

@@ -346,6 +346,7 @@ def test_warnings_name_writable_claims_and_what_the_namespace_needs() -> None:
     assert any(
         "PersistentVolumeClaim datasets writable" in w and "checkpoints" in w for w in warnings
     )
+    assert any("--read-only-volumes" in w for w in warnings)
     assert any("PersistentVolumeClaim datasets there" in w for w in warnings)
     read_only = pod()
     read_only["spec"]["volumes"][0]["persistentVolumeClaim"]["readOnly"] = True

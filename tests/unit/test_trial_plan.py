@@ -85,7 +85,8 @@ def test_pytorch_job_grid_is_pruned_by_what_nodes_hold() -> None:
     )
     spread = next(t for t in plan.trials if t.placement.describe().startswith("8 GPUs spread"))
     assert (spread.hostnames, spread.nodes_used) == (("a", "b"), 2)
-    assert plan.gpu_hours() == pytest.approx(sum((1, 1, 2, 2, 2, 4, 4, 4, 8, 8)) * 600 / 3600)
+    # Each trial: its deadline, then up to the 30 s grace period of its pods.
+    assert plan.gpu_hours() == pytest.approx(sum((1, 1, 2, 2, 2, 4, 4, 4, 8, 8)) * 630 / 3600)
 
 
 def test_a_job_runs_one_pod_so_it_only_packs() -> None:
@@ -131,10 +132,11 @@ def test_the_budget_prunes_the_dearest_trials() -> None:
         load_template(job(), "job"),
         parse_dims(["gpus=1,2,4", "model=any"]),
         NODES,
-        per_trial_seconds=1800,
+        per_trial_seconds=1770,
         budget_gpu_hours=2.0,
     )
-    assert described(plan) == ["1 GPU", "2 GPUs packed"]  # 0.5 + 1.0 GPU-hours
+    # Each trial 1,770 s and a 30 s grace period: 0.5 + 1.0 GPU-hours.
+    assert described(plan) == ["1 GPU", "2 GPUs packed"]
     (pruned,) = plan.pruned
     assert pruned.reason == "over the budget: 2.00 GPU-hours more than the 0.50 left"
 
@@ -183,12 +185,17 @@ def test_the_plan_file_round_trips() -> None:
 def test_budget_arithmetic() -> None:
     assert gpu_hours(4, 1800) == 2.0
     placements = [Placement(1, 1, "packed"), Placement(2, 2, "packed"), Placement(4, 1, "spread")]
-    # 7 GPUs for 10 minutes: 7/6 GPU-hours.
-    assert budget_refusal(placements, 600, 7 / 6) is None
-    too_much = budget_refusal(placements, 600, 1.0)
+    # 7 GPUs for 10 minutes (9.5 and a 30 s grace period): 7/6 GPU-hours.
+    assert budget_refusal(placements, 570, 7 / 6) is None
+    assert budget_refusal(placements, 600, 7 / 6, grace_seconds=0) is None
+    over = budget_refusal(placements, 600, 7 / 6)  # the grace period counts
+    assert over is not None
+    assert "1.22 GPU-hours" in over
+    assert "--grace-period 30s" in over
+    too_much = budget_refusal(placements, 570, 1.0)
     assert too_much is not None
     assert "1.17 GPU-hours" in too_much
-    too_small = budget_refusal(placements, 600, 0.1)
+    too_small = budget_refusal(placements, 570, 0.1)
     assert too_small is not None
     assert "too small for a single trial" in too_small
     assert "0.17 GPU-hours" in too_small

@@ -65,6 +65,11 @@ ROUTES = [
     ),
     ("*", rf"/api/v1/namespaces/{_NAME}/(configmaps|resourcequotas)(?:/{_NAME})?", "batch_objects"),
     ("*", rf"/apis/scheduling\.k8s\.io/v1/()(priorityclasses)(?:/{_NAME})?", "batch_objects"),
+    (
+        "*",
+        rf"/apis/coordination\.k8s\.io/v1/namespaces/{_NAME}/(leases)(?:/{_NAME})?",
+        "batch_objects",
+    ),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodeclaims/{_NAME}", "node_claim"),
     ("GET", rf"/apis/{re.escape(KARPENTER_API)}/nodepools", "list_node_pools"),
     ("GET", rf"/apis/{re.escape(NODE_CLASS_API)}/ec2nodeclasses", "list_node_classes"),
@@ -282,8 +287,10 @@ class StandInGpuCluster(StandInApiServer):
             return self.pods.create(namespace, request.json())
 
     def delete_pod(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
+        options = request.json() if request.body else {}
+        grace = options.get("gracePeriodSeconds", request.query.get("gracePeriodSeconds"))
         with self.lock:
-            return self.pods.delete((namespace, name))
+            return self.pods.delete((namespace, name), None if grace is None else int(grace))
 
     def pod_log(self, request: RecordedRequest, namespace: str, name: str) -> Reply:
         since = request.query.get("sinceTime")
@@ -304,6 +311,8 @@ class StandInGpuCluster(StandInApiServer):
                 return self.batch.list(plural, namespace, selector)
             if request.method == "GET":
                 return self.batch.get(plural, namespace, name or "")
+            if request.method == "PUT" and name is not None:
+                return self.batch.update(plural, namespace, name, request.json())
             if request.method == "DELETE" and name is not None:
                 options = request.json() if request.body else {}
                 policy = options.get("propagationPolicy") or request.query.get("propagationPolicy")
@@ -500,8 +509,17 @@ class StandInGpuCluster(StandInApiServer):
         return 200, copy.deepcopy(found)
 
     def list_events(self, request: RecordedRequest, namespace: str) -> Reply:
+        """The namespace's Events; ``fieldSelector=involvedObject.name=NAME`` narrows them."""
+        selector = request.query.get("fieldSelector", "")
+        named = selector.split("=", 1)[1] if selector.startswith("involvedObject.name=") else None
         with self.lock:
-            events = self.pods.claim_events(namespace)
+            events = self.pods.claim_events(namespace) + [
+                copy.deepcopy(e)
+                for e in self.batch.state.events
+                if e["involvedObject"].get("namespace") == namespace
+            ]
+        if named is not None:
+            events = [e for e in events if e["involvedObject"].get("name") == named]
         return _listing("Event", events)
 
     def list_databases(self, request: RecordedRequest, namespace: str) -> Reply:

@@ -8,16 +8,34 @@ Modelled as the real ones behave:
   Job is first synced; ``activeDeadlineSeconds`` counts from it on the cluster's clock, and past
   it the running pods are deleted and the Job fails with ``DeadlineExceeded``; a failed pod with
   ``backoffLimit: 0`` fails it with ``BackoffLimitExceeded``; a succeeded one completes it;
-  ``ttlSecondsAfterFinished`` after it finished, the Job is deleted with its pods.
+  ``ttlSecondsAfterFinished`` after it finished, the Job is deleted with its pods. A failing Job
+  first gets the condition ``FailureTarget`` (its active pods deleted), and ``Failed`` only once
+  no pod of it is left running (kubernetes@v1.35.0 pkg/controller/job: ``newFailureCondition``
+  makes ``FailureTarget`` when ``delayTerminalCondition()``, which the default feature gates
+  turn on).
 - Training operator (kubeflow.org/v1 PyTorchJob): pods ``<job>-master-0`` and ``<job>-worker-N``
   labelled ``training.kubeflow.org/*`` and owned by the job; a container named ``pytorch`` is
   required (the operator's validation, 422); ``runPolicy`` gives the deadline, back-off limit,
   time to live and ``cleanPodPolicy`` (``All``: every pod deleted once the job ends). It
   succeeds when its master (else worker 0) succeeds, fails when any pod fails.
-- A pod its controller could not create (refused by a quota) is created again on a later sync.
-- Admission of pods: a ResourceQuota's ``requests.nvidia.com/gpu`` and ``count/pods`` (over the
-  namespace's Pending and Running pods), and an existing ``priorityClassName``, else 403 as the
-  real admission plugins answer. Object counts (``count/jobs.batch``, ...) at creation.
+- A pod its controller could not create (refused by a quota) is created again on a later sync,
+  and the refusal is recorded as a Warning Event ``FailedCreate`` "Error creating: <the API
+  server's message>" on the Job or PyTorchJob, repeated ones counted in the same Event
+  (kubernetes@v1.35.0 pkg/controller/controller_utils.go ``CreatePods``,
+  ``FailedCreatePodReason``; client-go's event correlator aggregates repeats).
+- Admission of pods: a ResourceQuota's ``requests.nvidia.com/gpu`` and ``pods`` (over the
+  namespace's pods that have not ended: Pending and Running, Terminating ones included until
+  they are gone) and ``count/pods`` (over every pod stored, ended ones too), as
+  kubernetes@v1.35.0 pkg/quota/v1/evaluator/core/pods.go ``PodUsageFunc`` charges them; an
+  existing ``priorityClassName``; else 403 as the real admission plugins answer. Object counts
+  (``count/jobs.batch``, ...) at creation.
+- A new ResourceQuota is enforced only once the quota controller has filled its ``status``
+  (``QUOTA_SYNC_SECONDS`` after its creation, on the cluster's clock); before, every create it
+  covers gets 403 "status unknown for quota: NAME, resources: R" (k8s.io/apiserver@v0.35.0
+  pkg/admission/plugin/resourcequota/controller.go ``checkRequest``).
+- Leases (coordination.k8s.io/v1) and any kind above replaced by PUT: a ``resourceVersion``
+  other than the stored one is 409 Conflict, as the registry's optimistic concurrency answers;
+  each stored change gets a new one.
 - Garbage collection by owner references: deleting an object with ``propagationPolicy``
   ``Background`` or ``Foreground`` deletes its dependents, recursively; ``Orphan`` leaves them
   without the reference. A Job deleted with no policy orphans its pods (batch/v1's default over
@@ -50,8 +68,10 @@ KINDS = {
     "configmaps": ("v1", "ConfigMap", "count/configmaps"),
     "resourcequotas": ("v1", "ResourceQuota", "count/resourcequotas"),
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass", None),
+    "leases": ("coordination.k8s.io/v1", "Lease", None),
 }
 ACTIVE_PHASES = ("Pending", "Running")
+QUOTA_SYNC_SECONDS = 1.0  # from a quota's creation to its status, on the cluster's clock
 GPU = "nvidia.com/gpu"
 
 
@@ -62,6 +82,7 @@ class BatchState:
     peak_gpus: dict[str, int] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)  # uid -> on the clock
     finished: dict[str, float] = field(default_factory=dict)
+    events: list[Json] = field(default_factory=list)  # the controllers' Events
 
 
 def _conditions(obj: Json) -> list[Json]:
@@ -117,6 +138,8 @@ class BatchControllers:
         }
         if namespace:
             obj["metadata"]["namespace"] = namespace
+        if plural == "resourcequotas":
+            self.state.started[obj["metadata"]["uid"]] = now
         if plural in ("jobs", "pytorchjobs"):
             obj["status"] = {"startTime": objects.now_rfc3339(now=now), "conditions": []}
             self.state.started[obj["metadata"]["uid"]] = now
@@ -125,6 +148,27 @@ class BatchControllers:
         if plural in ("jobs", "pytorchjobs"):
             self._sync(plural, namespace, name)
         return 201, copy.deepcopy(obj)
+
+    def update(self, plural: str, namespace: str, name: str, manifest: Json) -> Reply:
+        stored = self.state.objects.get((plural, namespace, name))
+        if stored is None:
+            return 404, status_object(404, "NotFound", f'{plural} "{name}" not found')
+        version = (manifest.get("metadata") or {}).get("resourceVersion")
+        if version is not None and version != stored["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again"
+            )
+            return 409, status_object(409, "Conflict", message)
+        obj = copy.deepcopy(manifest)
+        obj["metadata"] = {
+            **(manifest.get("metadata") or {}),
+            **{k: stored["metadata"][k] for k in ("uid", "creationTimestamp", "namespace")
+               if k in stored["metadata"]},
+            "resourceVersion": str(int(stored["metadata"]["resourceVersion"]) + 1),
+        }  # fmt: skip
+        self.state.objects[(plural, namespace, name)] = obj
+        return 200, copy.deepcopy(obj)
 
     def get(self, plural: str, namespace: str, name: str) -> Reply:
         obj = self.state.objects.get((plural, namespace, name))
@@ -185,9 +229,22 @@ class BatchControllers:
             if p == "resourcequotas" and ns == namespace
         ]
 
+    def _unknown(self, namespace: str, resources: tuple[str, ...]) -> str | None:
+        """The refusal of a create that a quota without a status yet covers, if any."""
+        for quota in self._quotas(namespace):
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            covered = sorted(r for r in hard if r in resources)
+            if covered and not (quota.get("status") or {}).get("hard"):
+                name = quota["metadata"]["name"]
+                return f"status unknown for quota: {name}, resources: {','.join(covered)}"
+        return None
+
     def _count_refusal(self, namespace: str, resource: str) -> str | None:
         plural = next(p for p, (_a, _k, c) in KINDS.items() if c == resource)
         used = sum(1 for (p, ns, _n) in self.state.objects if p == plural and ns == namespace)
+        unknown = self._unknown(namespace, (resource,))
+        if unknown:
+            return unknown
         for quota in self._quotas(namespace):
             hard = (quota.get("spec") or {}).get("hard") or {}
             if resource in hard and used + 1 > int(hard[resource]):
@@ -214,8 +271,12 @@ class BatchControllers:
             and ("priorityclasses", "", priority) not in self.state.objects
         ):
             return f"no PriorityClass with name {priority} was found"
+        unknown = self._unknown(namespace, (f"requests.{GPU}", "pods", "count/pods"))
+        if unknown:
+            return unknown
         wanted = objects.gpus_requested(spec)
         active = self._active_pods(namespace)
+        stored = [k for k in self._cluster.state.pods if k[0] == namespace]
         used_gpus = sum(objects.gpus_requested(p["spec"]) for p in active)
         for quota in self._quotas(namespace):
             hard = (quota.get("spec") or {}).get("hard") or {}
@@ -226,8 +287,12 @@ class BatchControllers:
                     f"exceeded quota: {name}, requested: requests.{GPU}={wanted}, used: "
                     f"requests.{GPU}={used_gpus}, limited: requests.{GPU}={limit}"
                 )
-            if "count/pods" in hard and len(active) + 1 > int(hard["count/pods"]):
-                return f"exceeded quota: {name}, requested: count/pods=1"
+            for resource, used in (("pods", len(active)), ("count/pods", len(stored))):
+                if resource in hard and used + 1 > int(hard[resource]):
+                    return (
+                        f"exceeded quota: {name}, requested: {resource}=1, used: "
+                        f"{resource}={used}, limited: {resource}={hard[resource]}"
+                    )
         return None
 
     def record_usage(self, namespace: str) -> None:
@@ -251,6 +316,19 @@ class BatchControllers:
         for plural, namespace, name in list(self.state.objects):
             if plural in ("jobs", "pytorchjobs"):
                 self._sync(plural, namespace, name)
+            elif plural == "resourcequotas":
+                self._sync_quota(self.state.objects[(plural, namespace, name)])
+
+    def _sync_quota(self, quota: Json) -> None:
+        """The quota controller fills a new quota's status once it has synced (``used`` is
+        not kept up to date here: admission counts for itself)."""
+        if (quota.get("status") or {}).get("hard"):
+            return
+        if self._cluster.clock() - self.state.started[quota["metadata"]["uid"]] >= (
+            QUOTA_SYNC_SECONDS
+        ):
+            hard = dict((quota.get("spec") or {}).get("hard") or {})
+            quota["status"] = {"hard": hard, "used": dict.fromkeys(hard, "0")}
 
     def _pods_of(self, obj: Json) -> dict[tuple[str, str], Json]:
         uid = obj["metadata"]["uid"]
@@ -265,6 +343,14 @@ class BatchControllers:
             self._expire(plural, namespace, name, obj, now)
             return
         pods = self._pods_of(obj)
+        target = next((c for c in _conditions(obj) if c["type"] == "FailureTarget"), None)
+        if target is not None:  # Failed once its pods have terminated
+            if not any(p.get("status", {}).get("phase") in ACTIVE_PHASES for p in pods.values()):
+                failed = {**target, "type": "Failed"}
+                obj["status"]["conditions"].append(failed)
+                obj["status"]["completionTime"] = objects.now_rfc3339(now=now)
+                self.state.finished[obj["metadata"]["uid"]] = now
+            return
         spec = obj.get("spec") or {}
         policy = spec.get("runPolicy") or {} if plural == "pytorchjobs" else spec
         started = self.state.started[obj["metadata"]["uid"]]
@@ -306,9 +392,11 @@ class BatchControllers:
             marker = f"{role}-{index}"
             if marker in existing:
                 continue
-            self._cluster.pods.create(
+            code, answer = self._cluster.pods.create(
                 namespace, self._pod(plural, obj, role=role, index=index, marker=marker)
             )
+            if code >= 400:
+                self._failed_create(obj, f"Error creating: {answer.get('message')}")
             self.record_usage(namespace)
         running = [p for p in pods.values() if p.get("status", {}).get("phase") == "Running"]
         obj["status"]["active"] = len(
@@ -322,6 +410,38 @@ class BatchControllers:
             obj["status"]["conditions"].append(
                 {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}
             )
+
+    def _failed_create(self, obj: Json, message: str) -> None:
+        metadata = obj["metadata"]
+        for event in self.state.events:
+            if event["involvedObject"]["uid"] == metadata["uid"] and event["message"] == message:
+                event["count"] += 1
+                event["lastTimestamp"] = objects.now_rfc3339(now=self._cluster.clock())
+                return
+        now = objects.now_rfc3339(now=self._cluster.clock())
+        self.state.events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{metadata['name']}.{objects.suffix(message, now)}",
+                    "namespace": metadata.get("namespace"),
+                },
+                "type": "Warning",
+                "reason": "FailedCreate",
+                "message": message,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "involvedObject": {
+                    "apiVersion": obj["apiVersion"],
+                    "kind": obj["kind"],
+                    "name": metadata["name"],
+                    "namespace": metadata.get("namespace"),
+                    "uid": metadata["uid"],
+                },
+            }
+        )
 
     def _pod(
         self, plural: str, obj: Json, role: str | None, index: int | None, marker: str
@@ -376,11 +496,14 @@ class BatchControllers:
         """End the job; ``delete`` its pods: "all" (cleanPodPolicy All), "active" (the Job
         controller past a deadline) or "none"."""
         kind, reason, message = condition
+        if kind == "Failed" and obj["kind"] == "Job":
+            kind = "FailureTarget"  # Failed follows once the pods have terminated (_sync)
         obj["status"]["conditions"].append(
             {"type": kind, "status": "True", "reason": reason, "message": message}
         )
-        obj["status"]["completionTime"] = objects.now_rfc3339(now=now)
-        self.state.finished[obj["metadata"]["uid"]] = now
+        if kind != "FailureTarget":
+            obj["status"]["completionTime"] = objects.now_rfc3339(now=now)
+            self.state.finished[obj["metadata"]["uid"]] = now
         for key, pod in pods.items():
             active = pod.get("status", {}).get("phase") in ACTIVE_PHASES
             if delete == "all" or (delete == "active" and active):

@@ -8,6 +8,16 @@ A training container (see scenario.TrainingModel) prints a step line per iterati
 period its pod group's placement gives (the GPUs and nodes of the pods sharing its controller),
 from when the whole group runs; its log is made on request, up to the cluster's clock.
 
+Deletion is graceful, as kube-apiserver 1.35 and the kubelet do it: a bound pod that has not
+ended gets ``metadata.deletionTimestamp`` (now plus its grace period: the DELETE's
+``gracePeriodSeconds``, else its ``terminationGracePeriodSeconds``, else 30) and stays, Terminating,
+with its GPUs allocated and counted by the quota, until its containers exit (a training container
+after ``TrainingModel.stop_seconds``, one with a preStop hook at the end of the grace period,
+other containers at once) or the grace period ends; a second DELETE may only shorten it. An
+unbound or ended pod, or a grace period of 0, is removed at once (kubernetes@v1.35.0
+pkg/registry/core/pod/strategy.go ``CheckGracefulDelete``; pkg/kubelet/kuberuntime
+kuberuntime_container.go ``killContainer``).
+
 Delays run on the cluster's clock (``tick``, called by a ticker thread and before every request),
 so a fake clock moves pods only when a test moves it."""
 
@@ -30,6 +40,7 @@ from tests.support.gpu_cluster.scenario import GpuNode
 if TYPE_CHECKING:
     from tests.support.gpu_cluster.apiserver import StandInGpuCluster
 
+DEFAULT_GRACE_SECONDS = 30  # the API's default terminationGracePeriodSeconds
 KUBELET_DELAY_SECONDS = 0.1  # from bound to started, and from started to finished
 Reply = tuple[int, Any]
 PodKey = tuple[str, str]
@@ -176,10 +187,49 @@ class PodLifecycle:
                 self._unbound.discard(key)
             self._cluster.commit("pods", key, pod, event="MODIFIED")
 
-    def delete(self, key: PodKey) -> Reply:
+    def delete(self, key: PodKey, grace: int | None = None) -> Reply:
+        """Delete gracefully (see the module docstring); the pod as the DELETE answers it."""
         pod = self._cluster.state.pods.get(key)
         if pod is None:
             return not_found("pods", key[1])
+        spec, metadata = pod.get("spec") or {}, pod["metadata"]
+        if grace is None:
+            grace = int(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+        ended = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        if grace <= 0 or ended or not spec.get("nodeName"):
+            return self._remove(key)
+        now = self._cluster.clock()
+        until = now + grace
+        stamped = objects.parse_rfc3339(metadata.get("deletionTimestamp") or "")
+        if stamped is not None and stamped <= until:
+            return 200, copy.deepcopy(pod)  # already Terminating, no later than this
+        terminating = copy.deepcopy(pod)
+        terminating["metadata"] |= {
+            "deletionTimestamp": objects.now_rfc3339(now=until),
+            "deletionGracePeriodSeconds": grace,
+        }
+        self._cluster.commit("pods", key, terminating, event="MODIFIED")
+        self._later(min(grace, self._stop_seconds(pod)), self._exit, key, metadata.get("uid"))
+        return 200, copy.deepcopy(terminating)
+
+    def _stop_seconds(self, pod: Json) -> float:
+        """How long the pod's containers take to exit after SIGTERM."""
+        containers = pod["spec"].get("containers") or []
+        if any("preStop" in (c.get("lifecycle") or {}) for c in containers):
+            return float("inf")  # the hook holds the pod to the end of its grace period
+        if any(objects.TRAINING_COMMAND.search(objects.command_line(c)) for c in containers):
+            return self._cluster.scenario.training.stop_seconds
+        return 0.0
+
+    def _exit(self, key: PodKey, uid: str | None) -> None:
+        """The containers exited (or the grace period ended): the pod is gone (takes the lock)."""
+        with self._cluster.lock:
+            pod = self._cluster.state.pods.get(key)
+            if pod is not None and pod["metadata"].get("uid") == uid:
+                self._remove(key)
+
+    def _remove(self, key: PodKey) -> Reply:
+        pod = self._cluster.state.pods[key]
         self._cluster.commit("pods", key, pod, event="DELETED")
         self._unbound.discard(key)
         self._allocations.pop(key, None)

@@ -108,7 +108,8 @@ class TrainingModel:
     across nodes, with a deterministic jitter of ``jitter`` (relative). Each step prints
     ``step=N loss=L samples_per_sec=S`` (Katib's format; S for ``batch_per_gpu`` per GPU).
     Trials on a GPU count in ``failing`` exit 1 after three steps; on one in ``hanging`` they
-    run without printing a step."""
+    run without printing a step. Deleted, a training container exits ``stop_seconds`` after
+    SIGTERM; with a preStop hook it takes its whole grace period (the hook runs first)."""
 
     compute_seconds: float = 0.2
     node_sync_seconds: float = 0.02
@@ -118,6 +119,7 @@ class TrainingModel:
     jitter: float = 0.01
     failing: tuple[int, ...] = ()
     hanging: tuple[int, ...] = ()
+    stop_seconds: float = 2.0
 
     def step_seconds(self, gpus: int, nodes: int, model: str) -> float:
         speed = dict(self.speed).get(model, 1.0)
