@@ -24,6 +24,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from infra import versions
+from infra.admission import admission_objects, profiler_policy
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import namespace_name
 from infra.security import non_root_pod_security
@@ -170,6 +171,13 @@ class GpuProfiler(pulumi.ComponentResource):
             ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, account]),
         )
+        # What the API server holds the ServiceAccount to: its own node and that node's pods,
+        # annotations under the domain and do-not-disrupt only (infra/admission.py).
+        self.admission = admission_objects(
+            profiler_policy(args.namespace, PROFILER_NAME, args.annotation_domain),
+            labels,
+            pulumi.ResourceOptions(parent=self),
+        )
 
         store = daemon_store(
             args.store,
@@ -275,7 +283,7 @@ class GpuProfiler(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[ns, account, *store.objects]
+                depends_on=[ns, account, *self.admission, *store.objects]
                 + ([self.unprotect_on_destroy] if self.unprotect_on_destroy else []),
             ),
         )

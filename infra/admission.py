@@ -1,0 +1,224 @@
+"""ValidatingAdmissionPolicies: what the API server itself enforces on the project's identities.
+
+RBAC can grant ``patch`` on every pod and node, not "annotations of the pods on my node". The
+profiler's code limits itself to its own node; these policies make the API server hold it to that,
+as the NodeRestriction plugin does for kubelets (``admissionregistration.k8s.io/v1``, GA in 1.30):
+
+- the profiler (``profiler_policy``): an update by its ServiceAccount must target its own node,
+  or a pod bound to it: the node named by the request's ``authentication.kubernetes.io/node-name``
+  claim, which the API server puts in a pod-bound token's user info (``ServiceAccountTokenPodNodeInfo``,
+  locked on since 1.32). Spec, labels, finalizers and owner references stay as they were; only
+  annotation keys under the annotation domain and ``karpenter.sh/do-not-disrupt`` may change.
+  A token not bound to a pod (``kubectl create token``) has no claim and is refused.
+- the trial runner (``trial_policy``): it creates and deletes only objects labelled as its own, and
+  no pod it starts runs as the runner's ServiceAccount (that would hand a trial the runner's rights).
+
+``gpu-profiler unprotect`` runs with the credentials of the person or of ``pulumi destroy`` (the
+stack's kubeconfig), which the bindings do not match: it still removes marks cluster-wide.
+
+Expressions keep to standard CEL (``has``, ``all``, ``exists``, ``in``, ``startsWith``), no
+Kubernetes extension library, so tests/infra/test_admission.py evaluates them with cel-python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+
+
+@dataclass(frozen=True)
+class Check:
+    expression: str
+    message: str
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    """One ValidatingAdmissionPolicy and what its binding needs."""
+
+    name: str
+    username: str  # the ServiceAccount's user name the policy applies to
+    rules: tuple[dict[str, Any], ...]  # matchConstraints.resourceRules
+    variables: tuple[tuple[str, str], ...]
+    validations: tuple[Check, ...]
+
+    @property
+    def match_condition(self) -> str:
+        return f"request.userInfo.username == '{self.username}'"
+
+    def spec(self) -> dict[str, Any]:
+        """The policy's spec, as the API server takes it."""
+        return {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [dict(rule) for rule in self.rules]},
+            "matchConditions": [{"name": "service-account", "expression": self.match_condition}],
+            "variables": [{"name": name, "expression": expr} for name, expr in self.variables],
+            "validations": [
+                {"expression": check.expression, "message": check.message}
+                for check in self.validations
+            ],
+        }
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def _unchanged(path: str) -> str:
+    """``object.<path>`` equals ``oldObject.<path>``, an absent field equal only to an absent one."""
+    return (
+        f"has(object.{path}) == has(oldObject.{path}) && "
+        f"(!has(object.{path}) || object.{path} == oldObject.{path})"
+    )
+
+
+def profiler_policy(namespace: str, account: str, domain: str) -> AdmissionPolicy:
+    """The profiler may change annotations under ``domain`` and do-not-disrupt, on its own node
+    and the pods bound to it, and nothing else of theirs."""
+    prefix = f"{domain}/"
+    allowed = f"(k.startsWith('{prefix}') || k == '{DO_NOT_DISRUPT}')"
+    old, new = "oldObject.metadata.annotations", "object.metadata.annotations"
+    return AdmissionPolicy(
+        name=f"{account}-own-node",
+        username=service_account_user(namespace, account),
+        rules=(
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["pods", "nodes"],
+            },
+        ),
+        variables=(
+            (
+                "claimedNode",
+                f"has(request.userInfo.extra) && '{NODE_NAME_CLAIM}' in request.userInfo.extra "
+                f"&& size(request.userInfo.extra['{NODE_NAME_CLAIM}']) == 1 "
+                f"? request.userInfo.extra['{NODE_NAME_CLAIM}'][0] : ''",
+            ),
+            (
+                "targetNode",
+                "request.resource.resource == 'nodes' ? oldObject.metadata.name "
+                ": (has(oldObject.spec.nodeName) ? oldObject.spec.nodeName : '')",
+            ),
+        ),
+        validations=(
+            Check(
+                "variables.claimedNode != '' && variables.targetNode == variables.claimedNode",
+                f"{account} may change only its own node and the pods bound to it "
+                f"(the token's {NODE_NAME_CLAIM})",
+            ),
+            Check(
+                _unchanged("spec"),
+                f"{account} may not change a pod's or node's spec (images, taints, ...)",
+            ),
+            Check(
+                " && ".join(
+                    _unchanged(f"metadata.{field}")
+                    for field in ("labels", "finalizers", "ownerReferences")
+                ),
+                f"{account} may not change labels, finalizers or owner references",
+            ),
+            Check(
+                f"(!has({new}) || {new}.all(k, {allowed} || "
+                f"(has({old}) && k in {old} && {old}[k] == {new}[k]))) && "
+                f"(!has({old}) || {old}.all(k, {allowed} || (has({new}) && k in {new})))",
+                f"{account} may add, change or remove only annotations under {prefix} "
+                f"and {DO_NOT_DISRUPT}",
+            ),
+        ),
+    )
+
+
+# The pod templates of what the trial runner creates: a Job's, and each PyTorchJob replica's.
+_JOB_ACCOUNT = "object.spec.template.spec"
+_REPLICAS = "object.spec.pytorchReplicaSpecs"
+
+
+def _not_account(pod_spec: str, account: str) -> str:
+    return " && ".join(
+        f"(!has({pod_spec}.{field}) || {pod_spec}.{field} != '{account}')"
+        for field in ("serviceAccountName", "serviceAccount")
+    )
+
+
+def trial_policy(namespace: str, account: str, managed_by: str) -> AdmissionPolicy:
+    """The trial runner creates and deletes only objects labelled ``managed_by``, and no pod it
+    starts runs as ``account``."""
+    label = f"'{MANAGED_BY_LABEL}'"
+
+    def labelled(obj: str) -> str:
+        return (
+            f"has({obj}.metadata.labels) && {label} in {obj}.metadata.labels && "
+            f"{obj}.metadata.labels[{label}] == '{managed_by}'"
+        )
+
+    replica = f"{_REPLICAS}[r].template.spec"
+    return AdmissionPolicy(
+        name=f"{account}-own-objects",
+        username=service_account_user(namespace, account),
+        rules=(
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE", "DELETE"],
+                "resources": ["jobs"],
+            },
+            {
+                "apiGroups": ["kubeflow.org"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE", "DELETE"],
+                "resources": ["pytorchjobs"],
+            },
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "DELETE"],
+                "resources": ["configmaps"],
+            },
+        ),
+        variables=(),
+        validations=(
+            Check(
+                f"request.operation == 'DELETE' ? ({labelled('oldObject')}) : ({labelled('object')})",
+                f"{account} creates and deletes only objects labelled "
+                f"{MANAGED_BY_LABEL}={managed_by}",
+            ),
+            Check(
+                "request.operation == 'DELETE' || "
+                f"(request.resource.resource == 'jobs' ? ({_not_account(_JOB_ACCOUNT, account)}) "
+                f": request.resource.resource == 'pytorchjobs' ? (!has({_REPLICAS}) || "
+                f"{_REPLICAS}.all(r, {_not_account(replica, account)})) : true)",
+                f"a trial's pods may not run as {account}",
+            ),
+        ),
+    )
+
+
+def admission_objects(
+    policy: AdmissionPolicy, labels: dict[str, str], opts: pulumi.ResourceOptions
+) -> Sequence[pulumi.Resource]:
+    """The policy and its binding (deny on failure; the binding waits for the policy)."""
+    created = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+        f"{policy.name}-policy",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=policy.name, labels=labels),
+        spec=policy.spec(),
+        opts=opts,
+    )
+    binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+        f"{policy.name}-policy-binding",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=policy.name, labels=labels),
+        spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+            policy_name=policy.name, validation_actions=["Deny"]
+        ),
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[created])),
+    )
+    return [created, binding]
