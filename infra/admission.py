@@ -6,12 +6,15 @@ as the NodeRestriction plugin does for kubelets (``admissionregistration.k8s.io/
 
 - the profiler (``profiler_policy``): an update by its ServiceAccount must target its own node,
   or a pod bound to it: the node named by the request's ``authentication.kubernetes.io/node-name``
-  claim, which the API server puts in a pod-bound token's user info (``ServiceAccountTokenPodNodeInfo``,
-  locked on since 1.32). Spec, labels, finalizers and owner references stay as they were; only
-  annotation keys under the annotation domain and ``karpenter.sh/do-not-disrupt`` may change.
+  claim, which the API server puts in a pod-bound token's user info
+  (``ServiceAccountTokenPodNodeInfo``, locked on since 1.32). Spec, labels, finalizers and owner
+  references stay as they were; only annotation keys under the annotation domain and
+  ``karpenter.sh/do-not-disrupt`` may change.
   A token not bound to a pod (``kubectl create token``) has no claim and is refused.
 - the trial runner (``trial_policy``): it creates and deletes only objects labelled as its own, and
-  no pod it starts runs as the runner's ServiceAccount (that would hand a trial the runner's rights).
+  no pod it starts runs as the runner's ServiceAccount (a trial would get the runner's rights).
+- the SQLite store's namespace (``store_namespace_policy``): Pod Security ``privileged`` for its
+  hostPath, narrowed back by a policy to that one exception.
 
 ``gpu-profiler unprotect`` runs with the credentials of the person or of ``pulumi destroy`` (the
 stack's kubeconfig), which the bindings do not match: it still removes marks cluster-wide.
@@ -45,27 +48,29 @@ class AdmissionPolicy:
     """One ValidatingAdmissionPolicy and what its binding needs."""
 
     name: str
-    username: str  # the ServiceAccount's user name the policy applies to
+    username: str | None  # the ServiceAccount's user name the policy applies to; None: anyone
     rules: tuple[dict[str, Any], ...]  # matchConstraints.resourceRules
     variables: tuple[tuple[str, str], ...]
     validations: tuple[Check, ...]
-
-    @property
-    def match_condition(self) -> str:
-        return f"request.userInfo.username == '{self.username}'"
+    namespace: str | None = None  # only requests in this namespace; None: every namespace
 
     def spec(self) -> dict[str, Any]:
         """The policy's spec, as the API server takes it."""
-        return {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [dict(rule) for rule in self.rules]},
-            "matchConditions": [{"name": "service-account", "expression": self.match_condition}],
-            "variables": [{"name": name, "expression": expr} for name, expr in self.variables],
-            "validations": [
-                {"expression": check.expression, "message": check.message}
-                for check in self.validations
-            ],
-        }
+        constraints: dict[str, Any] = {"resourceRules": [dict(rule) for rule in self.rules]}
+        if self.namespace is not None:
+            constraints["namespaceSelector"] = {
+                "matchLabels": {"kubernetes.io/metadata.name": self.namespace}
+            }
+        spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": constraints}
+        if self.username is not None:
+            condition = f"request.userInfo.username == '{self.username}'"
+            spec["matchConditions"] = [{"name": "service-account", "expression": condition}]
+        if self.variables:
+            spec["variables"] = [{"name": n, "expression": e} for n, e in self.variables]
+        spec["validations"] = [
+            {"expression": check.expression, "message": check.message} for check in self.validations
+        ]
+        return spec
 
 
 def service_account_user(namespace: str, name: str) -> str:
@@ -73,7 +78,7 @@ def service_account_user(namespace: str, name: str) -> str:
 
 
 def _unchanged(path: str) -> str:
-    """``object.<path>`` equals ``oldObject.<path>``, an absent field equal only to an absent one."""
+    """``object.<path>`` equals ``oldObject.<path>``; an absent field equals only an absent one."""
     return (
         f"has(object.{path}) == has(oldObject.{path}) && "
         f"(!has(object.{path}) || object.{path} == oldObject.{path})"
@@ -188,7 +193,8 @@ def trial_policy(namespace: str, account: str, managed_by: str) -> AdmissionPoli
         variables=(),
         validations=(
             Check(
-                f"request.operation == 'DELETE' ? ({labelled('oldObject')}) : ({labelled('object')})",
+                f"request.operation == 'DELETE' ? ({labelled('oldObject')}) "
+                f": ({labelled('object')})",
                 f"{account} creates and deletes only objects labelled "
                 f"{MANAGED_BY_LABEL}={managed_by}",
             ),
@@ -198,6 +204,89 @@ def trial_policy(namespace: str, account: str, managed_by: str) -> AdmissionPoli
                 f": request.resource.resource == 'pytorchjobs' ? (!has({_REPLICAS}) || "
                 f"{_REPLICAS}.all(r, {_not_account(replica, account)})) : true)",
                 f"a trial's pods may not run as {account}",
+            ),
+        ),
+    )
+
+
+def _containers(pod_spec: str, kind: str, check: str) -> str:
+    return f"!has({pod_spec}.{kind}) || {pod_spec}.{kind}.all(c, {check})"
+
+
+def store_namespace_policy(
+    namespace: str, store_dir: str, init_caps: tuple[str, ...]
+) -> AdmissionPolicy:
+    """The one exception the SQLite store needs, and nothing more, for every pod of ``namespace``
+    (whose Pod Security level must be ``privileged`` for a hostPath): ``store_dir`` as the only
+    hostPath; no host namespaces or ports; no privileged container or privilege escalation;
+    every container drops ALL capabilities and runs as non-root, but init containers, which may
+    run as root with ``init_caps`` added."""
+    spec = "object.spec"
+    context = "c.securityContext"
+    no_escalation = (
+        f"has({context}) && has({context}.allowPrivilegeEscalation) && "
+        f"!{context}.allowPrivilegeEscalation && "
+        f"(!has({context}.privileged) || !{context}.privileged) && "
+        f"has({context}.capabilities) && has({context}.capabilities.drop) && "
+        f"'ALL' in {context}.capabilities.drop && "
+        f"(!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))"
+    )
+    allowed_caps = "[" + ", ".join(f"'{cap}'" for cap in init_caps) + "]"
+    non_root = (
+        f"((has({context}.runAsNonRoot) && {context}.runAsNonRoot) || "
+        f"(has({spec}.securityContext) && has({spec}.securityContext.runAsNonRoot) && "
+        f"{spec}.securityContext.runAsNonRoot && !has({context}.runAsUser)))"
+    )
+    return AdmissionPolicy(
+        name=f"{namespace}-sqlite-store-pods",
+        username=None,
+        namespace=namespace,
+        rules=(
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods"],
+            },
+        ),
+        variables=(),
+        validations=(
+            Check(
+                f"!has({spec}.volumes) || {spec}.volumes.all(v, !has(v.hostPath) || "
+                f"(v.hostPath.path == '{store_dir}' && has(v.hostPath.type) && "
+                "v.hostPath.type == 'DirectoryOrCreate'))",
+                f"the only hostPath a pod of {namespace} may mount is {store_dir}",
+            ),
+            Check(
+                " && ".join(
+                    f"(!has({spec}.{field}) || !{spec}.{field})"
+                    for field in ("hostNetwork", "hostPID", "hostIPC")
+                ),
+                f"pods of {namespace} may not use the host's network, PID or IPC namespace",
+            ),
+            Check(
+                f"({_containers(spec, 'containers', no_escalation)}) && "
+                f"({_containers(spec, 'initContainers', no_escalation)}) && "
+                f"!has({spec}.ephemeralContainers)",
+                f"containers of {namespace} drop ALL capabilities, never escalate, no host port",
+            ),
+            Check(
+                _containers(
+                    spec,
+                    "containers",
+                    f"{non_root} && (!has({context}.capabilities.add) || "
+                    f"size({context}.capabilities.add) == 0)",
+                ),
+                f"containers of {namespace} run as non-root and add no capability",
+            ),
+            Check(
+                _containers(
+                    spec,
+                    "initContainers",
+                    f"!has({context}.capabilities.add) || "
+                    f"{context}.capabilities.add.all(cap, cap in {allowed_caps})",
+                ),
+                f"init containers of {namespace} add no capability but {', '.join(init_caps)}",
             ),
         ),
     )

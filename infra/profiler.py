@@ -25,11 +25,11 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from infra import versions
-from infra.admission import admission_objects, profiler_policy
+from infra.admission import admission_objects, profiler_policy, store_namespace_policy
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from infra.platform import PROMETHEUS_PORT, namespace_name
 from infra.security import non_root_pod_security
-from infra.store.daemon import daemon_store, pod_security_level
+from infra.store.daemon import SQLITE_INIT_CAPABILITIES, daemon_store, pod_security_labels
 from infra.store.endpoint import PostgresStore, ProfilerStore, SqliteStore
 from infra.unprotect_run import ENV_ANNOTATION_DOMAIN, ENV_KUBECONFIG
 from profiler_app.annotations import DEFAULT_DOMAIN
@@ -156,7 +156,7 @@ class GpuProfiler(pulumi.ComponentResource):
             "profiler-namespace",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=args.namespace,
-                labels={"pod-security.kubernetes.io/enforce": pod_security_level(args.store)},
+                labels=pod_security_labels(args.store),
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -198,6 +198,16 @@ class GpuProfiler(pulumi.ComponentResource):
             labels,
             pulumi.ResourceOptions(parent=self),
         )
+        if isinstance(args.store, SqliteStore):
+            # The namespace is `privileged` for the store's hostPath: this policy narrows it back.
+            self.admission = [
+                *self.admission,
+                *admission_objects(
+                    store_namespace_policy(args.namespace, STORE_DIR, SQLITE_INIT_CAPABILITIES),
+                    labels,
+                    pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+                ),
+            ]
 
         store = daemon_store(
             args.store,
@@ -424,7 +434,9 @@ def _egress(args: GpuProfilerArgs) -> list[k8s.networking.v1.NetworkPolicyEgress
         k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[anywhere], ports=_tcp(443, 6443)),
     ]
     if not isinstance(args.store, SqliteStore):
-        port = args.store.endpoint.port if isinstance(args.store, PostgresStore) else args.store_port
+        port = (
+            args.store.endpoint.port if isinstance(args.store, PostgresStore) else args.store_port
+        )
         in_cluster = k8s.networking.v1.NetworkPolicyPeerArgs(
             namespace_selector=k8s.meta.v1.LabelSelectorArgs()
         )

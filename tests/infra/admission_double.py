@@ -59,11 +59,16 @@ def _evaluate(expression: str, activation: Json) -> Any:
     return program.evaluate(activation)
 
 
-def admit(policy: AdmissionPolicy, request: Json) -> Verdict:
+def admit(policy: AdmissionPolicy, request: Json) -> Verdict:  # noqa: PLR0911  one per outcome
     """The policy's verdict on ``request`` (an AdmissionRequest with ``object`` and
     ``oldObject``), as ValidatingAdmissionPolicy admission reaches it."""
     spec = policy.spec()
-    if not any(_rule_matches(rule, request) for rule in spec["matchConstraints"]["resourceRules"]):
+    constraints = spec["matchConstraints"]
+    if not any(_rule_matches(rule, request) for rule in constraints["resourceRules"]):
+        return Verdict(allowed=True, judged=False)
+    # namespaceSelector: the namespace's labels, of which the API server sets its name's
+    selector = constraints.get("namespaceSelector", {}).get("matchLabels", {})
+    if selector and selector != {"kubernetes.io/metadata.name": request.get("namespace")}:
         return Verdict(allowed=True, judged=False)
     view = {key: value for key, value in request.items() if key not in ("object", "oldObject")}
     activation: Json = {
@@ -72,11 +77,11 @@ def admit(policy: AdmissionPolicy, request: Json) -> Verdict:
         "request": celpy.json_to_cel(view),
     }
     try:
-        for condition in spec["matchConditions"]:
+        for condition in spec.get("matchConditions", []):
             if not _evaluate(condition["expression"], activation):
                 return Verdict(allowed=True, judged=False)
         variables = {}
-        for variable in spec["variables"]:
+        for variable in spec.get("variables", []):
             variables[variable["name"]] = _evaluate(
                 variable["expression"], {**activation, "variables": variables}
             )

@@ -1,6 +1,9 @@
 """The admission policies' CEL, evaluated with cel-python on requests built as the API server
 builds them (tests/infra/admission_double.py says whence, and what a real cluster adds).
 
+Test double: cel-python instead of the API server's admission; the SQLite pod comes from the
+stack under Pulumi's mock engine.
+
 Objects are as the API server holds them: a GPU pod with its defaults and owner, a node with the
 GPU taint; the trial objects are the trial's golden manifests (tests/unit/data/trial).
 """
@@ -14,12 +17,16 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.admission import DO_NOT_DISRUPT, profiler_policy, trial_policy
+from infra.admission import DO_NOT_DISRUPT, profiler_policy, store_namespace_policy, trial_policy
+from infra.profiler import STORE_DIR
+from infra.render.program import ProgramRun, run_stack
+from infra.store.daemon import SQLITE_INIT_CAPABILITIES
 from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.sinks.kubernetes.protection import marker_key
 from profiler_app.trial.manifests import MANAGED_BY
 from tests.infra.admission_double import Json, admit, request, user
+from tests.infra.conftest import KUBEADM_STACK
 from tests.unit.test_trial_manifests import DATA
 
 PROFILER = "system:serviceaccount:gpu-profiler:gpu-profiler"
@@ -66,7 +73,9 @@ def gpu_pod(node: str | None = OWN) -> Json:
             "restartPolicy": "Never",
             "serviceAccountName": "default",
             "schedulerName": "default-scheduler",
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
         },
         "status": {"phase": "Running"},
     }
@@ -244,9 +253,13 @@ def test_the_profiler_is_denied(case: str) -> None:
 
 def test_the_policy_follows_the_annotation_domain() -> None:
     policy = profiler_policy("gpu-profiler", "gpu-profiler", "gpu.example.org")
-    mine = update(PROFILER, gpu_pod(), lambda p: p["metadata"]["annotations"].update(
-        {"gpu.example.org/do-not-disrupt": "training", DO_NOT_DISRUPT: "true"}
-    ))
+    mine = update(
+        PROFILER,
+        gpu_pod(),
+        lambda p: p["metadata"]["annotations"].update(
+            {"gpu.example.org/do-not-disrupt": "training", DO_NOT_DISRUPT: "true"}
+        ),
+    )
     assert admit(policy, mine).allowed
     # the default domain's annotation already on the pod is now a foreign one
     assert not admit(policy, update(PROFILER, gpu_pod(), protect)).allowed
@@ -345,3 +358,118 @@ def test_the_runner_is_denied(case: str) -> None:
     assert verdict.judged
     assert not verdict.allowed
     assert reason in verdict.message
+
+
+# -- the SQLite store's namespace ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sqlite_run() -> ProgramRun:
+    return run_stack(KUBEADM_STACK, overrides={"profilerStore": "sqlite"})
+
+
+@pytest.fixture(scope="module")
+def sqlite_pod(sqlite_run: ProgramRun) -> Json:
+    """The profiler's pod as the DaemonSet controller creates it in SQLite mode."""
+    template = sqlite_run.one("kubernetes:apps/v1:DaemonSet").get("spec.template")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template["metadata"],
+            "name": "gpu-profiler-x7k2p",
+            "namespace": "gpu-profiler",
+        },
+        "spec": {**template["spec"], "nodeName": OWN},
+    }
+
+
+STORE_POLICY = store_namespace_policy("gpu-profiler", STORE_DIR, SQLITE_INIT_CAPABILITIES)
+DAEMON_SET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+
+
+def create(pod: Json) -> Json:
+    return request("CREATE", user(DAEMON_SET_CONTROLLER), new=pod)
+
+
+def test_the_profilers_own_pod_is_admitted(sqlite_pod: Json) -> None:
+    verdict = admit(STORE_POLICY, create(sqlite_pod))
+    assert verdict.judged
+    assert verdict.allowed, verdict.message
+
+
+def _container(pod: Json) -> Json:
+    container: Json = pod["spec"]["containers"][0]
+    return container
+
+
+STORE_DENIED: dict[str, tuple[Callable[[Json], Any], str]] = {
+    "another-host-path": (
+        lambda p: p["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+        "the only hostPath",
+    ),
+    "host-network": (lambda p: p["spec"].update({"hostNetwork": True}), "host's network"),
+    "privileged": (
+        lambda p: _container(p)["securityContext"].update({"privileged": True}),
+        "drop ALL capabilities",
+    ),
+    "escalation": (
+        lambda p: _container(p)["securityContext"].update({"allowPrivilegeEscalation": True}),
+        "never escalate",
+    ),
+    "host-port": (
+        lambda p: _container(p)["ports"][0].update({"hostPort": 9401}),
+        "no host port",
+    ),
+    "root-container": (
+        lambda p: _container(p)["securityContext"].update({"runAsUser": 0, "runAsNonRoot": False}),
+        "run as non-root",
+    ),
+    "capability-added": (
+        lambda p: _container(p)["securityContext"]["capabilities"].update({"add": ["NET_ADMIN"]}),
+        "add no capability",
+    ),
+    "init-sys-admin": (
+        lambda p: p["spec"]["initContainers"][0]["securityContext"]["capabilities"].update(
+            {"add": ["CHOWN", "SYS_ADMIN"]}
+        ),
+        "init containers",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STORE_DENIED))
+def test_anything_more_in_the_namespace_is_denied(sqlite_pod: Json, case: str) -> None:
+    change, reason = STORE_DENIED[case]
+    verdict = admit(STORE_POLICY, create(changed(sqlite_pod, change)))
+    assert verdict.judged
+    assert not verdict.allowed
+    assert reason in verdict.message
+
+
+def test_the_namespace_is_privileged_only_with_the_policy_bound(sqlite_run: ProgramRun) -> None:
+    labels = sqlite_run.one("kubernetes:core/v1:Namespace", "profiler-namespace").get(
+        "metadata.labels"
+    )
+    assert labels == {
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
+    }
+    admission = "kubernetes:admissionregistration.k8s.io/v1"
+    policies = {
+        p.get("metadata.name"): p.get("spec")
+        for p in sqlite_run.of_type(f"{admission}:ValidatingAdmissionPolicy")
+    }
+    assert policies[STORE_POLICY.name] == STORE_POLICY.spec()
+    bindings = [
+        b.get("spec.policyName")
+        for b in sqlite_run.of_type(f"{admission}:ValidatingAdmissionPolicyBinding")
+    ]
+    assert STORE_POLICY.name in bindings
+
+
+def test_pods_of_other_namespaces_are_not_judged(sqlite_pod: Json) -> None:
+    elsewhere = changed(sqlite_pod, lambda p: p["metadata"].update({"namespace": "ml"}))
+    elsewhere["spec"]["hostNetwork"] = True
+    assert not admit(STORE_POLICY, create(elsewhere)).judged

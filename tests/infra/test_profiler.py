@@ -242,7 +242,9 @@ def test_egress_is_dns_prometheus_the_api_server_and_the_store(eks_run: ProgramR
     assert dns == (
         [
             {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},  # CoreDNS, EKS and kubeadm
             }
         ],

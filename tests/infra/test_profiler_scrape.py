@@ -52,7 +52,7 @@ class _Target(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         del format, args
 
 
@@ -102,9 +102,7 @@ def scrape_config(endpoint: dict[str, Any], address: str) -> str:
 
 
 def _series(url: str) -> list[dict[str, str]]:
-    answer = requests.get(
-        f"{url}/api/v1/series", params={"match[]": '{__name__=~".+"}'}, timeout=5
-    )
+    answer = requests.get(f"{url}/api/v1/series", params={"match[]": '{__name__=~".+"}'}, timeout=5)
     answer.raise_for_status()
     found: list[dict[str, str]] = answer.json()["data"]
     return [s for s in found if not s["__name__"].startswith(("up", "scrape_"))]
