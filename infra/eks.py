@@ -38,6 +38,12 @@ EBS_STORAGE_CLASS = StorageClassSpec(
 )
 EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
+# IMDSv2 answers reach the host's network namespace only (one hop): a pod on its own network (one
+# hop more) gets no instance role credentials. What runs on GPU nodes does not need them: the VPC
+# CNI, kube-proxy and the EFA device plugin use the host network, the EBS CSI node plugin falls
+# back to the Kubernetes API for its metadata, and AWS-calling pods use IRSA. A workload that
+# relies on the node's role from a pod network (no IRSA) would need 2.
+GPU_NODE_IMDS_HOP_LIMIT = 1
 # The settings issue 10 gives kubeadm GPU nodes: the device plugin's volume mounts are the only way
 # to a GPU; NVIDIA_VISIBLE_DEVICES from an unprivileged container (every CUDA image sets it) is not.
 TOOLKIT_SETTINGS = (
@@ -444,7 +450,9 @@ class GpuEksCluster(pulumi.ComponentResource):
                 )
             ],
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=GPU_NODE_IMDS_HOP_LIMIT,
             ),
             update_default_version=True,
             opts=pulumi.ResourceOptions(parent=self),

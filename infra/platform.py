@@ -30,6 +30,12 @@ PROMETHEUS_SERVICE = f"{PROMETHEUS_STACK_RELEASE}-prometheus"
 PROMETHEUS_PORT = 9090
 GRAFANA_SERVICE = f"{PROMETHEUS_STACK_RELEASE}-grafana"
 GRAFANA_PORT = 80
+# The labels of Grafana's pods (the grafana subchart's selector labels): what the store's pooler
+# admits from the monitoring namespace.
+GRAFANA_POD_LABELS = {
+    "app.kubernetes.io/name": "grafana",
+    "app.kubernetes.io/instance": PROMETHEUS_STACK_RELEASE,
+}
 DCGM_EXPORTER_RELEASE = "dcgm-exporter"  # also the `job` label of its series
 DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/default-counters.csv"  # where the chart mounts the CSV
 GRAFANA_ADMIN_SECRET = "grafana-admin"  # noqa: S105  a Secret's name
@@ -184,14 +190,20 @@ def prometheus_stack_values(args: GpuPlatformArgs) -> dict[str, Any]:
             "passwordKey": GRAFANA_ADMIN_KEYS[1],
         },
         "service": {"type": "ClusterIP"},
+        # Dashboards and data sources from the project's namespace only (the chart's default
+        # for dashboards is every namespace: anyone who can write a ConfigMap could add one).
         "sidecar": {
             "dashboards": {
                 "enabled": True,
                 "label": DASHBOARD_LABEL,
                 "labelValue": "1",
                 "resource": "configmap",
+                "searchNamespace": args.monitoring_namespace,
             },
-            "datasources": {"resource": "configmap"},
+            "datasources": {
+                "resource": "configmap",
+                "searchNamespace": args.monitoring_namespace,
+            },
         },
         "rbac": {"useExistingClusterRole": GRAFANA_SIDECAR_ROLE},
         "ingress": {"enabled": False},

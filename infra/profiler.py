@@ -18,17 +18,19 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from infra import versions
+from infra.admission import admission_objects, profiler_policy, store_namespace_policy
 from infra.gpu import gpu_node_selector, gpu_tolerations
-from infra.platform import namespace_name
+from infra.platform import PROMETHEUS_PORT, namespace_name
 from infra.security import non_root_pod_security
-from infra.store.daemon import daemon_store, pod_security_level
-from infra.store.endpoint import ProfilerStore, SqliteStore
+from infra.store.daemon import SQLITE_INIT_CAPABILITIES, daemon_store, pod_security_labels
+from infra.store.endpoint import PostgresStore, ProfilerStore, SqliteStore
 from infra.unprotect_run import ENV_ANNOTATION_DOMAIN, ENV_KUBECONFIG
 from profiler_app.annotations import DEFAULT_DOMAIN
 
@@ -44,7 +46,24 @@ TERMINATION_GRACE_SECONDS = 30
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # pulumi-kubernetes' delete waits for the object to go; in the foreground, the DaemonSet goes
 # only once its pods have, so nothing can set a mark after `gpu-profiler unprotect` ran.
+LINK_LOCAL = "169.254.0.0/16"  # the instance metadata service: never the profiler's to reach
 DELETION_PROPAGATION = {"pulumi.com/deletionPropagationPolicy": "foreground"}
+
+# The profiler's series: namespace/pod name the GPU's workload, so the target's own (the profiler
+# pod's) are dropped and unallocated GPUs stay unlabelled; Hostname (GPU series, as dcgm-exporter
+# names it) and node (pod series) are the node the target runs on, whatever the series say.
+NODE_LABELS = ("Hostname", "node")
+SCRAPE_RELABELINGS: list[dict[str, Any]] = [
+    {"action": "labeldrop", "regex": "^(namespace|pod|container)$"},
+    *(
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": label}
+        for label in NODE_LABELS
+    ),
+]
+METRIC_RELABELINGS: list[dict[str, Any]] = [
+    {"sourceLabels": ["__name__"], "regex": "gpu_profiler_.*", "action": "keep"},
+    {"action": "labeldrop", "regex": f"^exported_(job|instance|{'|'.join(NODE_LABELS)})$"},
+]
 
 # Everything the profiler may do with the Kubernetes API: annotate its node and the pods on it.
 RBAC_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -81,6 +100,8 @@ class GpuProfilerArgs:
     # the profiler's namespace, and/or a .dockerconfigjson (a Pulumi secret) the component stores
     # in a Secret of its own.
     image_pull_secrets: tuple[str, ...] = ()
+    # The port of a store given by URL (``UrlStore``), which the egress NetworkPolicy opens.
+    store_port: int = 5432
     registry_credentials: pulumi.Input[str] | None = None
 
 
@@ -135,7 +156,7 @@ class GpuProfiler(pulumi.ComponentResource):
             "profiler-namespace",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=args.namespace,
-                labels={"pod-security.kubernetes.io/enforce": pod_security_level(args.store)},
+                labels=pod_security_labels(args.store),
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -170,6 +191,23 @@ class GpuProfiler(pulumi.ComponentResource):
             ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, account]),
         )
+        # What the API server holds the ServiceAccount to: its own node and that node's pods,
+        # annotations under the domain and do-not-disrupt only (infra/admission.py).
+        self.admission = admission_objects(
+            profiler_policy(args.namespace, PROFILER_NAME, args.annotation_domain),
+            labels,
+            pulumi.ResourceOptions(parent=self),
+        )
+        if isinstance(args.store, SqliteStore):
+            # The namespace is `privileged` for the store's hostPath: this policy narrows it back.
+            self.admission = [
+                *self.admission,
+                *admission_objects(
+                    store_namespace_policy(args.namespace, STORE_DIR, SQLITE_INIT_CAPABILITIES),
+                    labels,
+                    pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+                ),
+            ]
 
         store = daemon_store(
             args.store,
@@ -275,7 +313,7 @@ class GpuProfiler(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[ns, account, *store.objects]
+                depends_on=[ns, account, *self.admission, *store.objects]
                 + ([self.unprotect_on_destroy] if self.unprotect_on_destroy else []),
             ),
         )
@@ -308,24 +346,26 @@ class GpuProfiler(pulumi.ComponentResource):
                         "port": "metrics",
                         "path": "/metrics",
                         "interval": "30s",
-                        # The series' namespace/pod name the GPU's workload: keep them, and drop
-                        # the target's own (the profiler pod) so unallocated GPUs stay unlabelled.
-                        "honorLabels": True,
-                        "relabelings": [
-                            {"action": "labeldrop", "regex": "^(namespace|pod|container)$"}
-                        ],
+                        # A profiler speaks only for its own node's series: Prometheus sets
+                        # job, instance and the node labels (a forged one lands in exported_*,
+                        # dropped), and takes only gpu_profiler_* names from it.
+                        "honorLabels": False,
+                        "relabelings": SCRAPE_RELABELINGS,
+                        "metricRelabelings": METRIC_RELABELINGS,
                     }
                 ],
             },
             opts=child,
         )
         # Only Prometheus' namespace may reach the metrics port; kubelet probes are not affected.
+        # Out: DNS, Prometheus, the API server and the store (_egress), nothing else.
         k8s.networking.v1.NetworkPolicy(
             "profiler-network-policy",
             metadata=meta(),
             spec=k8s.networking.v1.NetworkPolicySpecArgs(
                 pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
-                policy_types=["Ingress"],
+                policy_types=["Ingress", "Egress"],
+                egress=_egress(args),
                 ingress=[
                     k8s.networking.v1.NetworkPolicyIngressRuleArgs(
                         from_=[
@@ -350,6 +390,62 @@ class GpuProfiler(pulumi.ComponentResource):
 
         self.namespace = namespace
         self.register_outputs({"namespace": self.namespace})
+
+
+def _tcp(*ports: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
+    return [k8s.networking.v1.NetworkPolicyPortArgs(port=p, protocol="TCP") for p in ports]
+
+
+def _egress(args: GpuProfilerArgs) -> list[k8s.networking.v1.NetworkPolicyEgressRuleArgs]:
+    """Where the daemon connects. The API server's and an outside store's addresses are not known
+    when rendering: those ports are open to any address but the link-local range (the instance
+    metadata service); an in-cluster store (CloudNativePG's pooler) is a pod of any namespace."""
+
+    def namespace(name: str) -> k8s.meta.v1.LabelSelectorArgs:
+        return k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": name})
+
+    anywhere = k8s.networking.v1.NetworkPolicyPeerArgs(
+        ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0", except_=[LINK_LOCAL])
+    )
+    rules = [
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[
+                k8s.networking.v1.NetworkPolicyPeerArgs(
+                    namespace_selector=namespace("kube-system"),
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(
+                        match_labels={"k8s-app": "kube-dns"}
+                    ),
+                )
+            ],
+            ports=[
+                k8s.networking.v1.NetworkPolicyPortArgs(port=53, protocol=protocol)
+                for protocol in ("UDP", "TCP")
+            ],
+        ),
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[
+                k8s.networking.v1.NetworkPolicyPeerArgs(
+                    namespace_selector=namespace(args.monitoring_namespace)
+                )
+            ],
+            ports=_tcp(PROMETHEUS_PORT),
+        ),
+        # The `kubernetes` Service's port, and the endpoints' (EKS: 443; kubeadm: 6443).
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[anywhere], ports=_tcp(443, 6443)),
+    ]
+    if not isinstance(args.store, SqliteStore):
+        port = (
+            args.store.endpoint.port if isinstance(args.store, PostgresStore) else args.store_port
+        )
+        in_cluster = k8s.networking.v1.NetworkPolicyPeerArgs(
+            namespace_selector=k8s.meta.v1.LabelSelectorArgs()
+        )
+        rules.append(
+            k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                to=[in_cluster, anywhere], ports=_tcp(port)
+            )
+        )
+    return rules
 
 
 def _unprotect_on_destroy(

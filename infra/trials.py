@@ -13,6 +13,8 @@ one-shot Job, with nothing more than it needs.
   right, narrowed to one object: get on the PriorityClass ``gpu-profiler-trial`` (the runner
   refuses to run when it cannot check that class). The profiler DaemonSet's own ClusterRole
   does not change.
+- A ValidatingAdmissionPolicy (``infra/admission.py``): the runner creates and deletes only
+  objects labelled as its own, and no trial pod runs as the runner's ServiceAccount.
 
 docs/trial.md has the Job that runs ``trial run`` with this ServiceAccount.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.admission import MANAGED_BY_LABEL, admission_objects, trial_policy
 from infra.platform import namespace_name
 
 TRIAL_NAMESPACE = "gpu-profiler-trials"  # gpu-profiler trial's default --namespace
@@ -31,7 +34,7 @@ TRIAL_ACCOUNT = "gpu-profiler-trial"
 PRIORITY_CLASS = "gpu-profiler-trial"  # gpu-profiler trial's PriorityClass
 PRIORITY_VALUE = -100  # below the default 0 of production pods
 QUOTA_NAME = "gpu-profiler-trials"  # the runner reads its GPU limit by this name
-LABELS = {"app.kubernetes.io/managed-by": "gpu-profiler-trial"}
+LABELS = {MANAGED_BY_LABEL: "gpu-profiler-trial"}  # also on every object the runner makes
 
 # (API group, resources, verbs): everything the runner does in the trial namespace.
 ROLE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -165,6 +168,11 @@ class GpuTrialRunner(pulumi.ComponentResource):
                 )
             ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[reader, account]),
+        )
+        admission_objects(
+            trial_policy(args.namespace, TRIAL_ACCOUNT, LABELS[MANAGED_BY_LABEL]),
+            LABELS,
+            pulumi.ResourceOptions(parent=self),
         )
         self.namespace = namespace
         self.service_account = pulumi.Output.from_input(TRIAL_ACCOUNT)

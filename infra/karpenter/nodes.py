@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra.eks import EFA_NODE_LABEL, gpu_node_user_data
+from infra.eks import EFA_NODE_LABEL, GPU_NODE_IMDS_HOP_LIMIT, gpu_node_user_data
 from infra.gpu import (
     GPU_NODE_LABEL_KEY,
     GPU_NODE_LABEL_VALUE,
@@ -188,7 +188,7 @@ def ec2_node_class_spec(
         "metadataOptions": {
             "httpEndpoint": "enabled",
             "httpTokens": "required",
-            "httpPutResponseHopLimit": 2,
+            "httpPutResponseHopLimit": GPU_NODE_IMDS_HOP_LIMIT,  # as the node groups' (eks.py)
         },
         # GPUs only through the device plugin, as on the managed GPU node groups.
         "userData": gpu_node_user_data(),

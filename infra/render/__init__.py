@@ -19,4 +19,5 @@ CHECK_NAMES = (
     "scheduling",
     "conflicts",
     "scalers",
+    "admission",
 )

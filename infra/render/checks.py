@@ -22,7 +22,9 @@ Each check returns findings, one line each, naming the object and what to fix; n
   default class;
 - ``conflicts``: no two objects share kind, namespace and name (two releases' APIServices);
 - ``scalers``: every ScaledObject and HPA scales a workload of the stack; Prometheus triggers name
-  a server (resolved by ``references``) and a query.
+  a server (resolved by ``references``) and a query;
+- ``admission``: every ServiceAccount the project lets write has a denying admission policy
+  (admission_checks.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import yaml
 
 from infra.gpu import GPU_NODE_LABEL_KEY, GPU_RESOURCE
+from infra.render.admission_checks import admission_findings
 from infra.render.charts import ignored_values
 from infra.render.cnpg import (
     cnpg_claims,
@@ -867,6 +870,7 @@ CHECKS: dict[str, Check] = {
     "scheduling": lambda graph, _assumed: scheduling_findings(graph),
     "conflicts": lambda graph, _assumed: conflict_findings(graph),
     "scalers": lambda graph, _assumed: scaler_findings(graph),
+    "admission": lambda graph, _assumed: admission_findings(graph),
 }
 
 

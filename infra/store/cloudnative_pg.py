@@ -29,7 +29,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import versions
-from infra.platform import helm_release, namespace_name
+from infra.platform import GRAFANA_POD_LABELS, helm_release, namespace_name
 from infra.store.endpoint import (
     CA_CONFIG_MAP,
     CA_KEY,
@@ -81,7 +81,7 @@ class CloudNativePgArgs:
     namespace: str = CLUSTER_NAME
     operator_namespace: str = "cnpg-system"
     monitoring_namespace: str = "monitoring"
-    # Namespaces whose pods may connect to the pooler (the profiler's; Grafana's is added).
+    # Namespaces whose pods may connect to the pooler (the profiler's; Grafana's pods are added).
     client_namespaces: tuple[str, ...] = ("gpu-profiler",)
     instances: int = 2
     storage_size: str = "50Gi"
@@ -415,9 +415,12 @@ class CloudNativePgStore(pulumi.ComponentResource):
         same_namespace = {"pod_selector": k8s.meta.v1.LabelSelectorArgs()}
         operator = _namespace_peer(args.operator_namespace)
         monitoring = _namespace_peer(args.monitoring_namespace)
-        clients = [
-            _namespace_peer(ns) for ns in (*args.client_namespaces, args.monitoring_namespace)
-        ]
+        # Of the monitoring namespace, only Grafana (the data source) connects to the database.
+        grafana = {
+            **monitoring,
+            "pod_selector": k8s.meta.v1.LabelSelectorArgs(match_labels=GRAFANA_POD_LABELS),
+        }
+        clients = [*(_namespace_peer(ns) for ns in args.client_namespaces), grafana]
         rules = {
             CLUSTER_NAME: (
                 instance_labels,

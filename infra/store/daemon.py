@@ -11,7 +11,9 @@
   kubelet creates the folder owned by root; a root init container with only ``CAP_CHOWN`` and
   ``CAP_FOWNER`` hands it to the daemon's user (mode 0750), which then runs as before (non-root,
   read-only root filesystem). hostPath is outside the ``baseline`` and ``restricted`` Pod Security
-  levels, so the namespace has to allow ``privileged`` pods.
+  levels, so the namespace enforces ``privileged`` (and warns and audits at ``restricted``); a
+  ValidatingAdmissionPolicy (``infra/admission.py``: ``store_namespace_policy``) admits no more
+  than this one exception to the namespace's pods.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ PASSFILE_DIR = "/run/gpu-profiler"
 CREDENTIALS_DIGEST_ANNOTATION = "gpu-cluster.io/store-credentials-sha256"
 SQLITE_FILE = "profiler.db"
 SQLITE_DIR_MODE = "0750"
+SQLITE_INIT_CAPABILITIES = ("CHOWN", "FOWNER")  # what the folder's hand-over needs, no more
 
 
 @dataclass
@@ -65,6 +68,16 @@ class DaemonStore:
 def pod_security_level(store: ProfilerStore) -> str:
     """The Pod Security level the profiler's namespace enforces: hostPath needs ``privileged``."""
     return "privileged" if isinstance(store, SqliteStore) else "restricted"
+
+
+def pod_security_labels(store: ProfilerStore) -> dict[str, str]:
+    """The namespace's Pod Security labels: warnings and audit at ``restricted`` in every case."""
+    prefix = "pod-security.kubernetes.io"
+    return {
+        f"{prefix}/enforce": pod_security_level(store),
+        f"{prefix}/warn": "restricted",
+        f"{prefix}/audit": "restricted",
+    }
 
 
 def _secret_env(name: str, secret: k8s.core.v1.Secret, key: str) -> k8s.core.v1.EnvVarArgs:
@@ -241,7 +254,9 @@ def _sqlite_store(_store: SqliteStore, sqlite_dir: str, user: int, image: str) -
             run_as_non_root=False,
             allow_privilege_escalation=False,
             read_only_root_filesystem=True,
-            capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=["CHOWN", "FOWNER"]),
+            capabilities=k8s.core.v1.CapabilitiesArgs(
+                drop=["ALL"], add=list(SQLITE_INIT_CAPABILITIES)
+            ),
             seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
         ),
     )

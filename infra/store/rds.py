@@ -433,6 +433,9 @@ class RdsRoles(pulumi.ComponentResource):
                 ),
                 spec=k8s.core.v1.PodSpecArgs(
                     service_account_name=BOOTSTRAP_NAME,
+                    # It calls no Kubernetes API: no token of it in the pod. IRSA's web identity
+                    # token is a projected volume of its own, which EKS's webhook adds anyway.
+                    automount_service_account_token=False,
                     restart_policy="OnFailure",
                     security_context=non_root_pod_security(BOOTSTRAP_USER),
                     init_containers=[fetch_master],

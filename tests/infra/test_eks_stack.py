@@ -179,6 +179,8 @@ def test_gpu_nodes_hand_out_gpus_only_through_the_device_plugin(eks_run: Program
         assert disk["ebs"]["volumeSize"] == 200
         assert disk["ebs"]["encrypted"] == "true"
         assert template.inputs["metadataOptions"]["httpTokens"] == "required"
+        # pods on the pod network get no instance role credentials
+        assert template.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
     group = eks_run.one(NODE_GROUP, "gpu-eks-g5-nodes").inputs
     assert group["launchTemplate"]["id"] == "gpu-eks-g5-launch-template-id"
     assert "diskSize" not in group  # EKS refuses it beside a launch template

@@ -77,6 +77,7 @@ def test_node_class_uses_the_nvidia_al2023_family_private_subnets_and_toolkit_se
     # GPUs only through the device plugin, as on the managed GPU node groups.
     assert spec["userData"] == gpu_node_user_data()
     assert spec["metadataOptions"]["httpTokens"] == "required"
+    assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1  # no role for pod networks
     (disk,) = spec["blockDeviceMappings"]
     assert disk["ebs"]["encrypted"] is True
 

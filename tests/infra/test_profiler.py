@@ -202,24 +202,70 @@ def test_headless_service_and_service_monitor(eks_run: ProgramRun) -> None:
     assert monitor["spec"]["selector"] == {"matchLabels": service["spec"]["selector"]}
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"  # job="gpu-profiler"
-    # namespace/pod on the profiler's series name the GPU's workload, not the profiler pod.
+    # namespace/pod on the profiler's series name the GPU's workload, not the profiler pod;
+    # tests/infra/test_profiler_scrape.py scrapes a hostile target with the rest.
     endpoint = monitor["spec"]["endpoints"][0]
-    assert endpoint["honorLabels"] is True
-    assert endpoint["relabelings"] == [
-        {"action": "labeldrop", "regex": "^(namespace|pod|container)$"}
-    ]
+    assert endpoint["honorLabels"] is False
+    assert endpoint["relabelings"][0] == {
+        "action": "labeldrop",
+        "regex": "^(namespace|pod|container)$",
+    }
 
 
 def test_metrics_port_reachable_from_monitoring_namespace_only(eks_run: ProgramRun) -> None:
     policy = eks_run.one(
         "kubernetes:networking.k8s.io/v1:NetworkPolicy", "profiler-network-policy"
     ).inputs["spec"]
-    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
     (rule,) = policy["ingress"]
     assert rule["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]
     assert rule["ports"] == [{"port": 9401, "protocol": "TCP"}]
+
+
+ANYWHERE = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}
+
+
+def egress_of(run: ProgramRun) -> list[tuple[list[Any], list[tuple[str, int]]]]:
+    policy = run.one(
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy", "profiler-network-policy"
+    ).inputs["spec"]
+    return [
+        (rule["to"], [(p["protocol"], p["port"]) for p in rule["ports"]])
+        for rule in policy["egress"]
+    ]
+
+
+def test_egress_is_dns_prometheus_the_api_server_and_the_store(eks_run: ProgramRun) -> None:
+    dns, prometheus, api_server, store = egress_of(eks_run)
+    assert dns == (
+        [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},  # CoreDNS, EKS and kubeadm
+            }
+        ],
+        [("UDP", 53), ("TCP", 53)],
+    )
+    assert prometheus == (
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        [("TCP", 9090)],
+    )
+    # the instance metadata service is in no rule
+    assert api_server == ([ANYWHERE], [("TCP", 443), ("TCP", 6443)])
+    assert store == ([{"namespaceSelector": {}}, ANYWHERE], [("TCP", 5432)])
+
+
+def test_a_sqlite_store_opens_no_store_port() -> None:
+    run = run_stack(EKS_STACK, overrides={"profilerStore": "sqlite"})
+    assert [ports for _, ports in egress_of(run)] == [
+        [("UDP", 53), ("TCP", 53)],
+        [("TCP", 9090)],
+        [("TCP", 443), ("TCP", 6443)],
+    ]
 
 
 def test_every_variable_set_is_one_the_daemon_reads(eks_run: ProgramRun) -> None:

@@ -106,7 +106,7 @@ def test_check_passes_on_the_example_stack_as_a_command() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("all checks pass (")
-    assert "on kubeadm, 9 checks)" in result.stdout
+    assert "on kubeadm, 10 checks)" in result.stdout
     assert "Traceback" not in result.stderr
 
 

@@ -300,6 +300,16 @@ def test_network_policies_admit_only_the_clients(eks_run: ProgramRun) -> None:
         (("gpu-profiler", "monitoring"), (5432,)),
         (("monitoring",), (9127,)),
     ]
+    # of the monitoring namespace, Grafana's pods alone reach the database
+    pooler = named(eks_run, NETWORK_POLICY, "gpu-profiler-store-pooler", "gpu-profiler-store")
+    profiler, grafana = pooler.inputs["spec"]["ingress"][0]["from"]
+    assert "podSelector" not in profiler
+    assert grafana["podSelector"] == {
+        "matchLabels": {
+            "app.kubernetes.io/name": "grafana",
+            "app.kubernetes.io/instance": "kube-prometheus-stack",
+        }
+    }
     assert ingress("gpu-profiler-store") == [
         (("(same namespace)",), (5432, 8000)),
         (("cnpg-system",), (5432, 8000)),
@@ -483,6 +493,15 @@ def test_rds_users_are_made_by_a_job_that_alone_reads_the_master_secret(
     job = rds_run.one("kubernetes:batch/v1:Job").inputs
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "gpu-profiler-store-roles"
+    # IRSA's web identity token only (EKS' webhook projects it): no Kubernetes API token, and
+    # no RBAC binding names the account, so it writes nothing in the cluster.
+    assert pod["automountServiceAccountToken"] is False
+    assert not [
+        b
+        for kind in ("RoleBinding", "ClusterRoleBinding")
+        for b in rds_run.of_type(f"kubernetes:rbac.authorization.k8s.io/v1:{kind}")
+        if any(s["name"] == "gpu-profiler-store-roles" for s in b.inputs.get("subjects") or [])
+    ]
     (fetch,) = pod["initContainers"]
     assert fetch["image"] == versions.AWS_CLI_IMAGE
     (roles,) = pod["containers"]
