@@ -15,8 +15,9 @@ class RetryLaterError(Exception):
         self.retry_after = retry_after
 
 
-class SourceError(Exception):
-    """A metrics source failed transiently (down, slow, 5xx). The daemon backs off and retries."""
+class SourceError(RetryLaterError):
+    """A metrics source failed transiently (down, slow, 5xx). The daemon backs off and retries,
+    waiting at least the ``retry_after`` the server asked for."""
 
 
 def one_line(error: BaseException) -> str:
