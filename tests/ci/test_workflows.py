@@ -23,7 +23,9 @@ from infra import versions
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
-PINNED = re.compile(r"^[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+$")
+# An action by the commit of its release, the release named for people: a tag can be moved to
+# other code by whoever controls the action's repository; a commit cannot.
+PINNED = re.compile(r"^\s*(- )?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+\.\d+\.\d+\b")
 PROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -73,16 +75,40 @@ def test_actionlint_rejects_a_workflow_with_a_broken_expression(tmp_path: Path) 
     assert 'property "versoin" is not defined' in result.stdout
 
 
+def unpinned_actions(text: str) -> list[str]:
+    """The ``uses:`` lines of a workflow not pinned by commit SHA with their release beside."""
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if re.match(r"^\s*(- )?uses:", line) and not PINNED.match(line)
+    ]
+
+
 @pytest.mark.parametrize("name", ["smoke.yml", "image.yml"])
-def test_actions_are_pinned_to_a_release_and_permissions_are_read_only_at_the_top(
+def test_actions_are_pinned_by_commit_and_permissions_are_read_only_at_the_top(
     name: str,
 ) -> None:
     workflow = load(name)
     assert workflow["permissions"] == {"contents": "read"}
-    for job in workflow["jobs"]:
-        for step in steps(workflow, job):
-            if "uses" in step:
-                assert PINNED.match(step["uses"]), step["uses"]
+    text = (WORKFLOWS / name).read_text()
+    assert unpinned_actions(text) == []
+    uses = [
+        step["uses"] for job in workflow["jobs"] for step in steps(workflow, job) if "uses" in step
+    ]
+    assert uses, "no action found: the check would pass on anything"
+    assert text.count("uses:") == len(uses)  # every step's action was seen by the line check
+
+
+def test_the_pin_check_fails_on_a_tag_or_a_branch() -> None:
+    sha = "11bd71901bbe5b1630ceea73d27597364c9af683"
+    assert unpinned_actions(f"      - uses: actions/checkout@{sha}  # v4.2.2") == []
+    for line in (
+        "      - uses: actions/checkout@v4.2.2",
+        "      - uses: actions/checkout@main",
+        f"        uses: actions/checkout@{sha}",  # no release named for people
+        f"      - uses: actions/checkout@{sha[:12]}  # v4.2.2",
+    ):
+        assert unpinned_actions(line) == [line.strip()]
 
 
 def test_smoke_workflow_runs_weekly_and_on_demand_one_at_a_time() -> None:
