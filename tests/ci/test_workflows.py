@@ -126,7 +126,8 @@ def test_smoke_workflow_deploys_checks_and_always_destroys() -> None:
     workflow = load("smoke.yml")
     job = workflow["jobs"]["smoke"]
     assert job["permissions"] == {"contents": "read", "id-token": "write"}
-    assert job["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    _, up = step_named(workflow, "smoke", "pulumi up --yes")
+    assert up["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
     credentials = [
         step
         for step in steps(workflow, "smoke")
@@ -237,3 +238,26 @@ def test_release_version_accepts_only_the_tag_of_the_project_version(
         assert result.stderr.count("\n") == 1
         assert result.stderr.startswith("error: ")
         assert f"v{PROJECT_VERSION}" in result.stderr
+
+
+def test_the_smoke_job_installs_from_the_hashed_lock_before_any_secret() -> None:
+    workflow = load("smoke.yml")
+    job = (
+        workflow["jobs"]["smoke"]
+        if "smoke" in workflow["jobs"]
+        else next(iter(workflow["jobs"].values()))
+    )
+    assert "PULUMI_ACCESS_TOKEN" not in job.get("env", {})  # only the steps that run pulumi
+    install_at, install = step_named(workflow, next(iter(workflow["jobs"])), "pip install")
+    commands = [line.strip() for line in install["run"].splitlines() if "pip install" in line]
+    assert commands[0].endswith("pip install --require-hashes --no-deps -r constraints/smoke.txt")
+    assert all("--no-index" in command or "--require-hashes" in command for command in commands)
+    assert "env" not in install
+    steps_with_token = [
+        index
+        for index, step in enumerate(steps(workflow, "smoke"))
+        if "PULUMI_ACCESS_TOKEN" in step.get("env", {})
+    ]
+    assert steps_with_token
+    assert min(steps_with_token) > install_at
+    assert "--hash=sha256:" in (ROOT / "constraints" / "smoke.txt").read_text()
