@@ -162,9 +162,9 @@ def test_analyze_against_a_256_mib_answer_stays_under_the_memory_limit() -> None
     """``gpu-profiler analyze`` in a child process against a 256 MiB answer: one error line,
     exit 2, and a peak RSS far under the DaemonSet's limit (without the cap it reads all)."""
     with HostilePrometheus(Behaviour("huge")) as server:
+        command = [sys.executable, "-c", MEASURED, "analyze", "--node", NODE]
         completed = subprocess.run(
-            [sys.executable, "-c", MEASURED, "analyze", *("--prometheus-url", server.url)]
-            + ["--node", NODE],
+            [*command, "--prometheus-url", server.url],
             capture_output=True,
             text=True,
             timeout=120,

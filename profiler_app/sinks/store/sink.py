@@ -111,7 +111,7 @@ class TableStore:
     def publish(self, result: CycleResult) -> None:
         failed = self._unwritten.get(result.node)
         if failed is not None:  # if it fails again, this cycle waits too: a later row covers it
-            self._write(failed)
+            self._write(failed, retry=True)
             self._unwritten.pop(result.node, None)
         if not self._due(result):
             self._pending[result.node] = result
@@ -144,7 +144,7 @@ class TableStore:
         slot = self._store_interval
         return math.floor(result.at.timestamp() / slot) != math.floor(written.timestamp() / slot)
 
-    def _write(self, result: CycleResult) -> None:
+    def _write(self, result: CycleResult, *, retry: bool = False) -> None:
         if not self._migrated:
             self._migrate()
         database = self._database
@@ -153,12 +153,12 @@ class TableStore:
                 self._partitions.ensure(database, _partitions_needed(result))
             with database.transaction() as cursor:
                 last_at = self._load_last_at(cursor, result)
-                # A GPU whose row for this cycle is in already (a commit whose answer was lost,
-                # retried from _unwritten) gets none again.
+                # Retrying a failed cycle: a GPU whose row is in already (the commit went
+                # through, its answer was lost) gets none again.
                 rows = [
                     _gpu_window_row(result, profile, last_at.get(_gpu_identity(profile)))
                     for profile in result.gpus
-                    if not _written(last_at.get(_gpu_identity(profile)), result.at)
+                    if not (retry and _written(last_at.get(_gpu_identity(profile)), result.at))
                 ]
                 self._insert_gpu_windows(cursor, rows)
                 self._upsert_rollups(cursor, rows, result.pods)
