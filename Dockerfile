@@ -4,7 +4,11 @@
 # needs is the SQLite store's directory (/var/lib/gpu-profiler), or none with
 # GPU_PROFILER_STORE_URL=none / a PostgreSQL URL.
 
-FROM python:3.11-slim-bookworm AS builder
+# Both stages on python:3.11-slim-bookworm by the digest of its multi-arch index (amd64 and
+# arm64), the tag kept for people. The digest was taken from a public record of the tag, not
+# re-resolved from a registry here: `docker buildx imagetools inspect python:3.11-slim-bookworm`
+# shows the current one (docs/operations.md, "Supply chain").
+FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91 AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -12,14 +16,18 @@ COPY pyproject.toml README.md ./
 COPY constraints/image.txt ./constraints/image.txt
 COPY profiler_app ./profiler_app
 # The wheel with its runtime dependencies plus psycopg for PostgreSQL stores (the "postgres"
-# extra); not the dev, infra or ansible extras. Every dependency at its pinned version.
+# extra); not the dev, infra or ansible extras. Every dependency, and setuptools that builds the
+# wheel, from the hashed lock; then the wheel with no index at all, so nothing unlocked is fetched
+# and a dependency missing from the lock fails the build.
 RUN python -m venv /opt/gpu-profiler \
- && /opt/gpu-profiler/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/gpu-profiler/bin/pip install --constraint constraints/image.txt \
-      "$(ls /wheels/gpu_cluster_profiler-*.whl)[postgres]" \
+ && /opt/gpu-profiler/bin/pip install --require-hashes --no-deps -r constraints/image.txt \
+ && /opt/gpu-profiler/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && /opt/gpu-profiler/bin/pip install --no-index "$(ls /wheels/gpu_cluster_profiler-*.whl)[postgres]" \
+ && /opt/gpu-profiler/bin/pip uninstall --yes setuptools \
+ && /opt/gpu-profiler/bin/pip check \
  && /opt/gpu-profiler/bin/gpu-profiler --version
 
-FROM python:3.11-slim-bookworm
+FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 LABEL org.opencontainers.image.title="gpu-profiler" \
       org.opencontainers.image.description="Classifies what each GPU of a node does and publishes it" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -12,7 +12,8 @@ Memory depends on what the interpreter can import: in the dev ``.venv`` the Kube
 finds the optional ``kubernetes_validate`` (with jsonschema, about 2.8 MiB) that the image lacks.
 For the image's figure, run it from a virtual environment with only the image's packages and
 the image's environment: ``python3.11 -m venv /tmp/image && /tmp/image/bin/pip install
---constraint constraints/image.txt . pytest``, then ``OPENBLAS_NUM_THREADS=1
+--require-hashes --no-deps -r constraints/image.txt && /tmp/image/bin/pip install --no-deps
+--no-build-isolation . && /tmp/image/bin/pip install pytest``, then ``OPENBLAS_NUM_THREADS=1
 /tmp/image/bin/python benchmarks/bench_daemon.py`` (pytest only for the harness).
 
 ``--outage SECONDS`` starts the daemon with the API server answering every request 503 for that

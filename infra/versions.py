@@ -145,13 +145,60 @@ PINNED_CHARTS = (
     EFA_DEVICE_PLUGIN,
 )
 
+# Images by the digest of their multi-arch index, the tag kept for people to read; where no
+# digest is known, the reason instead (a pin by digest must be one that was checked). The digests
+# were taken from public repositories that pin the same tag, and agree, not resolved from a
+# registry here; `docker buildx imagetools inspect IMAGE` confirms one (docs/operations.md,
+# "Supply chain"). tests/infra/test_versions.py fails on an image of this file missing here.
+IMAGE_DIGESTS: dict[str, tuple[str | None, str]] = {
+    "vllm/vllm-openai:v0.11.0": (
+        "sha256:014a95f21c9edf6abe0aea6b07353f96baa4ec291c427bb1176dc7c93a85845c",
+        "four public records agree",
+    ),
+    "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless": (
+        "sha256:60d3b00ac80b4ae77f94dae2f943685605585ad9e92fdccda3154d009ae317cc",
+        "several public records agree",
+    ),
+    "ghcr.io/cloudnative-pg/pgbouncer:1.25.1": (
+        "sha256:e6ddfe22d845e603825e235dd8334b21ecd125abea2a2172478f556b8dee2bb8",
+        "one public record",
+    ),
+    "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie": (
+        None,
+        "unknown: CloudNativePG rebuilds this tag for OS fixes, and public records name four "
+        "different digests",
+    ),
+    "docker.io/library/busybox:1.37.0": (
+        None,
+        "unknown: the tag was republished, and public records name several digests",
+    ),
+    "public.ecr.aws/aws-cli/aws-cli:2.32.9": (
+        None,
+        "unknown: no public record of this registry's digest (Docker Hub's copy is another push)",
+    ),
+    "ghcr.io/centaurusinfra/gpu-profiler:0.1.0": (
+        None,
+        "unknown until the release workflow pushes it; a cluster checks its cosign signature "
+        "instead (docs/operations.md)",
+    ),
+}
+
+
+def pinned(image: str) -> str:
+    """``repository:tag@sha256:...`` where the digest is known, else ``image`` as it is."""
+    digest, _ = IMAGE_DIGESTS[image]
+    return f"{image}@{digest}" if digest else image
+
+
 # The example GPU inference server (vLLM's OpenAI-compatible server; it exports request metrics
 # on /metrics) and the small model it serves, which fits any NVIDIA GPU of the GPU pools.
-EXAMPLE_INFERENCE_IMAGE = "vllm/vllm-openai:v0.11.0"
+EXAMPLE_INFERENCE_IMAGE = pinned("vllm/vllm-openai:v0.11.0")
 EXAMPLE_INFERENCE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 # dcgm-exporter's image for chart 4.8.2 (DCGM 4.5.3); the chart's own default, pinned explicitly.
-DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
+# The chart writes "<repository>:<tag>", so the digest rides in the tag.
+DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
+DCGM_EXPORTER_IMAGE_TAG = pinned(DCGM_EXPORTER_IMAGE).partition(":")[2]
 # The label naming the node on dcgm-exporter's series: "Hostname" up to this version ("hostname"
 # later); the ServiceMonitor copies either into this one (platform.node_label_relabelings).
 DCGM_NODE_LABEL = "Hostname"
@@ -161,19 +208,19 @@ DCGM_NODE_LABEL = "Hostname"
 # that they agree). Stacks override it with config `profilerImage`.
 PROFILER_IMAGE_REPOSITORY = "ghcr.io/centaurusinfra/gpu-profiler"
 PROFILER_VERSION = "0.1.0"
-PROFILER_IMAGE = f"{PROFILER_IMAGE_REPOSITORY}:{PROFILER_VERSION}"
+PROFILER_IMAGE = pinned(f"{PROFILER_IMAGE_REPOSITORY}:{PROFILER_VERSION}")
 
 # PostgreSQL and PgBouncer images of the CloudNativePG cluster: operator 1.30.0's defaults, pinned
 # so that an operator upgrade does not roll the database by itself. The local-path helper (it
 # creates and removes volume folders on the node) is pinned instead of the chart's busybox:latest.
-POSTGRESQL_IMAGE = "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie"
-PGBOUNCER_IMAGE = "ghcr.io/cloudnative-pg/pgbouncer:1.25.1"
+POSTGRESQL_IMAGE = pinned("ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie")
+PGBOUNCER_IMAGE = pinned("ghcr.io/cloudnative-pg/pgbouncer:1.25.1")
 LOCAL_PATH_HELPER_IMAGE = ("docker.io/library/busybox", "1.37.0")
 # Amazon RDS for PostgreSQL (profilerStore: rds): the major version; RDS applies minor upgrades.
 RDS_POSTGRESQL_VERSION = "18"
 RDS_PARAMETER_GROUP_FAMILY = "postgres18"
 # The AWS CLI that reads RDS's master secret in the store's bootstrap Job.
-AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.32.9"
+AWS_CLI_IMAGE = pinned("public.ecr.aws/aws-cli/aws-cli:2.32.9")
 
 
 @dataclass(frozen=True)

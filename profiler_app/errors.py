@@ -28,8 +28,9 @@ class ItemsFailedError(RetryLaterError):
         self.attempts = attempts
 
 
-class SourceError(Exception):
-    """A metrics source failed transiently (down, slow, 5xx). The daemon backs off and retries."""
+class SourceError(RetryLaterError):
+    """A metrics source failed transiently (down, slow, 5xx). The daemon backs off and retries,
+    waiting at least the ``retry_after`` the server asked for."""
 
 
 def one_line(error: BaseException) -> str:

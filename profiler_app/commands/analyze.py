@@ -62,6 +62,7 @@ def _read_prometheus(
         fields,
         step,
         optional_fields=fields[1:],
+        **options.prometheus_limits(args),
     )
     try:
         return source.read(window)

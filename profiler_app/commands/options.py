@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
@@ -218,11 +219,16 @@ def add_prometheus_options(
     default_fields: tuple[str, ...] = DEFAULT_FIELDS,
     default_window: str = DEFAULT_WINDOW,
 ) -> None:
-    """--prometheus-url, --node, --node-label, --field, --window and --step."""
+    """--prometheus-url, --node, --node-label, --field, --window, --step and the answers' limits
+    (--prometheus-max-bytes, --prometheus-deadline)."""
     # Imported here: report and trace, which take no Prometheus options, start without requests.
     from profiler_app.sources.prometheus import (  # noqa: PLC0415
         DEFAULT_MAX_POINTS,
         DEFAULT_STEP_SECONDS,
+    )
+    from profiler_app.sources.prometheus.bounded import (  # noqa: PLC0415
+        DEFAULT_DEADLINE_SECONDS,
+        DEFAULT_MAX_BYTES,
     )
 
     group = parser.add_argument_group("Prometheus (dcgm-exporter metrics)")
@@ -275,7 +281,63 @@ def add_prometheus_options(
         metavar="DURATION",
         help="query resolution",
     )
+    add_env_option(
+        group,
+        "--prometheus-max-bytes",
+        env="GPU_PROFILER_PROMETHEUS_MAX_BYTES",
+        default=f"{DEFAULT_MAX_BYTES // 2**20}Mi",
+        metavar="SIZE",
+        help="the largest answer read from Prometheus, in bytes or with Ki, Mi or Gi; a larger one "
+        "fails the request (parsing JSON takes about 8 times its size in memory)",
+    )
+    add_env_option(
+        group,
+        "--prometheus-deadline",
+        env="GPU_PROFILER_PROMETHEUS_DEADLINE",
+        default=format_duration(DEFAULT_DEADLINE_SECONDS),
+        metavar="DURATION",
+        help="the longest one Prometheus request may take, answer included, however steadily "
+        "the server sends",
+    )
     parser.set_defaults(default_fields=default_fields)
+
+
+_SIZE_UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi)?")
+
+
+def byte_size(text: str, flag: str) -> int:
+    """A positive size in bytes, ``16777216`` or ``16Mi``; a malformed one names its flag or the
+    environment variable it came from."""
+    match = _SIZE.fullmatch(text.strip())
+    size = int(match.group(1)) * _SIZE_UNITS[match.group(2) or ""] if match else 0
+    if size <= 0:
+        raise UserError(
+            f"{named(text, flag)}: invalid size {text!r}: use a positive number of bytes, "
+            "optionally with Ki, Mi or Gi (16Mi)"
+        )
+    return size
+
+
+class PrometheusLimits(TypedDict):
+    """One Prometheus request's limits, as ``PrometheusSource`` takes them."""
+
+    max_bytes: int
+    deadline_seconds: float
+
+
+def prometheus_limits(args: argparse.Namespace) -> PrometheusLimits:
+    """--prometheus-max-bytes and --prometheus-deadline, checked."""
+    deadline = duration(args.prometheus_deadline, "--prometheus-deadline")
+    if deadline is None or deadline <= 0:
+        raise UserError(
+            f"{named(args.prometheus_deadline, '--prometheus-deadline')} must be a positive "
+            "duration"
+        )
+    return PrometheusLimits(
+        max_bytes=byte_size(args.prometheus_max_bytes, "--prometheus-max-bytes"),
+        deadline_seconds=deadline,
+    )
 
 
 def explicit_fields(args: argparse.Namespace) -> list[str] | None:

@@ -39,10 +39,9 @@ if TYPE_CHECKING:
     from profiler_app.sources.host import HostSampler
     from profiler_app.sources.kube_pods import PodWatcher
 
-# Imported only when the configuration uses them, to keep the daemon small: the Kubernetes
-# client (about 30 MiB with what it imports), the store (its DB-API driver; SQLAlchemy and Alembic
-# only in the migration's child process), and local mode's NVML, psutil and rich terminal table
-# (about 5 MiB; the DaemonSet reads Prometheus and has no terminal).
+# Imported only when used, to keep the daemon small: the Kubernetes client (about 30 MiB), the
+# store (its DB-API driver; SQLAlchemy and Alembic only in the migration's child process), and
+# local mode's NVML, psutil and rich table (about 5 MiB; the DaemonSet has no terminal).
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +232,7 @@ class RunConfig:
     metrics_port: int
     cgroup_root: Path
     once: bool
+    prometheus_limits: options.PrometheusLimits
     protect_training: str = NO_PROTECTION  # PROTECT, NO_PROTECTION or RELEASE_PROTECTION
     gpu_resources: GpuResources = DEFAULT_GPU_RESOURCES  # with the renames --gpu-resource names
 
@@ -282,6 +282,7 @@ class RunConfig:
             metrics_port=args.metrics_port,
             cgroup_root=Path(args.cgroup_root),
             once=args.once,
+            prometheus_limits=options.prometheus_limits(args),
             protect_training=_protection_mode(args.protect_training),
             gpu_resources=options.gpu_resources(args),
         )
@@ -469,6 +470,7 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
             config.step_seconds,
             timeout=PROMETHEUS_TIMEOUT_SECONDS,
             optional_fields=config.fields[1:],
+            **config.prometheus_limits,
         )
         sources.callback(prometheus.close)
         source = prometheus
@@ -559,14 +561,8 @@ def _start_kubernetes(
         return None, None
     resources.callback(connection.close)
     protecting = config.protect_training != NO_PROTECTION
-    watcher = PodWatcher(
-        connection,
-        config.node,
-        annotation_keys=protection.watched_annotations(config.annotation_domain)
-        if protecting
-        else (),
-        gpus=config.gpu_resources,
-    )
+    keys = protection.watched_annotations(config.annotation_domain) if protecting else ()
+    watcher = PodWatcher(connection, config.node, annotation_keys=keys, gpus=config.gpu_resources)
     watcher.start()
     sources.callback(watcher.stop, 1.0)
     if not watcher.wait_until_synced(POD_SYNC_TIMEOUT_SECONDS):

@@ -221,7 +221,16 @@ def _gpu_label_values(profile: GpuProfile, node: str) -> list[str]:
     ]
 
 
+# At most this many requests served at once (Prometheus scrapes once, the kubelet probes once):
+# more connections are closed unanswered instead of each taking a thread, and a client that
+# stops sending is dropped after the timeout, so no client can pile up threads in the daemon.
+MAX_CONCURRENT_REQUESTS = 8
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT_SECONDS
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics server: " + format, *args)
 
@@ -229,6 +238,29 @@ class _QuietHandler(WSGIRequestHandler):
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT_REQUESTS)
+        self._refused_said = False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            if not self._refused_said:  # once: a flood must not flood the log too
+                self._refused_said = True
+                log.warning(
+                    "metrics server: more than %d requests at once; closing the extra ones",
+                    MAX_CONCURRENT_REQUESTS,
+                )
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _ThreadingServer6(_ThreadingServer):

@@ -201,6 +201,23 @@ def gpu_container(spec: Mapping[str, Any], where: str) -> Json | None:
     return holders[0] if holders else None
 
 
+# The ServiceAccount the stacks give the trial runner (infra/trials.py): a trial's pods running as
+# it would hold the runner's rights to create and delete the namespace's Jobs.
+TRIAL_RUNNER_ACCOUNT = "gpu-profiler-trial"
+
+
+def _runner_account_refused(shapes: list[tuple[str, Json]], where: str) -> None:
+    for role, spec in shapes:
+        for key in ("serviceAccountName", "serviceAccount"):
+            if spec.get(key) == TRIAL_RUNNER_ACCOUNT:
+                shape = "" if role in (POD, JOB) else f" ({role})"
+                raise UserError(
+                    f"{where}{shape}: spec.{key} is {TRIAL_RUNNER_ACCOUNT}, the trial runner's "
+                    "ServiceAccount, which would give the trial's pods the runner's rights; "
+                    "name the workload's own ServiceAccount or none"
+                )
+
+
 def load_template(document: Any, source: str) -> Template:
     """The template in a manifest, checked: a known kind with exactly one GPU container per pod
     shape (UserError, one line, otherwise)."""
@@ -227,6 +244,7 @@ def load_template(document: Any, source: str) -> Template:
     shapes = list(pod_specs(manifest))
     if not shapes or not all(spec.get("containers") for _, spec in shapes):
         raise UserError(f"{where} has no containers")
+    _runner_account_refused(shapes, where)
     per_pod = {role: _gpu_limit(gpu_container(spec, where) or {}) for role, spec in shapes}
     if not any(per_pod.values()):
         others = sorted({name for _, spec in shapes for name in _other_gpu_resources(spec)})

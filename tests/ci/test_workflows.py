@@ -23,7 +23,9 @@ from infra import versions
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
-PINNED = re.compile(r"^[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+$")
+# An action by the commit of its release, the release named for people: a tag can be moved to
+# other code by whoever controls the action's repository; a commit cannot.
+PINNED = re.compile(r"^\s*(- )?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+\.\d+\.\d+\b")
 PROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -73,16 +75,40 @@ def test_actionlint_rejects_a_workflow_with_a_broken_expression(tmp_path: Path) 
     assert 'property "versoin" is not defined' in result.stdout
 
 
+def unpinned_actions(text: str) -> list[str]:
+    """The ``uses:`` lines of a workflow not pinned by commit SHA with their release beside."""
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if re.match(r"^\s*(- )?uses:", line) and not PINNED.match(line)
+    ]
+
+
 @pytest.mark.parametrize("name", ["smoke.yml", "image.yml"])
-def test_actions_are_pinned_to_a_release_and_permissions_are_read_only_at_the_top(
+def test_actions_are_pinned_by_commit_and_permissions_are_read_only_at_the_top(
     name: str,
 ) -> None:
     workflow = load(name)
     assert workflow["permissions"] == {"contents": "read"}
-    for job in workflow["jobs"]:
-        for step in steps(workflow, job):
-            if "uses" in step:
-                assert PINNED.match(step["uses"]), step["uses"]
+    text = (WORKFLOWS / name).read_text()
+    assert unpinned_actions(text) == []
+    uses = [
+        step["uses"] for job in workflow["jobs"] for step in steps(workflow, job) if "uses" in step
+    ]
+    assert uses, "no action found: the check would pass on anything"
+    assert text.count("uses:") == len(uses)  # every step's action was seen by the line check
+
+
+def test_the_pin_check_fails_on_a_tag_or_a_branch() -> None:
+    sha = "11bd71901bbe5b1630ceea73d27597364c9af683"
+    assert unpinned_actions(f"      - uses: actions/checkout@{sha}  # v4.2.2") == []
+    for line in (
+        "      - uses: actions/checkout@v4.2.2",
+        "      - uses: actions/checkout@main",
+        f"        uses: actions/checkout@{sha}",  # no release named for people
+        f"      - uses: actions/checkout@{sha[:12]}  # v4.2.2",
+    ):
+        assert unpinned_actions(line) == [line.strip()]
 
 
 def test_smoke_workflow_runs_weekly_and_on_demand_one_at_a_time() -> None:
@@ -100,7 +126,8 @@ def test_smoke_workflow_deploys_checks_and_always_destroys() -> None:
     workflow = load("smoke.yml")
     job = workflow["jobs"]["smoke"]
     assert job["permissions"] == {"contents": "read", "id-token": "write"}
-    assert job["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    _, up = step_named(workflow, "smoke", "pulumi up --yes")
+    assert up["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
     credentials = [
         step
         for step in steps(workflow, "smoke")
@@ -211,3 +238,26 @@ def test_release_version_accepts_only_the_tag_of_the_project_version(
         assert result.stderr.count("\n") == 1
         assert result.stderr.startswith("error: ")
         assert f"v{PROJECT_VERSION}" in result.stderr
+
+
+def test_the_smoke_job_installs_from_the_hashed_lock_before_any_secret() -> None:
+    workflow = load("smoke.yml")
+    job = (
+        workflow["jobs"]["smoke"]
+        if "smoke" in workflow["jobs"]
+        else next(iter(workflow["jobs"].values()))
+    )
+    assert "PULUMI_ACCESS_TOKEN" not in job.get("env", {})  # only the steps that run pulumi
+    install_at, install = step_named(workflow, next(iter(workflow["jobs"])), "pip install")
+    commands = [line.strip() for line in install["run"].splitlines() if "pip install" in line]
+    assert commands[0].endswith("pip install --require-hashes --no-deps -r constraints/smoke.txt")
+    assert all("--no-index" in command or "--require-hashes" in command for command in commands)
+    assert "env" not in install
+    steps_with_token = [
+        index
+        for index, step in enumerate(steps(workflow, "smoke"))
+        if "PULUMI_ACCESS_TOKEN" in step.get("env", {})
+    ]
+    assert steps_with_token
+    assert min(steps_with_token) > install_at
+    assert "--hash=sha256:" in (ROOT / "constraints" / "smoke.txt").read_text()

@@ -111,3 +111,52 @@ def test_every_chart_pins_its_archive_digests(chart: versions.HelmChart) -> None
     assert chart.sha256, f"{chart.archive}: no sha256 pinned"
     assert all(HEX_DIGEST.match(digest) for digest in chart.sha256), chart.sha256
     assert len(set(chart.sha256)) == len(chart.sha256)
+
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# An image reference in a string literal of infra/: registry or owner, a path, a tag.
+IMAGE_LITERAL = re.compile(r"[\"']([a-z0-9.-]+/[a-z0-9./_-]+:[A-Za-z0-9][A-Za-z0-9._-]*)[\"']")
+
+
+def versioned_images() -> dict[str, str]:
+    """Every image infra/versions.py pins, by constant name: ``*_IMAGE`` strings and the
+    (repository, tag) pairs."""
+    images = {}
+    for name, value in vars(versions).items():
+        if not name.endswith("_IMAGE"):
+            continue
+        images[name] = f"{value[0]}:{value[1]}" if isinstance(value, tuple) else value
+    return images
+
+
+def test_every_image_is_pinned_by_digest_or_says_why_not() -> None:
+    images = versioned_images()
+    assert len(images) >= 7  # the collector found them: a check over nothing would pass
+    for name, image in images.items():
+        reference, _, digest = image.partition("@")
+        assert reference in versions.IMAGE_DIGESTS, f"{name}: {reference} is not in IMAGE_DIGESTS"
+        known, why = versions.IMAGE_DIGESTS[reference]
+        assert why.strip(), f"{reference}: say where its digest comes from, or why none"
+        if known is None:
+            assert why.startswith("unknown"), f"{reference}: no digest, so say why it is unknown"
+        else:
+            assert DIGEST.match(known), f"{reference}: {known} is not a sha256 digest"
+            if name != "DCGM_EXPORTER_IMAGE":  # its chart takes the digest in the tag, below
+                assert digest == known, f"{name} is used without its digest"
+    assert versions.DCGM_EXPORTER_IMAGE_TAG.endswith(
+        "@" + str(versions.IMAGE_DIGESTS[versions.DCGM_EXPORTER_IMAGE][0])
+    )
+
+
+def test_no_image_is_named_outside_versions() -> None:
+    """A new image must go through infra/versions.py, where the check above sees it."""
+    for path in sorted((ROOT / "infra").rglob("*.py")):
+        if path.name == "versions.py":
+            continue
+        found = IMAGE_LITERAL.findall(path.read_text())
+        assert found == [], f"{path.relative_to(ROOT)} names {found}: pin it in infra/versions.py"
+
+
+def test_the_literal_check_sees_an_image() -> None:
+    assert IMAGE_LITERAL.findall('image = "ghcr.io/acme/tool:1.2.3"') == ["ghcr.io/acme/tool:1.2.3"]
+    assert IMAGE_LITERAL.findall('url = "https://example.com/x"') == []

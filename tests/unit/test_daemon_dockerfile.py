@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -73,7 +74,10 @@ def test_multi_stage_on_slim_python(stages: list[Stage]) -> None:
     assert len(stages) == 2
     builder, final = stages
     assert builder.name == "builder"
-    assert builder.base == final.base == "python:3.11-slim-bookworm"
+    assert builder.base == final.base
+    tag, _, digest = builder.base.partition("@")
+    assert tag == "python:3.11-slim-bookworm"  # the tag kept for people, the digest for pulls
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), builder.base
     assert any(argument.startswith("--from=builder ") for argument in final.all("COPY"))
 
 
@@ -112,20 +116,42 @@ def test_builder_copies_only_what_exists_and_dockerignore_keeps_it(stages: list[
         assert ignored(path), path
 
 
-def test_the_image_installs_its_pinned_versions(stages: list[Stage]) -> None:
+def test_the_image_installs_its_hashed_lock_and_fetches_nothing_else(stages: list[Stage]) -> None:
     (install,) = [run for run in stages[0].all("RUN") if "pip install" in run]
-    assert "pip install --constraint constraints/image.txt " in install
+    commands = [command.strip() for command in install.split("&&")]
+    pips = [command for command in commands if " install " in command or " wheel " in command]
+    assert "pip install --require-hashes --no-deps -r constraints/image.txt" in pips[0]
+    assert "--no-build-isolation" in pips[1]  # else pip fetches an unpinned setuptools to build
+    assert all("--no-index" in command for command in pips[2:])
+    assert any(command.endswith("pip check") for command in commands)
     assert "constraints/image.txt" in copied_paths(stages[0])
 
 
+def lock_entries() -> dict[str, tuple[Version, list[str]]]:
+    """constraints/image.txt: name -> (version, sha256 hashes); continuation lines joined."""
+    text = (ROOT / "constraints" / "image.txt").read_text()
+    logical = " ".join(
+        line.strip() for line in text.splitlines() if not line.startswith("#")
+    ).replace("\\ ", "")
+    entries = {}
+    for requirement in re.split(r"\s+(?=[A-Za-z0-9][A-Za-z0-9._-]*==)", logical.strip()):
+        words = requirement.split()
+        name, _, number = words[0].partition("==")
+        assert number, f"not a pin: {requirement!r}"
+        hashes = [word.removeprefix("--hash=sha256:") for word in words[1:]]
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), requirement
+        entries[canonicalize_name(name)] = (Version(number), hashes)
+    return entries
+
+
 def image_pins() -> dict[str, Version]:
-    pins = {}
-    for line in (ROOT / "constraints" / "image.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, _, number = line.partition("==")
-            assert number, f"not a pin: {line!r}"
-            pins[canonicalize_name(name)] = Version(number)
-    return pins
+    return {name: version for name, (version, _) in lock_entries().items()}
+
+
+def test_every_pin_has_hashes() -> None:
+    entries = lock_entries()
+    assert len(entries) > 40  # the runtime's whole resolution, not a parse that found nothing
+    assert [name for name, (_, hashes) in entries.items() if not hashes] == []
 
 
 def test_every_runtime_dependency_is_pinned_at_or_above_its_floor() -> None:
@@ -146,9 +172,11 @@ def test_every_runtime_dependency_is_pinned_at_or_above_its_floor() -> None:
 def test_the_pins_are_the_whole_resolution(tmp_path: Path) -> None:
     """pip resolves the image's install with the pins (needs PyPI): nothing is left unpinned."""
     report = tmp_path / "report.json"
+    pins = tmp_path / "pins.txt"  # hashes in a constraints file would demand them of "." too
+    pins.write_text("".join(f"{name}=={version}\n" for name, version in image_pins().items()))
     completed = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
-         "--report", str(report), "--constraint", "constraints/image.txt", ".[postgres]"],
+         "--report", str(report), "--constraint", str(pins), ".[postgres]"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if completed.returncode != 0 and "NewConnectionError" in completed.stderr:
@@ -159,7 +187,9 @@ def test_the_pins_are_the_whole_resolution(tmp_path: Path) -> None:
         for item in json.loads(report.read_text())["install"]
     }
     resolved.pop("gpu-cluster-profiler")
-    assert resolved == image_pins()
+    pinned = image_pins()
+    assert pinned.pop("setuptools")  # builds the wheel, removed after
+    assert resolved == pinned
 
 
 def copied_paths(stage: Stage) -> list[str]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -200,3 +203,31 @@ def test_mig_instances_are_series_of_their_own(served: tuple[MetricsSink, str]) 
         assert scraped[key] == pytest.approx(gi * 10)
     job_types = [key for key in scraped if key[0] == "gpu_profiler_gpu_job_type"]
     assert len(job_types) == 7 * len(JOB_TYPES)
+
+
+def test_idle_connections_cannot_pile_up_threads(
+    served: tuple[MetricsSink, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients that connect and send nothing hold at most MAX_CONCURRENT_REQUESTS threads; the
+    rest are closed at once, and a scrape is served again once the idle ones time out."""
+    from profiler_app.sinks import metrics as metrics_module  # noqa: PLC0415
+
+    monkeypatch.setattr(metrics_module._QuietHandler, "timeout", 1.0)
+    _, base = served
+    port = int(base.rsplit(":", 1)[1])
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() - before <= metrics_module.MAX_CONCURRENT_REQUESTS
+        closed = 0
+        for connection in idle:
+            connection.settimeout(3.0)
+            with contextlib.suppress(TimeoutError):  # one of the served few, waiting
+                closed += connection.recv(1) == b""
+        assert closed >= 40 - metrics_module.MAX_CONCURRENT_REQUESTS
+        time.sleep(1.5)  # the served idle ones reach the handler's timeout
+        assert requests.get(f"{base}/healthz", timeout=5).status_code == 200
+    finally:
+        for connection in idle:
+            connection.close()

@@ -23,6 +23,7 @@ from profiler_app.trial.manifests import (
     STRONG,
     TRIAL_ENV,
     TRIAL_LABEL,
+    TRIAL_RUNNER_ACCOUNT,
     WEAK,
     BatchScaling,
     TrialSettings,
@@ -352,3 +353,19 @@ def test_warnings_name_writable_claims_and_what_the_namespace_needs() -> None:
     read_only["spec"]["volumes"][0]["persistentVolumeClaim"]["readOnly"] = True
     warnings = template_warnings(load_template(read_only, "pod"), "gpu-profiler-trials")
     assert not any("writable" in w for w in warnings)
+
+
+@pytest.mark.parametrize("key", ["serviceAccountName", "serviceAccount"])
+def test_a_manifest_running_as_the_trial_runner_is_refused(key: str) -> None:
+    manifest = job()
+    manifest["spec"]["template"]["spec"][key] = TRIAL_RUNNER_ACCOUNT
+    with pytest.raises(UserError, match=rf"spec\.{key} is gpu-profiler-trial, the trial runner's"):
+        load_template(manifest, "job.yaml")
+    manifest["spec"]["template"]["spec"][key] = "trainer"  # the workload's own: fine
+    assert load_template(manifest, "job.yaml").gpus_per_pod >= 1
+
+
+def test_the_refused_account_is_the_one_the_stacks_give_the_runner() -> None:
+    from infra.trials import TRIAL_ACCOUNT  # noqa: PLC0415
+
+    assert TRIAL_RUNNER_ACCOUNT == TRIAL_ACCOUNT

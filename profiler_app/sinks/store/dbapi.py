@@ -54,6 +54,9 @@ def driver_errors(backend: str) -> tuple[type[Exception], ...]:
 def describe_driver_error(error: BaseException) -> str:
     """The driver's first message line: no SQL, no parameters, no password."""
     detail = str(error).strip().splitlines()
+    # SQLITE_FULL (13): "database or disk is full", which says neither which nor what to do.
+    if getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return "disk full: no space left for the SQLite store (free space on its volume)"
     # PEP 249's OperationalError (both drivers): the database is down, locked or unreachable.
     operational = any(base.__name__ == "OperationalError" for base in type(error).__mro__)
     kind = "database unavailable" if operational else "database error"
@@ -143,7 +146,10 @@ class Database:
             self._rollback(cursor, error)
             raise
         finally:
-            cursor.close()
+            # After a failed rollback the connection is closed, and closing its cursor would
+            # raise "Cannot operate on a closed database", hiding the error that mattered.
+            with contextlib.suppress(*self.errors):
+                cursor.close()
 
     def query(self, statement: str, parameters: Mapping[str, Any] | None = None) -> list[Any]:
         """The rows of one read outside a transaction."""

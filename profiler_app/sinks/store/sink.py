@@ -96,6 +96,9 @@ class TableStore:
         # Per node: this process's last committed cycle, and the latest one not written yet.
         self._written_at: dict[str, datetime] = {}
         self._pending: dict[str, CycleResult] = {}
+        # The oldest cycle of each node whose write failed: written first on the next try, so a
+        # full disk or an outage loses no cycle's row once it is over.
+        self._unwritten: dict[str, CycleResult] = {}
         self._statements: dict[tuple[Any, ...], str] = {}
         self._migrated = False
         try:
@@ -107,15 +110,24 @@ class TableStore:
             log.warning("%s; will retry on the next cycle", error)
 
     def publish(self, result: CycleResult) -> None:
+        failed = self._unwritten.get(result.node)
+        if failed is not None:  # if it fails again, this cycle waits too: a later row covers it
+            self._write(failed, retry=True)
+            self._unwritten.pop(result.node, None)
         if not self._due(result):
             self._pending[result.node] = result
             return
-        self._write(result)
+        try:
+            self._write(result)
+        except StoreError:
+            self._unwritten.setdefault(result.node, result)
+            raise
 
     def close(self) -> None:
         """Writes the latest cycle not yet written (``store_interval_seconds``), so that a
         daemon replaced between two writes leaves no gap, then closes the connection."""
-        pending, self._pending = list(self._pending.values()), {}
+        pending = [*self._unwritten.values(), *self._pending.values()]
+        self._pending, self._unwritten = {}, {}
         try:
             for result in pending:
                 self._write(result)
@@ -133,7 +145,7 @@ class TableStore:
         slot = self._store_interval
         return math.floor(result.at.timestamp() / slot) != math.floor(written.timestamp() / slot)
 
-    def _write(self, result: CycleResult) -> None:
+    def _write(self, result: CycleResult, *, retry: bool = False) -> None:
         if not self._migrated:
             self._migrate()
         database = self._database
@@ -142,9 +154,12 @@ class TableStore:
                 self._partitions.ensure(database, _partitions_needed(result))
             with database.transaction() as cursor:
                 last_at = self._load_last_at(cursor, result)
+                # Retrying a failed cycle: a GPU whose row is in already (the commit went
+                # through, its answer was lost) gets none again.
                 rows = [
                     _gpu_window_row(result, profile, last_at.get(_gpu_identity(profile)))
                     for profile in result.gpus
+                    if not (retry and _written(last_at.get(_gpu_identity(profile)), result.at))
                 ]
                 self._insert_gpu_windows(cursor, rows)
                 self._upsert_rollups(cursor, rows, result.pods)
@@ -297,6 +312,10 @@ def _partitions_needed(result: CycleResult) -> list[tuple[str, datetime]]:
     return [("gpu_window", result.at)] + [
         (table, moment) for table in SCHEMES if table != "gpu_window" for moment in moments
     ]
+
+
+def _written(last_at: datetime | None, at: datetime) -> bool:
+    return last_at is not None and last_at >= at
 
 
 def _gpu_identity(profile: GpuProfile) -> tuple[str, str, str]:

@@ -3,17 +3,21 @@
 Each field is read with one query for all GPUs of the node (``FIELD{Hostname="node"} or
 FIELD{hostname="node"}``: dcgm-exporter spells the label either way, ``exporter_series``) and
 aligned onto one time grid shared by every field (``grid``). Transient faults (timeouts, refused
-connections, 429 and 5xx answers) raise ``SourceError``, which the daemon retries; anything else
-is a ``UserError`` with one clear line, credentials masked.
+connections, 429 and 5xx answers) raise ``SourceError``, which the daemon retries, waiting at
+least the answer's ``Retry-After`` (within its back-off bounds); so does an answer over the byte
+cap or past the whole-request deadline (``bounded``). Anything else is a ``UserError`` with one
+clear line, credentials masked.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 
 import requests
 
@@ -27,6 +31,14 @@ from profiler_app.model import (
     FloatMatrix,
     SeriesMatrix,
     mig_instance,
+)
+from profiler_app.sources.prometheus.bounded import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_MAX_BYTES,
+    AnswerTooLargeError,
+    DeadlinePassedError,
+    bounded_get,
+    bounded_session,
 )
 from profiler_app.sources.prometheus.documents import align, matrix_result, vector_result
 from profiler_app.sources.prometheus.grid import (
@@ -77,6 +89,8 @@ class PrometheusSource:
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         session: requests.Session | None = None,
         optional_fields: Collection[str] = (),
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
     ) -> None:
         if problem := http_url_problem(url):
             shown = without_credentials(url)
@@ -100,11 +114,13 @@ class PrometheusSource:
         ]
         self.step_seconds = step_seconds
         self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.deadline_seconds = deadline_seconds
         self.stats = RequestStats()
         # Fields a cycle may do without (the daemon's extras): missing ones are skipped, said once.
         self.optional_fields = frozenset(optional_fields) - {self.fields[0]}
         self._missing_said: set[str] = set()
-        self._session = session or requests.Session()
+        self._session = session or bounded_session()
 
     def read(self, window_seconds: float, end: float | None = None) -> list[SeriesMatrix]:
         """One matrix per field over the window ending at ``end`` (default: now)."""
@@ -172,7 +188,25 @@ class PrometheusSource:
     def _request(self, api: str, params: dict[str, str], query: str) -> object:
         endpoint = f"{self.url}/api/v1/{api}"
         try:
-            response = self._session.get(endpoint, params=params, timeout=self.timeout)
+            response, body = bounded_get(
+                self._session,
+                endpoint,
+                params,
+                read_timeout=self.timeout,
+                deadline_seconds=self.deadline_seconds,
+                max_bytes=self.max_bytes,
+            )
+        except DeadlinePassedError as error:
+            raise SourceError(
+                f"Prometheus at {self.display_url} did not answer {api} within "
+                f"{self.deadline_seconds:g}s (the whole-request deadline, "
+                "--prometheus-deadline): gave up"
+            ) from error
+        except AnswerTooLargeError as error:
+            raise SourceError(
+                f"Prometheus at {self.display_url} answered {api} with more than "
+                f"{self.max_bytes:,} bytes (--prometheus-max-bytes): not read further"
+            ) from error
         except requests.Timeout as error:
             raise SourceError(
                 f"Prometheus at {self.display_url} timed out after {self.timeout:g}s"
@@ -186,8 +220,8 @@ class PrometheusSource:
                 f"cannot query Prometheus at {self.display_url}: {type(error).__name__}"
             ) from error
         self.stats.requests += 1
-        self.stats.bytes_read += len(response.content)
-        return _document_of(response, self.display_url, query)
+        self.stats.bytes_read += len(body)
+        return _document_of(response, body, self.display_url, query)
 
 
 def _timestamp(seconds: float) -> str:
@@ -200,16 +234,38 @@ def _short_reason(error: Exception) -> str:
     return match.group(1).strip() if match else type(error).__name__
 
 
-def _document_of(response: requests.Response, url: str, query: str) -> object:
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """An HTTP Retry-After header in seconds: a number of seconds or an HTTP date; None when
+    absent or unreadable. The caller's back-off caps it."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _document_of(response: requests.Response, body: bytearray, url: str, query: str) -> object:
     """The JSON answer, after mapping HTTP errors to SourceError (transient) or UserError."""
     try:
-        document = response.json()
+        document = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, or nested thousands deep
         document = None
     error = document.get("error") if isinstance(document, dict) else None
     if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUSES:
         detail = f": {error}" if error else ""
-        raise SourceError(f"Prometheus at {url} answered HTTP {response.status_code}{detail}")
+        retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+        asked = "" if retry_after is None else f"; it asks to retry in {retry_after:g}s"
+        raise SourceError(
+            f"Prometheus at {url} answered HTTP {response.status_code}{detail}{asked}",
+            retry_after=retry_after,
+        )
     if response.status_code >= 400:
         detail = error or response.reason or "no error message"
         raise UserError(
