@@ -146,14 +146,17 @@ def test_bad_sizes_name_the_flag(value: str) -> None:
         options.byte_size(value, "--prometheus-max-bytes")
 
 
-# Runs ``gpu-profiler analyze`` and reports the process's own peak RSS on its last stderr line.
+# Runs ``gpu-profiler analyze`` and reports the process's own peak RSS (KiB) on its last stderr
+# line: VmHWM of its own address space. (getrusage's ru_maxrss survives execve on Linux, so a
+# child of a large pytest process would report the parent's size.)
 MEASURED = (
-    "import resource, sys\n"
+    "import re, sys\n"
     "from profiler_app.cli import main\n"
     "try:\n"
     "    status = main(sys.argv[1:])\n"
     "finally:\n"
-    "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "    status_text = open('/proc/self/status').read()\n"
+    "    print(re.search(r'VmHWM:\\s+(\\d+)', status_text).group(1), file=sys.stderr)\n"
     "sys.exit(status)\n"
 )
 
