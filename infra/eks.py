@@ -38,7 +38,7 @@ EBS_STORAGE_CLASS = StorageClassSpec(
 )
 EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
-# The settings issue 10 gives kubeadm GPU nodes: the device plugin's volume mounts are the only way
+# The settings kubeadm GPU nodes get: the device plugin's volume mounts are the only way
 # to a GPU; NVIDIA_VISIBLE_DEVICES from an unprivileged container (every CUDA image sets it) is not.
 TOOLKIT_SETTINGS = (
     "accept-nvidia-visible-devices-as-volume-mounts=true",

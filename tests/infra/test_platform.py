@@ -144,7 +144,7 @@ def test_dcgm_exporter_counters_service_monitor_and_attribution(eks_run: Program
 
 
 def test_dcgm_exporter_is_sized_for_eight_gpus(eks_run: ProgramRun) -> None:
-    """Issue 24, item 1: the chart's 512Mi limit OOM-kills exporters on 8-GPU nodes."""
+    """The chart's 512Mi limit OOM-kills exporters on 8-GPU nodes."""
     values = eks_run.release("dcgm-exporter").inputs["values"]
     assert values["resources"] == {
         "requests": {"cpu": "100m", "memory": "512Mi"},

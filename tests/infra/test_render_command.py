@@ -1,9 +1,9 @@
 """``python -m infra.render``: what users run to see, check or commit what a stack installs.
 
 Test doubles: Pulumi's mock engine stands in for the Pulumi CLI (the command's own design); the
-chart cache is ``$GPU_CLUSTER_CHART_CACHE``; for ``--pull-charts`` a local HTTP chart repository (Python's
-http.server, its index.yaml written by Helm's own `repo index`) stands in for the charts' public
-repositories, which cannot be reached here.
+chart cache is ``$GPU_CLUSTER_CHART_CACHE``; for ``--pull-charts`` a local HTTP chart repository
+(Python's http.server, its index.yaml written by Helm's own `repo index`) stands in for the charts'
+public repositories, which a test does not reach.
 """
 
 from __future__ import annotations
