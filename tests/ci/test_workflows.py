@@ -211,3 +211,14 @@ def test_release_version_accepts_only_the_tag_of_the_project_version(
         assert result.stderr.count("\n") == 1
         assert result.stderr.startswith("error: ")
         assert f"v{PROJECT_VERSION}" in result.stderr
+
+
+def test_a_pull_request_runs_the_readmes_test_command() -> None:
+    workflow = load("test.yml")
+    assert "pull_request" in workflow["on"]
+    assert workflow["permissions"] == {"contents": "read"}
+    (job,) = workflow["jobs"]
+    uses = [s["uses"] for s in steps(workflow, job) if "uses" in s]
+    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    _, run = step_named(workflow, job, "scripts/test")
+    assert run["run"].split()[-1] == "scripts/test"  # alone: every check, as the README says

@@ -63,13 +63,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(scope="session")
 def eks_run() -> ProgramRun:
-    """stacks/eks with Pulumi.dev.yaml."""
+    """stacks/eks with Pulumi.example.yaml."""
     return run_stack(EKS_STACK)
 
 
 @pytest.fixture(scope="session")
 def kubeadm_run() -> ProgramRun:
-    """stacks/kubeadm with Pulumi.dev.yaml."""
+    """stacks/kubeadm with Pulumi.example.yaml."""
     return run_stack(KUBEADM_STACK)
 
 

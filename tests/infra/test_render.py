@@ -3,7 +3,8 @@
 Test doubles: the stack programs run under Pulumi's mock engine (infra/render/program.py) instead of
 the Pulumi CLI and a cloud; the charts are the pinned ones from the chart cache
 (``$GPU_CLUSTER_CHART_CACHE``), rendered by Helm's own engine (helm-python-sdk) with the
-capabilities `helm install` would see; a Kubernetes API server is replaced by schema validation (kubernetes-validate, the charts' CRDs).
+capabilities `helm install` would see; a Kubernetes API server is replaced by schema validation
+(kubernetes-validate, the charts' CRDs).
 Every check passes on the stacks as shipped, and each fails, naming the object, on the defect it
 is there to catch (built here by changing one value or one object).
 """

@@ -114,7 +114,7 @@ def test_check_passes_on_the_example_stack_as_a_command() -> None:
 def test_check_reports_findings_and_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = yaml.safe_load((EKS_STACK / "Pulumi.dev.yaml").read_text())
+    config = yaml.safe_load((EKS_STACK / "Pulumi.example.yaml").read_text())
     del config["config"]["gpu-cluster-eks:exampleWorkload"]["createNamespace"]
     stack_file = tmp_path / "Pulumi.review.yaml"
     stack_file.write_text(yaml.safe_dump(config))
@@ -172,7 +172,7 @@ def test_encrypted_config_values_become_placeholders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A stack file after `pulumi config set --secret` holds ciphertext, which stays unread."""
-    config = yaml.safe_load((KUBEADM_STACK / "Pulumi.dev.yaml").read_text())
+    config = yaml.safe_load((KUBEADM_STACK / "Pulumi.example.yaml").read_text())
     secure = {"secure": "v1:Zm9vYmFy:ciphertext"}
     config["config"]["gpu-cluster-kubeadm:grafanaAdminPassword"] = secure
     config["config"]["gpu-cluster-kubeadm:profilerStoreUrl"] = secure

@@ -257,7 +257,7 @@ def test_a_storage_class_of_the_cluster_is_assumed_when_told(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     inventory = KUBEADM_STACK / "inventory.example.ini"
-    text = (KUBEADM_STACK / "Pulumi.dev.yaml").read_text()
+    text = (KUBEADM_STACK / "Pulumi.example.yaml").read_text()
     config = tmp_path / "Pulumi.ceph.yaml"
     config.write_text(
         text.replace("inventory.example.ini", str(inventory))
