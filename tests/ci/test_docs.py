@@ -29,8 +29,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infra import versions
+from infra.chart_cache import chart_cache
 from infra.render import CHECK_NAMES
 from infra.render.__main__ import build_parser as build_render_parser
+from infra.render.charts import missing_archives
 from infra.render.checks import CHECKS
 from profiler_app.cli import build_parser
 
@@ -255,7 +258,7 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The README's setup: this checkout's .venv first on PATH; a home of its own, so that what
     the blocks write under ~ (completion scripts, kubeconfigs, the default store) stays there."""
     home = tmp_path_factory.mktemp("home")
-    charts = os.environ.get("GPU_CLUSTER_CHART_CACHE") or str(ROOT.parent / "shared" / "charts")
+    charts = str(chart_cache())  # the user's, though HOME moves
     return {
         **os.environ,
         "HOME": str(home),
@@ -286,6 +289,10 @@ def shell(command: str, environment: dict[str, str]) -> subprocess.CompletedProc
 def test_runnable_block(path: Path, language: str, block: str, environment: dict[str, str]) -> None:
     if not (ROOT / ".venv" / "bin" / "gpu-profiler").exists():
         pytest.skip("no .venv in this checkout: the README's setup (scripts/run) makes it")
+    stack_charts = [c for c in versions.PINNED_CHARTS if c is not versions.EFA_DEVICE_PLUGIN]
+    missing = missing_archives(stack_charts) if "infra.render stacks" in block else []
+    if missing:
+        pytest.skip(f"chart cache {chart_cache()} lacks {', '.join(missing)}: run `--pull-charts`")
     if language == "console":
         for command, expected in console_steps(block):
             completed = shell(command, environment)

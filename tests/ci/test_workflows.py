@@ -219,6 +219,7 @@ def test_a_pull_request_runs_the_readmes_test_command() -> None:
     assert workflow["permissions"] == {"contents": "read"}
     (job,) = workflow["jobs"]
     uses = [s["uses"] for s in steps(workflow, job) if "uses" in s]
-    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    assert uses
+    assert all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
     _, run = step_named(workflow, job, "scripts/test")
     assert run["run"].split()[-1] == "scripts/test"  # alone: every check, as the README says
