@@ -49,6 +49,15 @@ H100_POOL = {
 STACK_CHARTS = tuple(c for c in versions.PINNED_CHARTS if c is not versions.EFA_DEVICE_PLUGIN)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes an object graph (a fixture named ``*_graph``) renders charts: it carries
+    the ``charts`` marker whether or not it says so."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if any(name.endswith("_graph") for name in names) and not item.get_closest_marker("charts"):
+            item.add_marker(pytest.mark.charts)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``@pytest.mark.charts``: skip, naming the cache, unless it holds the stacks' charts (and
     the marker's extra charts)."""
