@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -200,12 +200,15 @@ def local_path_provisioner(opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployme
         "local-path-account", metadata=meta(LOCAL_PATH_ACCOUNT), opts=in_ns
     )
     role = k8s.rbac.v1.Role(
-        "local-path-role", metadata=meta(LOCAL_PATH_ROLE), rules=NAMESPACE_RULES, opts=in_ns
+        "local-path-role",
+        metadata=meta(LOCAL_PATH_ROLE),
+        rules=cast(Any, NAMESPACE_RULES),
+        opts=in_ns,
     )
     cluster_role = k8s.rbac.v1.ClusterRole(
         "local-path-cluster-role",
         metadata=meta(LOCAL_PATH_ROLE, namespaced=False),
-        rules=CLUSTER_RULES,
+        rules=cast(Any, CLUSTER_RULES),
         opts=opts,
     )
     bindings = [
@@ -245,7 +248,8 @@ def local_path_provisioner(opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployme
     return k8s.apps.v1.Deployment(
         "local-path-provisioner",
         metadata=meta(LOCAL_PATH_NAME),
-        spec=local_path_deployment_spec(),
+        # Manifest-shaped (camelCase) dicts, passed through as the API server takes them.
+        spec=cast(Any, local_path_deployment_spec()),
         opts=pulumi.ResourceOptions.merge(
             in_ns, pulumi.ResourceOptions(depends_on=[account, config, *bindings])
         ),
