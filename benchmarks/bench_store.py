@@ -320,9 +320,8 @@ def refill_edges(servers: store_server.Servers, gpus: int, days: int, interval: 
 
 
 def before_store(servers: store_server.Servers, database: str, gpus: int, days: int) -> None:
-    """A store at ``BEFORE_REVISION`` (before the rollups) holding what the shared generator
-    (``../shared/tools/gen_gpu_window_rows.py``) writes: a row per GPU every 30 s for ``days``
-    days up to ``END``, four job types in turn; for the "before" figures, read by the
+    """A store at ``BEFORE_REVISION`` (before the rollups) holding a row per GPU every 30 s for
+    ``days`` days up to ``END``, four job types in turn; for the "before" figures, read by the
     report of that revision."""
     from alembic import command  # noqa: PLC0415
 

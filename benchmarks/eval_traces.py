@@ -1,6 +1,6 @@
 """Scores ``gpu-profiler analyze --input`` on real GPU traces against their labels.
 
-Run by hand: ``python benchmarks/eval_traces.py`` (from a checkout with ``../shared/traces``).
+Run by hand: ``python benchmarks/eval_traces.py --traces FOLDER`` (a folder of labelled traces).
 
 Every ``*.json`` file in the traces folder is analysed as ``analyze --input FILE --output json``
 would (in this process by default; ``--command`` runs another build of the CLI, e.g. an older
@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profiler_app.cli import main as cli_main
 
-DEFAULT_TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 SERVING = {"inference", "bursty"}
 FIELD_ALIASES = {
     "power": "DCGM_FI_DEV_POWER_USAGE",
@@ -270,7 +269,9 @@ def table(rows: list[tuple[Perturbation, Score]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
+    parser.add_argument(
+        "--traces", type=Path, required=True, help="folder of trace files and their truth.json"
+    )
     parser.add_argument(
         "--command", help="run this CLI instead of this checkout's, e.g. /path/to/gpu-profiler"
     )

@@ -11,7 +11,7 @@ its utilisation as recorded. For each GPU:
 - input-bound: a burst in the sample before 70 % of the real stall onsets (50 seeds): every
   missed hint is a false negative.
 
-Usage: python benchmarks/input_bound_chance.py --traces ../shared/traces
+Usage: python benchmarks/input_bound_chance.py --traces FOLDER
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def main() -> int:
 
         pynvml.nvmlInit()
         name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(args.gpu))
-    except Exception as error:  # any NVML failure means: no GPU here
+    except Exception as error:  # any NVML failure means: no GPU on this host
         _fail(f"no NVIDIA GPU through NVML: {error}")
     with tempfile.TemporaryDirectory() as folder:
         if args.script:

@@ -1,8 +1,8 @@
 """Where chart archives are kept: the chart cache, ``<chart>-<version>.tgz`` files (what
 ``helm pull`` writes). ``$GPU_CLUSTER_CHART_CACHE``, else ``$XDG_CACHE_HOME/gpu-cluster/charts``.
 
-``python -m infra.render`` renders from it; the stacks install from it the charts that no Helm
-repository publishes (``HelmChart.source_path``), which ``--pull-charts`` packages into it.
+``python -m infra.render`` renders from it (``--pull-charts`` fills it); the stacks never read it:
+Helm fetches their charts from the publishers where ``pulumi up`` runs.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from pathlib import Path
 from infra.versions import HelmChart
 
 CHART_CACHE_ENV = "GPU_CLUSTER_CHART_CACHE"
+# "1": read archives whose digest is not the publisher's (charts packaged by hand, offline).
+UNPINNED_ENV = "GPU_CLUSTER_CHARTS_UNPINNED"
 
 
 def chart_cache() -> Path:

@@ -44,7 +44,7 @@ EBS_CSI_SERVICE_ACCOUNT = "system:serviceaccount:kube-system:ebs-csi-controller-
 # back to the Kubernetes API for its metadata, and AWS-calling pods use IRSA. A workload that
 # relies on the node's role from a pod network (no IRSA) would need 2.
 GPU_NODE_IMDS_HOP_LIMIT = 1
-# The settings issue 10 gives kubeadm GPU nodes: the device plugin's volume mounts are the only way
+# The settings kubeadm GPU nodes get: the device plugin's volume mounts are the only way
 # to a GPU; NVIDIA_VISIBLE_DEVICES from an unprivileged container (every CUDA image sets it) is not.
 TOOLKIT_SETTINGS = (
     "accept-nvidia-visible-devices-as-volume-mounts=true",

@@ -17,7 +17,6 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from infra import monitoring, versions
-from infra.chart_cache import cached_archive, missing_archive_message
 from infra.gpu import GPU_NODE_LABEL_KEY, gpu_node_selector, gpu_tolerations
 from infra.gpu_sharing import GpuSharingArgs, device_plugin_config_values, with_virtual_gpus
 from infra.store.endpoint import StoreEndpoint
@@ -120,24 +119,17 @@ def helm_release(
 ) -> k8s.helm.v3.Release:
     """A release of a pinned chart, rolled back if it does not become ready.
 
-    A chart that no Helm repository publishes is installed from its archive in the chart cache.
+    Helm fetches the chart from its publisher's repository or registry where `pulumi up` runs: no
+    chart cache is needed.
     """
-    if chart.from_source:
-        archive = cached_archive(chart)
-        if not archive.is_file():
-            raise pulumi.RunError(
-                missing_archive_message(chart.name, chart.version, archive.parent)
-            )
     return k8s.helm.v3.Release(
         name,
         k8s.helm.v3.ReleaseArgs(
             name=name,
-            chart=str(cached_archive(chart)) if chart.from_source else chart.reference,
+            chart=chart.reference,
             version=chart.version,
             repository_opts=(
-                None
-                if chart.is_oci or chart.from_source
-                else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
+                None if chart.is_oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
             ),
             namespace=namespace,
             values=values,

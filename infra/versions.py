@@ -1,8 +1,9 @@
 """Every chart, image and Kubernetes version the components install, pinned in one place.
 
 Bump a version here, run ``pytest tests/infra`` and read the chart's changelog for renamed values.
-A chart's ``sha256`` pins the archives the render checks may read (infra/render/charts.py verifies
-every archive it loads); a version bump needs the new archive's digest (infra/README.md says how).
+A chart's ``sha256`` pins its archive as the publisher serves it (infra/render/charts.py verifies
+every archive it pulls or loads); a version bump needs the new archive's digest from the
+repository's index.yaml (infra/README.md says how).
 """
 
 from __future__ import annotations
@@ -13,29 +14,27 @@ from datetime import date
 
 @dataclass(frozen=True)
 class HelmChart:
-    """A chart in a Helm repository, at an exact version.
+    """A chart in a Helm repository or an OCI registry, at an exact version.
 
-    ``sha256``: the digests of the chart archive (``<name>-<version>.tgz``) that may be trusted:
-    the one the repository publishes (its index.yaml's ``digest``) where it is known, and the one
-    packaged from the chart's source at the same version that CI renders, where that differs.
+    ``sha256``: the digest of the archive (``<name>-<version>.tgz``) as its publisher serves it,
+    read from the repository's index.yaml (``digest``); None where it could not be read when the
+    chart was pinned, and ``digest_unknown`` says why. Either way `--pull-charts` checks the
+    archive against the digest the repository's index gives at pull time, as Helm does.
     """
 
     name: str
     repo: str
     version: str
-    # A chart published in no Helm repository: its folder in ``repo``'s source archive at the tag
-    # ``v<version>``. `python -m infra.render --pull-charts` packages it into the chart cache, and
-    # the stack installs it from there.
-    source_path: str | None = None
-    sha256: tuple[str, ...] = ()
+    sha256: str | None = None
+    digest_unknown: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.sha256 is None) == (not self.digest_unknown):
+            raise ValueError(f"{self.name}: pin sha256, or say in digest_unknown why it is not")
 
     @property
     def is_oci(self) -> bool:
         return self.repo.startswith("oci://")
-
-    @property
-    def from_source(self) -> bool:
-        return self.source_path is not None
 
     @property
     def reference(self) -> str:
@@ -43,92 +42,75 @@ class HelmChart:
         return f"{self.repo}/{self.name}" if self.is_oci else self.name
 
     @property
-    def source_archive_url(self) -> str:
-        """The tarball of the source repository at the chart's tag (GitHub's archive URL)."""
-        return f"{self.repo}/archive/refs/tags/v{self.version}.tar.gz"
-
-    @property
     def archive(self) -> str:
         """The archive's file name, as `helm pull` writes it (the chart cache's names)."""
         return f"{self.name}-{self.version}.tgz"
 
 
+# Digests read from the publishers' index.yaml (their gh-pages branches) on 2026-11-29.
+UNREAD_INDEX = "its repository's index.yaml was too large to read when pinned"
 NVIDIA_DEVICE_PLUGIN = HelmChart(
     name="nvidia-device-plugin",
     repo="https://nvidia.github.io/k8s-device-plugin",
-    version="0.20.0",
-    sha256=(
-        "9e5642bcdd3805c6e931f9d3ca542677d1f714d68c14c1364892011e67d9a606",  # the repository's
-        "e840c11caecb3266c81e8fb3daf165255fd7c11130abaafe68d285d1035c4af6",  # from source
-    ),
+    version="0.20.0",  # node-feature-discovery 0.19.0 as a dependency the repository resolves
+    sha256="9e5642bcdd3805c6e931f9d3ca542677d1f714d68c14c1364892011e67d9a606",
 )
 KUBE_PROMETHEUS_STACK = HelmChart(
     name="kube-prometheus-stack",
     repo="https://prometheus-community.github.io/helm-charts",
     version="88.5.3",  # prometheus-operator v0.93.1, grafana chart 12.11.1
-    sha256=("fe6fe2c2446f491136f8ed671f08e504677918bd140927243c1239f62fc021de",),  # from source
+    digest_unknown=UNREAD_INDEX,
 )
 DCGM_EXPORTER = HelmChart(
     name="dcgm-exporter",
     repo="https://nvidia.github.io/dcgm-exporter/helm-charts",
     version="4.8.2",
-    sha256=(
-        "1c5535c03ebab3f021444df6016fce1cd7871385122e115c6ed24c804b623803",  # the repository's
-        "e23b113d622056e822605500ce383739a1a0b13481139a7bf7981f809372cd37",  # from source
-    ),
+    sha256="1c5535c03ebab3f021444df6016fce1cd7871385122e115c6ed24c804b623803",
 )
 PROMETHEUS_ADAPTER = HelmChart(
     name="prometheus-adapter",
     repo="https://prometheus-community.github.io/helm-charts",
     version="5.3.0",
-    sha256=("4ec3c4bb6218bd0cb62f466e6ea4d507c93d086570d68ad3001645d658b8571e",),  # from source
+    digest_unknown=UNREAD_INDEX,
 )
 KEDA = HelmChart(
     name="keda",
     repo="https://kedacore.github.io/charts",
     version="2.20.2",  # its CRDs are templates: installed and upgraded with the release
-    sha256=(
-        "db60b1fa60f0565fefa4ce2f87e855b6a8854363ee82962fbe28a12a70d64c4c",  # the repository's
-        "e0607f92d67cd09191549ea25248840c91171ab7e8d2e3ead114fc88e9d3c0b4",  # from source
-    ),
+    sha256="db60b1fa60f0565fefa4ce2f87e855b6a8854363ee82962fbe28a12a70d64c4c",
 )
 # Karpenter's OCI charts: the CRDs in a chart of their own, so that upgrades update them (Helm
 # never upgrades a chart's crds/ folder); the controller's chart is installed without its crds/.
+# An OCI registry has no index.yaml: Helm checks the layer against the registry's manifest.
+OCI_DIGEST = "an OCI registry publishes no index.yaml; Helm checks the layer's digest on pull"
 KARPENTER_CRD = HelmChart(
     name="karpenter-crd",
     repo="oci://public.ecr.aws/karpenter",
     version="1.14.1",
-    sha256=("9e83d81bc3152c51f34165ba46f5ec5d7887c97ab6cc784086b2bf893845edec",),  # from source
+    digest_unknown=OCI_DIGEST,
 )
 KARPENTER = HelmChart(
     name="karpenter",
     repo="oci://public.ecr.aws/karpenter",
     version="1.14.1",
-    sha256=("c6011b0cccac31859a5261f28bc3d6e105a5410f9207a577aab37eb249d237fc",),  # from source
+    digest_unknown=OCI_DIGEST,
 )
 # AWS' EFA device plugin (vpc.amazonaws.com/efa on EFA nodes), installed where a GPU pool uses EFA.
 EFA_DEVICE_PLUGIN = HelmChart(
     name="aws-efa-k8s-device-plugin",
     repo="https://aws.github.io/eks-charts",
     version="v0.5.30",  # plugin v0.5.20
-    sha256=("43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a",),  # the repo's
+    sha256="43b3d666f81a40b7f7ac88ee04a64954abaaa061b1e5f54dc7ce4beb3374e32a",
 )
 
 # The profiler's store: the CloudNativePG operator (its CRDs are templates of the chart, so they
-# are upgraded with it) and, on clusters without a storage provisioner, local-path-provisioner,
-# which Rancher publishes only as a folder of its repository.
+# are upgraded with it). Clusters without a storage provisioner get local-path-provisioner from
+# its release manifest (infra/storage.py): Rancher publishes no chart archive of it.
 CLOUDNATIVE_PG = HelmChart(
     name="cloudnative-pg",
     repo="https://cloudnative-pg.github.io/charts",
     version="0.29.0",  # operator 1.30.0
-    sha256=("29ee84320e06c847105849eba755187bc4ec0c895b861e8425216edb84efc84a",),  # from source
-)
-LOCAL_PATH_PROVISIONER = HelmChart(
-    name="local-path-provisioner",
-    repo="https://github.com/rancher/local-path-provisioner",
-    version="0.0.37",
-    source_path="deploy/chart/local-path-provisioner",
-    sha256=("d3802ddf36d6107466394b5cd0303ef0439941f11f93a41ec79e766d5a5d045a",),  # from source
+    sha256="668e065ff53508d58238788fd35b355a925060843629a951df0e6a9362e6d32f",
 )
 
 # Every chart the stacks install, for `python -m infra.render --pull-charts`.
@@ -141,7 +123,6 @@ PINNED_CHARTS = (
     KARPENTER_CRD,
     KARPENTER,
     CLOUDNATIVE_PG,
-    LOCAL_PATH_PROVISIONER,
     EFA_DEVICE_PLUGIN,
 )
 
@@ -167,6 +148,10 @@ IMAGE_DIGESTS: dict[str, tuple[str | None, str]] = {
         None,
         "unknown: CloudNativePG rebuilds this tag for OS fixes, and public records name four "
         "different digests",
+    ),
+    "docker.io/rancher/local-path-provisioner:v0.0.37": (
+        None,
+        "unknown: no public record of this tag's digest could be read without a registry",
     ),
     "docker.io/library/busybox:1.37.0": (
         None,
@@ -211,10 +196,12 @@ PROFILER_VERSION = "0.1.0"
 PROFILER_IMAGE = pinned(f"{PROFILER_IMAGE_REPOSITORY}:{PROFILER_VERSION}")
 
 # PostgreSQL and PgBouncer images of the CloudNativePG cluster: operator 1.30.0's defaults, pinned
-# so that an operator upgrade does not roll the database by itself. The local-path helper (it
-# creates and removes volume folders on the node) is pinned instead of the chart's busybox:latest.
+# so that an operator upgrade does not roll the database by itself. local-path-provisioner's image
+# (rancher/local-path-provisioner@v0.0.37: deploy/local-path-storage.yaml) and its helper (it
+# creates and removes volume folders on the node), pinned instead of busybox:latest.
 POSTGRESQL_IMAGE = pinned("ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie")
 PGBOUNCER_IMAGE = pinned("ghcr.io/cloudnative-pg/pgbouncer:1.25.1")
+LOCAL_PATH_PROVISIONER_IMAGE = ("docker.io/rancher/local-path-provisioner", "v0.0.37")
 LOCAL_PATH_HELPER_IMAGE = ("docker.io/library/busybox", "1.37.0")
 # Amazon RDS for PostgreSQL (profilerStore: rds): the major version; RDS applies minor upgrades.
 RDS_POSTGRESQL_VERSION = "18"

@@ -32,8 +32,10 @@ install_system_packages() {
     done
     if [ "${#missing[@]}" -gt 0 ]; then
         say "==> Installing Debian packages: ${missing[*]}"
-        quietly as_root apt-get update -qq
-        quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+        # Wait up to 10 minutes for another apt or unattended-upgrades to release the dpkg lock.
+        local wait_for_lock=(-o DPkg::Lock::Timeout=600)
+        quietly as_root apt-get "${wait_for_lock[@]}" update -qq
+        quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get "${wait_for_lock[@]}" install -y -qq --no-install-recommends "${missing[@]}"
     fi
 }
 

@@ -2,7 +2,7 @@
 
     python -m infra.render stacks/eks                          # YAML stream on stdout
     python -m infra.render stacks/eks --out rendered/eks       # one file per object
-    python -m infra.render stacks/kubeadm --config stacks/kubeadm/Pulumi.dev.yaml --check
+    python -m infra.render stacks/kubeadm --config stacks/kubeadm/Pulumi.example.yaml --check
     python -m infra.render stacks/kubeadm --check --assume-storage-class ceph-rbd
     python -m infra.render --pull-charts                       # fill the chart cache (network)
 
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--config",
         type=Path,
-        help="the stack's config file (default: Pulumi.dev.yaml in the stack folder)",
+        help="the stack's config file (default: Pulumi.example.yaml in the stack folder)",
     )
     parser.add_argument(
         "--out",

@@ -2,9 +2,10 @@
 
 The cache is a folder of chart archives named ``<chart>-<version>.tgz`` (what ``helm pull``
 writes): ``$GPU_CLUSTER_CHART_CACHE``, else ``$XDG_CACHE_HOME/gpu-cluster/charts``. With network
-access, :func:`pull_charts` fills it with the versions pinned in ``infra/versions.py``. Every
-archive is checked against the sha256 digests pinned there before it is read or kept: a cache
-holding another archive under a pinned name is refused, naming both digests.
+access, :func:`pull_charts` fills it with the versions pinned in ``infra/versions.py``, from where
+their publishers serve them: each archive is checked against its repository index's digest, as
+Helm does, and against the digest pinned there, before it is kept or read. A cache holding another
+archive under a pinned name is refused, naming both digests.
 
 Rendering uses helm-python-sdk (Helm v4's Go SDK): ``helm template`` with the capabilities a
 ``helm install`` would get from the cluster: its Kubernetes version and the API versions it serves,
@@ -13,11 +14,10 @@ CRDs installed before included. The chart's ``crds/`` come first, as Helm instal
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
-import tarfile
+import os
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ import yaml
 from infra import versions
 from infra.chart_cache import (
     CHART_CACHE_ENV,
+    UNPINNED_ENV,
     archive_name,
     cached_archive,
     chart_cache,
@@ -37,7 +38,7 @@ from infra.chart_cache import (
 )
 from infra.versions import HelmChart
 
-__all__ = ["CHART_CACHE_ENV", "archive_name", "chart_cache"]
+__all__ = ["CHART_CACHE_ENV", "UNPINNED_ENV", "archive_name", "chart_cache"]
 
 NOTES_SUFFIX = "NOTES.txt"
 # `helm install` never creates these: they run only under `helm test`.
@@ -91,15 +92,22 @@ def _verified_digest(path: Path, size: int, mtime_ns: int) -> str:
 
 
 def digest_problem(path: Path, chart: HelmChart) -> str | None:
-    """Why the archive at ``path`` is not one of the chart's pinned archives, or None."""
+    """Why the archive at ``path`` is not the chart's archive as its publisher serves it, or None.
+
+    A chart pinned without a digest (``HelmChart.digest_unknown``) was checked against its
+    repository's index when `--pull-charts` fetched it; there is nothing more to check here.
+    ``$GPU_CLUSTER_CHARTS_UNPINNED=1`` accepts archives packaged by hand (an offline site's own
+    copies of the charts), whatever their digest.
+    """
+    if chart.sha256 is None or os.environ.get(UNPINNED_ENV) == "1":
+        return None
     status = path.stat()
     digest = _verified_digest(path, status.st_size, status.st_mtime_ns)
-    if digest in chart.sha256:
+    if digest == chart.sha256:
         return None
-    pinned = ", ".join(chart.sha256) or "none"
     return (
         f"{path} has sha256 {digest}, which infra/versions.py does not pin for {chart.name} "
-        f"{chart.version} (pinned: {pinned})"
+        f"{chart.version} (pinned: {chart.sha256})"
     )
 
 
@@ -114,8 +122,8 @@ def chart_archive(name: str, version: str, cache_dir: Path | None = None) -> Pat
     if problem:
         raise ChartError(
             f"{problem}: the chart cache holds another archive under that name; remove it and "
-            f"run `python -m infra.render --pull-charts`, or pin its digest after comparing its "
-            f"content with the chart's source"
+            f"run `python -m infra.render --pull-charts`, or set {UNPINNED_ENV}=1 if you packaged "
+            f"it yourself"
         )
     return path
 
@@ -130,23 +138,60 @@ def missing_archives(charts: Iterable[HelmChart], cache_dir: Path | None = None)
     ]
 
 
-def _pull(chart: HelmChart, folder: Path) -> str | None:
-    """Download one chart into ``folder`` (or package it from its source, for a chart published
-    in no Helm repository) and verify it; why it failed, or None."""
-    import helm_python as helm  # noqa: PLC0415  a large native library, loaded on demand
+def _get(url: str) -> bytes:
+    if not url.startswith(("https://", "http://")):
+        raise ChartError(f"{url} is not an http(s) URL")
+    with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310  checked above
+        return bytes(response.read())
 
+
+def index_entry(chart: HelmChart) -> tuple[str, str]:
+    """The archive's URL and sha256 as the chart's repository index.yaml gives them."""
+    base = chart.repo.rstrip("/") + "/"
+    index = yaml.safe_load(_get(base + "index.yaml")) or {}
+    for entry in (index.get("entries") or {}).get(chart.name) or ():
+        if str(entry.get("version")) == chart.version:
+            urls, digest = entry.get("urls") or (), entry.get("digest")
+            if not urls or not digest:
+                raise ChartError(f"{base}index.yaml gives no url or digest for {chart.archive}")
+            return urllib.parse.urljoin(base, str(urls[0])), str(digest)
+    raise ChartError(f"{base}index.yaml has no {chart.name} {chart.version}")
+
+
+def _fetch(chart: HelmChart, path: Path) -> None:
+    """Download the archive as its repository's index names it, verified against the index's
+    digest (as `helm pull` does) and against the pin; written to ``path`` only when it matches."""
+    url, indexed = index_entry(chart)
+    if chart.sha256 is not None and indexed != chart.sha256:
+        raise ChartError(
+            f"the repository's index gives {chart.archive} sha256 {indexed}, infra/versions.py "
+            f"pins {chart.sha256}"
+        )
+    content = _get(url)
+    digest = hashlib.sha256(content).hexdigest()
+    if digest != indexed:
+        raise ChartError(
+            f"{url} has sha256 {digest}, not the {indexed} its repository's index gives; not kept"
+        )
+    partial = path.with_name(f".{path.name}.part")
+    partial.write_bytes(content)
+    partial.replace(path)
+
+
+def _pull(chart: HelmChart, folder: Path) -> str | None:
+    """Download one chart into ``folder`` and verify it; why it failed, or None."""
     path = cached_archive(chart, folder)
     try:
-        if chart.from_source:
-            _package_from_source(chart, path)
+        if chart.is_oci:
+            import helm_python as helm  # noqa: PLC0415  a large native library, loaded on demand
+
+            try:
+                helm.pull(chart.reference, version=chart.version, destination=folder)
+            except helm.HelmError as error:
+                raise ChartError(str(error)) from None
         else:
-            helm.pull(
-                chart.reference,
-                repo_url=None if chart.is_oci else chart.repo,
-                version=chart.version,
-                destination=folder,
-            )
-    except (helm.HelmError, OSError, tarfile.TarError, ChartError) as error:
+            _fetch(chart, path)
+    except (OSError, ValueError, yaml.YAMLError, ChartError) as error:
         return f"cannot pull {chart.name} {chart.version} from {chart.repo}: {error}"
     if not path.is_file():
         return f"pulling {chart.name} {chart.version} did not write {path}"
@@ -158,7 +203,7 @@ def _pull(chart: HelmChart, folder: Path) -> str | None:
 
 
 def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> list[Path]:
-    """Download the charts that the cache lacks from their repositories and verify every archive.
+    """Download the charts that the cache lacks from their publishers and verify every archive.
 
     Returns every archive; ChartError naming each chart that could not be pulled or verified
     (the others are kept).
@@ -176,36 +221,6 @@ def pull_charts(charts: Iterable[HelmChart], cache_dir: Path | None = None) -> l
     if problems:
         raise ChartError("\n".join(problems))
     return archives
-
-
-def _package_from_source(chart: HelmChart, path: Path) -> None:
-    """The chart's folder of its repository's source tarball, packaged as ``helm package`` does
-    (one top folder named after the chart)."""
-    source = str(chart.source_path).strip("/")
-    with urllib.request.urlopen(chart.source_archive_url, timeout=120) as response:  # noqa: S310
-        tarball = response.read()
-    packed = io.BytesIO()
-    found = False
-    # No time stamp in the gzip header: the same source packages into the same bytes, so the
-    # archive's sha256 can be pinned like a published one's.
-    with (
-        tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as upstream,
-        gzip.GzipFile(fileobj=packed, mode="wb", mtime=0) as compressed,
-        tarfile.open(fileobj=compressed, mode="w") as archive,
-    ):
-        for member in upstream.getmembers():
-            _, _, inner = member.name.partition("/")
-            if not (inner == source or inner.startswith(f"{source}/")):
-                continue
-            if not (member.isfile() or member.isdir()):
-                continue  # links and devices have no place in a chart
-            found = True
-            member.name = chart.name + inner[len(source) :]
-            content = upstream.extractfile(member) if member.isfile() else None
-            archive.addfile(member, content)
-    if not found:
-        raise ChartError(f"{chart.source_archive_url} has no folder {source}")
-    path.write_bytes(packed.getvalue())
 
 
 @cache

@@ -330,13 +330,13 @@ def stack_config(
 ) -> tuple[str, dict[str, str], list[str]]:
     """The project name, config and secret keys of a stack file, as the engine passes them.
 
-    ``config_file`` defaults to the stack's ``Pulumi.dev.yaml``. Values encrypted by
+    ``config_file`` defaults to the stack's ``Pulumi.example.yaml``. Values encrypted by
     ``pulumi config set --secret`` cannot be decrypted here: they become a placeholder secret.
     """
     project = _yaml_file(stack_dir / "Pulumi.yaml").get("name")
     if not isinstance(project, str):
         raise StackFileError(f"{stack_dir / 'Pulumi.yaml'} has no project name")
-    path = config_file or stack_dir / "Pulumi.dev.yaml"
+    path = config_file or stack_dir / "Pulumi.example.yaml"
     raw = _yaml_file(path).get("config") or {}
     if not isinstance(raw, dict):
         raise StackFileError(f"{path}: `config` must be a mapping")
@@ -436,7 +436,7 @@ def run_stack(
         config[f"{project}:{key}"] = value
         secret_keys.append(f"{project}:{key}")
     if project_defaults:
-        stack_file = (config_file or stack_dir / "Pulumi.dev.yaml").name
+        stack_file = (config_file or stack_dir / "Pulumi.example.yaml").name
         apply_project_config(stack_dir, config, secret_keys, stack_file)
     return run_program(
         lambda: runpy.run_path(str(stack_dir / "__main__.py"), run_name="__main__"),

@@ -1,7 +1,7 @@
 """The smoke and image workflows (.github/workflows), checked without GitHub.
 
 actionlint lints them for real (scripts/test runs it too), including a broken copy that it must
-reject; the rest reads the workflow documents for what issue 9 asks of them: triggers, OIDC
+reject; the rest reads the workflow documents for what CI needs of them: triggers, OIDC
 credentials, teardown whatever happens, one run at a time, least privilege, pinned actions, and
 an image tag that matches what the stacks deploy.
 """
@@ -149,7 +149,7 @@ def test_smoke_workflow_deploys_checks_and_always_destroys() -> None:
 
 
 def test_image_workflow_tests_both_architectures_on_their_own_runners() -> None:
-    """Issue 24, item 5: GPU node groups may be arm64 (AL2023_ARM_64_NVIDIA): every change to
+    """GPU node groups may be arm64 (AL2023_ARM_64_NVIDIA): every change to
     the image is built and run on an arm64 runner as well as an amd64 one."""
     workflow = load("image.yml")
     triggers = workflow["on"]
@@ -205,7 +205,7 @@ def test_image_workflow_pushes_a_signed_multi_arch_image_with_an_sbom_on_version
 
 
 def test_the_smoke_workflows_session_outlasts_the_job() -> None:
-    """Issue 24, item 10: the default one-hour OIDC session would end mid-run."""
+    """The default one-hour OIDC session would end mid-run."""
     workflow = load("smoke.yml")
     job = workflow["jobs"]["smoke"]
     first = next(
@@ -261,3 +261,15 @@ def test_the_smoke_job_installs_from_the_hashed_lock_before_any_secret() -> None
     assert steps_with_token
     assert min(steps_with_token) > install_at
     assert "--hash=sha256:" in (ROOT / "constraints" / "smoke.txt").read_text()
+
+
+def test_a_pull_request_runs_the_readmes_test_command() -> None:
+    workflow = load("test.yml")
+    assert "pull_request" in workflow["on"]
+    assert workflow["permissions"] == {"contents": "read"}
+    (job,) = workflow["jobs"]
+    uses = [s["uses"] for s in steps(workflow, job) if "uses" in s]
+    assert uses
+    assert all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    _, run = step_named(workflow, job, "scripts/test")
+    assert run["run"].split()[-1] == "scripts/test"  # alone: every check, as the README says

@@ -1,15 +1,14 @@
 """Fixtures: each stack's program run once under Pulumi mocks with its example config, and the
 object graph it creates, its Helm releases rendered from the chart cache.
 
-The chart cache is ``$GPU_CLUSTER_CHART_CACHE`` (scripts/test points it at ../shared/charts, the
-charts at the pinned versions, or fills its own with ``--pull-charts``); a checkout beside
-../shared finds it without the variable too. Tests marked ``charts`` render: without the archives
-they need they are skipped, each with one line naming the cache and what it lacks.
+The chart cache is ``$GPU_CLUSTER_CHART_CACHE``, else the user's (``--pull-charts`` fills it;
+scripts/test runs it first). Tests marked ``charts`` render: without the archives they need they
+are skipped, each with one line naming the cache and the charts it lacks. The stacks' programs
+under mocks need no chart.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,8 @@ from infra.render.program import ProgramRun, run_stack
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EKS_STACK = REPO_ROOT / "stacks" / "eks"
 KUBEADM_STACK = REPO_ROOT / "stacks" / "kubeadm"
-SHARED_CHARTS = REPO_ROOT.parent / "shared" / "charts"
 
-if not os.environ.get(CHART_CACHE_ENV) and SHARED_CHARTS.is_dir():
-    os.environ[CHART_CACHE_ENV] = str(SHARED_CHARTS)
-
-# H100 capacity for multi-node training (issue 24): a p5.48xlarge Capacity Block with EFA and
+# H100 capacity for multi-node training: a p5.48xlarge Capacity Block with EFA and
 # RAID0 on a node group, and a Karpenter pool of p5/p5e from a reservation, with EFA.
 CAPACITY_BLOCK_GROUP = {
     "name": "h100",
@@ -54,6 +49,15 @@ H100_POOL = {
 STACK_CHARTS = tuple(c for c in versions.PINNED_CHARTS if c is not versions.EFA_DEVICE_PLUGIN)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes an object graph (a fixture named ``*_graph``) renders charts: it carries
+    the ``charts`` marker whether or not it says so."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if any(name.endswith("_graph") for name in names) and not item.get_closest_marker("charts"):
+            item.add_marker(pytest.mark.charts)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``@pytest.mark.charts``: skip, naming the cache, unless it holds the stacks' charts (and
     the marker's extra charts)."""
@@ -68,13 +72,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(scope="session")
 def eks_run() -> ProgramRun:
-    """stacks/eks with Pulumi.dev.yaml."""
+    """stacks/eks with Pulumi.example.yaml."""
     return run_stack(EKS_STACK)
 
 
 @pytest.fixture(scope="session")
 def kubeadm_run() -> ProgramRun:
-    """stacks/kubeadm with Pulumi.dev.yaml."""
+    """stacks/kubeadm with Pulumi.example.yaml."""
     return run_stack(KUBEADM_STACK)
 
 

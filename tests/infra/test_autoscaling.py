@@ -92,7 +92,7 @@ def test_example_deployment_requests_a_gpu_on_gpu_nodes(eks_run: ProgramRun) -> 
 
 
 def test_the_example_starts_as_a_user_without_a_passwd_entry(eks_run: ProgramRun) -> None:
-    """Issue 24, item 4: uid 10001 has no passwd entry in the image; getpass.getuser() (PyTorch
+    """Uid 10001 has no passwd entry in the image; getpass.getuser() (PyTorch
     Inductor's cache) reads USER first, else raises KeyError."""
     deployment = example(eks_run)
     pod = deployment["spec"]["template"]["spec"]
@@ -110,7 +110,7 @@ def test_the_example_starts_as_a_user_without_a_passwd_entry(eks_run: ProgramRun
 
 
 def test_pulumi_up_does_not_wait_for_the_example(eks_run: ProgramRun) -> None:
-    """Issue 24, item 4: a first start takes up to half an hour; it must not hold or fail
+    """A first start takes up to half an hour; it must not hold or fail
     `pulumi up`."""
     for kind, name in (
         ("kubernetes:apps/v1:Deployment", "example-workload"),
@@ -175,7 +175,7 @@ def test_without_an_example_keda_alone_is_installed() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        # Issue 11: the old key gave a KeyError with a traceback when malformed.
+        # The old key gave a KeyError with a traceback when malformed.
         ({"exampleHpa": {"deployment": "llm"}}, "exampleHpa is gone: set workloadAutoscaler: hpa"),
         ({"workloadAutoscaler": "karpenter"}, "workloadAutoscaler must be one of keda, hpa, none"),
         ({"exampleWorkload": "llm"}, "exampleWorkload is not valid YAML/JSON"),

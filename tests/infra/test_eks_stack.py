@@ -265,7 +265,7 @@ def test_cluster_without_gpu_groups_is_refused() -> None:
 
 
 def test_the_node_monitoring_agent_reports_gpu_faults(eks_run: ProgramRun) -> None:
-    """Issue 24, item 14: what Karpenter's node repair acts on."""
+    """What Karpenter's node repair acts on."""
     agent = eks_run.one("aws:eks/addon:Addon", "gpu-eks-node-monitoring-agent").inputs
     assert (agent["clusterName"], agent["addonName"]) == ("gpu-dev", "eks-node-monitoring-agent")
 
@@ -277,7 +277,7 @@ def _launch_template(run: ProgramRun, group: str) -> dict[str, object]:
 
 
 def test_a_capacity_block_group_with_efa_and_raid0() -> None:
-    """Issue 24, items 13 and 14: a p5.48xlarge Capacity Block, EFA on all 32 network cards in a
+    """A p5.48xlarge Capacity Block, EFA on all 32 network cards in a
     cluster placement group, the group's subnets those of the block's zone, NVMe as RAID0."""
     run = run_stack(
         EKS_STACK,

@@ -175,7 +175,7 @@ def _placeholders(text: str) -> str:
 def test_controller_policy_is_the_reference_policy_of_the_pinned_version(
     eks_run: ProgramRun,
 ) -> None:
-    """Issue 24, item 3: the policy of Karpenter's own CloudFormation template at the chart's
+    """The policy of Karpenter's own CloudFormation template at the chart's
     version: every statement's actions, resources and condition keys."""
     assert versions.KARPENTER.version == REFERENCE.stem.split("-v")[1].removesuffix("-iam")
     found = statements(eks_run)
@@ -341,7 +341,7 @@ def test_malformed_karpenter_config_is_one_clear_error(karpenter: object, messag
 
 
 def test_an_h100_pool_uses_its_reservations_efa_and_raid0() -> None:
-    """Issue 24, items 13 and 14: p5/p5e from capacity reservations or Capacity Blocks first,
+    """P5/p5e from capacity reservations or Capacity Blocks first,
     EFA in a cluster placement group of one zone, instance-store NVMe as RAID0."""
     run = run_stack(EKS_STACK, overrides={"karpenter": H100_POOL})
     node_class = run.one(NODE_CLASS).inputs["spec"]

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import ansible_run, versions
-from infra.chart_cache import cached_archive
+from infra import ansible_run
 from infra.kubeadm import KubeadmClusterArgs, gpu_node_names, tree_digest
 from infra.kubeadm_inventory import InventoryError
 from infra.render.program import (
@@ -136,7 +135,6 @@ def test_gpu_layer_is_installed_on_the_kubeadm_cluster(kubeadm_run: ProgramRun) 
         "prometheus-adapter",
         "keda",
         "cloudnative-pg",
-        str(cached_archive(versions.LOCAL_PATH_PROVISIONER)),  # the profiler's database volumes
     }
     assert len(kubeadm_run.of_type("kubernetes:apps/v1:DaemonSet")) == 1
     values = kubeadm_run.release("kube-prometheus-stack").inputs["values"]

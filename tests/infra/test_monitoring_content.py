@@ -103,7 +103,7 @@ def test_dcgm_dashboard_covers_the_required_panels() -> None:
 
 
 def test_dcgm_dashboard_has_an_autoscaling_row() -> None:
-    """Issue 13: pending GPU pods, NodeClaims, GPU nodes by state, scaled replicas."""
+    """Pending GPU pods, NodeClaims, GPU nodes by state, scaled replicas."""
     panels = json.loads(monitoring.dashboards()["gpu-dcgm-overview.json"])["panels"]
     (row,) = [p for p in panels if p["type"] == "row"]
     below = [p for p in panels if p["gridPos"]["y"] > row["gridPos"]["y"]]

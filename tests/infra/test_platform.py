@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from infra import monitoring, versions
-from infra.chart_cache import cached_archive
 from infra.render.program import FAKE_PASSWORD, ProgramRun, run_stack
 from tests.infra.conftest import EKS_STACK
 
@@ -41,14 +40,9 @@ def test_official_charts_at_pinned_versions(
 
 
 def test_versions_module_is_the_single_source(eks_run: ProgramRun, kubeadm_run: ProgramRun) -> None:
-    """Every chart either stack installs is pinned there, and every pinned chart is installed.
-
-    A chart published in no repository (local-path-provisioner, kubeadm only) is installed from
-    its archive in the chart cache."""
-    pinned = {
-        (str(cached_archive(c)) if c.from_source else c.reference): c.version
-        for c in versions.PINNED_CHARTS
-    }
+    """Every chart either stack installs is pinned there, and every pinned chart is installed,
+    from its publisher (never a local archive: `pulumi up` needs no chart cache)."""
+    pinned = {c.reference: c.version for c in versions.PINNED_CHARTS}
     installed = {
         r.inputs["chart"]: r.inputs["version"]
         for run in (eks_run, kubeadm_run)
@@ -150,7 +144,7 @@ def test_dcgm_exporter_counters_service_monitor_and_attribution(eks_run: Program
 
 
 def test_dcgm_exporter_is_sized_for_eight_gpus(eks_run: ProgramRun) -> None:
-    """Issue 24, item 1: the chart's 512Mi limit OOM-kills exporters on 8-GPU nodes."""
+    """The chart's 512Mi limit OOM-kills exporters on 8-GPU nodes."""
     values = eks_run.release("dcgm-exporter").inputs["values"]
     assert values["resources"] == {
         "requests": {"cpu": "100m", "memory": "512Mi"},

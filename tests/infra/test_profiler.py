@@ -278,7 +278,7 @@ def test_every_variable_set_is_one_the_daemon_reads(eks_run: ProgramRun) -> None
 
 
 def test_default_image_is_the_one_the_release_workflow_publishes(eks_run: ProgramRun) -> None:
-    """Defect 3: the stacks pointed at an image this repository never built.
+    """The stacks pointed at an image this repository never built.
 
     Pushing the tag v<version> publishes ghcr.io/centaurusinfra/gpu-profiler:<version>, <version>
     being pyproject's project.version: the default must be that one exactly.

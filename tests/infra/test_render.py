@@ -1,9 +1,10 @@
 """The object graph of both stacks, their Helm releases rendered with the real charts.
 
 Test doubles: the stack programs run under Pulumi's mock engine (infra/render/program.py) instead of
-the Pulumi CLI and a cloud; the charts are the pinned ones from the chart cache (../shared/charts),
-rendered by Helm's own engine (helm-python-sdk) with the capabilities `helm install` would see; a
-Kubernetes API server is replaced by schema validation (kubernetes-validate, the charts' CRDs).
+the Pulumi CLI and a cloud; the charts are the pinned ones from the chart cache
+(``$GPU_CLUSTER_CHART_CACHE``), rendered by Helm's own engine (helm-python-sdk) with the
+capabilities `helm install` would see; a Kubernetes API server is replaced by schema validation
+(kubernetes-validate, the charts' CRDs).
 Every check passes on the stacks as shipped, and each fails, naming the object, on the defect it
 is there to catch (built here by changing one value or one object).
 """
@@ -161,7 +162,7 @@ H100_CONFIG: dict[str, Any] = {
 
 @pytest.mark.charts(versions.EFA_DEVICE_PLUGIN)
 def test_every_check_passes_on_h100_capacity_with_efa() -> None:
-    """Capacity Blocks, reservations, EFA and RAID0 (issue 24, items 13 and 14): the node class
+    """Capacity Blocks, reservations, EFA and RAID0 : the node class
     is valid for the pinned CRDs, and the EFA device plugin reaches both EFA pools."""
     graph = build_graph(run_stack(EKS_STACK, overrides=H100_CONFIG))
     assert run_checks(graph) == NO_FINDINGS
@@ -245,7 +246,7 @@ def test_services_the_smoke_suite_reaches(eks_graph: ObjectGraph) -> None:
 def test_scheduling_catches_the_shipped_kubeadm_inventory(
     kubeadm_graph: ObjectGraph, tmp_path: Path
 ) -> None:
-    """Defect 1: every worker a GPU node and the control plane tainted: nothing system runs."""
+    """Every worker a GPU node and the control plane tainted: nothing system runs."""
     inventory = tmp_path / "hosts.ini"
     inventory.write_text(SHIPPED_INVENTORY)
     graph = copy.deepcopy(kubeadm_graph)
@@ -317,7 +318,7 @@ def test_gpu_daemon_sets_must_reach_every_gpu_pool(eks_graph: ObjectGraph) -> No
 
 
 def test_namespaces_catch_a_workload_in_a_namespace_nothing_creates() -> None:
-    """Defect 2: the example HPA in namespace `inference`, which nothing created."""
+    """The example HPA in namespace `inference`, which nothing created."""
     graph = graph_of(EKS_STACK, {"exampleWorkload": {"namespace": "inference"}})
     findings = check(graph, "namespaces")
     assert {line.split(" (")[0] for line in findings} == {
@@ -336,7 +337,7 @@ def test_namespaces_catch_a_workload_in_a_namespace_nothing_creates() -> None:
 
 
 def test_monitoring_catches_a_scrape_timeout_above_the_interval() -> None:
-    """Defect 4: a 5 s interval under the chart's 10 s scrapeTimeout; the operator drops it."""
+    """A 5 s interval under the chart's 10 s scrapeTimeout; the operator drops it."""
 
     def as_before_the_fix(run: ProgramRun) -> None:
         del run.release("dcgm-exporter").inputs["values"]["serviceMonitor"]["scrapeTimeout"]
@@ -359,7 +360,7 @@ def test_monitoring_catches_a_scrape_timeout_above_the_interval() -> None:
 def test_monitoring_catches_control_plane_scrapes_that_cannot_work(
     stack: Path, reason: str
 ) -> None:
-    """Defect 6: controller-manager, scheduler and etcd (and kube-proxy) scraped in vain."""
+    """Controller-manager, scheduler and etcd (and kube-proxy) scraped in vain."""
 
     def as_before_the_fix(run: ProgramRun) -> None:
         values = run.release("kube-prometheus-stack").inputs["values"]
@@ -563,7 +564,7 @@ def test_dcgm_exporter_as_rendered(eks_graph: ObjectGraph) -> None:
 
 
 def test_changed_counters_roll_the_exporters(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Defect 8: the counters are mounted with subPath, so only new pods see an edit."""
+    """The counters are mounted with subPath, so only new pods see an edit."""
     before = platform.dcgm_exporter_values(platform.GpuPlatformArgs())["podAnnotations"]
     edited = monitoring.dcgm_counters_csv() + "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock.\n"
     monkeypatch.setattr(monitoring, "dcgm_counters_csv", lambda: edited)

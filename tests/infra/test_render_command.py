@@ -1,9 +1,9 @@
 """``python -m infra.render``: what users run to see, check or commit what a stack installs.
 
 Test doubles: Pulumi's mock engine stands in for the Pulumi CLI (the command's own design); the
-chart cache is ../shared/charts; for ``--pull-charts`` a local HTTP chart repository (Python's
-http.server, its index.yaml written by Helm's own `repo index`) stands in for the charts' public
-repositories, which cannot be reached here.
+chart cache is ``$GPU_CLUSTER_CHART_CACHE``; for ``--pull-charts`` a local HTTP chart repository
+(Python's http.server, its index.yaml written by Helm's own `repo index`) stands in for the charts'
+public repositories, which a test does not reach.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import yaml
 
 from infra import versions
 from infra.render import __main__ as command
-from infra.render.charts import CHART_CACHE_ENV, chart_cache
+from infra.render.charts import CHART_CACHE_ENV, UNPINNED_ENV, chart_cache, file_sha256
 from infra.render.program import FAKE_PASSWORD
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK, REPO_ROOT
 from tests.support.ports import free_port
@@ -114,7 +114,7 @@ def test_check_passes_on_the_example_stack_as_a_command() -> None:
 def test_check_reports_findings_and_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = yaml.safe_load((EKS_STACK / "Pulumi.dev.yaml").read_text())
+    config = yaml.safe_load((EKS_STACK / "Pulumi.example.yaml").read_text())
     del config["config"]["gpu-cluster-eks:exampleWorkload"]["createNamespace"]
     stack_file = tmp_path / "Pulumi.review.yaml"
     stack_file.write_text(yaml.safe_dump(config))
@@ -172,7 +172,7 @@ def test_encrypted_config_values_become_placeholders(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A stack file after `pulumi config set --secret` holds ciphertext, which stays unread."""
-    config = yaml.safe_load((KUBEADM_STACK / "Pulumi.dev.yaml").read_text())
+    config = yaml.safe_load((KUBEADM_STACK / "Pulumi.example.yaml").read_text())
     secure = {"secure": "v1:Zm9vYmFy:ciphertext"}
     config["config"]["gpu-cluster-kubeadm:grafanaAdminPassword"] = secure
     config["config"]["gpu-cluster-kubeadm:profilerStoreUrl"] = secure
@@ -208,13 +208,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def served_charts() -> tuple[versions.HelmChart, ...]:
-    """The pinned charts a Helm repository publishes that the chart cache holds (every one the
-    stacks install by default but those packaged from source: tests/infra/test_store_tools.py)."""
-    return tuple(
-        c
-        for c in versions.PINNED_CHARTS
-        if not c.from_source and (chart_cache() / c.archive).is_file()
-    )
+    """The pinned charts of a Helm repository (OCI's too, served the same way) that the chart
+    cache holds."""
+    return tuple(c for c in versions.PINNED_CHARTS if (chart_cache() / c.archive).is_file())
 
 
 @pytest.fixture
@@ -241,20 +237,13 @@ def chart_repository(tmp_path: Path) -> Iterator[tuple[str, list[str], Path]]:
 
 
 def _from(url: str) -> tuple[versions.HelmChart, ...]:
-    """The served charts, pinned as they are, but in the local repository; and the charts
-    packaged from source, as they are."""
-    from_source = tuple(c for c in versions.PINNED_CHARTS if c.from_source)
-    return tuple(dataclasses.replace(c, repo=url) for c in served_charts()) + from_source
-
-
-def cache_with_source_charts(cache: Path) -> Path:
-    """A chart cache holding the charts packaged from source, as an earlier --pull-charts left
-    them (packaging them needs GitHub: tests/infra/test_store_tools.py does it locally)."""
-    cache.mkdir()
-    for chart in versions.PINNED_CHARTS:
-        if chart.from_source:
-            shutil.copy(chart_cache() / chart.archive, cache / chart.archive)
-    return cache
+    """The served charts in the local repository, each pinned to the archive served there."""
+    return tuple(
+        dataclasses.replace(
+            c, repo=url, sha256=file_sha256(chart_cache() / c.archive), digest_unknown=""
+        )
+        for c in served_charts()
+    )
 
 
 @pytest.mark.charts
@@ -266,7 +255,7 @@ def test_pull_charts_fills_the_cache_once(
     url, requests, _ = chart_repository
     pinned, served = _from(url), served_charts()
     source = chart_cache()
-    cache = cache_with_source_charts(tmp_path / "cache")
+    cache = tmp_path / "cache"
     monkeypatch.setattr(versions, "PINNED_CHARTS", pinned)
     monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
     assert render("--pull-charts") == 0
@@ -302,18 +291,20 @@ def test_pull_refuses_an_archive_the_repository_serves_that_is_not_pinned(
     chart_repository: tuple[str, list[str], Path],
 ) -> None:
     url, _, served = chart_repository
+    pinned = _from(url)
     digest = _repackage(served, versions.PROMETHEUS_ADAPTER)
     helm.repo_index_generate(served, base_url=url)
-    cache = cache_with_source_charts(tmp_path / "cache")
-    monkeypatch.setattr(versions, "PINNED_CHARTS", _from(url))
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(versions, "PINNED_CHARTS", pinned)
     monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
     assert render("--pull-charts") == 2
     err = capsys.readouterr().err
     archive = cache / versions.PROMETHEUS_ADAPTER.archive
+    adapter = next(c for c in pinned if c.name == "prometheus-adapter")
     assert err == (
-        f"render: error: {archive} has sha256 {digest}, which "
-        f"infra/versions.py does not pin for prometheus-adapter 5.3.0 (pinned: "
-        f"{versions.PROMETHEUS_ADAPTER.sha256[0]}); not kept\n"
+        f"render: error: cannot pull prometheus-adapter 5.3.0 from {url}: the repository's "
+        f"index gives prometheus-adapter-5.3.0.tgz sha256 {digest}, infra/versions.py pins "
+        f"{adapter.sha256}\n"
     )
     assert not archive.exists()  # never where the render checks would read it
     assert (cache / versions.KEDA.archive).is_file()  # the others are kept
@@ -327,6 +318,8 @@ def test_a_cached_archive_that_is_not_pinned_is_refused(
     cache.mkdir()
     for chart in served_charts():
         shutil.copy(chart_cache() / chart.archive, cache / chart.archive)
+    monkeypatch.setattr(versions, "PINNED_CHARTS", _from("https://charts.invalid"))
+    monkeypatch.delenv(UNPINNED_ENV, raising=False)
     digest = _repackage(cache, versions.KEDA)
     monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
     assert render(EKS_STACK, "--check") == 2

@@ -207,7 +207,7 @@ def test_project_uses_python_and_the_repository_venv(stack_dir: Path) -> None:
 @pytest.mark.parametrize("stack_dir", STACKS, ids=lambda p: p.name)
 def test_example_config_has_no_unknown_keys(stack_dir: Path) -> None:
     project = yaml.safe_load((stack_dir / "Pulumi.yaml").read_text())["name"]
-    config = yaml.safe_load((stack_dir / "Pulumi.dev.yaml").read_text())["config"]
+    config = yaml.safe_load((stack_dir / "Pulumi.example.yaml").read_text())["config"]
     ours = {key.split(":", 1)[1] for key in config if key.startswith(f"{project}:")}
     assert ours
     assert ours <= set(declarations(stack_dir))

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from infra import versions
-from infra.chart_cache import cached_archive
 from infra.render.program import (
     FAKE_CERTIFICATE,
     FAKE_CLUSTER_SECURITY_GROUP,
@@ -335,33 +334,38 @@ def test_daemons_wait_for_the_database(eks_run: ProgramRun) -> None:
 
 
 def test_kubeadm_installs_local_path_for_the_database(kubeadm_run: ProgramRun) -> None:
-    release = next(
-        r
-        for r in kubeadm_run.of_type("kubernetes:helm.sh/v3:Release")
-        if r.inputs["name"] == "local-path-provisioner"
+    # Its release manifest's objects (Rancher publishes no chart archive): no chart cache needed.
+    assert not [r for r in kubeadm_run.releases() if "local-path" in r.inputs["name"]]
+    deployment = named(
+        kubeadm_run, "kubernetes:apps/v1:Deployment", "local-path-provisioner", "local-path-storage"
     )
-    # Published in no Helm repository: installed from its archive in the chart cache.
-    assert release.inputs["chart"] == str(cached_archive(versions.LOCAL_PATH_PROVISIONER))
-    assert "repositoryOpts" not in release.inputs
-    assert release.inputs["values"]["storageClass"]["name"] == "local-path"
-    assert release.inputs["values"]["storageClass"]["reclaimPolicy"] == "Retain"
-    assert release.inputs["values"]["helperImage"]["tag"] != "latest"
+    (container,) = deployment.get("spec.template.spec.containers")
+    assert container["image"] == "docker.io/rancher/local-path-provisioner:v0.0.37"
+    config = named(
+        kubeadm_run, "kubernetes:core/v1:ConfigMap", "local-path-config", "local-path-storage"
+    )
+    helper = yaml.safe_load(config.inputs["data"]["helperPod.yaml"])
+    assert helper["spec"]["containers"][0]["image"] == "docker.io/library/busybox:1.37.0"
+    (storage_class,) = kubeadm_run.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert storage_class.inputs["metadata"]["name"] == "local-path"
+    assert storage_class.inputs["reclaimPolicy"] == "Retain"
     assert kubeadm_run.one(CLUSTER).inputs["spec"]["storage"]["storageClass"] == "local-path"
-    assert release.urn in kubeadm_run.one(CLUSTER).dependencies
+    assert deployment.urn in kubeadm_run.one(CLUSTER).dependencies
 
 
 def test_kubeadm_database_on_a_storage_class_of_the_cluster() -> None:
     run = run_stack(
         KUBEADM_STACK, overrides={"profilerDatabase": {"storageClass": "ceph-rbd", "instances": 3}}
     )
-    assert not [r for r in run.releases() if r.inputs["name"] == "local-path-provisioner"]
+    assert not run.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
     spec = run.one(CLUSTER).inputs["spec"]
     assert spec["storage"]["storageClass"] == "ceph-rbd"
     assert spec["instances"] == 3
 
 
 def test_eks_has_no_local_path_provisioner(eks_run: ProgramRun) -> None:
-    assert not [r for r in eks_run.releases() if r.inputs["name"] == "local-path-provisioner"]
+    classes = eks_run.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert "local-path" not in {c.inputs["metadata"]["name"] for c in classes}
 
 
 # -- Grafana ---------------------------------------------------------------------------------------
@@ -577,8 +581,7 @@ def test_external_store_takes_the_url_from_a_secret_and_runs_no_database() -> No
     assert not [
         r
         for r in run.releases()
-        if r.inputs["name"] != "kube-prometheus-stack"
-        and r.inputs["name"] in ("cloudnative-pg", "local-path-provisioner")
+        if r.inputs["name"] != "kube-prometheus-stack" and r.inputs["name"] == "cloudnative-pg"
     ]
     grafana = run.release("kube-prometheus-stack").inputs["values"]["grafana"]
     assert "envValueFrom" not in grafana

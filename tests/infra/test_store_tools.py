@@ -1,15 +1,14 @@
-"""The store's helpers that run where ``pulumi up`` runs: the RDS CA bundle fetcher, packaging a
-chart that only its source repository publishes, and ``render --assume-storage-class``.
+"""Helpers that fetch what the stacks need: the RDS CA bundle fetcher, `--pull-charts` from the
+publishers' Helm repositories, and ``render --assume-storage-class``.
 
-Test doubles: Python's http.server on 127.0.0.1 stands in for AWS's trust store and for GitHub's
-source archives (neither is reachable here); the certificates are made here with ``cryptography``;
-the packaged chart is the pinned local-path-provisioner from the chart cache, re-laid out as the
-source repository holds it, and rendered with Helm's own engine.
+Test doubles: Python's http.server on 127.0.0.1 stands in for AWS's trust store and for a Helm
+chart repository (its index.yaml with the fields `helm pull` reads: helm/helm@v3.16.0
+pkg/repo/index.go), neither reachable from a test; the certificates and chart archives are made
+here (``cryptography``; a Chart.yaml in a folder named after the chart, as `helm package` writes).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -21,13 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from infra import versions
-from infra.chart_cache import CHART_CACHE_ENV, cached_archive, chart_cache
+from infra.chart_cache import CHART_CACHE_ENV
 from infra.render import __main__ as render_command
 from infra.render.charts import ChartError, pull_charts
 from infra.store import rds_ca
@@ -120,98 +120,144 @@ def test_a_response_without_loadable_certificates_is_refused() -> None:
         rds_ca.checked_bundle(garbled)
 
 
-# -- a chart from its source repository -----------------------------------------------------------
+# -- charts from their publishers' Helm repositories ----------------------------------------------
 
 
-def source_tarball(chart: HelmChart, packaged: Path) -> bytes:
-    """What GitHub serves for the tag: ``<repo>-<version>/`` holding the chart in its folder,
-    among other files."""
-    top = f"local-path-provisioner-{chart.version}"
+def chart_archive_bytes(name: str, version: str, note: str = "") -> bytes:
+    """A minimal chart archive as `helm package` lays it out: one top folder named after the
+    chart, holding Chart.yaml (helm/helm@v3.16.0: pkg/chart/loader/archive.go)."""
     out = io.BytesIO()
-    with (
-        tarfile.open(packaged) as archive,
-        tarfile.open(fileobj=out, mode="w:gz") as tarball,
-    ):
-        readme = tarfile.TarInfo(f"{top}/README.md")
-        readme.size = 6
-        tarball.addfile(readme, io.BytesIO(b"readme"))
-        for member in archive.getmembers():
-            inner = member.name.partition("/")[2]
-            content = archive.extractfile(member) if member.isfile() else None
-            member.name = f"{top}/{chart.source_path}/{inner}".rstrip("/")
-            tarball.addfile(member, content)
+    with tarfile.open(fileobj=out, mode="w:gz") as archive:
+        for path, text in (
+            (f"{name}/Chart.yaml", f"apiVersion: v2\nname: {name}\nversion: {version}\n"),
+            (f"{name}/values.yaml", f"note: {note!r}\n"),
+        ):
+            member = tarfile.TarInfo(path)
+            member.size = len(text.encode())
+            archive.addfile(member, io.BytesIO(text.encode()))
     return out.getvalue()
 
 
-def test_a_chart_published_only_as_source_is_packaged_into_the_cache(
+def publish(root: Path, url: str, archives: dict[str, bytes], digests: dict[str, str]) -> None:
+    """A Helm repository: the archives and an index.yaml naming each with its url and digest,
+    the fields `helm pull` reads (helm/helm@v3.16.0: pkg/repo/index.go, ChartVersion's URLs and
+    Digest); ``digests`` overrides the true digest of an archive."""
+    entries: dict[str, list[dict[str, object]]] = {}
+    for file, content in archives.items():
+        (root / file).write_bytes(content)
+        name, _, version = file.removesuffix(".tgz").rpartition("-")
+        entries.setdefault(name, []).append(
+            {
+                "apiVersion": "v2",
+                "name": name,
+                "version": version,
+                "urls": [file if name != "keda" else f"{url}/{file}"],  # relative and absolute
+                "digest": digests.get(file, hashlib.sha256(content).hexdigest()),
+            }
+        )
+    (root / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": entries}))
+
+
+def test_pull_keeps_every_archive_it_fetched_and_verified(
     served: tuple[Path, str], tmp_path: Path
 ) -> None:
     root, url = served
-    pinned = versions.LOCAL_PATH_PROVISIONER
-    chart = HelmChart(
-        name=pinned.name,
-        repo=f"{url}/rancher/local-path-provisioner",
-        version=pinned.version,
-        source_path=pinned.source_path,
+    plugin, keda = (
+        chart_archive_bytes("nvidia-device-plugin", "0.20.0"),
+        chart_archive_bytes("keda", "2.20.2"),
     )
-    assert chart.source_archive_url == f"{chart.repo}/archive/refs/tags/v{chart.version}.tar.gz"
-    archive_dir = root / "rancher" / "local-path-provisioner" / "archive" / "refs" / "tags"
-    archive_dir.mkdir(parents=True)
-    (archive_dir / f"v{chart.version}.tar.gz").write_bytes(
-        source_tarball(chart, cached_archive(pinned))
-    )
+    publish(root, url, {"nvidia-device-plugin-0.20.0.tgz": plugin, "keda-2.20.2.tgz": keda}, {})
+    charts = [
+        # Pinned: the index's digest must be the pin, and the archive must match both.
+        HelmChart("nvidia-device-plugin", url, "0.20.0", sha256=hashlib.sha256(plugin).hexdigest()),
+        # Not pinned: the index's digest alone, as Helm checks it.
+        HelmChart("keda", url, "2.20.2", digest_unknown="not read"),
+    ]
     cache = tmp_path / "cache"
-    # Packaged here, the archive is not the published one: refused, naming its digest...
-    with pytest.raises(
-        ChartError, match=r"has sha256 \w+, which infra/versions.py does not pin"
-    ) as refused:
-        pull_charts([chart], cache)
-    assert not (cache / chart.archive).exists()
-    digest = str(refused.value).split("has sha256 ", 1)[1].split(",", 1)[0]
-    # ...and kept once that digest is pinned (packaging the same source gives the same bytes).
-    chart = dataclasses.replace(chart, sha256=(digest,))
-    (archive,) = pull_charts([chart], cache)
-    assert archive == cache / "local-path-provisioner-0.0.37.tgz"
-    assert hashlib.sha256(archive.read_bytes()).hexdigest() == digest
-    with tarfile.open(archive) as packaged, tarfile.open(cached_archive(pinned)) as original:
-        assert sorted(packaged.getnames()) == sorted(original.getnames())
-        values = [
-            str(bundle.extractfile("local-path-provisioner/values.yaml").read())  # type: ignore[union-attr]
-            for bundle in (packaged, original)
-        ]
-        assert values[0] == values[1]
-    # A tag without the chart's folder is one error saying so.
-    broken = HelmChart(chart.name, chart.repo, chart.version, source_path="charts/missing")
-    with pytest.raises(ChartError, match="has no folder charts/missing"):
-        pull_charts([broken], tmp_path / "other-cache")
+    archives = pull_charts(charts, cache)
+    assert archives == [cache / "nvidia-device-plugin-0.20.0.tgz", cache / "keda-2.20.2.tgz"]
+    assert [a.read_bytes() for a in archives] == [plugin, keda]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(a.name for a in archives)
+    # Kept: a second pull reads the cache and fetches nothing.
+    (root / "index.yaml").unlink()
+    assert pull_charts(charts, cache) == archives
 
 
-def test_the_kubeadm_stack_says_how_to_get_a_missing_source_chart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_an_archive_unlike_its_index_digest_is_refused_in_one_line(
+    served: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    for chart in versions.PINNED_CHARTS:
-        if not chart.from_source:
-            (cache / cached_archive(chart).name).symlink_to(cached_archive(chart))
-    monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
-    assert render_command.main([str(KUBEADM_STACK)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(
-        f"render: error: chart local-path-provisioner 0.0.37 is not in the chart cache {cache}: "
-        "run `python -m infra.render --pull-charts`"
+    root, url = served
+    good = chart_archive_bytes("keda", "2.20.2")
+    swapped = chart_archive_bytes("prometheus-adapter", "5.3.0", note="republished")
+    indexed = hashlib.sha256(chart_archive_bytes("prometheus-adapter", "5.3.0")).hexdigest()
+    publish(
+        root,
+        url,
+        {"keda-2.20.2.tgz": good, "prometheus-adapter-5.3.0.tgz": swapped},
+        {"prometheus-adapter-5.3.0.tgz": indexed},
     )
-    assert chart_cache() == cache
+    charts = (
+        HelmChart("keda", url, "2.20.2", digest_unknown="not read"),
+        HelmChart("prometheus-adapter", url, "5.3.0", digest_unknown="not read"),
+    )
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(versions, "PINNED_CHARTS", charts)
+    monkeypatch.setenv(CHART_CACHE_ENV, str(cache))
+    assert render_command.main(["--pull-charts"]) == 2
+    actual = hashlib.sha256(swapped).hexdigest()
+    assert capsys.readouterr().err == (
+        f"render: error: cannot pull prometheus-adapter 5.3.0 from {url}: "
+        f"{url}/prometheus-adapter-5.3.0.tgz has sha256 {actual}, not the {indexed} its "
+        "repository's index gives; not kept\n"
+    )
+    assert sorted(p.name for p in cache.iterdir()) == ["keda-2.20.2.tgz"]  # the other is kept
+
+
+def test_an_index_digest_unlike_the_pin_is_refused(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    content = chart_archive_bytes("dcgm-exporter", "4.8.2")
+    publish(root, url, {"dcgm-exporter-4.8.2.tgz": content}, {})
+    chart = HelmChart("dcgm-exporter", url, "4.8.2", sha256="0" * 64)
+    with pytest.raises(ChartError) as refused:
+        pull_charts([chart], tmp_path / "cache")
+    assert str(refused.value) == (
+        f"cannot pull dcgm-exporter 4.8.2 from {url}: the repository's index gives "
+        f"dcgm-exporter-4.8.2.tgz sha256 {hashlib.sha256(content).hexdigest()}, "
+        f"infra/versions.py pins {'0' * 64}"
+    )
+    assert not (tmp_path / "cache" / "dcgm-exporter-4.8.2.tgz").exists()
+
+
+def test_a_version_missing_from_the_index_is_one_error(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    publish(root, url, {"keda-2.20.1.tgz": chart_archive_bytes("keda", "2.20.1")}, {})
+    with pytest.raises(ChartError, match=f"^cannot pull keda 2.20.2 from {url}: "):
+        pull_charts([HelmChart("keda", url, "2.20.2", digest_unknown="x")], tmp_path / "c")
+
+
+def test_every_pinned_chart_pins_a_publisher_digest_or_says_why_not() -> None:
+    for chart in versions.PINNED_CHARTS:
+        assert (chart.sha256 is None) == bool(chart.digest_unknown), chart.name
+    with pytest.raises(ValueError, match="pin sha256, or say in digest_unknown why it is not"):
+        HelmChart("x", "https://example.org", "1.0.0")
 
 
 # -- render --assume-storage-class ----------------------------------------------------------------
 
 
+@pytest.mark.charts
 def test_a_storage_class_of_the_cluster_is_assumed_when_told(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     inventory = KUBEADM_STACK / "inventory.example.ini"
-    text = (KUBEADM_STACK / "Pulumi.dev.yaml").read_text()
+    text = (KUBEADM_STACK / "Pulumi.example.yaml").read_text()
     config = tmp_path / "Pulumi.ceph.yaml"
     config.write_text(
         text.replace("inventory.example.ini", str(inventory))

@@ -88,7 +88,7 @@ def _yaml(path: Path) -> dict[str, object]:
 
 
 def test_every_place_that_names_the_versions_agrees() -> None:
-    eks_config = _yaml(ROOT / "stacks" / "eks" / "Pulumi.dev.yaml")["config"]
+    eks_config = _yaml(ROOT / "stacks" / "eks" / "Pulumi.example.yaml")["config"]
     assert isinstance(eks_config, dict)
     assert eks_config["gpu-cluster-eks:kubernetesVersion"] == versions.KUBERNETES_VERSION
     kubeadm = versions.KUBEADM_KUBERNETES_VERSION

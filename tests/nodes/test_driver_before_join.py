@@ -1,5 +1,5 @@
 """What the nvidia_driver role decides before a GPU host joins: whether it may load the module
-without a reboot, and why it stops the host (issue 24, item 6).
+without a reboot, and why it stops the host.
 
 No node is booted (no root needed): real Ansible evaluates the role's own variables on localhost
 for made-up hosts, from what its tasks would have registered there (nvidia-smi's answer,

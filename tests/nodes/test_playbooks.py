@@ -63,7 +63,7 @@ def test_run_with_vendor_repositories_down_fails_half_way(provisioned: Provision
 def test_gpu_hosts_whose_driver_is_not_loaded_stop_before_joining(
     provisioned: Provisioned,
 ) -> None:
-    """Issue 24, item 6: after a fresh driver install without a reboot (the module cannot be
+    """After a fresh driver install without a reboot (the module cannot be
     loaded here: these nodes' kernel loads no modules), neither GPU worker joins, and each stops
     with one message saying what to do."""
     run = provisioned.unloaded_run

@@ -1,4 +1,4 @@
-"""The smoke suite tells expired credentials from forbidden ones (issue 24, item 10).
+"""The smoke suite tells expired credentials from forbidden ones.
 
 An EKS kubeconfig gets its token from ``aws eks get-token`` (an exec credential plugin) for every
 15 minutes; once the AWS session behind it ends, the plugin fails, the client keeps sending its

@@ -1,8 +1,8 @@
 """The smoke suite's CUDA program (checks/cuda_check.py), run as the pods run it, against the
 stand-in driver (tests/support/fake_libcuda.c, a TEST DOUBLE built here with the C compiler): every
-driver call with the real signatures, on host memory. What no GPU here can show, that a GPU runs
-the kernel, is as far as can be checked without one: NVIDIA's own PTX assembler (ptxas, from the
-nvidia-cuda-nvcc-cu12 wheel) accepts the kernel for the GPU generations the clusters run.
+driver call with the real signatures, on host memory. What a host without a GPU cannot show, that a
+GPU runs the kernel, is as far as can be checked without one: NVIDIA's own PTX assembler (ptxas,
+from the nvidia-cuda-nvcc-cu12 wheel) accepts the kernel for the GPU generations the clusters run.
 """
 
 from __future__ import annotations

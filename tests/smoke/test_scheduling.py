@@ -5,13 +5,13 @@ version, and the tolerations infra/ gives the GPU DaemonSets."""
 from __future__ import annotations
 
 import tarfile
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from infra import versions
+from infra.chart_cache import cached_archive
 from infra.gpu import gpu_node_selector, gpu_tolerations
 from tests.smoke.checks.scheduling import (
     affinity_mismatch,
@@ -20,7 +20,6 @@ from tests.smoke.checks.scheduling import (
     why_not_running,
 )
 
-CHARTS = Path(__file__).resolve().parents[3] / "shared" / "charts"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -31,9 +30,9 @@ def node(labels: dict[str, str], taints: list[dict[str, str]]) -> dict[str, Any]
 @pytest.fixture(scope="module")
 def device_plugin_affinity() -> dict[str, Any]:
     chart = versions.NVIDIA_DEVICE_PLUGIN
-    archive = CHARTS / f"{chart.name}-{chart.version}.tgz"
+    archive = cached_archive(chart)
     if not archive.exists():
-        pytest.skip(f"{archive} not found (the shared chart folder beside the checkout)")
+        pytest.skip(f"chart cache {archive.parent} lacks {archive.name}: run `--pull-charts`")
     with tarfile.open(archive) as bundle:
         member = bundle.extractfile(f"{chart.name}/values.yaml")
         assert member is not None

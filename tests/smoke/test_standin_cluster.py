@@ -110,7 +110,7 @@ class Case:
 
 CASES: dict[str, Case] = {
     "healthy": Case(Scenario()),
-    # The six breakages issue 9 names.
+    # Six breakages of the cluster.
     "untolerated-taint": Case(
         Scenario(
             gpu_nodes=(
@@ -177,7 +177,7 @@ CASES: dict[str, Case] = {
         {NO_GPU: ("2 GPU(s) visible", "accept-nvidia-visible-devices-envvar-when-unprivileged")},
     ),
     # Further breakages, one for every other check.
-    "gpu-taint-on-every-node": Case(  # issue 9, defect 1: nothing tolerates the GPU taint
+    "gpu-taint-on-every-node": Case(  # nothing tolerates the GPU taint
         Scenario(system_nodes=()),
         {
             GPU_LAYER_PODS: (
@@ -239,7 +239,7 @@ CASES: dict[str, Case] = {
             GPU_LAYER_PODS: ("prometheus-adapter", "CrashLoopBackOff"),
         },
     ),
-    # Issue 24: CUDA, the platform's other services, storage.
+    # CUDA, the platform's other services, storage.
     "cuda-kernel-fails": Case(  # the device is visible, its kernel fails (Fabric Manager down)
         Scenario(cuda_failure=("cuLaunchKernel", 802)),
         {
@@ -358,7 +358,7 @@ CASES: dict[str, Case] = {
         },
         scaling=True,
     ),
-    "scaling-device-plugin-missing": Case(  # the pitfall issue 13 names
+    "scaling-device-plugin-missing": Case(  # a known pitfall
         Scenario(
             gpu_nodes=(),
             karpenter=Karpenter(),
@@ -554,7 +554,7 @@ def test_every_check_can_fail(verdicts: dict[str, tuple[dict[str, Verdict], str]
 
 
 def test_the_suites_own_time_limits_govern_its_checks(tmp_path: Path) -> None:
-    """Issue 24, item 9: pytest's global timeout (pyproject's 600 s, 2 s here) must not cut a
+    """Pytest's global timeout (pyproject's 600 s, 2 s here) must not cut a
     check short of its own, longer limits (the scaling check waits --scale-down-timeout, 3 s
     here): the check's own message, saying what to fix, is what the run reports."""
     results, output = run_smoke_suite(

@@ -1,7 +1,7 @@
 """Labelled multi-GPU jobs with power: the shapes real traces show that single-signal
 generators (``signals``) do not.
 
-Learned from the real traces in ../shared/traces (evaluation data, never copied here):
+Learned from real traces of GPU clusters (evaluation data, never copied into the repository):
 
 - synchronous data-parallel ranks with sub-second steps read a flat 85-100 % at 1 s sampling;
   the only visible loop is the checkpoint cadence, often on rank 0 alone;
@@ -331,7 +331,7 @@ def bare_metal_jobs(seed: int = DEFAULT_SEED) -> Iterator[LabelledJob]:
         yield _bare(f"bare-steady-servers-{window}", util, None, verdicts)
 
 
-# -- Offline inference that loops: the shapes of ../shared/traces' ei-* windows -----------------
+# -- Offline inference that loops: the shapes of real traces' ei-* windows -----------------
 
 
 def generate_calls(

@@ -202,7 +202,7 @@ def test_no_spinner_into_a_pipe() -> None:
 @pytest.mark.parametrize(
     ("kubeconfig", "service_host", "said"),
     [
-        ("/home/me/.kube/config", None, "kubernetes=/home/me/.kube/config "),
+        ("/srv/me/.kube/config", None, "kubernetes=/srv/me/.kube/config "),
         (None, "10.96.0.1", "kubernetes=in-cluster "),
         (None, None, "kubernetes=off "),
     ],

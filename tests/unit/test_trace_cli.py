@@ -238,7 +238,7 @@ def test_store_none_writes_nothing(
 
 
 def test_migration_0002_adds_trace_gpu_after_0001_and_removes_only_it(store_url: str) -> None:
-    # 0002 follows 0001 (later revisions, such as issue 8's 0003, follow 0002).
+    # 0002 follows 0001 (later revisions, such as 0003, follow 0002).
     assert (
         ScriptDirectory.from_config(alembic_config()).get_revision("0002").down_revision == "0001"
     )

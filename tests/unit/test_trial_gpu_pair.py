@@ -1,4 +1,4 @@
-"""benchmarks/trial_gpu_pair.py's measuring, on a generated run (no GPU here): the script alone
+"""benchmarks/trial_gpu_pair.py's measuring, on a generated run (no GPU needed): the script alone
 and a pair, each copy's stamped lines and the NVML waveform through the trial estimators."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One Debian node booted by systemd-nspawn: systemd is PID 1, SSH reachable over a veth pair.
 
-The nspawn flags and the per-node cgroup come from /work/shared/notes/test-nodes.md: this machine's
+The nspawn flags and the per-node cgroup suit a test machine whose
 PID 1 is not systemd (no machined), so each node is started from its own cgroup and driven with
 nsenter or SSH rather than machinectl.
 """
