@@ -307,7 +307,7 @@ def test_parse_query_range_takes_unnamed_series_as_the_given_field() -> None:
     ("saved", "message"),
     [
         ([], "no 'data' object"),
-        ({"status": "error", "data": {}}, "status is 'error'"),
+        ({"status": "error", "data": {}}, "Prometheus answered an error: no error text"),
         ({"status": "success", "data": {"resultType": "scalar", "result": [1, "2"]}}, "scalar"),
         ({"status": "success", "data": {"resultType": "matrix", "result": {}}}, "not a list"),
         (document({"metric": {}, "values": [[1, "2", 3]]}), "not a list of"),

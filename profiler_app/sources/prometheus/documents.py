@@ -40,7 +40,8 @@ def _result(
     if isinstance(document, dict) and document.get("status") == "error":
         # Prometheus's own words (errorType bad_data, "parse error at ...") say what went wrong.
         kind = document.get("errorType")
-        said = f"{kind}: {document.get('error')}" if kind else str(document.get("error"))
+        text = document.get("error") or "no error text"
+        said = f"{kind}: {text}" if kind else str(text)
         raise UserError(f"{problem}: Prometheus answered an error: {said}")
     data = document.get("data") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(data, dict):
