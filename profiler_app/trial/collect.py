@@ -51,24 +51,14 @@ def collect_runs(
 ) -> list[str]:
     """Delete the runs whose anchor expired (or, with ``older_than``, was created at least that
     many seconds before ``now``), with what they own; returns their run ids."""
-    try:
-        anchors = cluster.list_of("ConfigMap", namespace, dict([MANAGED_BY]))
-    except ApiError as error:
-        if error.status == 404:
-            return []
-        raise
     collected = []
-    for anchor in anchors:
-        metadata = anchor.get("metadata") or {}
-        run = (metadata.get("labels") or {}).get(RUN_LABEL)
-        if not run or run == keep:
+    for run, created, expires in found_runs(cluster, namespace):
+        if run == keep:
             continue
         if older_than is not None:
-            created = rfc3339(metadata.get("creationTimestamp"))
             due = created is not None and now - created >= older_than
         else:
-            expires = (metadata.get("annotations") or {}).get(EXPIRES_AT)
-            due = expires is not None and now >= float(expires)
+            due = expires is not None and now >= expires
         if due:
             delete_run(cluster, namespace, run)
             collected.append(run)

@@ -267,6 +267,37 @@ def test_trial_clean_expired_removes_what_is_past_its_end_and_says_what_it_keeps
     assert kept == ["trial-run-n0wrun00"]
 
 
+def test_trial_clean_older_than_goes_by_each_anchor_s_creation(
+    cluster: StandInGpuCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trial clean --older-than`` removes the runs created at least that long ago, whatever
+    their cleanup window, and only those."""
+    cluster.namespaces.add(NAMESPACE)
+    expires = f"{time.time() + 3600:.0f}"  # neither is past its end
+    for run_id in ("0ld0ne00", "n0wrun00"):
+        anchor = {
+            "metadata": {
+                "name": f"trial-run-{run_id}",
+                "labels": {
+                    "ai.centaurus.io/trial-run": run_id,
+                    "app.kubernetes.io/managed-by": "gpu-profiler-trial",
+                },
+                "annotations": {"ai.centaurus.io/trial-run-expires-at": expires},
+            }
+        }
+        with cluster.lock:
+            assert cluster.batch.create("configmaps", NAMESPACE, anchor)[0] == 201
+    two_hours_ago = datetime.fromtimestamp(time.time() - 7200, UTC)
+    with cluster.lock:  # the first run's anchor was created two hours ago
+        stored = cluster.batch.state.objects[("configmaps", NAMESPACE, "trial-run-0ld0ne00")]
+        stored["metadata"]["creationTimestamp"] = two_hours_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert main(["trial", "clean", "--older-than", "1h"]) == 0
+    assert "removed 1 run(s) older than 1h: 0ld0ne00" in capsys.readouterr().err
+    with cluster.lock:
+        kept = [key[2] for key in cluster.batch.state.objects if key[0] == "configmaps"]
+    assert kept == ["trial-run-n0wrun00"]
+
+
 def test_a_trial_the_quota_refuses_says_so_rather_than_unschedulable(
     cluster: StandInGpuCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
