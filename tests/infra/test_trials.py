@@ -115,3 +115,11 @@ def test_the_documented_in_cluster_job_is_valid_and_uses_the_account() -> None:
     (container,) = spec["containers"]
     assert container["command"][:3] == ["gpu-profiler", "trial", "run"]
     assert job["spec"]["backoffLimit"] == 0
+
+
+def test_the_account_trials_refuse_is_the_one_the_stacks_give_the_runner() -> None:
+    """``trial`` refuses a template whose pods run as the runner's ServiceAccount: the name it
+    refuses is the one this component creates (here: it needs Pulumi, which tests/unit lacks)."""
+    from profiler_app.trial.manifests import TRIAL_RUNNER_ACCOUNT  # noqa: PLC0415
+
+    assert TRIAL_RUNNER_ACCOUNT == TRIAL_ACCOUNT

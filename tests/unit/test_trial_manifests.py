@@ -363,9 +363,3 @@ def test_a_manifest_running_as_the_trial_runner_is_refused(key: str) -> None:
         load_template(manifest, "job.yaml")
     manifest["spec"]["template"]["spec"][key] = "trainer"  # the workload's own: fine
     assert load_template(manifest, "job.yaml").gpus_per_pod >= 1
-
-
-def test_the_refused_account_is_the_one_the_stacks_give_the_runner() -> None:
-    from infra.trials import TRIAL_ACCOUNT  # noqa: PLC0415
-
-    assert TRIAL_RUNNER_ACCOUNT == TRIAL_ACCOUNT
