@@ -2,8 +2,9 @@
 
 RBAC says which kinds an identity may write, not which objects; infra/admission.py narrows that
 with ValidatingAdmissionPolicies. This check finds each ServiceAccount that the project's own
-objects (not a chart's) bind to a role with a write verb, and asks for a policy whose match
-condition names it and a binding that denies with that policy. An identity added later without
+objects (not a chart's, nor an upstream manifest's: ``UPSTREAM_ACCOUNTS``) bind to a role with
+a write verb, and asks for a policy whose match condition names it and a binding that denies
+with that policy. An identity added later without
 one fails the render instead of reaching a cluster unchecked.
 """
 
@@ -13,8 +14,17 @@ from collections.abc import Iterator
 
 from infra.admission import service_account_user
 from infra.render.graph import K8sObject, ObjectGraph
+from infra.storage import LOCAL_PATH_ACCOUNT, LOCAL_PATH_NAMESPACE
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
+# Upstream components the stacks create from their publishers' manifests rather than a chart:
+# their identities are upstream's, as a chart's are, and the project writes nothing through them.
+UPSTREAM_ACCOUNTS = {
+    service_account_user(LOCAL_PATH_NAMESPACE, LOCAL_PATH_ACCOUNT): (
+        "rancher/local-path-provisioner v0.0.37's controller, bound as its release manifest "
+        "binds it (infra/storage.py)"
+    ),
+}
 
 
 def _role(graph: ObjectGraph, binding: K8sObject) -> K8sObject | None:
@@ -76,5 +86,5 @@ def admission_findings(graph: ObjectGraph) -> list[str]:
         f"{binding}: {user} may write, and no ValidatingAdmissionPolicy bound with Deny "
         "(failurePolicy Fail) matches it (infra/admission.py)"
         for user, binding in sorted(writing_accounts(graph).items())
-        if user not in guarded
+        if user not in guarded and user not in UPSTREAM_ACCOUNTS
     ]
