@@ -80,6 +80,9 @@ def job(name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
     }
 
 
+GRACE_SECONDS = 30  # a pod's default terminationGracePeriodSeconds
+
+
 def advance(api: Api, clock: FakeClock, seconds: float) -> None:
     clock.advance(seconds)
     api.cluster.reconcile()
@@ -110,8 +113,14 @@ def test_the_deadline_fails_the_job_and_deletes_its_pods(api: Api, clock: FakeCl
     assert api.pods()
     advance(api, clock, 2)
     _, found = api.call("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/a")
-    (condition,) = found["status"]["conditions"]
-    assert (condition["type"], condition["reason"]) == ("Failed", "DeadlineExceeded")
+    reasons = {c["type"]: c["reason"] for c in found["status"]["conditions"]}
+    # 1.35's Job controller: FailureTarget at once, Failed once its pods have terminated.
+    assert reasons == {"FailureTarget": "DeadlineExceeded"}
+    assert all(pod["metadata"].get("deletionTimestamp") for pod in api.pods().values())
+    advance(api, clock, GRACE_SECONDS + 1)
+    _, found = api.call("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/a")
+    reasons = {c["type"]: c["reason"] for c in found["status"]["conditions"]}
+    assert reasons["Failed"] == "DeadlineExceeded"
     assert api.pods() == {}
     advance(api, clock, 31)  # past ttlSecondsAfterFinished
     assert api.call("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/a")[0] == 404
@@ -127,6 +136,9 @@ def test_a_job_deleted_without_a_policy_orphans_its_pods(api: Api, clock: FakeCl
     api.call(
         "DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/b", {"propagationPolicy": "Background"}
     )
+    dependents = [pod for name, pod in api.pods().items() if name.startswith("b-")]
+    assert all(pod["metadata"].get("deletionTimestamp") for pod in dependents)  # Terminating
+    advance(api, clock, GRACE_SECONDS + 1)
     assert [name for name in api.pods() if name.startswith("b-")] == []
 
 
@@ -148,6 +160,8 @@ def test_deleting_an_owner_cascades_through_every_level(api: Api, clock: FakeClo
     assert api.pods()
     api.call("DELETE", f"/api/v1/namespaces/{NS}/configmaps/anchor")
     assert api.call("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/a")[0] == 404
+    assert all(pod["metadata"].get("deletionTimestamp") for pod in api.pods().values())
+    advance(api, clock, GRACE_SECONDS + 1)  # the pods' grace period
     assert api.pods() == {}
 
 
@@ -157,6 +171,7 @@ def test_a_quota_refuses_pods_past_its_gpus_and_the_job_retries(api: Api, clock:
         f"/api/v1/namespaces/{NS}/resourcequotas",
         {"metadata": {"name": "q"}, "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}},
     )
+    advance(api, clock, 1.5)  # the quota controller fills its status; until then pods get 403
     api.call("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job("a", gpus=2))
     api.call("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job("b", gpus=1))
     assert [name[0] for name in api.pods()] == ["a"]  # b's pod refused: 403 exceeded quota
@@ -164,6 +179,11 @@ def test_a_quota_refuses_pods_past_its_gpus_and_the_job_retries(api: Api, clock:
         "DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/a", {"propagationPolicy": "Background"}
     )
     advance(api, clock, 1)
+    assert [name[0] for name in api.pods()] == ["a"]  # Terminating, it holds its GPUs
+    for _ in range(60):  # past the grace period, and the controller's back-off
+        advance(api, clock, 5)
+        if [name[0] for name in api.pods()] == ["b"]:
+            break
     assert [name[0] for name in api.pods()] == ["b"]  # the controller created it again
     assert api.cluster.batch.state.peak_gpus[NS] == 2
 
