@@ -36,8 +36,9 @@ from profiler_app.sinks.store.rollups import (
     covers_microseconds,
     microseconds,
     pieces,
+    tier_upsert,
 )
-from profiler_app.sinks.store.statements import Merge, merged, upsert_statement
+from profiler_app.sinks.store.statements import Merge
 
 BUCKETS = 101  # 0 %, 1 %, ... 100 % (and above: MIG can read over 1)
 # The histograms' metrics and the raw column each bins.
@@ -168,10 +169,4 @@ def overlap_seconds(row: Mapping[Any, Any], low: datetime, high: datetime) -> fl
 def activity_statement(database: Database, tier: Tier, columns: Iterable[str]) -> str:
     """The upsert of one row into ``tier``: sums add up, peaks keep the larger."""
     values = SUMMARY_VALUES if tier in SUMMARY_TIERS else HISTOGRAM_VALUES
-    return upsert_statement(
-        database,
-        tier.table,
-        columns,
-        (tier.column, *tier.key),
-        {column: merged(database, tier.table, column, how) for column, how in values.items()},
-    )
+    return tier_upsert(database, tier, columns, values)

@@ -224,7 +224,13 @@ def _io_peaks(usage: PodUsage | None) -> dict[str, float | None]:
 
 def rollup_statement(database: Database, tier: Tier, columns: Iterable[str]) -> str:
     """The upsert of one row into ``tier``: sums add up, peaks keep the larger."""
-    values = POD_VALUES if tier is POD_HOUR else GPU_VALUES
+    return tier_upsert(database, tier, columns, POD_VALUES if tier is POD_HOUR else GPU_VALUES)
+
+
+def tier_upsert(
+    database: Database, tier: Tier, columns: Iterable[str], values: Mapping[str, Any]
+) -> str:
+    """The upsert of one row into ``tier``, each of ``values``' columns merged as it says."""
     return upsert_statement(
         database,
         tier.table,
