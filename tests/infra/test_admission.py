@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -24,6 +24,8 @@ from infra.store.daemon import SQLITE_INIT_CAPABILITIES
 from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.sinks.kubernetes.protection import marker_key
+from profiler_app.trial.cluster import TrialCluster
+from profiler_app.trial.lock import LEASE_NAME, NamespaceLock
 from profiler_app.trial.manifests import MANAGED_BY
 from tests.infra.admission_double import Json, admit, request, user
 from tests.infra.conftest import KUBEADM_STACK
@@ -267,7 +269,9 @@ def test_the_policy_follows_the_annotation_domain() -> None:
 
 # -- the trial runner ---------------------------------------------------------------------------
 
-TRIALS = trial_policy(TRIAL_NAMESPACE, TRIAL_ACCOUNT, LABELS["app.kubernetes.io/managed-by"])
+TRIALS = trial_policy(
+    TRIAL_NAMESPACE, TRIAL_ACCOUNT, LABELS["app.kubernetes.io/managed-by"], LEASE_NAME
+)
 
 
 def golden(name: str) -> Json:
@@ -291,7 +295,33 @@ def anchor() -> Json:
 def runner(operation: str, obj: Json) -> Json:
     if operation == "DELETE":
         return request(operation, user(TRIAL_RUNNER, OWN), old=obj)
+    if operation == "UPDATE":  # the lock's renewal: the stored Lease, the renewed one
+        renewed = changed(obj, lambda lease: lease["spec"].update(renewTime="2026-01-01T00:01:00Z"))
+        return request(operation, user(TRIAL_RUNNER, OWN), old=obj, new=renewed)
     return request(operation, user(TRIAL_RUNNER, OWN), new=obj)
+
+
+def run_lock() -> Json:
+    """The Lease ``trial run`` takes, as its lock writes it (``NamespaceLock._manifest``)."""
+    lock = NamespaceLock(cast(TrialCluster, None), TRIAL_NAMESPACE, "0a1b2c3d", lambda: 1.7e9)
+    lease = lock._manifest()  # the manifest the lock sends, without a cluster
+    lease["metadata"]["namespace"] = TRIAL_NAMESPACE
+    return lease
+
+
+def trial_pod() -> Json:
+    """A pod of a trial Job, as the Job controller makes it: the template's labels."""
+    template = golden("job-1-gpu")["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template["metadata"],
+            "name": "gpu-profiler-trial-0a1b2c3d-0-7xk2p",
+            "namespace": TRIAL_NAMESPACE,
+        },
+        "spec": {**template["spec"], "nodeName": OWN},
+    }
 
 
 def test_the_runner_label_is_the_one_trial_run_sets() -> None:
@@ -306,8 +336,22 @@ def test_the_runner_label_is_the_one_trial_run_sets() -> None:
         ("CREATE", anchor()),
         ("DELETE", golden("job-4-gpus")),
         ("DELETE", anchor()),
+        ("DELETE", trial_pod()),
+        ("CREATE", run_lock()),
+        ("UPDATE", run_lock()),
+        ("DELETE", run_lock()),
     ],
-    ids=["job", "pytorchjob", "anchor", "delete-job", "delete-anchor"],
+    ids=[
+        "job",
+        "pytorchjob",
+        "anchor",
+        "delete-job",
+        "delete-anchor",
+        "delete-trial-pod",
+        "take-lock",
+        "renew-lock",
+        "release-lock",
+    ],
 )
 def test_the_runner_makes_and_removes_its_own_objects(operation: str, obj: Json) -> None:
     verdict = admit(TRIALS, runner(operation, obj))
@@ -329,6 +373,26 @@ TRIAL_DENIED: dict[str, tuple[str, Json, str]] = {
             "data": {"ca.crt": "..."},
         },
         "only objects labelled",
+    ),
+    "delete-other-pod": (
+        "DELETE",
+        changed(trial_pod(), lambda p: p["metadata"].update(labels={"app": "inference"})),
+        "only objects labelled",
+    ),
+    "renew-other-lease": (
+        "UPDATE",
+        changed(run_lock(), lambda lease: lease["metadata"].update(name="kube-scheduler")),
+        "writes no Lease but",
+    ),
+    "delete-other-lease": (
+        "DELETE",
+        changed(run_lock(), lambda lease: lease["metadata"].update(name="kube-scheduler")),
+        "writes no Lease but",
+    ),
+    "take-other-lease": (
+        "CREATE",
+        changed(run_lock(), lambda lease: lease["metadata"].update(name="cnpg-leader")),
+        "writes no Lease but",
     ),
     "unlabelled-configmap": (
         "CREATE",
