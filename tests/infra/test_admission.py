@@ -21,7 +21,7 @@ from infra.admission import DO_NOT_DISRUPT, profiler_policy, store_namespace_pol
 from infra.profiler import STORE_DIR
 from infra.render.program import ProgramRun, run_stack
 from infra.store.daemon import SQLITE_INIT_CAPABILITIES
-from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE
+from infra.trials import LABELS, ROLE_RULES, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.sinks.kubernetes.protection import marker_key
 from profiler_app.trial.cluster import TrialCluster
@@ -322,6 +322,29 @@ def trial_pod() -> Json:
         },
         "spec": {**template["spec"], "nodeName": OWN},
     }
+
+
+# RBAC verbs and the admission operations they reach (the API server's request operations).
+OPERATION_OF = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
+
+
+def test_every_write_the_runners_role_grants_is_judged() -> None:
+    """Each (group, resource, write verb) of the runner's Role falls within the policy's
+    matchConstraints: no write of the runner reaches the API server unjudged."""
+    uncovered = [
+        (group, resource, verb)
+        for group, resources, verbs in ROLE_RULES
+        for resource in resources
+        for verb in verbs
+        if verb in OPERATION_OF
+        and not any(
+            group in rule["apiGroups"]
+            and resource in rule["resources"]
+            and OPERATION_OF[verb] in rule["operations"]
+            for rule in TRIALS.rules
+        )
+    ]
+    assert uncovered == []
 
 
 def test_the_runner_label_is_the_one_trial_run_sets() -> None:
