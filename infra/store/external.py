@@ -75,8 +75,10 @@ def verified_url(url: str, ca_file: str | None) -> str:
     CA file; unchanged without a CA (the opt-out)."""
     if ca_file is None:
         return url
-    options = _tls_options(url)
-    added = [] if "sslmode" in options else [f"sslmode={VERIFIED}"]
+    # Not validated again: the stack checked the URL (a value the render command cannot decrypt
+    # is a placeholder, and stays one in the redacted Secret).
+    names = {key for key, _ in parse_qsl(urlsplit(url.strip()).query, keep_blank_values=True)}
+    added = [] if "sslmode" in names else [f"sslmode={VERIFIED}"]
     added.append(f"sslrootcert={ca_file}")
     text = url.strip()
     base, hash_mark, fragment = text.partition("#")

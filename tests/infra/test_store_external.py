@@ -9,6 +9,7 @@ import pulumi
 import pytest
 
 from infra.render.program import FAKE_CERTIFICATE, run_stack
+from infra.stack_config import UNREADABLE_SECRET
 from infra.store.external import verified_url
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 from tests.infra.test_store import CA_FILE, CONFIG_MAP, DAEMON_SET, daemon_env, named
@@ -134,3 +135,8 @@ def test_the_ca_key_belongs_to_the_external_store_only() -> None:
 def test_the_url_is_completed_where_libpq_reads_options(url: str, completed: str) -> None:
     assert verified_url(url, "/ca") == completed
     assert verified_url(url, None) == url
+
+
+def test_a_value_the_render_command_cannot_decrypt_is_completed_not_judged() -> None:
+    """``python -m infra.render`` reads an encrypted ``profilerStoreUrl`` as a placeholder."""
+    assert verified_url(UNREADABLE_SECRET, "/ca").startswith(UNREADABLE_SECRET)
