@@ -11,8 +11,10 @@ as the NodeRestriction plugin does for kubelets (``admissionregistration.k8s.io/
   references stay as they were; only annotation keys under the annotation domain and
   ``karpenter.sh/do-not-disrupt`` may change.
   A token not bound to a pod (``kubectl create token``) has no claim and is refused.
-- the trial runner (``trial_policy``): it creates and deletes only objects labelled as its own, and
-  no pod it starts runs as the runner's ServiceAccount (a trial would get the runner's rights).
+- the trial runner (``trial_policy``): it creates and deletes only objects labelled as its own
+  (trials, their anchor ConfigMaps, their pods: on DELETE the object is ``oldObject``), writes no
+  Lease but its run lock, and no pod it starts runs as the runner's ServiceAccount (a trial would
+  get the runner's rights).
 - the SQLite store's namespace (``store_namespace_policy``): Pod Security ``privileged`` for its
   hostPath, narrowed back by a policy to that one exception.
 
@@ -155,9 +157,9 @@ def _not_account(pod_spec: str, account: str) -> str:
     )
 
 
-def trial_policy(namespace: str, account: str, managed_by: str) -> AdmissionPolicy:
-    """The trial runner creates and deletes only objects labelled ``managed_by``, and no pod it
-    starts runs as ``account``."""
+def trial_policy(namespace: str, account: str, managed_by: str, lease: str) -> AdmissionPolicy:
+    """The trial runner creates, deletes (and, for its Lease ``lease``, updates) only objects
+    labelled ``managed_by``, writes no other Lease, and no pod it starts runs as ``account``."""
     label = f"'{MANAGED_BY_LABEL}'"
 
     def labelled(obj: str) -> str:
@@ -189,14 +191,32 @@ def trial_policy(namespace: str, account: str, managed_by: str) -> AdmissionPoli
                 "operations": ["CREATE", "DELETE"],
                 "resources": ["configmaps"],
             },
+            # Its RBAC deletes pods (a trial's, with a short grace) and writes its run lock.
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["DELETE"],
+                "resources": ["pods"],
+            },
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["leases"],
+            },
         ),
         variables=(),
         validations=(
             Check(
                 f"request.operation == 'DELETE' ? ({labelled('oldObject')}) "
                 f": ({labelled('object')})",
-                f"{account} creates and deletes only objects labelled "
+                f"{account} writes and deletes only objects labelled "
                 f"{MANAGED_BY_LABEL}={managed_by}",
+            ),
+            Check(
+                "request.resource.resource != 'leases' || (request.operation == 'DELETE' "
+                f"? oldObject.metadata.name : object.metadata.name) == '{lease}'",
+                f"{account} writes no Lease but {lease}",
             ),
             Check(
                 "request.operation == 'DELETE' || "

@@ -62,7 +62,9 @@ SCRAPE_RELABELINGS: list[dict[str, Any]] = [
 ]
 METRIC_RELABELINGS: list[dict[str, Any]] = [
     {"sourceLabels": ["__name__"], "regex": "gpu_profiler_.*", "action": "keep"},
-    {"action": "labeldrop", "regex": f"^exported_(job|instance|{'|'.join(NODE_LABELS)})$"},
+    # Every target label (job, instance, service, endpoint, the node labels) a series sent
+    # lands in exported_* (Prometheus scrape/scrape.go, mutateSampleLabels): none is kept.
+    {"action": "labeldrop", "regex": "^exported_.+$"},
 ]
 
 # Everything the profiler may do with the Kubernetes API: annotate its node and the pods on it.

@@ -25,6 +25,8 @@ DOCUMENTATION_NETWORKS = tuple(
     ipaddress.ip_network(n)
     for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
 )
+# What an encrypted value the render command cannot decrypt reads as (infra/render/program.py).
+UNREADABLE_SECRET = "[secret]"  # noqa: S105  a placeholder
 
 
 class ConfigError(pulumi.RunError):
@@ -78,6 +80,13 @@ def optional_secret(config: pulumi.Config, key: str) -> pulumi.Output[str] | Non
     if not runtime_config.get_config(config.full_key(key)):
         return None
     return config.get_secret(key)
+
+
+def secret_text(config: pulumi.Config, key: str) -> str | None:
+    """A secret setting's plain value, for checks that must stop the program before any resource
+    (never logged); None when it is unset, empty or could not be decrypted (the render command)."""
+    value = runtime_config.get_config(config.full_key(key))
+    return None if not value or value == UNREADABLE_SECRET else value
 
 
 def optional_text(config: pulumi.Config, key: str) -> str | None:

@@ -14,7 +14,8 @@ one-shot Job, with nothing more than it needs.
   refuses to run when it cannot check that class). The profiler DaemonSet's own ClusterRole
   does not change.
 - A ValidatingAdmissionPolicy (``infra/admission.py``): the runner creates and deletes only
-  objects labelled as its own, and no trial pod runs as the runner's ServiceAccount.
+  objects labelled as its own (pods included), writes no Lease but its run lock, and no trial pod
+  runs as the runner's ServiceAccount.
 
 docs/trial.md has the Job that runs ``trial run`` with this ServiceAccount.
 """
@@ -28,6 +29,7 @@ import pulumi_kubernetes as k8s
 
 from infra.admission import MANAGED_BY_LABEL, admission_objects, trial_policy
 from infra.platform import namespace_name
+from profiler_app.trial.lock import LEASE_NAME
 
 TRIAL_NAMESPACE = "gpu-profiler-trials"  # gpu-profiler trial's default --namespace
 TRIAL_ACCOUNT = "gpu-profiler-trial"
@@ -170,7 +172,7 @@ class GpuTrialRunner(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[reader, account]),
         )
         admission_objects(
-            trial_policy(args.namespace, TRIAL_ACCOUNT, LABELS[MANAGED_BY_LABEL]),
+            trial_policy(args.namespace, TRIAL_ACCOUNT, LABELS[MANAGED_BY_LABEL], LEASE_NAME),
             LABELS,
             pulumi.ResourceOptions(parent=self),
         )

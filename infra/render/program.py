@@ -27,7 +27,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import resource_pb2
 
-from infra.stack_config import declared_config
+from infra.stack_config import UNREADABLE_SECRET, declared_config
 
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"  # noqa: S105  the engine's marker
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105
@@ -55,7 +55,7 @@ FAKE_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
 NETWORK_CARDS = {"p4d.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16}
 AVAILABILITY_ZONES = ["us-west-2a", "us-west-2b", "us-west-2c"]
 # What `pulumi config set --secret` values become when the stack file holds them encrypted.
-ENCRYPTED_PLACEHOLDER = "[secret]"
+ENCRYPTED_PLACEHOLDER = UNREADABLE_SECRET
 
 
 class StackFileError(ValueError):

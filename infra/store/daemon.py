@@ -6,7 +6,9 @@
   mounted Secret is (the kubelet gives the pod's fsGroup read access): an init container, running
   as the daemon's user, copies it with mode 0600 into a memory-backed volume. A new password rolls
   the pods (their template carries its digest).
-- ``UrlStore``: the whole URL from a Secret (it may hold a password), as given.
+- ``UrlStore``: the whole URL from a Secret (it may hold a password); with a CA (``external``
+  store's ``profilerStoreCa``) the URL is completed to verify the server against it
+  (``infra/store/external.py``), the CA mounted as for ``PostgresStore``.
 - ``SqliteStore``: a file in a folder of the node (``hostPath``), which outlives the pod. The
   kubelet creates the folder owned by root; a root init container with only ``CAP_CHOWN`` and
   ``CAP_FOWNER`` hands it to the daemon's user (mode 0750), which then runs as before (non-root,
@@ -36,6 +38,7 @@ from infra.store.endpoint import (
     UrlStore,
     libpq_url,
 )
+from infra.store.external import verified_url
 
 STORE_URL_VARIABLE = "GPU_PROFILER_STORE_URL"
 # libpq's: the daemon and its migration child inherit it.
@@ -107,19 +110,52 @@ def daemon_store(
         return k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=labels)
 
     if isinstance(store, UrlStore):
-        secret = k8s.core.v1.Secret(
-            "profiler-store-secret",
-            metadata=meta(STORE_SECRET),
-            type="Opaque",
-            string_data={STORE_URL_KEY: pulumi.Output.secret(store.url)},
-            opts=opts,
-        )
-        return DaemonStore(
-            env=[_secret_env(STORE_URL_VARIABLE, secret, STORE_URL_KEY)], objects=[secret]
-        )
+        return _url_store(store, meta, opts)
     if isinstance(store, PostgresStore):
         return _postgres_store(store, meta, image, opts)
     return _sqlite_store(store, sqlite_dir, user, image)
+
+
+def _ca_volume(
+    pem: pulumi.Input[str],
+    meta: Callable[[str], k8s.meta.v1.ObjectMetaArgs],
+    opts: pulumi.ResourceOptions,
+) -> tuple[k8s.core.v1.ConfigMap, k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    """The CA's ConfigMap, its volume, and its read-only mount at ``CA_DIR``."""
+    ca = k8s.core.v1.ConfigMap(
+        "profiler-store-ca", metadata=meta(CA_CONFIG_MAP), data={CA_KEY: pem}, opts=opts
+    )
+    volume = k8s.core.v1.VolumeArgs(
+        name="store-ca",
+        config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=ca.metadata.apply(lambda m: m.name)),
+    )
+    mount = k8s.core.v1.VolumeMountArgs(name="store-ca", mount_path=CA_DIR, read_only=True)
+    return ca, volume, mount
+
+
+def _url_store(
+    store: UrlStore,
+    meta: Callable[[str], k8s.meta.v1.ObjectMetaArgs],
+    opts: pulumi.ResourceOptions,
+) -> DaemonStore:
+    ca_file = f"{CA_DIR}/{CA_KEY}" if store.ca_certificate is not None else None
+    url: pulumi.Input[str] = store.url.apply(lambda given: verified_url(given, ca_file))
+    secret = k8s.core.v1.Secret(
+        "profiler-store-secret",
+        metadata=meta(STORE_SECRET),
+        type="Opaque",
+        string_data={STORE_URL_KEY: pulumi.Output.secret(url)},
+        opts=opts,
+    )
+    daemon = DaemonStore(
+        env=[_secret_env(STORE_URL_VARIABLE, secret, STORE_URL_KEY)], objects=[secret]
+    )
+    if store.ca_certificate is not None:
+        ca, volume, mount = _ca_volume(store.ca_certificate, meta, opts)
+        daemon.volumes.append(volume)
+        daemon.mounts.append(mount)
+        daemon.objects.append(ca)
+    return daemon
 
 
 def passfile_line(user: str, password: str) -> str:
@@ -152,12 +188,7 @@ def _postgres_store(
         },
         opts=opts,
     )
-    ca = k8s.core.v1.ConfigMap(
-        "profiler-store-ca",
-        metadata=meta(CA_CONFIG_MAP),
-        data={CA_KEY: endpoint.ca_certificate},
-        opts=opts,
-    )
+    ca, ca_volume, ca_mount = _ca_volume(endpoint.ca_certificate, meta, opts)
     credentials = k8s.core.v1.VolumeMountArgs(
         name="store-credentials", mount_path=CREDENTIALS_DIR, read_only=True
     )
@@ -197,12 +228,7 @@ def _postgres_store(
             k8s.core.v1.EnvVarArgs(name=PASSFILE_VARIABLE, value=f"{PASSFILE_DIR}/{PASSFILE_KEY}"),
         ],
         volumes=[
-            k8s.core.v1.VolumeArgs(
-                name="store-ca",
-                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                    name=ca.metadata.apply(lambda m: m.name)
-                ),
-            ),
+            ca_volume,
             k8s.core.v1.VolumeArgs(
                 name="store-credentials",
                 secret=k8s.core.v1.SecretVolumeSourceArgs(
@@ -217,7 +243,7 @@ def _postgres_store(
             ),
         ],
         mounts=[
-            k8s.core.v1.VolumeMountArgs(name="store-ca", mount_path=CA_DIR, read_only=True),
+            ca_mount,
             k8s.core.v1.VolumeMountArgs(
                 name="store-passfile", mount_path=PASSFILE_DIR, read_only=True
             ),

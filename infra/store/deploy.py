@@ -46,7 +46,7 @@ class StorePlan:
         if self.endpoint is not None:
             return PostgresStore(self.endpoint)
         if self.options.url is not None:
-            return UrlStore(self.options.url)
+            return UrlStore(self.options.url, self.options.ca)
         return SqliteStore()
 
 

@@ -64,9 +64,11 @@ class SqliteStore:
 
 @dataclass(frozen=True)
 class UrlStore:
-    """A PostgreSQL URL (a Pulumi secret: it may hold a password), for a database run elsewhere."""
+    """A PostgreSQL URL (a Pulumi secret: it may hold a password), for a database run elsewhere,
+    and the PEM of the CA its server's certificate is verified against (None: not verified)."""
 
-    url: pulumi.Input[str]
+    url: pulumi.Output[str]
+    ca_certificate: str | None = None
 
 
 @dataclass(frozen=True)

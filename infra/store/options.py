@@ -2,7 +2,8 @@
 
 - ``cloudnative-pg`` (default): PostgreSQL in the cluster; ``profilerDatabase`` shapes it.
 - ``rds`` (EKS only): Amazon RDS for PostgreSQL; ``profilerRds`` shapes it.
-- ``external``: a database run elsewhere, its URL in the secret ``profilerStoreUrl``.
+- ``external``: a database run elsewhere, its URL in the secret ``profilerStoreUrl``, verified
+  with the CA in ``profilerStoreCa`` unless ``profilerStoreAllowUnverifiedTls`` (``external.py``).
 - ``sqlite``: a file on each GPU node.
 """
 
@@ -14,6 +15,7 @@ from typing import Any, Literal, cast, get_args
 import pulumi
 
 from infra import stack_config
+from infra.store import external
 
 StoreKind = Literal["cloudnative-pg", "rds", "external", "sqlite"]
 STORE_KINDS: tuple[str, ...] = get_args(StoreKind)
@@ -57,6 +59,8 @@ class StoreOptions:
     database: dict[str, Any]  # profilerDatabase
     rds: dict[str, Any]  # profilerRds
     url: pulumi.Output[str] | None  # profilerStoreUrl (secret)
+    ca: str | None = None  # profilerStoreCa: PEM of the CA that signs the external server's
+    allow_unverified_tls: bool = False  # profilerStoreAllowUnverifiedTls
 
 
 def store_options(config: pulumi.Config, platform: str) -> StoreOptions:
@@ -90,6 +94,23 @@ def store_options(config: pulumi.Config, platform: str) -> StoreOptions:
             "stack config profilerStore: external needs the database's URL: "
             "pulumi config set --secret profilerStoreUrl 'postgresql://USER:PASSWORD@HOST/DB?...'"
         )
+    ca = stack_config.optional_text(config, "profilerStoreCa")
+    allow_unverified = config.get_bool("profilerStoreAllowUnverifiedTls") or False
+    for key, value in ((external.CA_CONFIG_KEY, ca), (external.OPT_OUT_KEY, allow_unverified)):
+        if value and kind != "external":
+            raise stack_config.ConfigError(
+                f"stack config {key} is for profilerStore: external, but profilerStore is {kind}; "
+                f"remove {key}"
+            )
+    if ca is not None and "-----BEGIN CERTIFICATE-----" not in ca:
+        raise stack_config.ConfigError(
+            f"stack config {external.CA_CONFIG_KEY} must hold PEM certificates "
+            "(-----BEGIN CERTIFICATE-----...): "
+            f'pulumi config set {external.CA_CONFIG_KEY} -- "$(cat ca.pem)"'
+        )
+    url = stack_config.secret_text(config, "profilerStoreUrl")
+    if kind == "external" and url is not None:
+        external.check_external_url(url, ca=ca is not None, allow_unverified=allow_unverified)
     return StoreOptions(
         kind=cast(StoreKind, kind),
         database=stack_config.fields(
@@ -97,4 +118,6 @@ def store_options(config: pulumi.Config, platform: str) -> StoreOptions:
         ),
         rds=stack_config.fields("profilerRds", given["profilerRds"] or {}, RDS_FIELDS),
         url=given["profilerStoreUrl"],
+        ca=ca,
+        allow_unverified_tls=allow_unverified,
     )

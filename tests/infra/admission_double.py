@@ -129,6 +129,7 @@ _GROUP_VERSIONS = {
     "ConfigMap": ("", "v1", "configmaps"),
     "Job": ("batch", "v1", "jobs"),
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
+    "Lease": ("coordination.k8s.io", "v1", "leases"),
 }
 
 

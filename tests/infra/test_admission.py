@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -21,9 +21,11 @@ from infra.admission import DO_NOT_DISRUPT, profiler_policy, store_namespace_pol
 from infra.profiler import STORE_DIR
 from infra.render.program import ProgramRun, run_stack
 from infra.store.daemon import SQLITE_INIT_CAPABILITIES
-from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE
+from infra.trials import LABELS, ROLE_RULES, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.sinks.kubernetes.protection import marker_key
+from profiler_app.trial.cluster import TrialCluster
+from profiler_app.trial.lock import LEASE_NAME, NamespaceLock
 from profiler_app.trial.manifests import MANAGED_BY
 from tests.infra.admission_double import Json, admit, request, user
 from tests.infra.conftest import KUBEADM_STACK
@@ -267,7 +269,9 @@ def test_the_policy_follows_the_annotation_domain() -> None:
 
 # -- the trial runner ---------------------------------------------------------------------------
 
-TRIALS = trial_policy(TRIAL_NAMESPACE, TRIAL_ACCOUNT, LABELS["app.kubernetes.io/managed-by"])
+TRIALS = trial_policy(
+    TRIAL_NAMESPACE, TRIAL_ACCOUNT, LABELS["app.kubernetes.io/managed-by"], LEASE_NAME
+)
 
 
 def golden(name: str) -> Json:
@@ -291,7 +295,56 @@ def anchor() -> Json:
 def runner(operation: str, obj: Json) -> Json:
     if operation == "DELETE":
         return request(operation, user(TRIAL_RUNNER, OWN), old=obj)
+    if operation == "UPDATE":  # the lock's renewal: the stored Lease, the renewed one
+        renewed = changed(obj, lambda lease: lease["spec"].update(renewTime="2026-01-01T00:01:00Z"))
+        return request(operation, user(TRIAL_RUNNER, OWN), old=obj, new=renewed)
     return request(operation, user(TRIAL_RUNNER, OWN), new=obj)
+
+
+def run_lock() -> Json:
+    """The Lease ``trial run`` takes, as its lock writes it (``NamespaceLock._manifest``)."""
+    lock = NamespaceLock(cast(TrialCluster, None), TRIAL_NAMESPACE, "0a1b2c3d", lambda: 1.7e9)
+    lease = lock._manifest()  # the manifest the lock sends, without a cluster
+    lease["metadata"]["namespace"] = TRIAL_NAMESPACE
+    return lease
+
+
+def trial_pod() -> Json:
+    """A pod of a trial Job, as the Job controller makes it: the template's labels."""
+    template = golden("job-1-gpu")["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template["metadata"],
+            "name": "gpu-profiler-trial-0a1b2c3d-0-7xk2p",
+            "namespace": TRIAL_NAMESPACE,
+        },
+        "spec": {**template["spec"], "nodeName": OWN},
+    }
+
+
+# RBAC verbs and the admission operations they reach (the API server's request operations).
+OPERATION_OF = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
+
+
+def test_every_write_the_runners_role_grants_is_judged() -> None:
+    """Each (group, resource, write verb) of the runner's Role falls within the policy's
+    matchConstraints: no write of the runner reaches the API server unjudged."""
+    uncovered = [
+        (group, resource, verb)
+        for group, resources, verbs in ROLE_RULES
+        for resource in resources
+        for verb in verbs
+        if verb in OPERATION_OF
+        and not any(
+            group in rule["apiGroups"]
+            and resource in rule["resources"]
+            and OPERATION_OF[verb] in rule["operations"]
+            for rule in TRIALS.rules
+        )
+    ]
+    assert uncovered == []
 
 
 def test_the_runner_label_is_the_one_trial_run_sets() -> None:
@@ -306,8 +359,22 @@ def test_the_runner_label_is_the_one_trial_run_sets() -> None:
         ("CREATE", anchor()),
         ("DELETE", golden("job-4-gpus")),
         ("DELETE", anchor()),
+        ("DELETE", trial_pod()),
+        ("CREATE", run_lock()),
+        ("UPDATE", run_lock()),
+        ("DELETE", run_lock()),
     ],
-    ids=["job", "pytorchjob", "anchor", "delete-job", "delete-anchor"],
+    ids=[
+        "job",
+        "pytorchjob",
+        "anchor",
+        "delete-job",
+        "delete-anchor",
+        "delete-trial-pod",
+        "take-lock",
+        "renew-lock",
+        "release-lock",
+    ],
 )
 def test_the_runner_makes_and_removes_its_own_objects(operation: str, obj: Json) -> None:
     verdict = admit(TRIALS, runner(operation, obj))
@@ -329,6 +396,26 @@ TRIAL_DENIED: dict[str, tuple[str, Json, str]] = {
             "data": {"ca.crt": "..."},
         },
         "only objects labelled",
+    ),
+    "delete-other-pod": (
+        "DELETE",
+        changed(trial_pod(), lambda p: p["metadata"].update(labels={"app": "inference"})),
+        "only objects labelled",
+    ),
+    "renew-other-lease": (
+        "UPDATE",
+        changed(run_lock(), lambda lease: lease["metadata"].update(name="kube-scheduler")),
+        "writes no Lease but",
+    ),
+    "delete-other-lease": (
+        "DELETE",
+        changed(run_lock(), lambda lease: lease["metadata"].update(name="kube-scheduler")),
+        "writes no Lease but",
+    ),
+    "take-other-lease": (
+        "CREATE",
+        changed(run_lock(), lambda lease: lease["metadata"].update(name="cnpg-leader")),
+        "writes no Lease but",
     ),
     "unlabelled-configmap": (
         "CREATE",

@@ -150,9 +150,11 @@ def test_environment_follows_the_daemon_contract(eks_run: ProgramRun) -> None:
 
 
 def test_postgres_store_url_comes_from_a_secret() -> None:
-    url = "postgresql+psycopg://profiler:s3cret@db.internal/profiler"
+    url = "postgresql+psycopg://profiler:s3cret@db.internal/profiler?sslmode=require"
     run = run_stack(
-        EKS_STACK, overrides={"profilerStore": "external"}, secrets={"profilerStoreUrl": url}
+        EKS_STACK,
+        overrides={"profilerStore": "external", "profilerStoreAllowUnverifiedTls": True},
+        secrets={"profilerStoreUrl": url},
     )
     secret = run.one("kubernetes:core/v1:Secret", "profiler-store-secret")
     assert secret.inputs["stringData"] == {"store-url": url}

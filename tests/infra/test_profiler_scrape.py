@@ -7,7 +7,10 @@ scrape configuration the Prometheus Operator makes of the endpoint
 ``generateServiceMonitorConfig``: ``honorLabels`` to ``honor_labels``, the operator's own target
 labels ``namespace``, ``service``, ``pod``, ``container``, ``endpoint`` and ``job``, then the
 endpoint's ``relabelings`` as ``relabel_configs`` and ``metricRelabelings`` as
-``metric_relabel_configs``). Kubernetes service discovery's ``__meta_kubernetes_pod_node_name``
+``metric_relabel_configs``). Prometheus itself (prometheus/prometheus, scrape/scrape.go,
+``mutateSampleLabels``): with ``honor_labels: false`` each target label replaces the series' own,
+whose value moves to ``exported_<name>``; ``metric_relabel_configs`` then run on the result.
+Kubernetes service discovery's ``__meta_kubernetes_pod_node_name``
 comes here as a static target label (labels starting ``__`` are dropped after relabelling, as
 discovery's are).
 """
@@ -35,7 +38,8 @@ HOSTILE = f"""\
 DCGM_FI_DEV_GPU_UTIL{{Hostname="{OTHER_NODE}",gpu="0",namespace="ml",pod="bert-0"}} 0
 # TYPE gpu_profiler_gpu_job_type gauge
 gpu_profiler_gpu_job_type{{Hostname="{OTHER_NODE}",gpu="0",job_type="idle",namespace="ml",\
-pod="bert-0",job="dcgm-exporter",instance="10.9.9.9:9400"}} 1
+pod="bert-0",job="dcgm-exporter",instance="10.9.9.9:9400",service="dcgm-exporter",\
+endpoint="metrics",exported_namespace="kube-system"}} 1
 # TYPE gpu_profiler_pod_gpus gauge
 gpu_profiler_pod_gpus{{node="{OTHER_NODE}",namespace="ml",pod="bert-0"}} 1
 # TYPE up_forged gauge
@@ -136,6 +140,7 @@ def test_a_hostile_profiler_speaks_only_for_its_own_node(target: str) -> None:
     job_type = by_name["gpu_profiler_gpu_job_type"]
     assert job_type["Hostname"] == job_type["node"] == REAL_NODE
     assert job_type["job"] == "gpu-profiler"
+    assert (job_type["service"], job_type["endpoint"]) == ("gpu-profiler", "metrics")
     assert job_type["instance"] == target
     # the workload's namespace and pod, not the profiler pod's
     assert (job_type["namespace"], job_type["pod"]) == ("ml", "bert-0")

@@ -24,7 +24,7 @@ from infra import monitoring, platform, versions
 from infra.kubeadm_inventory import read_nodes
 from infra.render.checks import CHECKS, run_checks
 from infra.render.graph import K8sObject, ObjectGraph, build_graph
-from infra.render.program import ProgramRun, run_stack
+from infra.render.program import FAKE_CERTIFICATE, ProgramRun, run_stack
 from infra.scheduling import NodePool, PodPlacement, Taint, misfit
 from tests.infra.conftest import CAPACITY_BLOCK_GROUP, EKS_STACK, H100_POOL, KUBEADM_STACK
 
@@ -41,6 +41,7 @@ VARIANTS: dict[str, tuple[Path, dict[str, Any], dict[str, str]]] = {
             "gpuMetricsIntervalSeconds": "5",
             "exampleWorkload": None,
             "profilerStore": "external",
+            "profilerStoreCa": FAKE_CERTIFICATE,
         },
         {"profilerStoreUrl": "postgresql+psycopg://p:x@db/p", "grafanaAdminPassword": "pw"},
     ),

@@ -17,6 +17,7 @@ from infra.render.graph import ObjectGraph, build_graph
 from infra.render.program import run_stack
 from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from profiler_app.annotations import DEFAULT_DOMAIN
+from profiler_app.trial.lock import LEASE_NAME
 from tests.infra.conftest import EKS_STACK
 
 pytestmark = pytest.mark.charts
@@ -55,7 +56,9 @@ def test_the_policy_follows_the_stacks_annotation_domain() -> None:
 
 def test_the_trial_runner_gets_its_policy() -> None:
     graph = build_graph(run_stack(EKS_STACK, overrides={"trialRunner": {"maxGpus": 4}}))
-    expected = trial_policy(TRIAL_NAMESPACE, TRIAL_ACCOUNT, LABELS["app.kubernetes.io/managed-by"])
+    expected = trial_policy(
+        TRIAL_NAMESPACE, TRIAL_ACCOUNT, LABELS["app.kubernetes.io/managed-by"], LEASE_NAME
+    )
     policy, _ = policy_and_binding(graph, expected.name)
     assert policy["spec"] == expected.spec()
     assert admission_findings(graph) == []

@@ -563,29 +563,7 @@ def test_rds_options_are_read(rds_run: ProgramRun) -> None:
     assert run.one("aws:rds/parameterGroup:ParameterGroup").inputs["family"] == "postgres17"
 
 
-# -- external and sqlite ---------------------------------------------------------------------------
-
-
-def test_external_store_takes_the_url_from_a_secret_and_runs_no_database() -> None:
-    url = "postgresql://profiler:s3cret@db.example.org/profiler?sslmode=verify-full"
-    run = run_stack(
-        KUBEADM_STACK, overrides={"profilerStore": "external"}, secrets={"profilerStoreUrl": url}
-    )
-    secret = named(run, SECRET, "gpu-profiler-store", "gpu-profiler")
-    assert secret.inputs["stringData"] == {"store-url": url}
-    assert "stringData" in secret.secret_paths
-    assert daemon_env(run)["GPU_PROFILER_STORE_URL"] == {
-        "secretKeyRef": {"name": "gpu-profiler-store", "key": "store-url"}
-    }
-    assert not run.of_type(CLUSTER)
-    assert not [
-        r
-        for r in run.releases()
-        if r.inputs["name"] != "kube-prometheus-stack" and r.inputs["name"] == "cloudnative-pg"
-    ]
-    grafana = run.release("kube-prometheus-stack").inputs["values"]["grafana"]
-    assert "envValueFrom" not in grafana
-    assert run.outputs["profilerStore"] == ("external", False)
+# -- sqlite ---------------------------------------------------------------------------------------
 
 
 def test_sqlite_store_keeps_a_file_on_the_node_owned_by_the_daemon() -> None:
@@ -628,6 +606,12 @@ def test_sqlite_store_keeps_a_file_on_the_node_owned_by_the_daemon() -> None:
         ),
         (KUBEADM_STACK, {"profilerStore": "rds"}, {}, "only the EKS stack creates"),
         (EKS_STACK, {"profilerStore": "external"}, {}, "needs the database's URL"),
+        (
+            EKS_STACK,
+            {"profilerStoreAllowUnverifiedTls": True},
+            {},
+            "profilerStoreAllowUnverifiedTls is for profilerStore: external",
+        ),
         (EKS_STACK, {}, {"profilerStoreUrl": "postgresql://x@y/z"}, "set profilerStore: external"),
         (
             EKS_STACK,
