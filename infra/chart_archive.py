@@ -153,7 +153,11 @@ def charts_by_reference() -> Iterator[None]:
 
 def release_chart(chart: HelmChart) -> tuple[str, str | None]:
     """What a helm Release installs: ``(chart, repository)``, the repository None where
-    ``chart`` is a verified archive's path or an OCI reference."""
+    ``chart`` is a verified archive's path or an OCI reference.
+
+    Without a repository, the provider installs a path that exists as it is, whatever the
+    Release's version (pulumi/pulumi-kubernetes provider/pkg/provider/helm_release.go:
+    locateChart, localChart)."""
     if chart.is_oci:
         return chart.reference, None
     if _BY_REFERENCE[-1]:

@@ -1,9 +1,9 @@
 """Every chart, image and Kubernetes version the components install, pinned in one place.
 
 Bump a version here, run ``pytest tests/infra`` and read the chart's changelog for renamed values.
-A chart's ``sha256`` pins its archive as the publisher serves it (infra/render/charts.py verifies
-every archive it pulls or loads); a version bump needs the new archive's digest from the
-repository's index.yaml (infra/README.md says how).
+A chart's ``sha256`` pins its archive as the publisher serves it (infra/chart_archive.py verifies
+it before `pulumi up` installs it, infra/render/charts.py before it renders it); a version bump
+needs the new archive's digest from the repository's index.yaml (infra/README.md says how).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ class HelmChart:
 
     ``sha256``: the digest of the archive (``<name>-<version>.tgz``) as its publisher serves it,
     read from the repository's index.yaml (``digest``); None where it could not be read when the
-    chart was pinned, and ``digest_unknown`` says why. Either way `--pull-charts` checks the
-    archive against the digest the repository's index gives at pull time, as Helm does.
+    chart was pinned, and ``digest_unknown`` says why. Either way an archive fetched (by
+    `--pull-charts` or `pulumi up`) is checked against the digest the repository's index gives
+    at that time, as Helm does; an OCI chart's layers Helm checks against the registry's manifest.
     """
 
     name: str
