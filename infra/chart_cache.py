@@ -1,8 +1,8 @@
 """Where chart archives are kept: the chart cache, ``<chart>-<version>.tgz`` files (what
 ``helm pull`` writes). ``$GPU_CLUSTER_CHART_CACHE``, else ``$XDG_CACHE_HOME/gpu-cluster/charts``.
 
-``python -m infra.render`` renders from it (``--pull-charts`` fills it); the stacks never read it:
-Helm fetches their charts from the publishers where ``pulumi up`` runs.
+``python -m infra.render`` renders from it (``--pull-charts`` fills it); the stacks install their
+repository charts from it, each archive checked against its pin first (infra/chart_archive.py).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from infra import monitoring, versions
+from infra.chart_archive import release_chart
 from infra.gpu import GPU_NODE_LABEL_KEY, gpu_node_selector, gpu_tolerations
 from infra.gpu_sharing import GpuSharingArgs, device_plugin_config_values, with_virtual_gpus
 from infra.store.endpoint import StoreEndpoint
@@ -119,17 +120,19 @@ def helm_release(
 ) -> k8s.helm.v3.Release:
     """A release of a pinned chart, rolled back if it does not become ready.
 
-    Helm fetches the chart from its publisher's repository or registry where `pulumi up` runs: no
-    chart cache is needed.
+    A chart of a classic repository is installed from its archive, checked against the pin
+    before the Release is declared (infra/chart_archive.py: fetched into the chart cache where
+    missing); an OCI chart Helm pulls from its registry where `pulumi up` runs.
     """
+    source, repository = release_chart(chart)
     return k8s.helm.v3.Release(
         name,
         k8s.helm.v3.ReleaseArgs(
             name=name,
-            chart=chart.reference,
+            chart=source,
             version=chart.version,
             repository_opts=(
-                None if chart.is_oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo)
+                k8s.helm.v3.RepositoryOptsArgs(repo=repository) if repository else None
             ),
             namespace=namespace,
             values=values,

@@ -52,7 +52,6 @@ class StorageClassSpec:
 def local_path_config() -> dict[str, str]:
     """The provisioner's ConfigMap: where volumes go, and the helper pod that makes and removes
     their folders (upstream's scripts; the helper image pinned instead of busybox:latest)."""
-    helper_repository, helper_tag = versions.LOCAL_PATH_HELPER_IMAGE
     config = {
         "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [LOCAL_PATH_DIR]}]
     }
@@ -72,7 +71,7 @@ def local_path_config() -> dict[str, str]:
             "containers": [
                 {
                     "name": "helper-pod",
-                    "image": f"{helper_repository}:{helper_tag}",
+                    "image": versions.LOCAL_PATH_HELPER_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
                 }
             ],
@@ -97,10 +96,9 @@ def _probe(path: str, delay: int, period: int, failures: int = 3) -> dict[str, A
 
 def local_path_deployment_spec() -> dict[str, Any]:
     """The provisioner's Deployment spec: upstream's, with its image pinned and hardened."""
-    repository, tag = versions.LOCAL_PATH_PROVISIONER_IMAGE
     container = {
         "name": LOCAL_PATH_NAME,
-        "image": f"{repository}:{tag}",
+        "image": versions.LOCAL_PATH_PROVISIONER_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "command": ["local-path-provisioner", "start", "--config", "/etc/config/config.json"],
         "ports": [{"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"}],

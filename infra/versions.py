@@ -1,9 +1,9 @@
 """Every chart, image and Kubernetes version the components install, pinned in one place.
 
 Bump a version here, run ``pytest tests/infra`` and read the chart's changelog for renamed values.
-A chart's ``sha256`` pins its archive as the publisher serves it (infra/render/charts.py verifies
-every archive it pulls or loads); a version bump needs the new archive's digest from the
-repository's index.yaml (infra/README.md says how).
+A chart's ``sha256`` pins its archive as the publisher serves it (infra/chart_archive.py verifies
+it before `pulumi up` installs it, infra/render/charts.py before it renders it); a version bump
+needs the new archive's digest from the repository's index.yaml (infra/README.md says how).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ class HelmChart:
 
     ``sha256``: the digest of the archive (``<name>-<version>.tgz``) as its publisher serves it,
     read from the repository's index.yaml (``digest``); None where it could not be read when the
-    chart was pinned, and ``digest_unknown`` says why. Either way `--pull-charts` checks the
-    archive against the digest the repository's index gives at pull time, as Helm does.
+    chart was pinned, and ``digest_unknown`` says why. Either way an archive fetched (by
+    `--pull-charts` or `pulumi up`) is checked against the digest the repository's index gives
+    at that time, as Helm does; an OCI chart's layers Helm checks against the registry's manifest.
     """
 
     name: str
@@ -128,21 +129,22 @@ PINNED_CHARTS = (
 
 # Images by the digest of their multi-arch index, the tag kept for people to read; where no
 # digest is known, the reason instead (a pin by digest must be one that was checked). The digests
-# were taken from public repositories that pin the same tag, and agree, not resolved from a
+# were taken from public repositories that pin the same tag, at least two of them agreeing
+# (counted with the search tool's exact-string index of public code), not resolved from a
 # registry here; `docker buildx imagetools inspect IMAGE` confirms one (docs/operations.md,
 # "Supply chain"). tests/infra/test_versions.py fails on an image of this file missing here.
 IMAGE_DIGESTS: dict[str, tuple[str | None, str]] = {
     "vllm/vllm-openai:v0.11.0": (
         "sha256:014a95f21c9edf6abe0aea6b07353f96baa4ec291c427bb1176dc7c93a85845c",
-        "four public records agree",
+        "ten public records agree (Dockerfiles, scripts, notes of separate projects)",
     ),
     "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless": (
         "sha256:60d3b00ac80b4ae77f94dae2f943685605585ad9e92fdccda3154d009ae317cc",
-        "several public records agree",
+        "ten public records agree (Go, Terraform, Dockerfiles, notes of separate projects)",
     ),
     "ghcr.io/cloudnative-pg/pgbouncer:1.25.1": (
         "sha256:e6ddfe22d845e603825e235dd8334b21ecd125abea2a2172478f556b8dee2bb8",
-        "one public record",
+        "four public records of the tag agree, and one of its -trixie alias",
     ),
     "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie": (
         None,
@@ -150,16 +152,17 @@ IMAGE_DIGESTS: dict[str, tuple[str | None, str]] = {
         "different digests",
     ),
     "docker.io/rancher/local-path-provisioner:v0.0.37": (
-        None,
-        "unknown: no public record of this tag's digest could be read without a registry",
+        "sha256:e757967a5ec338f6a9b371c5a9688bedaa8c3578ea3dd4db329ea0084be0a86f",
+        "ten public records agree (Rust, TypeScript, Go, Nix, Python, a Dockerfile, notes)",
     ),
     "docker.io/library/busybox:1.37.0": (
         None,
-        "unknown: the tag was republished, and public records name several digests",
+        "unknown: the tag was republished: public records name eight different digests",
     ),
     "public.ecr.aws/aws-cli/aws-cli:2.32.9": (
         None,
-        "unknown: no public record of this registry's digest (Docker Hub's copy is another push)",
+        "unknown: no public record of this registry's digest (Docker Hub's amazon/aws-cli is "
+        "another push)",
     ),
     "ghcr.io/centaurusinfra/gpu-profiler:0.1.0": (
         None,
@@ -201,8 +204,8 @@ PROFILER_IMAGE = pinned(f"{PROFILER_IMAGE_REPOSITORY}:{PROFILER_VERSION}")
 # creates and removes volume folders on the node), pinned instead of busybox:latest.
 POSTGRESQL_IMAGE = pinned("ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie")
 PGBOUNCER_IMAGE = pinned("ghcr.io/cloudnative-pg/pgbouncer:1.25.1")
-LOCAL_PATH_PROVISIONER_IMAGE = ("docker.io/rancher/local-path-provisioner", "v0.0.37")
-LOCAL_PATH_HELPER_IMAGE = ("docker.io/library/busybox", "1.37.0")
+LOCAL_PATH_PROVISIONER_IMAGE = pinned("docker.io/rancher/local-path-provisioner:v0.0.37")
+LOCAL_PATH_HELPER_IMAGE = pinned("docker.io/library/busybox:1.37.0")
 # Amazon RDS for PostgreSQL (profilerStore: rds): the major version; RDS applies minor upgrades.
 RDS_POSTGRESQL_VERSION = "18"
 RDS_PARAMETER_GROUP_FAMILY = "postgres18"

@@ -14,11 +14,7 @@ CRDs installed before included. The chart's ``crds/`` come first, as Helm instal
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -28,6 +24,7 @@ from typing import Any
 import yaml
 
 from infra import versions
+from infra.chart_archive import ChartError, digest_problem, fetch_archive, file_sha256
 from infra.chart_cache import (
     CHART_CACHE_ENV,
     UNPINNED_ENV,
@@ -38,15 +35,18 @@ from infra.chart_cache import (
 )
 from infra.versions import HelmChart
 
-__all__ = ["CHART_CACHE_ENV", "UNPINNED_ENV", "archive_name", "chart_cache"]
+__all__ = [
+    "CHART_CACHE_ENV",
+    "UNPINNED_ENV",
+    "ChartError",
+    "archive_name",
+    "chart_cache",
+    "file_sha256",
+]
 
 NOTES_SUFFIX = "NOTES.txt"
 # `helm install` never creates these: they run only under `helm test`.
 TEST_HOOKS = frozenset({"test", "test-success"})
-
-
-class ChartError(Exception):
-    """A chart that is not in the cache or does not render; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -77,40 +77,6 @@ def pinned_chart(name: str, version: str) -> HelmChart:
     )
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as archive:
-        for block in iter(lambda: archive.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@cache
-def _verified_digest(path: Path, size: int, mtime_ns: int) -> str:
-    """The file's digest, computed once per version of the file."""
-    return file_sha256(path)
-
-
-def digest_problem(path: Path, chart: HelmChart) -> str | None:
-    """Why the archive at ``path`` is not the chart's archive as its publisher serves it, or None.
-
-    A chart pinned without a digest (``HelmChart.digest_unknown``) was checked against its
-    repository's index when `--pull-charts` fetched it; there is nothing more to check here.
-    ``$GPU_CLUSTER_CHARTS_UNPINNED=1`` accepts archives packaged by hand (an offline site's own
-    copies of the charts), whatever their digest.
-    """
-    if chart.sha256 is None or os.environ.get(UNPINNED_ENV) == "1":
-        return None
-    status = path.stat()
-    digest = _verified_digest(path, status.st_size, status.st_mtime_ns)
-    if digest == chart.sha256:
-        return None
-    return (
-        f"{path} has sha256 {digest}, which infra/versions.py does not pin for {chart.name} "
-        f"{chart.version} (pinned: {chart.sha256})"
-    )
-
-
 def chart_archive(name: str, version: str, cache_dir: Path | None = None) -> Path:
     """The cached archive of a pinned chart, verified; ChartError when missing or not pinned."""
     chart = pinned_chart(name, version)
@@ -138,46 +104,6 @@ def missing_archives(charts: Iterable[HelmChart], cache_dir: Path | None = None)
     ]
 
 
-def _get(url: str) -> bytes:
-    if not url.startswith(("https://", "http://")):
-        raise ChartError(f"{url} is not an http(s) URL")
-    with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310  checked above
-        return bytes(response.read())
-
-
-def index_entry(chart: HelmChart) -> tuple[str, str]:
-    """The archive's URL and sha256 as the chart's repository index.yaml gives them."""
-    base = chart.repo.rstrip("/") + "/"
-    index = yaml.safe_load(_get(base + "index.yaml")) or {}
-    for entry in (index.get("entries") or {}).get(chart.name) or ():
-        if str(entry.get("version")) == chart.version:
-            urls, digest = entry.get("urls") or (), entry.get("digest")
-            if not urls or not digest:
-                raise ChartError(f"{base}index.yaml gives no url or digest for {chart.archive}")
-            return urllib.parse.urljoin(base, str(urls[0])), str(digest)
-    raise ChartError(f"{base}index.yaml has no {chart.name} {chart.version}")
-
-
-def _fetch(chart: HelmChart, path: Path) -> None:
-    """Download the archive as its repository's index names it, verified against the index's
-    digest (as `helm pull` does) and against the pin; written to ``path`` only when it matches."""
-    url, indexed = index_entry(chart)
-    if chart.sha256 is not None and indexed != chart.sha256:
-        raise ChartError(
-            f"the repository's index gives {chart.archive} sha256 {indexed}, infra/versions.py "
-            f"pins {chart.sha256}"
-        )
-    content = _get(url)
-    digest = hashlib.sha256(content).hexdigest()
-    if digest != indexed:
-        raise ChartError(
-            f"{url} has sha256 {digest}, not the {indexed} its repository's index gives; not kept"
-        )
-    partial = path.with_name(f".{path.name}.part")
-    partial.write_bytes(content)
-    partial.replace(path)
-
-
 def _pull(chart: HelmChart, folder: Path) -> str | None:
     """Download one chart into ``folder`` and verify it; why it failed, or None."""
     path = cached_archive(chart, folder)
@@ -190,7 +116,7 @@ def _pull(chart: HelmChart, folder: Path) -> str | None:
             except helm.HelmError as error:
                 raise ChartError(str(error)) from None
         else:
-            _fetch(chart, path)
+            fetch_archive(chart, path)
     except (OSError, ValueError, yaml.YAMLError, ChartError) as error:
         return f"cannot pull {chart.name} {chart.version} from {chart.repo}: {error}"
     if not path.is_file():

@@ -16,6 +16,7 @@ import hashlib
 import json
 import runpy
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.proto import resource_pb2
 
+from infra.chart_archive import charts_by_reference
 from infra.stack_config import UNREADABLE_SECRET, declared_config
 
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"  # noqa: S105  the engine's marker
@@ -282,8 +284,15 @@ def run_program(
     project: str = "project",
     config: dict[str, str] | None = None,
     secret_keys: list[str] | None = None,
+    *,
+    verify_charts: bool = False,
 ) -> ProgramRun:
-    """Run ``program`` under fresh mocks; returns what it declared and exported."""
+    """Run ``program`` under fresh mocks; returns what it declared and exported.
+
+    Helm releases name their charts by repository and version (build_graph renders them from the
+    chart cache), unless ``verify_charts``: then, as under `pulumi up`, by the path of the
+    archive fetched into the chart cache and checked against its pin (infra/chart_archive.py).
+    """
     mocks = RecordingMocks()
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_mocks(
@@ -304,7 +313,8 @@ def run_program(
         program()
         return asyncio.ensure_future(read_outputs())
 
-    run()
+    with nullcontext() if verify_charts else charts_by_reference():
+        run()
     return ProgramRun(resources=mocks.resources, outputs=outputs)
 
 
@@ -417,6 +427,7 @@ def run_stack(
     config_file: Path | None = None,
     *,
     project_defaults: bool = True,
+    verify_charts: bool = False,
 ) -> ProgramRun:
     """Run a stack's ``__main__.py`` with its config file (plus overrides) under mocks.
 
@@ -443,4 +454,5 @@ def run_stack(
         project=project,
         config=config,
         secret_keys=secret_keys,
+        verify_charts=verify_charts,
     )

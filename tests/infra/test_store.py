@@ -340,12 +340,12 @@ def test_kubeadm_installs_local_path_for_the_database(kubeadm_run: ProgramRun) -
         kubeadm_run, "kubernetes:apps/v1:Deployment", "local-path-provisioner", "local-path-storage"
     )
     (container,) = deployment.get("spec.template.spec.containers")
-    assert container["image"] == "docker.io/rancher/local-path-provisioner:v0.0.37"
+    assert container["image"] == versions.LOCAL_PATH_PROVISIONER_IMAGE
     config = named(
         kubeadm_run, "kubernetes:core/v1:ConfigMap", "local-path-config", "local-path-storage"
     )
     helper = yaml.safe_load(config.inputs["data"]["helperPod.yaml"])
-    assert helper["spec"]["containers"][0]["image"] == "docker.io/library/busybox:1.37.0"
+    assert helper["spec"]["containers"][0]["image"] == versions.LOCAL_PATH_HELPER_IMAGE
     (storage_class,) = kubeadm_run.of_type("kubernetes:storage.k8s.io/v1:StorageClass")
     assert storage_class.inputs["metadata"]["name"] == "local-path"
     assert storage_class.inputs["reclaimPolicy"] == "Retain"

@@ -7,15 +7,20 @@ that the pin moves before users deploy an unsupported version.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from infra import versions
+from infra.render.program import ProgramRun, Recorded, run_stack
 from infra.versions import KubernetesMinor
+from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
 from tests.nodes.harness import standin_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,14 +133,8 @@ IMAGE_LITERAL = re.compile(r"[\"']([a-z0-9.-]+/[a-z0-9./_-]+:[A-Za-z0-9][A-Za-z0
 
 
 def versioned_images() -> dict[str, str]:
-    """Every image infra/versions.py pins, by constant name: ``*_IMAGE`` strings and the
-    (repository, tag) pairs."""
-    images = {}
-    for name, value in vars(versions).items():
-        if not name.endswith("_IMAGE"):
-            continue
-        images[name] = f"{value[0]}:{value[1]}" if isinstance(value, tuple) else value
-    return images
+    """Every image infra/versions.py pins, by constant name (``*_IMAGE``)."""
+    return {name: value for name, value in vars(versions).items() if name.endswith("_IMAGE")}
 
 
 def test_every_image_is_pinned_by_digest_or_says_why_not() -> None:
@@ -159,7 +158,7 @@ def test_every_image_is_pinned_by_digest_or_says_why_not() -> None:
 
 def test_no_image_is_named_outside_versions() -> None:
     """A new image must go through infra/versions.py, where the check above sees it."""
-    for path in sorted((ROOT / "infra").rglob("*.py")):
+    for path in sorted([*(ROOT / "infra").rglob("*.py"), *(ROOT / "stacks").rglob("*.py")]):
         if path.name == "versions.py":
             continue
         found = IMAGE_LITERAL.findall(path.read_text())
@@ -169,3 +168,72 @@ def test_no_image_is_named_outside_versions() -> None:
 def test_the_literal_check_sees_an_image() -> None:
     assert IMAGE_LITERAL.findall('image = "ghcr.io/acme/tool:1.2.3"') == ["ghcr.io/acme/tool:1.2.3"]
     assert IMAGE_LITERAL.findall('url = "https://example.com/x"') == []
+
+
+def images_in(value: Any) -> Iterator[str]:
+    """The values of ``image`` and ``imageName`` keys (containers, CloudNativePG's clusters)
+    anywhere in an object, JSON documents in strings (a ConfigMap's helper pod) included."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("image", "imageName") and isinstance(item, str):
+                yield item
+            else:
+                yield from images_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from images_in(item)
+    elif isinstance(value, str) and value.startswith("{"):
+        try:
+            yield from images_in(json.loads(value))
+        except ValueError:
+            return
+
+
+def unpinned_images(run: ProgramRun) -> list[str]:
+    """The images of the stack's own objects that are not ``pinned()`` ones of IMAGE_DIGESTS."""
+    allowed = {versions.pinned(image) for image in versions.IMAGE_DIGESTS}
+    return sorted(
+        {
+            image
+            for resource in run.resources
+            for image in images_in(resource.inputs)
+            if image not in allowed
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides"),
+    [
+        (EKS_STACK, {}),
+        (EKS_STACK, {"profilerStore": "rds"}),
+        (KUBEADM_STACK, {"trialRunner": {"maxGpus": 4}}),
+    ],
+    ids=["eks", "eks-rds", "kubeadm-trials"],
+)
+def test_every_image_the_stacks_create_is_pinned_or_says_why_not(
+    stack: Path, overrides: dict[str, Any]
+) -> None:
+    """What the programs declare, however the image string was built (charts' images are their
+    owners', but for dcgm-exporter's, whose tag carries the digest: tested above)."""
+    run = run_stack(stack, overrides)
+    assert len({i for r in run.resources for i in images_in(r.inputs)}) >= 3
+    assert unpinned_images(run) == []
+
+
+def test_the_object_check_sees_an_image_built_outside_versions() -> None:
+    pod = {"spec": {"containers": [{"image": "docker.io/library/alpine:3.20"}]}}
+    config = {"data": {"helperPod.yaml": json.dumps(pod)}}
+    # A known digest left off, in a CloudNativePG cluster's imageName.
+    cluster = {"spec": {"imageName": "docker.io/rancher/local-path-provisioner:v0.0.37"}}
+    run = ProgramRun(
+        resources=[
+            Recorded("kubernetes:core/v1:ConfigMap", "c", config),
+            Recorded("kubernetes:postgresql.cnpg.io/v1:Cluster", "d", cluster),
+        ],
+        outputs={},
+    )
+    assert unpinned_images(run) == [
+        "docker.io/library/alpine:3.20",
+        "docker.io/rancher/local-path-provisioner:v0.0.37",
+    ]
