@@ -320,6 +320,9 @@ def mig_manager_release(version: str = "") -> str:
 def kubernetes_packages(
     minor: str = KUBERNETES_MINOR, versions: tuple[str, ...] = KUBERNETES_VERSIONS
 ) -> list[Package]:
+    """pkgs.k8s.io's packages, their Depends as kubernetes/release (master,
+    cmd/krel/templates/latest/metadata.yaml) gives them for 1.32 and later: kubelet needs
+    kubernetes-cni >= 1.2.0, kubeadm, kubectl and cri-tools need nothing."""
     packages = [
         Package("cri-tools", f"{minor}.0-1.1", files={"/usr/bin/crictl": ("crictl", 0o755)}),
         Package(
@@ -333,7 +336,7 @@ def kubernetes_packages(
             Package(
                 "kubelet",
                 version,
-                depends="kubernetes-cni (>= 1.1.1)",
+                depends="kubernetes-cni (>= 1.2.0)",
                 # Like the real package, which ships the static pod folder.
                 directories=("/etc/kubernetes/manifests",),
                 files={
@@ -341,10 +344,11 @@ def kubernetes_packages(
                     "/usr/lib/systemd/system/kubelet.service": ("kubelet.service", 0o644),
                 },
             ),
+            # No Depends: kubernetes/release's cmd/krel/templates/latest/metadata.yaml lists none
+            # for kubeadm >= 1.32.0 (cri-tools and kubernetes-cni are installed on their own).
             Package(
                 "kubeadm",
                 version,
-                depends="cri-tools (>= 1.30.0), kubernetes-cni (>= 1.1.1)",
                 files={
                     "/usr/bin/kubeadm": ("kubeadm", 0o755),
                     "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": (
