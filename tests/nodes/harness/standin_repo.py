@@ -45,7 +45,7 @@ KUBERNETES_VERSIONS = ("1.35.8", "1.35.9", "1.35.10")
 # The minor before, in its own repository: what a cluster is upgraded from (test_upgrade.py).
 KUBERNETES_PREVIOUS_MINOR = "1.34"
 KUBERNETES_PREVIOUS_VERSIONS = ("1.34.3",)
-NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0")
+NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0", "1.20.0")
 # NVIDIA's CUDA repositories (flat, one per Ubuntu release) and the driver branches they offer.
 CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
 CUDA_KEY_NAME = "3bf863cc.pub"
@@ -126,14 +126,16 @@ def nvidia_packages() -> list[Package]:
             "/etc/nvidia-container-runtime/config.toml": ("config.toml", 0o644),
         }
         if upstream >= "1.18":
-            # 1.18 ships nvidia-cdi-refresh, which keeps the CDI specification current.
+            # 1.18 ships nvidia-cdi-refresh, which keeps the CDI specification current, where
+            # NVIDIA/nvidia-container-toolkit's
+            # packaging/debian/nvidia-container-toolkit-base.install puts it:
+            # /etc/systemd/system/ at v1.18.0 to v1.19.1, /lib/systemd/system/ from v1.20.0.
+            units = "/etc/systemd/system" if upstream < "1.20" else "/lib/systemd/system"
             base_files |= {
-                "/usr/lib/systemd/system/nvidia-cdi-refresh.service": (
-                    "nvidia-cdi-refresh.service",
-                    0o644,
-                ),
-                "/usr/lib/systemd/system/nvidia-cdi-refresh.path": (
-                    "nvidia-cdi-refresh.path",
+                f"{units}/nvidia-cdi-refresh.service": ("nvidia-cdi-refresh.service", 0o644),
+                f"{units}/nvidia-cdi-refresh.path": ("nvidia-cdi-refresh.path", 0o644),
+                "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env": (
+                    "nvidia-cdi-refresh.env",
                     0o644,
                 ),
             }
