@@ -238,10 +238,13 @@ def docker_packages(codename: str, engine: bool) -> list[Package]:
     return packages
 
 
-def fetch_debian_deb(name: str, proxy_url: str, folder: Path) -> Path:
-    """Download Debian bookworm's .deb of `name` through the apt proxy (kept in folder)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
-    with opener.open(DEBIAN_MAIN_INDEX, timeout=600) as response:
+def fetch_debian_deb(name: str, proxy_url: str, folder: Path, suite: str = "bookworm") -> Path:
+    """Download the .deb of `name` in Debian's `suite` through the apt proxy (none when
+    proxy_url is empty), kept in folder."""
+    proxies = {"http": proxy_url} if proxy_url else {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+    index_url = DEBIAN_MAIN_INDEX.replace("/bookworm/", f"/{suite}/")
+    with opener.open(index_url, timeout=600) as response:
         index = lzma.decompress(response.read()).decode()
     stanza = next(block for block in index.split("\n\n") if block.startswith(f"Package: {name}\n"))
     filename = next(
