@@ -27,6 +27,7 @@ import pytest
 from tests.nodes.harness import rootfs, standin_repo
 from tests.nodes.harness.ansible_run import PLAYBOOKS, role_variables, run_local_play
 
+pytestmark = pytest.mark.slow
 TEMPLATE = PLAYBOOKS / "roles/container_runtime/templates/containerd-config.toml.j2"
 # Debian suite -> the upstream minor version it ships.
 SUITES = {"trixie": "1.7", "sid": "2."}
