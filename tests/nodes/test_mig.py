@@ -78,6 +78,7 @@ class MigRuns:
     busy_run: RunResult
     exported: dict[str, Any]
     crictl_calls: str
+    no_crictl_run: RunResult  # a change on a node with a kubelet and no crictl
 
 
 def export(node: Node) -> dict[str, Any]:
@@ -198,6 +199,19 @@ def mig(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory) -> I
             log=workdir / "busy.log",
         )
         busy.run("systemctl stop standin-workload")
+        busy.run("mv /usr/bin/crictl /usr/bin/crictl.away")
+        try:
+            no_crictl_run = run_playbook(
+                "mig.yml",
+                inventory,
+                "--limit",
+                BUSY_NODE,
+                "-e",
+                "nvidia_mig_config=all-disabled",
+                log=workdir / "no-crictl.log",
+            )
+        finally:
+            busy.run("mv /usr/bin/crictl.away /usr/bin/crictl")
         yield MigRuns(
             cluster,
             inventory,
@@ -209,6 +223,7 @@ def mig(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory) -> I
             busy_run,
             exported,
             calls,
+            no_crictl_run,
         )
     finally:
         for node in cluster.nodes:
@@ -289,6 +304,22 @@ def test_a_gpu_in_use_stops_the_run_with_the_reason_and_the_clients_come_back(
     assert "could not apply MIG configuration all-disabled" in failure
     assert "In use by another client" in failure
     assert "kubectl drain" in failure
+    assert devices(export(node)) == [EXPECTED[BUSY_NODE]]  # nothing changed
+    assert node.run("systemctl is-active kubelet.service").stdout.strip() == "active"
+
+
+def test_without_crictl_a_node_with_a_kubelet_stops_before_stopping_anything(
+    mig: MigRuns,
+) -> None:
+    """kubeadm has not depended on cri-tools since 1.32: where crictl is missing, the pods holding
+    the GPUs cannot be stopped, so the role says so instead of failing half-way."""
+    run = mig.no_crictl_run
+    node = mig.cluster.node(BUSY_NODE)
+    assert run.returncode != 0, run.describe()
+    failure = next(line for line in run.output.splitlines() if line.startswith("fatal:"))
+    assert "/usr/bin/crictl (nvidia_mig_crictl_path) is missing" in failure
+    assert "Install cri-tools" in failure
+    assert "TASK [nvidia_mig : Stop the GPU clients.]" not in run.output
     assert devices(export(node)) == [EXPECTED[BUSY_NODE]]  # nothing changed
     assert node.run("systemctl is-active kubelet.service").stdout.strip() == "active"
 

@@ -33,6 +33,7 @@ from tests.nodes.harness.provision import (
     CONTROL_PLANE,
     HALF_JOINED_KUBELET_CONF,
     HALF_JOINED_WORKER,
+    NODE_VARS,
     WORKERS,
     Provisioned,
 )
@@ -217,9 +218,17 @@ def test_fabric_manager_is_installed_and_enabled_where_asked(provisioned: Provis
 def test_the_toolkits_cdi_refresh_keeps_a_specification(
     provisioned: Provisioned, name: str
 ) -> None:
-    """Toolkit 1.18 (the newest stand-in) ships nvidia-cdi-refresh; the role enables it."""
+    """Toolkit 1.18 (pinned on one node) installs nvidia-cdi-refresh in /etc/systemd/system, 1.20
+    (the newest stand-in) in /lib/systemd/system; the role finds and enables it in either."""
     node = provisioned.cluster.node(name)
-    assert node.run("dpkg-query -W -f '${Version}' nvidia-container-toolkit").stdout == "1.18.0-1"
+    pinned = NODE_VARS.get(name, {}).get("nvidia_container_toolkit_version", "1.20.0-1")
+    assert node.run("dpkg-query -W -f '${Version}' nvidia-container-toolkit").stdout == pinned
+    fragment = node.run("systemctl show -P FragmentPath nvidia-cdi-refresh.path").stdout.strip()
+    expected = "/etc/systemd/system" if pinned.startswith("1.18.") else "/lib/systemd/system"
+    assert (
+        node.run(f"readlink -f {Path(fragment).parent}").stdout
+        == node.run(f"readlink -f {expected}").stdout
+    )
     assert node.run("systemctl is-enabled nvidia-cdi-refresh.path").stdout.strip() == "enabled"
     assert node.run("systemctl is-active nvidia-cdi-refresh.path").stdout.strip() == "active"
 

@@ -84,6 +84,42 @@ def test_kubernetes_repo_offers_three_patch_versions_with_real_package_names(www
         assert (www / standin_repo.KUBERNETES_REPO / package["Filename"]).is_file()
 
 
+def test_kubeadm_depends_on_nothing_as_the_real_one_since_1_32(www: Path) -> None:
+    """kubernetes/release cmd/krel/templates/latest/metadata.yaml: no dependencies for kubeadm
+    >= 1.32.0, kubelet needs kubernetes-cni >= 1.2.0; crictl comes only with cri-tools."""
+    for folder in (
+        standin_repo.KUBERNETES_REPO,
+        standin_repo.kubernetes_repo(standin_repo.KUBERNETES_PREVIOUS_MINOR),
+    ):
+        packages = _packages(www / folder)
+        assert all("Depends" not in p for p in packages if p["Package"] == "kubeadm")
+        assert {p.get("Depends") for p in packages if p["Package"] == "kubelet"} == {
+            "kubernetes-cni (>= 1.2.0)"
+        }
+
+
+@pytest.mark.parametrize(
+    ("version", "units"),
+    [("1.17.3", None), ("1.18.0", "etc/systemd/system"), ("1.20.0", "lib/systemd/system")],
+)
+def test_the_toolkits_cdi_refresh_units_lie_where_its_packaging_puts_them(
+    www: Path, tmp_path: Path, version: str, units: str | None
+) -> None:
+    """NVIDIA/nvidia-container-toolkit packaging/debian/nvidia-container-toolkit-base.install:
+    none before 1.18, /etc/systemd/system/ at v1.18.0 to v1.19.1, /lib/systemd/system/ at
+    v1.20.0."""
+    repo = www / standin_repo.NVIDIA_REPO
+    deb = next(repo.glob(f"nvidia-container-toolkit-base_{version}-1_amd64.deb"))
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(deb)], check=True, capture_output=True, text=True
+    ).stdout
+    found = {
+        line.split()[-1].lstrip("./") for line in listing.splitlines() if "cdi-refresh" in line
+    }
+    expected = {f"{units}/nvidia-cdi-refresh.{kind}" for kind in ("path", "service")}
+    assert {path for path in found if "systemd" in path} == (expected if units else set())
+
+
 def test_the_previous_minor_has_a_repository_of_its_own(www: Path) -> None:
     """As pkgs.k8s.io: a cluster goes from 1.34 to 1.35 by switching repositories."""
     folder = standin_repo.kubernetes_repo(standin_repo.KUBERNETES_PREVIOUS_MINOR)

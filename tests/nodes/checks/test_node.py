@@ -138,6 +138,13 @@ def test_toolkit_ignores_the_environment_of_unprivileged_containers(node: Host) 
     assert config["accept-nvidia-visible-devices-as-volume-mounts"] is True
 
 
+def test_crictl_is_installed_from_cri_tools(node: Host) -> None:
+    """kubeadm has had no Depends since 1.32 (kubernetes/release's krel metadata.yaml): the
+    kubernetes_node role installs cri-tools itself; nvidia_mig stops GPU pods through crictl."""
+    assert node.package("cri-tools").is_installed
+    assert node.file("/usr/bin/crictl").mode & 0o111
+
+
 def test_containerd_answers_on_its_cri_socket(node: Host) -> None:
     assert node.socket("unix:///run/containerd/containerd.sock").is_listening
 

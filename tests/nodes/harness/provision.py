@@ -45,6 +45,8 @@ NODE_VARS: dict[str, dict[str, Any]] = {
     "gpu-worker-2": {
         "nvidia_driver_kernel_modules": "proprietary",
         "nvidia_driver_fabricmanager": True,
+        # Its CDI refresh units in /etc/systemd/system, the newest toolkit's in /lib/systemd/system.
+        "nvidia_container_toolkit_version": "1.18.0-1",
     },
 }
 # What stands for a loaded driver on the Ubuntu nodes (the stand-in nvidia-smi reads it), and for

@@ -45,7 +45,7 @@ KUBERNETES_VERSIONS = ("1.35.8", "1.35.9", "1.35.10")
 # The minor before, in its own repository: what a cluster is upgraded from (test_upgrade.py).
 KUBERNETES_PREVIOUS_MINOR = "1.34"
 KUBERNETES_PREVIOUS_VERSIONS = ("1.34.3",)
-NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0")
+NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0", "1.20.0")
 # NVIDIA's CUDA repositories (flat, one per Ubuntu release) and the driver branches they offer.
 CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
 CUDA_KEY_NAME = "3bf863cc.pub"
@@ -126,14 +126,16 @@ def nvidia_packages() -> list[Package]:
             "/etc/nvidia-container-runtime/config.toml": ("config.toml", 0o644),
         }
         if upstream >= "1.18":
-            # 1.18 ships nvidia-cdi-refresh, which keeps the CDI specification current.
+            # 1.18 ships nvidia-cdi-refresh, which keeps the CDI specification current, where
+            # NVIDIA/nvidia-container-toolkit's
+            # packaging/debian/nvidia-container-toolkit-base.install puts it:
+            # /etc/systemd/system/ at v1.18.0 to v1.19.1, /lib/systemd/system/ from v1.20.0.
+            units = "/etc/systemd/system" if upstream < "1.20" else "/lib/systemd/system"
             base_files |= {
-                "/usr/lib/systemd/system/nvidia-cdi-refresh.service": (
-                    "nvidia-cdi-refresh.service",
-                    0o644,
-                ),
-                "/usr/lib/systemd/system/nvidia-cdi-refresh.path": (
-                    "nvidia-cdi-refresh.path",
+                f"{units}/nvidia-cdi-refresh.service": ("nvidia-cdi-refresh.service", 0o644),
+                f"{units}/nvidia-cdi-refresh.path": ("nvidia-cdi-refresh.path", 0o644),
+                "/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env": (
+                    "nvidia-cdi-refresh.env",
                     0o644,
                 ),
             }
@@ -236,10 +238,13 @@ def docker_packages(codename: str, engine: bool) -> list[Package]:
     return packages
 
 
-def fetch_debian_deb(name: str, proxy_url: str, folder: Path) -> Path:
-    """Download Debian bookworm's .deb of `name` through the apt proxy (kept in folder)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
-    with opener.open(DEBIAN_MAIN_INDEX, timeout=600) as response:
+def fetch_debian_deb(name: str, proxy_url: str, folder: Path, suite: str = "bookworm") -> Path:
+    """Download the .deb of `name` in Debian's `suite` through the apt proxy (none when
+    proxy_url is empty), kept in folder."""
+    proxies = {"http": proxy_url} if proxy_url else {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+    index_url = DEBIAN_MAIN_INDEX.replace("/bookworm/", f"/{suite}/")
+    with opener.open(index_url, timeout=600) as response:
         index = lzma.decompress(response.read()).decode()
     stanza = next(block for block in index.split("\n\n") if block.startswith(f"Package: {name}\n"))
     filename = next(
@@ -320,6 +325,9 @@ def mig_manager_release(version: str = "") -> str:
 def kubernetes_packages(
     minor: str = KUBERNETES_MINOR, versions: tuple[str, ...] = KUBERNETES_VERSIONS
 ) -> list[Package]:
+    """pkgs.k8s.io's packages, their Depends as kubernetes/release (master,
+    cmd/krel/templates/latest/metadata.yaml) gives them for 1.32 and later: kubelet needs
+    kubernetes-cni >= 1.2.0, kubeadm, kubectl and cri-tools need nothing."""
     packages = [
         Package("cri-tools", f"{minor}.0-1.1", files={"/usr/bin/crictl": ("crictl", 0o755)}),
         Package(
@@ -333,7 +341,7 @@ def kubernetes_packages(
             Package(
                 "kubelet",
                 version,
-                depends="kubernetes-cni (>= 1.1.1)",
+                depends="kubernetes-cni (>= 1.2.0)",
                 # Like the real package, which ships the static pod folder.
                 directories=("/etc/kubernetes/manifests",),
                 files={
@@ -341,10 +349,11 @@ def kubernetes_packages(
                     "/usr/lib/systemd/system/kubelet.service": ("kubelet.service", 0o644),
                 },
             ),
+            # No Depends: kubernetes/release's cmd/krel/templates/latest/metadata.yaml lists none
+            # for kubeadm >= 1.32.0 (cri-tools and kubernetes-cni are installed on their own).
             Package(
                 "kubeadm",
                 version,
-                depends="cri-tools (>= 1.30.0), kubernetes-cni (>= 1.1.1)",
                 files={
                     "/usr/bin/kubeadm": ("kubeadm", 0o755),
                     "/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf": (
