@@ -344,7 +344,7 @@ def _activity(name: str, bucket: str) -> Table:
     )
 
 
-# Right-sizing's rollups (revisions 0010, 0011): report --by rightsize reads whole days and hours here.
+# Right-sizing's rollups (revisions 0010, 0011): report --by rightsize reads them.
 rightsize_hour = _rightsize("rightsize_hour", "hour")
 rightsize_day = _rightsize("rightsize_day", "day")
 activity_hour = _activity("activity_hour", "hour")
