@@ -2,7 +2,8 @@
 writer, the quantiles merged from the rollups (raw rows only at the range's edges) equal those
 of the raw rows within one 1 % bucket, and the peaks and covered time agree; revisions
 0010_rightsize_rollups (per GPU) and 0011_rightsize_per_workload (merged per workload) fill
-them from existing rows as the writer would have, and go down and up again. SQLite always; PostgreSQL with the ``integration`` marker."""
+them from existing rows as the writer would have, and go down and up again. SQLite always;
+PostgreSQL with the ``integration`` marker."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ and every figure it reads merges over the workload's GPUs (sums, peaks, histogra
 in the key only multiplied the rows a report reads: by the GPUs a workload runs on, and by the
 GPUs' churn. The rows of a range now grow with the workloads, not with GPUs x workloads.
 Several nodes' daemons upsert the same rows; each cycle writes its upserts in key order, so two
-writers take the rows' locks in the same order and never deadlock.
+writers take the rows' locks in the same order and cannot deadlock on them.
 
 Why fixed buckets, not a quantile sketch such as DDSketch: the values are DCGM ratios bounded to
 [0, 1] (right-sizing clamps MIG's readings above 1), so 101 buckets of one percentage point give
