@@ -20,6 +20,10 @@ spans of ``history.py``), each raw row counting for its covered time inside them
 
 Where retention removed the raw rows of an edge hour, that hour's rollups count in proportion
 to the part of it inside the range.
+
+The rollups are per workload, not per GPU or node (revision 0011), so ``--node`` reads the raw
+rows of that node alone: the part of the range before retention removed them is left out, and
+a note says so.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from profiler_app.sinks.store.activity import (
     overlap_seconds,
     workload_of,
 )
-from profiler_app.sinks.store.history import Span, spans
+from profiler_app.sinks.store.history import Span, longest_covers, spans
 from profiler_app.sinks.store.models import (
     activity_day,
     activity_hour,
@@ -169,11 +173,9 @@ class _Merge:
             found = self.found[key] = _Usage(namespace, workload)
         return found
 
-    def _where(self, table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
-        conditions = [table.c[column] >= low, table.c[column] < high]
-        if self.node is not None:
-            conditions.append(table.c.node == self.node)
-        return conditions
+    @staticmethod
+    def _where(table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
+        return [table.c[column] >= low, table.c[column] < high]
 
     def rollups(self, summary: Table, histogram: Table, part: Span, share: float = 1.0) -> None:
         """The whole buckets of ``part`` (``share``: the part of them to count)."""
@@ -259,15 +261,9 @@ class _Merge:
             for entry in histogram:
                 usage.bin(entry["metric"], entry["percent"], entry["seconds"])
 
-    def longest_covers(self, moment: datetime) -> float:
-        """The longest ``covers_seconds`` of the rows covering time in the hour of ``moment``."""
-        c = rightsize_hour.c
-        query = select(func.max(c.covers_max_seconds)).where(
-            c.hour == bucket_start(moment, HOUR_SECONDS)
-        )
-        if self.node is not None:
-            query = query.where(c.node == self.node)
-        return float(self.connection.execute(query).scalar() or 0.0)
+    def reach(self, moment: datetime) -> float:
+        """How long after ``moment`` a row may cover time before it (``history.py``)."""
+        return longest_covers(self.connection, moment - _ONE_MICROSECOND, self.node)
 
 
 class _Row:
@@ -278,17 +274,32 @@ class _Row:
 
 
 def workload_usages(
-    connection: Connection, *, since: datetime, until: datetime, node: str | None = None
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    notes: list[str] | None = None,
 ) -> list[tuple[_Usage, WorkloadUsage | str]]:
     """Each workload of ``[since, until)`` (by namespace and workload) with what it needs, or
-    why it cannot be advised."""
+    why it cannot be advised; ``notes`` gets what the advice leaves out."""
     merge = _Merge(connection, node)
     horizon = connection.execute(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
+    if node is not None:  # the rollups do not know nodes: the node's raw rows
+        start = since if horizon is None else max(since, horizon)
+        if start > since and notes is not None:
+            notes.append(
+                f"raw rows before {start.isoformat()} were removed by retention: --node"
+                " advises from the time after it"
+            )
+        if start < until:
+            merge.raw(Span(start, until, "raw"), merge.reach(until))
+        return [(usage, _usage(usage)) for _, usage in sorted(merge.found.items())]
     for part in spans(since, until, horizon=horizon):
         if part.source == "raw":
-            merge.raw(part, merge.longest_covers(part.end - _ONE_MICROSECOND))
+            merge.raw(part, merge.reach(part.end))
         elif part.source == "estimate":
             share = (part.end - part.start).total_seconds() / HOUR_SECONDS
             merge.rollups(rightsize_hour, activity_hour, part, share)
@@ -306,11 +317,13 @@ def rightsize_advice(
     until: datetime,
     node: str | None = None,
     headroom: float | None = None,
+    notes: list[str] | None = None,
 ) -> list[Advice]:
     """One advice per workload seen on a GPU in ``[since, until)``, by namespace and
-    workload."""
+    workload; ``notes`` gets what it leaves out."""
     advices = []
-    for merged, usage in workload_usages(connection, since=since, until=until, node=node):
+    usages = workload_usages(connection, since=since, until=until, node=node, notes=notes)
+    for merged, usage in usages:
         if isinstance(usage, str):
             advices.append(_without_advice(merged, usage))
             continue

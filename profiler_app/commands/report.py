@@ -246,10 +246,18 @@ def _connected(url: StoreUrl) -> Iterator[Connection]:
 def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: datetime) -> int:
     from profiler_app.rightsize_report import rightsize_advice  # noqa: PLC0415
 
+    notes: list[str] = []
     with _connected(url) as connection:
         advices = rightsize_advice(
-            connection, since=since, until=until, node=args.node, headroom=args.headroom
+            connection,
+            since=since,
+            until=until,
+            node=args.node,
+            headroom=args.headroom,
+            notes=notes,
         )
+    for note in notes:
+        print(f"gpu-profiler: note: {note}", file=sys.stderr)
     if not advices:
         where = f" on node {args.node}" if args.node else ""
         print(

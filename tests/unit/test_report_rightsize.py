@@ -10,9 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from profiler_app.cli import main
 from profiler_app.rightsize_report import weighted_quantile
+from profiler_app.sinks.store.engine import create_store_engine
+from profiler_app.sinks.store.models import store_horizon
+from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.store_rows import write_rows
 
 pytest_plugins = ["tests.support.postgres"]
@@ -154,3 +158,32 @@ def test_weighted_quantile() -> None:
     assert weighted_quantile([1.0, 2.0, 3.0], [1, 1, 8], 0.5) == 3.0
     assert weighted_quantile([float("nan"), 5.0], [10, 1], 0.95) == 5.0
     assert weighted_quantile([], [], 0.5) != weighted_quantile([], [], 0.5)  # NaN
+
+
+def test_one_node_reads_its_raw_rows_to_the_same_advice(
+    capsys: pytest.CaptureFixture[str], store: str
+) -> None:
+    everything = json.loads(report(capsys, store, "--output", "json")[0])["rows"]
+    node_a = json.loads(report(capsys, store, "--output", "json", "--node", "node-a")[0])["rows"]
+    assert node_a == everything
+    out, err = report(capsys, store, "--output", "json", "--node", "node-b")
+    assert json.loads(out)["rows"] == []
+    assert "no workload on a GPU in the store" in err
+
+
+def test_one_node_says_what_retention_left_out(
+    capsys: pytest.CaptureFixture[str], store: str
+) -> None:
+    """The rollups do not know nodes: --node advises from the raw rows kept, and says so."""
+    engine = create_store_engine(parse_store_url(store), create_file=False)
+    with engine.begin() as connection:
+        connection.execute(
+            sa.insert(store_horizon).values(
+                table_name="gpu_window", removed_before=UNTIL - timedelta(hours=1)
+            )
+        )
+    engine.dispose()
+    out, err = report(capsys, store, "--output", "json", "--node", "node-a")
+    assert "removed by retention: --node advises from the time after it" in err
+    rows = {row["workload"]: row for row in json.loads(out)["rows"]}
+    assert rows["example"]["verdict"] == "not enough history"  # one hour left of 25

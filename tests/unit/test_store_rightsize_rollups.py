@@ -1,8 +1,9 @@
 """Right-sizing's rollups (rightsize_*, activity_*): on random stores written through the
 writer, the quantiles merged from the rollups (raw rows only at the range's edges) equal those
-of the raw rows within one 1 % bucket, and the peaks and covered time agree; revision
-0010_rightsize_rollups fills them from existing rows as the writer would have, and goes down
-and up again. SQLite always; PostgreSQL with the ``integration`` marker."""
+of the raw rows within one 1 % bucket, and the peaks and covered time agree; revisions
+0010_rightsize_rollups (per GPU) and 0011_rightsize_per_workload (merged per workload) fill
+them from existing rows as the writer would have, and go down and up again. SQLite always;
+PostgreSQL with the ``integration`` marker."""
 
 from __future__ import annotations
 
@@ -248,6 +249,19 @@ def test_the_migration_fills_the_rollups_as_the_writer_does_and_goes_down_and_up
         migrate(engine, "0009_gpu_identity", down=True)
         migrate(engine, "head")
         with engine.connect() as connection:
+            assert snapshot(connection) == written
+        # Down to the per-GPU tables (filled from the raw rows), then merged per workload.
+        migrate(engine, "0010_rightsize_rollups", down=True)
+        with engine.connect() as connection:
+            columns = {
+                column["name"] for column in sa.inspect(connection).get_columns("activity_day")
+            }
+            assert {"node", "gpu", "uuid"} <= columns
+            per_gpu = connection.execute(sa.text("SELECT count(*) FROM activity_day")).scalar()
+        migrate(engine, "head")
+        with engine.connect() as connection:
+            merged = connection.execute(sa.select(sa.func.count()).select_from(activity_day))
+            assert merged.scalar() < per_gpu, "a workload's GPUs merged into one row"
             assert snapshot(connection) == written
     finally:
         engine.dispose()

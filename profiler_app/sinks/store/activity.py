@@ -1,14 +1,22 @@
-"""Right-sizing's rollups: per GPU (or MIG instance), workload and hour (and day), what
-``report --by rightsize`` needs, written in the cycle's transaction as the other rollups are.
+"""Right-sizing's rollups: per workload and hour (and day), what ``report --by rightsize``
+needs, written in the cycle's transaction as the other rollups are.
 
 Two tables per bucket length:
 
-- ``rightsize_hour`` / ``rightsize_day``: covered and idle seconds, the framebuffer and
-  utilisation peaks, the first and last moment covered, the covered time of training rows whose
-  period was found, the GPU model and MIG profile;
-- ``activity_hour`` / ``activity_day``: histograms of the windows' SM activity p95 (``sm``), SM
-  activity mean (``sm_mean``) and DRAM activity p95 (``dram``), one row per 1 %-wide bucket
-  holding the covered seconds of the windows whose value falls in it.
+- ``rightsize_hour`` / ``rightsize_day``: per workload, GPU model and MIG profile (the view
+  advises per workload and reads the model and profile it ran as; '' when not known): covered
+  and idle seconds, the framebuffer and utilisation peaks, the first and last moment covered,
+  the covered time of training rows whose period was found;
+- ``activity_hour`` / ``activity_day``: per workload, histograms of the windows' SM activity
+  p95 (``sm``), SM activity mean (``sm_mean``) and DRAM activity p95 (``dram``), one row per
+  1 %-wide bucket holding the covered seconds of the windows whose value falls in it.
+
+Why per workload, not per GPU (revision 0011): the view's output is one advice per workload,
+and every figure it reads merges over the workload's GPUs (sums, peaks, histograms), so the GPU
+in the key only multiplied the rows a report reads: by the GPUs a workload runs on, and by the
+GPUs' churn. The rows of a range now grow with the workloads, not with GPUs x workloads.
+Several nodes' daemons upsert the same rows; each cycle writes its upserts in key order, so two
+writers take the rows' locks in the same order and cannot deadlock on them.
 
 Why fixed buckets, not a quantile sketch such as DDSketch: the values are DCGM ratios bounded to
 [0, 1] (right-sizing clamps MIG's readings above 1), so 101 buckets of one percentage point give
@@ -43,8 +51,9 @@ from profiler_app.sinks.store.statements import Merge
 BUCKETS = 101  # 0 %, 1 %, ... 100 % (and above: MIG can read over 1)
 # The histograms' metrics and the raw column each bins.
 METRICS = {"sm": "sm_active_p95", "sm_mean": "sm_active_mean", "dram": "dram_active_p95"}
-SUMMARY_KEY = ("node", "gpu", "uuid", "gpu_i_id", "namespace", "workload")
-HISTOGRAM_KEY = (*SUMMARY_KEY, "metric", "percent")
+WORKLOAD_KEY = ("namespace", "workload")
+SUMMARY_KEY = (*WORKLOAD_KEY, "gpu_model", "mig_profile")
+HISTOGRAM_KEY = (*WORKLOAD_KEY, "metric", "percent")
 RIGHTSIZE_HOUR = Tier("rightsize_hour", "hour", HOUR_SECONDS, SUMMARY_KEY)
 RIGHTSIZE_DAY = Tier("rightsize_day", "day", DAY_SECONDS, SUMMARY_KEY)
 ACTIVITY_HOUR = Tier("activity_hour", "hour", HOUR_SECONDS, HISTOGRAM_KEY)
@@ -58,12 +67,9 @@ SUMMARY_VALUES = {
     "idle_gpu_seconds": Merge.ADD,
     "util_max": Merge.LARGER,
     "fb_used_max_mib": Merge.LARGER,
-    "covers_max_seconds": Merge.LARGER,
     "first_start": Merge.SMALLER,
     "last_end": Merge.LARGER,
     "period_covered_seconds": Merge.ADD,
-    "gpu_model": Merge.KNOWN,
-    "mig_profile": Merge.KNOWN,
 }
 HISTOGRAM_VALUES = {"seconds": Merge.ADD}
 _TRAINING = "training"
@@ -89,27 +95,19 @@ def contributions(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A raw row's part covering ``seconds`` of ``[start, end]``: its summary values and its
     histogram rows (key columns included, the bucket's column not)."""
-    key = {
-        "node": row["node"],
-        "gpu": row["gpu"],
-        "uuid": row["uuid"],
-        "gpu_i_id": row.get("gpu_i_id") or "",
-        "namespace": row["namespace"] or "",
-        "workload": workload_of(row),
-    }
+    key = {"namespace": row["namespace"] or "", "workload": workload_of(row)}
     period = row["job_type"] == _TRAINING and row["period_seconds"] is not None
     summary = {
         **key,
+        "gpu_model": row.get("gpu_model") or "",
+        "mig_profile": row.get("mig_profile") or "",
         "covered_seconds": seconds,
         "idle_gpu_seconds": seconds * (row["util_idle_fraction"] or 0.0),
         "util_max": row["util_max"],
         "fb_used_max_mib": row["fb_used_max_mib"],
-        "covers_max_seconds": row["covers_seconds"],
         "first_start": start,
         "last_end": end,
         "period_covered_seconds": seconds if period else 0.0,
-        "gpu_model": row.get("gpu_model"),
-        "mig_profile": row.get("mig_profile"),
     }
     histogram = [
         {**key, "metric": metric, "percent": percent_bucket(row[column]), "seconds": seconds}
@@ -128,27 +126,42 @@ def _row_pieces(row: Mapping[str, Any], tier: Tier) -> Iterator[tuple[datetime, 
         yield bucket, seconds, (max(start, bucket), min(end, bucket + size))
 
 
+def merge_values(kept: dict[str, Any], new: Mapping[str, Any], values: Mapping[str, Merge]) -> None:
+    """``new``'s values merged into ``kept`` as the upsert merges them (NULL never wins)."""
+    for column, how in values.items():
+        old, value = kept[column], new[column]
+        if old is None or value is None:
+            kept[column] = value if old is None else old
+        elif how is Merge.ADD:
+            kept[column] = old + value
+        elif how is Merge.LARGER:
+            kept[column] = max(old, value)
+        elif how is Merge.SMALLER:
+            kept[column] = min(old, value)
+        else:
+            kept[column] = value
+
+
 def activity_rows(tier: Tier, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The upserts of one cycle's ``gpu_window`` rows (those of a pod) into ``tier``."""
+    """The upserts of one cycle's ``gpu_window`` rows (those of a pod) into ``tier``: one per
+    key (a workload's GPUs merge here), in key order (see the module's note on locks)."""
     summary = tier in SUMMARY_TIERS
     merged_rows: dict[tuple[Any, ...], dict[str, Any]] = {}
-    upserts: list[dict[str, Any]] = []
     for row in rows:
         if row["pod"] is None:
             continue
         for bucket, seconds, (start, end) in _row_pieces(row, tier):
             part, histogram = contributions(row, start, end, seconds)
-            if summary:
-                upserts.append({tier.column: bucket, **part})
-                continue
-            for entry in histogram:  # one upsert per key: a statement may not hit a row twice
-                key = (bucket, *(entry[column] for column in HISTOGRAM_KEY))
+            for entry in [part] if summary else histogram:
+                key = (bucket, *(entry[column] for column in tier.key))
                 kept = merged_rows.get(key)
                 if kept is None:
                     merged_rows[key] = {tier.column: bucket, **entry}
+                elif summary:
+                    merge_values(kept, entry, SUMMARY_VALUES)
                 else:
                     kept["seconds"] += entry["seconds"]
-    return upserts if summary else list(merged_rows.values())
+    return [merged_rows[key] for key in sorted(merged_rows)]
 
 
 def overlap_seconds(row: Mapping[Any, Any], low: datetime, high: datetime) -> float | None:

@@ -142,8 +142,8 @@ def gpu_history(
     notes = []
     for part in spans(since, until, horizon=horizon):
         if part.source == "raw":
-            before = _longest_covers(connection, part.start - _ONE_MICROSECOND, node)
-            after = _longest_covers(connection, part.end - _ONE_MICROSECOND, node)
+            before = longest_covers(connection, part.start - _ONE_MICROSECOND, node)
+            after = longest_covers(connection, part.end - _ONE_MICROSECOND, node)
             parts.append(
                 _raw(
                     dialect,
@@ -275,7 +275,7 @@ def _estimate(part: Span, node: str | None) -> Select[Any]:
     return query.where(c.node == node) if node is not None else query
 
 
-def _longest_covers(connection: Connection, moment: datetime, node: str | None) -> float:
+def longest_covers(connection: Connection, moment: datetime, node: str | None) -> float:
     """The longest ``covers_seconds`` of the rows covering time in the hour of ``moment``:
     a row reaching back over ``moment`` is at most that much later than it."""
     query = select(func.max(gpu_hour.c.covers_max_seconds)).where(

@@ -302,15 +302,11 @@ pod_hour = _rollup(
 )
 
 
-def _activity_key(bucket: str) -> list[Column[Any]]:
-    """The key of right-sizing's rollups (activity.py, revision 0010): a GPU or MIG instance and
-    the workload (the pod's owner, else the pod) that ran on it."""
+def _workload_key(bucket: str) -> list[Column[Any]]:
+    """The key of right-sizing's rollups (activity.py, revision 0011): the workload (the pod's
+    owner, else the pod), whatever GPUs it ran on."""
     return [
         _required(bucket, UtcDateTime(), key=True),
-        _required("node", String(253), key=True),
-        _required("gpu", String(32), key=True),
-        _required("uuid", String(64), key=True),
-        _instance(key=True),
         _required("namespace", String(253), key=True),
         _required("workload", String(253), key=True),
     ]
@@ -321,17 +317,16 @@ def _rightsize(name: str, bucket: str) -> Table:
     return Table(
         name,
         metadata,
-        *_activity_key(bucket),
+        *_workload_key(bucket),
+        _required("gpu_model", String(256), key=True),  # '' when not known
+        _required("mig_profile", String(32), key=True),  # '' for a whole GPU
         _required("covered_seconds", Float),
         _required("idle_gpu_seconds", Float),
         _optional("util_max", Float),
         _optional("fb_used_max_mib", Float),
-        _required("covers_max_seconds", Float),  # bounds the report's raw reads at the edges
         _required("first_start", UtcDateTime()),
         _required("last_end", UtcDateTime()),
         _required("period_covered_seconds", Float),  # training rows whose period was found
-        _optional("gpu_model", String(256)),
-        _optional("mig_profile", String(32)),
         postgresql_partition_by=f"RANGE ({bucket})",
     )
 
@@ -341,7 +336,7 @@ def _activity(name: str, bucket: str) -> Table:
     return Table(
         name,
         metadata,
-        *_activity_key(bucket),
+        *_workload_key(bucket),
         _required("metric", String(8), key=True),  # activity.METRICS
         _required("percent", Integer, key=True),  # 0..100
         _required("seconds", Float),
@@ -349,7 +344,7 @@ def _activity(name: str, bucket: str) -> Table:
     )
 
 
-# Right-sizing's rollups (revision 0010): report --by rightsize reads whole days and hours here.
+# Right-sizing's rollups (revisions 0010, 0011): report --by rightsize reads them.
 rightsize_hour = _rightsize("rightsize_hour", "hour")
 rightsize_day = _rightsize("rightsize_day", "day")
 activity_hour = _activity("activity_hour", "hour")
