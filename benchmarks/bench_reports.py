@@ -49,6 +49,7 @@ from profiler_app.model import (  # noqa: E402
     CycleResult,
     FieldStats,
     GpuProfile,
+    PodUsage,
 )
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
@@ -64,6 +65,32 @@ RANGES = ("30d", "24h")
 H100 = "NVIDIA H100 80GB HBM3"
 
 
+# Every name that says which node a row came from holds one of these tokens, so that
+# ``store_replica`` can copy a node's rows to another node by replacing them: node names, GPU
+# UUIDs, pod names, and workloads (shared by the nodes of a group, as a job's pods spread).
+NODES_PER_GROUP = 25
+
+
+def node_name(node: int) -> str:
+    return f"node-{node:04d}"
+
+
+def uuid_token(node: int) -> str:
+    return f"GPU-{node:08x}-"
+
+
+def pod_token(node: int) -> str:
+    return f"-n{node:04d}-"
+
+
+def group_token(node: int) -> str:
+    return f"-g{node // NODES_PER_GROUP:03d}"
+
+
+def tokens(node: int) -> tuple[str, ...]:
+    return node_name(node), uuid_token(node), pod_token(node), group_token(node)
+
+
 class Slot:
     """One GPU or MIG instance and what runs on it: a pod for a while, then a gap."""
 
@@ -73,6 +100,7 @@ class Slot:
         self.pod: tuple[str, str, str, str] | None = None
         self.level = 0.0
         self.serial = 0
+        self.started = self.until
 
     def next(self, at: datetime) -> None:
         """A new pod (restarted or another workload) or an idle gap, when the current ends."""
@@ -87,13 +115,16 @@ class Slot:
             return
         workload = rng.randrange(400)
         kind = ("PyTorchJob", "Deployment", "Job")[workload % 3]
+        owner = f"w{workload}{group_token(self.node)}"
         self.pod = (
             f"team-{workload % 25}",
-            f"w{workload}-{self.node}-{self.serial}",
+            f"{owner}{pod_token(self.node)}{self.serial}-{self.gpu}{self.instance}",
             kind,
-            f"w{workload}",
+            owner,
         )
-        self.level = rng.uniform(0.05, 0.95)
+        # One pod in ten holds its GPU without using it (report --by idle-pods).
+        self.level = 0.0 if rng.random() < 0.1 else rng.uniform(0.05, 0.95)
+        self.started = at
         self.until = at + timedelta(minutes=rng.randint(60, 480))
 
     def profile(self, at: datetime) -> GpuProfile:
@@ -114,8 +145,8 @@ class Slot:
         training = active and owner_kind == "PyTorchJob"
         return GpuProfile(
             str(self.gpu),
-            f"GPU-{self.node * 8 + self.gpu:05d}",
-            f"node-{self.node:04d}",
+            f"{uuid_token(self.node)}{self.gpu:04x}-4000-8000-000000000000",
+            node_name(self.node),
             ("training" if training else "inference") if active else "idle",
             120.0 if training else None,
             stats,
@@ -126,6 +157,28 @@ class Slot:
             mig_instance=self.instance,
             mig_profile="3g.40gb" if self.instance else "",
             gpu_model=H100,
+        )
+
+    def usage(self, at: datetime, profile: GpuProfile) -> PodUsage | None:
+        """The pod's peaks in this cycle, as the daemon reports a pod holding GPUs."""
+        if profile.pod is None or profile.namespace is None:
+            return None
+        util = profile.stats[GPU_UTIL].max if self.level > 0 else 0.0
+        return PodUsage(
+            profile.namespace,
+            profile.pod,
+            node_name(self.node),
+            self.started,
+            (profile.gpu,),
+            util,
+            profile.stats[MEM_COPY_UTIL].max,
+            profile.stats[FB_USED].max,
+            cpu_util_max=self.rng.uniform(20, 400),
+            mem_used_max_bytes=self.rng.uniform(4e9, 64e9),
+            first_seen=max(self.started, at - timedelta(seconds=WINDOW)),
+            last_seen=at,
+            owner_kind=profile.owner_kind,
+            owner_name=profile.owner_name,
         )
 
 
@@ -144,15 +197,20 @@ def _without_fsync(connection: Any) -> None:
     connection.execute("PRAGMA synchronous=OFF")
 
 
-def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
+def writer(url: str, raw_days: int) -> TableStore:
+    """The daemon's writer with the defaults' retention, and SQLite without an fsync per
+    commit."""
     dbapi.prepare_sqlite_writer = _without_fsync
-    store = TableStore(
+    return TableStore(
         url,
         retention_seconds=raw_days * 86400.0,
         rollup_retention_seconds=400 * 86400.0,
         store_interval_seconds=INTERVAL,
     )
-    nodes = {node: slots_of(node, random.Random(node)) for node in range(gpus // 8)}
+
+
+def write(store: TableStore, nodes: dict[int, list[Slot]], days: float) -> int:
+    """Every node's cycles over the ``days`` before ``END``, in time order; the cycles."""
     start = END - timedelta(days=days)
     steps = int(days * 86400 / INTERVAL)
     began = time.monotonic()
@@ -160,11 +218,24 @@ def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
         at = start + timedelta(seconds=step * INTERVAL)
         for node, slots in nodes.items():
             profiles = [slot.profile(at) for slot in slots]
-            store.publish(CycleResult(f"node-{node:04d}", at, WINDOW, profiles))
+            pods = [slot.usage(at, profile) for slot, profile in zip(slots, profiles, strict=True)]
+            usage = [pod for pod in pods if pod is not None]
+            store.publish(CycleResult(node_name(node), at, WINDOW, profiles, usage))
         if step % 288 == 0:
             print(f"  day {step // 288} written, {time.monotonic() - began:.0f} s", flush=True)
+    return steps * len(nodes)
+
+
+def fill(url: str, gpus: int, days: int, raw_days: int, first_node: int = 0) -> None:
+    store = writer(url, raw_days)
+    nodes = {
+        node: slots_of(node, random.Random(node))
+        for node in range(first_node, first_node + gpus // 8)
+    }
+    began = time.monotonic()
+    cycles = write(store, nodes, days)
     store.close()
-    print(f"{steps * len(nodes):,} cycles in {time.monotonic() - began:.0f} s")
+    print(f"{cycles:,} cycles in {time.monotonic() - began:.0f} s")
     prune(url, raw_days)
 
 
@@ -319,6 +390,9 @@ def main() -> None:
     filling.add_argument("--gpus", type=int, default=256)
     filling.add_argument("--days", type=int, default=30)
     filling.add_argument("--raw-days", type=int, default=14)
+    filling.add_argument(
+        "--first-node", type=int, default=0, help="number nodes from here (parallel fills)"
+    )
     timing = commands.add_parser("time")
     timing.add_argument("url")
     timing.add_argument("--rounds", type=int, default=3)
@@ -331,7 +405,7 @@ def main() -> None:
     checking.add_argument("--sample", type=int, default=20)
     args = parser.parse_args()
     if args.command == "fill":
-        fill(args.url, args.gpus, args.days, args.raw_days)
+        fill(args.url, args.gpus, args.days, args.raw_days, args.first_node)
     elif args.command == "prune":
         prune(args.url, args.raw_days)
     elif args.command == "time":
