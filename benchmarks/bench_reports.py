@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from profiler_app.durations import parse_duration  # noqa: E402
 from profiler_app.model import (  # noqa: E402
     DRAM_ACTIVE,
     FB_USED,
@@ -53,6 +54,7 @@ from profiler_app.model import (  # noqa: E402
 )
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
+from profiler_app.sinks.store.engine import sqlalchemy_url  # noqa: E402
 from profiler_app.sinks.store.retention import Retention  # noqa: E402
 from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
@@ -62,6 +64,7 @@ WINDOW = 1800.0
 VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial", "rightsize")
 FORMATS = ("table", "json", "csv")
 RANGES = ("30d", "24h")
+COMMANDS = ("run", "analyze", "report", "trace", "trial", "completion", "unprotect", "demo")
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -264,7 +267,7 @@ def _run(arguments: list[str]) -> tuple[float, int, int]:
 def time_views(url: str, rounds: int, views: list[str]) -> None:
     until = END.isoformat().replace("+00:00", "Z")
     results = {}
-    for command in (["--help"], ["report", "--help"], ["run", "--help"], ["trial", "--help"]):
+    for command in (["--help"], *([name, "--help"] for name in COMMANDS)):
         seconds = statistics.median(_run(command)[0] for _ in range(rounds))
         print(f"start-up {' '.join(command):<16} {seconds:.2f} s", flush=True)
     for since in RANGES:
@@ -301,85 +304,50 @@ def time_views(url: str, rounds: int, views: list[str]) -> None:
     print(json.dumps(results))
 
 
-def check(url: str, sample: int) -> None:
-    """The gpu and rightsize views against SQL of this function's own over the raw rows."""
+def check(url: str, sample: int, since: str) -> None:
+    """Every view for a sample against ``check_views``' SQL over the raw rows."""
     import sqlalchemy as sa  # noqa: PLC0415
 
-    from profiler_app.rightsizing import model_for  # noqa: PLC0415
+    from benchmarks.check_views import check as check_views  # noqa: PLC0415
 
-    until = END
-    since = END - timedelta(days=2)  # inside the raw rows' retention
-    engine = sa.create_engine(url)
-    start_s, end_s = since.timestamp(), until.timestamp()
-    with engine.connect() as connection:
-        rows = connection.execute(
-            sa.text(
-                "SELECT node, gpu, uuid, gpu_i_id, namespace, coalesce(owner_name, pod),"
-                " at, covers_seconds, util_idle_fraction, sm_active_p95 FROM gpu_window"
-            )
-        ).all()
-    engine.dispose()
-    gpus: dict[tuple[str, str, str], list[float]] = {}
-    workloads: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for node, gpu, _, instance, namespace, workload, at, covers, idle, sm in rows:
-        moment = (at if isinstance(at, datetime) else datetime.fromisoformat(at)).replace(
-            tzinfo=UTC
-        )
-        end = moment.timestamp()
-        overlap = min(end, end_s) - max(end - covers, start_s)
-        if overlap <= 0:
-            continue
-        totals = gpus.setdefault((node, gpu, instance or ""), [0.0, 0.0])
-        totals[0] += overlap / 3600
-        totals[1] += overlap * (idle or 0.0) / 3600
-        if workload is not None and sm is not None:
-            workloads.setdefault((namespace or "", workload), []).append((sm, overlap))
-    arguments = [
-        "report",
-        "--store-url",
-        url,
-        "--since",
-        "2d",
-        "--until",
-        END.isoformat(),
-        "-o",
-        "json",
-    ]
-    differences = {"covered hours": 0.0, "idle hours": 0.0, "sm p95": 0.0}
-    for view in ("gpu", "rightsize"):
+    window = timedelta(seconds=parse_duration(since))
+    until = END.isoformat().replace("+00:00", "Z")
+
+    def report(view: str) -> list[dict[str, Any]]:
+        arguments = ["report", "--store-url", url, "--by", view, "--since", since]
+        arguments += ["--until", until, "--top", "0", "-o", "json"]
         out = subprocess.run(
-            [sys.executable, "-m", "profiler_app", *arguments, "--by", view],
+            [sys.executable, "-m", "profiler_app", *arguments],
             capture_output=True,
             text=True,
             check=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         ).stdout
-        for row in json.loads(out)["rows"][: sample * 50]:
-            if view == "gpu":
-                expected = gpus.get((row["node"], row["gpu"], row["mig_instance"] or ""))
-                if expected is None:
-                    continue
-                differences["covered hours"] = max(
-                    differences["covered hours"], abs(row["covered_hours"] - expected[0])
-                )
-                differences["idle hours"] = max(
-                    differences["idle hours"], abs(row["idle_gpu_hours"] - expected[1])
-                )
-            elif row.get("needs") and (row["namespace"], row["workload"]) in workloads:
-                values = sorted(workloads[(row["namespace"], row["workload"])])
-                target = 0.95 * sum(weight for _, weight in values)
-                cumulative, p95 = 0.0, values[-1][0]
-                for value, weight in values:
-                    cumulative += weight
-                    if cumulative >= target:
-                        p95 = value
-                        break
-                model = model_for(row["gpu_model"])
-                assert model is not None
-                profile = model.profile(row["current_profile"]) if row["current_profile"] else None
-                sms = row["needs"]["sms"] / (profile.sms if profile else model.sms)
-                differences["sm p95"] = max(differences["sm p95"], abs(sms - min(p95, 1.0)))
-    print(json.dumps(differences))
+        rows: list[dict[str, Any]] = json.loads(out)["rows"]
+        return rows
+
+    engine = sa.create_engine(sqlalchemy_url(parse_store_url(url)))
+    with engine.connect() as connection:
+        differences = check_views(connection, report, END - window, END, sample)
+    engine.dispose()
+    for name in sorted(differences.compared.keys() | differences.largest.keys()):
+        largest = differences.largest.get(name)
+        print(
+            f"{name:<52} {differences.compared.get(name, 0):>7} compared"
+            + ("" if largest is None else f", largest difference {largest:.3g}")
+        )
+
+
+def replicate(url: str, templates: int, nodes: int, first: int) -> None:
+    """Nodes ``first`` to ``nodes - 1`` copied from template ``node % templates`` by SQL."""
+    from benchmarks.store_replica import copy_nodes, describe  # noqa: PLC0415
+
+    began = time.monotonic()
+    copies = [(tokens(node % templates), tokens(node)) for node in range(first, nodes)]
+    written = copy_nodes(url, copies)
+    seconds = time.monotonic() - began
+    print(f"{len(copies)} nodes copied, {sum(written.values()):,} rows in {seconds:.0f} s")
+    describe(url)
 
 
 def main() -> None:
@@ -403,15 +371,24 @@ def main() -> None:
     checking = commands.add_parser("check")
     checking.add_argument("url")
     checking.add_argument("--sample", type=int, default=20)
+    checking.add_argument("--since", default="2d", help="inside the raw rows' retention")
+    copying = commands.add_parser("replicate", help="copy template nodes to a fleet by SQL")
+    copying.add_argument("url")
+    copying.add_argument("--templates", type=int, default=2, help="nodes 0 to N-1")
+    copying.add_argument("--nodes", type=int, default=1000, help="nodes in the store after")
+    copying.add_argument("--first", type=int, default=None, help="first node to write")
     args = parser.parse_args()
     if args.command == "fill":
         fill(args.url, args.gpus, args.days, args.raw_days, args.first_node)
+    elif args.command == "replicate":
+        first = args.templates if args.first is None else args.first
+        replicate(args.url, args.templates, args.nodes, first)
     elif args.command == "prune":
         prune(args.url, args.raw_days)
     elif args.command == "time":
         time_views(args.url, args.rounds, args.views.split(","))
     else:
-        check(args.url, args.sample)
+        check(args.url, args.sample, args.since)
 
 
 if __name__ == "__main__":

@@ -179,3 +179,32 @@ class _Copier:
             self.bind | {f"k{i}": f"%{token}%" for i, token in enumerate(self.tokens)},
         ).first()
         return found is not None
+
+
+def describe(url: str) -> None:
+    """Rows per table, workloads per GPU-day, and the database's size."""
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        for table in node_tables(engine):
+            count = connection.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+            print(f"  {table.name:<16} {count:>14,} rows")
+        # Distinct workloads per GPU (or MIG instance) and day, from the raw rows' day rollup.
+        slots, pairs = connection.execute(
+            sa.text(
+                "SELECT count(DISTINCT day || node || gpu || gpu_i_id),"
+                " count(DISTINCT day || node || gpu || gpu_i_id || namespace || owner_name)"
+                " FROM gpu_day WHERE owner_name <> ''"
+            )
+        ).one()
+        gpus = connection.execute(
+            sa.text("SELECT count(DISTINCT node || '/' || gpu || '/' || gpu_i_id) FROM gpu_day")
+        ).scalar()
+        print(
+            f"  {gpus:,} GPUs and MIG instances; {pairs / max(slots, 1):.2f} workloads per GPU-day"
+        )
+        if engine.dialect.name == "postgresql":
+            size = connection.execute(
+                sa.text("SELECT pg_size_pretty(pg_database_size(current_database()))")
+            ).scalar()
+            print(f"  database size {size}")
+    engine.dispose()
