@@ -8,19 +8,26 @@ Run by hand from the repository root::
     .venv/bin/python benchmarks/bench_reports.py time "$STORE"
     .venv/bin/python benchmarks/bench_reports.py check "$STORE"
 
+At fleet scale (PostgreSQL from ``bench_store.py start``): ``fill`` a few template nodes, one
+process per node (``--gpus 8 --first-node N``), then ``replicate URL --templates 2 --nodes
+1000`` copies them by SQL to nodes 2 to 999 (``store_replica.py``).
+
 ``fill`` writes every node's cycles in time order through ``TableStore.publish`` (one
 transaction per cycle with its rollups, raw rows kept 14 days by the writer's retention, as a
 daemon run with the defaults does), at a 300 s store interval. The cluster churns: each GPU (or
 MIG instance: every fourth node splits GPU 0 into two) runs a sequence of pods of changing
 workloads, each pod living 1 to 8 hours (restarts several times a day), separated by idle gaps
-of random length (some with the pod still holding memory); SM and DRAM activity and the peaks
-vary from window to window. Seeded: the same arguments give the same store.
+of random length (some with the pod still holding memory); one pod in ten holds its GPU without
+using it; SM and DRAM activity and the peaks vary from window to window; each pod's usage is
+reported as the daemon reports it (``pod_usage``). Seeded: the same arguments give the same
+store.
 
 ``time`` runs each ``--by`` view in table, JSON and CSV for ``--since 30d`` and ``24h`` as a
 whole ``gpu-profiler`` process, three times; it prints the median wall time and the largest
-peak RSS. ``check`` recomputes, over a range inside the raw rows' retention, each sampled GPU's
-covered and idle hours (the gpu view) and each sampled workload's SM p95 (the rightsize view)
-with SQL of its own over ``gpu_window``, and prints the largest difference.
+peak RSS, after the start-up of ``--help`` and of each command's ``--help``. ``check`` runs
+every view over a range inside the raw rows' retention and compares a sample of nodes, their
+GPUs and pods, and of workloads with ``check_views.py``'s own SQL over the raw rows; it prints
+the largest difference per figure.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -304,18 +312,12 @@ def time_views(url: str, rounds: int, views: list[str]) -> None:
     print(json.dumps(results))
 
 
-def check(url: str, sample: int, since: str) -> None:
-    """Every view for a sample against ``check_views``' SQL over the raw rows."""
-    import sqlalchemy as sa  # noqa: PLC0415
+def cli_report(url: str, since: str, until: datetime = END) -> Callable[[str], list[Any]]:
+    """A view's JSON rows from a whole ``gpu-profiler report`` process (every pod: --top 0)."""
 
-    from benchmarks.check_views import check as check_views  # noqa: PLC0415
-
-    window = timedelta(seconds=parse_duration(since))
-    until = END.isoformat().replace("+00:00", "Z")
-
-    def report(view: str) -> list[dict[str, Any]]:
+    def report(view: str) -> list[Any]:
         arguments = ["report", "--store-url", url, "--by", view, "--since", since]
-        arguments += ["--until", until, "--top", "0", "-o", "json"]
+        arguments += ["--until", until.isoformat(), "--top", "0", "-o", "json"]
         out = subprocess.run(
             [sys.executable, "-m", "profiler_app", *arguments],
             capture_output=True,
@@ -323,12 +325,22 @@ def check(url: str, sample: int, since: str) -> None:
             check=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         ).stdout
-        rows: list[dict[str, Any]] = json.loads(out)["rows"]
+        rows: list[Any] = json.loads(out)["rows"]
         return rows
 
+    return report
+
+
+def check(url: str, sample: int, since: str) -> None:
+    """Every view for a sample against ``check_views``' SQL over the raw rows."""
+    import sqlalchemy as sa  # noqa: PLC0415
+
+    from benchmarks.check_views import check as check_views  # noqa: PLC0415
+
+    window = timedelta(seconds=parse_duration(since))
     engine = sa.create_engine(sqlalchemy_url(parse_store_url(url)))
     with engine.connect() as connection:
-        differences = check_views(connection, report, END - window, END, sample)
+        differences = check_views(connection, cli_report(url, since), END - window, END, sample)
     engine.dispose()
     for name in sorted(differences.compared.keys() | differences.largest.keys()):
         largest = differences.largest.get(name)
