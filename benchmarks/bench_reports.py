@@ -8,19 +8,26 @@ Run by hand from the repository root::
     .venv/bin/python benchmarks/bench_reports.py time "$STORE"
     .venv/bin/python benchmarks/bench_reports.py check "$STORE"
 
+At fleet scale (PostgreSQL from ``bench_store.py start``): ``fill`` a few template nodes, one
+process per node (``--gpus 8 --first-node N``), then ``replicate URL --templates 2 --nodes
+1000`` copies them by SQL to nodes 2 to 999 (``store_replica.py``).
+
 ``fill`` writes every node's cycles in time order through ``TableStore.publish`` (one
 transaction per cycle with its rollups, raw rows kept 14 days by the writer's retention, as a
 daemon run with the defaults does), at a 300 s store interval. The cluster churns: each GPU (or
 MIG instance: every fourth node splits GPU 0 into two) runs a sequence of pods of changing
 workloads, each pod living 1 to 8 hours (restarts several times a day), separated by idle gaps
-of random length (some with the pod still holding memory); SM and DRAM activity and the peaks
-vary from window to window. Seeded: the same arguments give the same store.
+of random length (some with the pod still holding memory); one pod in ten holds its GPU without
+using it; SM and DRAM activity and the peaks vary from window to window; each pod's usage is
+reported as the daemon reports it (``pod_usage``). Seeded: the same arguments give the same
+store.
 
 ``time`` runs each ``--by`` view in table, JSON and CSV for ``--since 30d`` and ``24h`` as a
 whole ``gpu-profiler`` process, three times; it prints the median wall time and the largest
-peak RSS. ``check`` recomputes, over a range inside the raw rows' retention, each sampled GPU's
-covered and idle hours (the gpu view) and each sampled workload's SM p95 (the rightsize view)
-with SQL of its own over ``gpu_window``, and prints the largest difference.
+peak RSS, after the start-up of ``--help`` and of each command's ``--help``. ``check`` runs
+every view over a range inside the raw rows' retention and compares a sample of nodes, their
+GPUs and pods, and of workloads with ``check_views.py``'s own SQL over the raw rows; it prints
+the largest difference per figure.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from profiler_app.durations import parse_duration  # noqa: E402
 from profiler_app.model import (  # noqa: E402
     DRAM_ACTIVE,
     FB_USED,
@@ -49,9 +58,11 @@ from profiler_app.model import (  # noqa: E402
     CycleResult,
     FieldStats,
     GpuProfile,
+    PodUsage,
 )
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
+from profiler_app.sinks.store.engine import sqlalchemy_url  # noqa: E402
 from profiler_app.sinks.store.retention import Retention  # noqa: E402
 from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
@@ -61,7 +72,34 @@ WINDOW = 1800.0
 VIEWS = ("node", "gpu", "pod", "idle-pods", "waste", "trace", "trial", "rightsize")
 FORMATS = ("table", "json", "csv")
 RANGES = ("30d", "24h")
+COMMANDS = ("run", "analyze", "report", "trace", "trial", "completion", "unprotect", "demo")
 H100 = "NVIDIA H100 80GB HBM3"
+
+
+# Every name that says which node a row came from holds one of these tokens, so that
+# ``store_replica`` can copy a node's rows to another node by replacing them: node names, GPU
+# UUIDs, pod names, and workloads (shared by the nodes of a group, as a job's pods spread).
+NODES_PER_GROUP = 25
+
+
+def node_name(node: int) -> str:
+    return f"node-{node:04d}"
+
+
+def uuid_token(node: int) -> str:
+    return f"GPU-{node:08x}-"
+
+
+def pod_token(node: int) -> str:
+    return f"-n{node:04d}-"
+
+
+def group_token(node: int) -> str:
+    return f"-g{node // NODES_PER_GROUP:03d}"
+
+
+def tokens(node: int) -> tuple[str, ...]:
+    return node_name(node), uuid_token(node), pod_token(node), group_token(node)
 
 
 class Slot:
@@ -73,6 +111,7 @@ class Slot:
         self.pod: tuple[str, str, str, str] | None = None
         self.level = 0.0
         self.serial = 0
+        self.started = self.until
 
     def next(self, at: datetime) -> None:
         """A new pod (restarted or another workload) or an idle gap, when the current ends."""
@@ -87,13 +126,16 @@ class Slot:
             return
         workload = rng.randrange(400)
         kind = ("PyTorchJob", "Deployment", "Job")[workload % 3]
+        owner = f"w{workload}{group_token(self.node)}"
         self.pod = (
             f"team-{workload % 25}",
-            f"w{workload}-{self.node}-{self.serial}",
+            f"{owner}{pod_token(self.node)}{self.serial}-{self.gpu}{self.instance}",
             kind,
-            f"w{workload}",
+            owner,
         )
-        self.level = rng.uniform(0.05, 0.95)
+        # One pod in ten holds its GPU without using it (report --by idle-pods).
+        self.level = 0.0 if rng.random() < 0.1 else rng.uniform(0.05, 0.95)
+        self.started = at
         self.until = at + timedelta(minutes=rng.randint(60, 480))
 
     def profile(self, at: datetime) -> GpuProfile:
@@ -114,8 +156,8 @@ class Slot:
         training = active and owner_kind == "PyTorchJob"
         return GpuProfile(
             str(self.gpu),
-            f"GPU-{self.node * 8 + self.gpu:05d}",
-            f"node-{self.node:04d}",
+            f"{uuid_token(self.node)}{self.gpu:04x}-4000-8000-000000000000",
+            node_name(self.node),
             ("training" if training else "inference") if active else "idle",
             120.0 if training else None,
             stats,
@@ -126,6 +168,28 @@ class Slot:
             mig_instance=self.instance,
             mig_profile="3g.40gb" if self.instance else "",
             gpu_model=H100,
+        )
+
+    def usage(self, at: datetime, profile: GpuProfile) -> PodUsage | None:
+        """The pod's peaks in this cycle, as the daemon reports a pod holding GPUs."""
+        if profile.pod is None or profile.namespace is None:
+            return None
+        util = profile.stats[GPU_UTIL].max if self.level > 0 else 0.0
+        return PodUsage(
+            profile.namespace,
+            profile.pod,
+            node_name(self.node),
+            self.started,
+            (profile.gpu,),
+            util,
+            profile.stats[MEM_COPY_UTIL].max,
+            profile.stats[FB_USED].max,
+            cpu_util_max=self.rng.uniform(20, 400),
+            mem_used_max_bytes=self.rng.uniform(4e9, 64e9),
+            first_seen=max(self.started, at - timedelta(seconds=WINDOW)),
+            last_seen=at,
+            owner_kind=profile.owner_kind,
+            owner_name=profile.owner_name,
         )
 
 
@@ -144,15 +208,20 @@ def _without_fsync(connection: Any) -> None:
     connection.execute("PRAGMA synchronous=OFF")
 
 
-def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
+def writer(url: str, raw_days: int) -> TableStore:
+    """The daemon's writer with the defaults' retention, and SQLite without an fsync per
+    commit."""
     dbapi.prepare_sqlite_writer = _without_fsync
-    store = TableStore(
+    return TableStore(
         url,
         retention_seconds=raw_days * 86400.0,
         rollup_retention_seconds=400 * 86400.0,
         store_interval_seconds=INTERVAL,
     )
-    nodes = {node: slots_of(node, random.Random(node)) for node in range(gpus // 8)}
+
+
+def write(store: TableStore, nodes: dict[int, list[Slot]], days: float) -> int:
+    """Every node's cycles over the ``days`` before ``END``, in time order; the cycles."""
     start = END - timedelta(days=days)
     steps = int(days * 86400 / INTERVAL)
     began = time.monotonic()
@@ -160,11 +229,24 @@ def fill(url: str, gpus: int, days: int, raw_days: int) -> None:
         at = start + timedelta(seconds=step * INTERVAL)
         for node, slots in nodes.items():
             profiles = [slot.profile(at) for slot in slots]
-            store.publish(CycleResult(f"node-{node:04d}", at, WINDOW, profiles))
+            pods = [slot.usage(at, profile) for slot, profile in zip(slots, profiles, strict=True)]
+            usage = [pod for pod in pods if pod is not None]
+            store.publish(CycleResult(node_name(node), at, WINDOW, profiles, usage))
         if step % 288 == 0:
             print(f"  day {step // 288} written, {time.monotonic() - began:.0f} s", flush=True)
+    return steps * len(nodes)
+
+
+def fill(url: str, gpus: int, days: int, raw_days: int, first_node: int = 0) -> None:
+    store = writer(url, raw_days)
+    nodes = {
+        node: slots_of(node, random.Random(node))
+        for node in range(first_node, first_node + gpus // 8)
+    }
+    began = time.monotonic()
+    cycles = write(store, nodes, days)
     store.close()
-    print(f"{steps * len(nodes):,} cycles in {time.monotonic() - began:.0f} s")
+    print(f"{cycles:,} cycles in {time.monotonic() - began:.0f} s")
     prune(url, raw_days)
 
 
@@ -190,10 +272,10 @@ def _run(arguments: list[str]) -> tuple[float, int, int]:
     return time.monotonic() - began, usage.ru_maxrss, os.waitstatus_to_exitcode(status)
 
 
-def time_views(url: str, rounds: int, views: list[str]) -> None:
+def time_views(url: str, rounds: int, views: list[str], start_up: bool = True) -> None:
     until = END.isoformat().replace("+00:00", "Z")
     results = {}
-    for command in (["--help"], ["report", "--help"], ["run", "--help"], ["trial", "--help"]):
+    for command in (["--help"], *([name, "--help"] for name in COMMANDS)) if start_up else ():
         seconds = statistics.median(_run(command)[0] for _ in range(rounds))
         print(f"start-up {' '.join(command):<16} {seconds:.2f} s", flush=True)
     for since in RANGES:
@@ -230,85 +312,54 @@ def time_views(url: str, rounds: int, views: list[str]) -> None:
     print(json.dumps(results))
 
 
-def check(url: str, sample: int) -> None:
-    """The gpu and rightsize views against SQL of this function's own over the raw rows."""
-    import sqlalchemy as sa  # noqa: PLC0415
+def cli_report(url: str, since: str, until: datetime = END) -> Callable[[str], list[Any]]:
+    """A view's JSON rows from a whole ``gpu-profiler report`` process (every pod: --top 0)."""
 
-    from profiler_app.rightsizing import model_for  # noqa: PLC0415
-
-    until = END
-    since = END - timedelta(days=2)  # inside the raw rows' retention
-    engine = sa.create_engine(url)
-    start_s, end_s = since.timestamp(), until.timestamp()
-    with engine.connect() as connection:
-        rows = connection.execute(
-            sa.text(
-                "SELECT node, gpu, uuid, gpu_i_id, namespace, coalesce(owner_name, pod),"
-                " at, covers_seconds, util_idle_fraction, sm_active_p95 FROM gpu_window"
-            )
-        ).all()
-    engine.dispose()
-    gpus: dict[tuple[str, str, str], list[float]] = {}
-    workloads: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for node, gpu, _, instance, namespace, workload, at, covers, idle, sm in rows:
-        moment = (at if isinstance(at, datetime) else datetime.fromisoformat(at)).replace(
-            tzinfo=UTC
-        )
-        end = moment.timestamp()
-        overlap = min(end, end_s) - max(end - covers, start_s)
-        if overlap <= 0:
-            continue
-        totals = gpus.setdefault((node, gpu, instance or ""), [0.0, 0.0])
-        totals[0] += overlap / 3600
-        totals[1] += overlap * (idle or 0.0) / 3600
-        if workload is not None and sm is not None:
-            workloads.setdefault((namespace or "", workload), []).append((sm, overlap))
-    arguments = [
-        "report",
-        "--store-url",
-        url,
-        "--since",
-        "2d",
-        "--until",
-        END.isoformat(),
-        "-o",
-        "json",
-    ]
-    differences = {"covered hours": 0.0, "idle hours": 0.0, "sm p95": 0.0}
-    for view in ("gpu", "rightsize"):
+    def report(view: str) -> list[Any]:
+        arguments = ["report", "--store-url", url, "--by", view, "--since", since]
+        arguments += ["--until", until.isoformat(), "--top", "0", "-o", "json"]
         out = subprocess.run(
-            [sys.executable, "-m", "profiler_app", *arguments, "--by", view],
+            [sys.executable, "-m", "profiler_app", *arguments],
             capture_output=True,
             text=True,
             check=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         ).stdout
-        for row in json.loads(out)["rows"][: sample * 50]:
-            if view == "gpu":
-                expected = gpus.get((row["node"], row["gpu"], row["mig_instance"] or ""))
-                if expected is None:
-                    continue
-                differences["covered hours"] = max(
-                    differences["covered hours"], abs(row["covered_hours"] - expected[0])
-                )
-                differences["idle hours"] = max(
-                    differences["idle hours"], abs(row["idle_gpu_hours"] - expected[1])
-                )
-            elif row.get("needs") and (row["namespace"], row["workload"]) in workloads:
-                values = sorted(workloads[(row["namespace"], row["workload"])])
-                target = 0.95 * sum(weight for _, weight in values)
-                cumulative, p95 = 0.0, values[-1][0]
-                for value, weight in values:
-                    cumulative += weight
-                    if cumulative >= target:
-                        p95 = value
-                        break
-                model = model_for(row["gpu_model"])
-                assert model is not None
-                profile = model.profile(row["current_profile"]) if row["current_profile"] else None
-                sms = row["needs"]["sms"] / (profile.sms if profile else model.sms)
-                differences["sm p95"] = max(differences["sm p95"], abs(sms - min(p95, 1.0)))
-    print(json.dumps(differences))
+        rows: list[Any] = json.loads(out)["rows"]
+        return rows
+
+    return report
+
+
+def check(url: str, sample: int, since: str) -> None:
+    """Every view for a sample against ``check_views``' SQL over the raw rows."""
+    import sqlalchemy as sa  # noqa: PLC0415
+
+    from benchmarks.check_views import check as check_views  # noqa: PLC0415
+
+    window = timedelta(seconds=parse_duration(since))
+    engine = sa.create_engine(sqlalchemy_url(parse_store_url(url)))
+    with engine.connect() as connection:
+        differences = check_views(connection, cli_report(url, since), END - window, END, sample)
+    engine.dispose()
+    for name in sorted(differences.compared.keys() | differences.largest.keys()):
+        largest = differences.largest.get(name)
+        print(
+            f"{name:<52} {differences.compared.get(name, 0):>7} compared"
+            + ("" if largest is None else f", largest difference {largest:.3g}")
+        )
+
+
+def replicate(url: str, templates: int, nodes: int, first: int) -> None:
+    """Nodes ``first`` to ``nodes - 1`` copied from template ``node % templates`` by SQL."""
+    from benchmarks.store_replica import copy_nodes, describe  # noqa: PLC0415
+
+    began = time.monotonic()
+    copies = [(tokens(node % templates), tokens(node)) for node in range(first, nodes)]
+    written = copy_nodes(url, copies)
+    seconds = time.monotonic() - began
+    print(f"{len(copies)} nodes copied, {sum(written.values()):,} rows in {seconds:.0f} s")
+    describe(url)
 
 
 def main() -> None:
@@ -319,25 +370,38 @@ def main() -> None:
     filling.add_argument("--gpus", type=int, default=256)
     filling.add_argument("--days", type=int, default=30)
     filling.add_argument("--raw-days", type=int, default=14)
+    filling.add_argument(
+        "--first-node", type=int, default=0, help="number nodes from here (parallel fills)"
+    )
     timing = commands.add_parser("time")
     timing.add_argument("url")
     timing.add_argument("--rounds", type=int, default=3)
     timing.add_argument("--views", default=",".join(VIEWS))
+    timing.add_argument("--no-start-up", action="store_true", help="only the report views")
     pruning = commands.add_parser("prune")
     pruning.add_argument("url")
     pruning.add_argument("--raw-days", type=int, default=14)
     checking = commands.add_parser("check")
     checking.add_argument("url")
     checking.add_argument("--sample", type=int, default=20)
+    checking.add_argument("--since", default="2d", help="inside the raw rows' retention")
+    copying = commands.add_parser("replicate", help="copy template nodes to a fleet by SQL")
+    copying.add_argument("url")
+    copying.add_argument("--templates", type=int, default=2, help="nodes 0 to N-1")
+    copying.add_argument("--nodes", type=int, default=1000, help="nodes in the store after")
+    copying.add_argument("--first", type=int, default=None, help="first node to write")
     args = parser.parse_args()
     if args.command == "fill":
-        fill(args.url, args.gpus, args.days, args.raw_days)
+        fill(args.url, args.gpus, args.days, args.raw_days, args.first_node)
+    elif args.command == "replicate":
+        first = args.templates if args.first is None else args.first
+        replicate(args.url, args.templates, args.nodes, first)
     elif args.command == "prune":
         prune(args.url, args.raw_days)
     elif args.command == "time":
-        time_views(args.url, args.rounds, args.views.split(","))
+        time_views(args.url, args.rounds, args.views.split(","), not args.no_start_up)
     else:
-        check(args.url, args.sample)
+        check(args.url, args.sample, args.since)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ CYCLE = 30.0
 WINDOW = 1800.0
 GPUS = 8
 JOBS = ("training", "inference", "idle", "bursty")
+SIMULATED = "node LIKE 'sim-%'"  # this benchmark's nodes, not a full store's own
 
 
 def node_name(index: int) -> str:
@@ -172,13 +173,16 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
     rows: dict[str, list[datetime]] = {}
     listing = servers.psql(
         "SET TIME ZONE 'UTC'; SELECT node, string_agg(to_char(at, 'YYYY-MM-DD\"T\"HH24:MI:SS.US'),"
-        " ',' ORDER BY at) FROM (SELECT DISTINCT node, at FROM gpu_window) AS cycles"
+        " ',' ORDER BY at) FROM (SELECT DISTINCT node, at FROM gpu_window"
+        f" WHERE {SIMULATED}) AS cycles"
         " GROUP BY node"
     )
     for line in listing.splitlines():
         node, times = line.split("|")
         rows[node] = [datetime.fromisoformat(t).replace(tzinfo=UTC) for t in times.split(",")]
-    per_gpu = servers.psql("SELECT count(*) FROM gpu_window GROUP BY node, gpu HAVING count(*) > 0")
+    per_gpu = servers.psql(
+        f"SELECT count(*) FROM gpu_window WHERE {SIMULATED} GROUP BY node, gpu HAVING count(*) > 0"
+    )
     lost = extra = 0
     for node, result in results.items():
         sent = {datetime.fromisoformat(at) for at in result["committed"]}
@@ -191,7 +195,7 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
     stored_covers = dict(
         line.split("|")
         for line in servers.psql(
-            "SELECT node, sum(covers_seconds) FROM gpu_window GROUP BY node"
+            f"SELECT node, sum(covers_seconds) FROM gpu_window WHERE {SIMULATED} GROUP BY node"
         ).splitlines()
     )
     covers_off = sum(
@@ -207,12 +211,12 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
         abs(covers[node] - GPUS * (WINDOW + (times[-1] - times[0]).total_seconds())) < 1e-6
         for node, times in rows.items()
     )
-    raw_total = float(servers.psql("SELECT sum(covers_seconds) FROM gpu_window"))
-    hour_total = float(servers.psql("SELECT sum(covered_seconds) FROM gpu_hour"))
-    day_total = float(servers.psql("SELECT sum(covered_seconds) FROM gpu_day"))
+    raw_total = float(servers.psql(f"SELECT sum(covers_seconds) FROM gpu_window WHERE {SIMULATED}"))
+    hour_total = float(servers.psql(f"SELECT sum(covered_seconds) FROM gpu_hour WHERE {SIMULATED}"))
+    day_total = float(servers.psql(f"SELECT sum(covered_seconds) FROM gpu_day WHERE {SIMULATED}"))
     return {
         "cycles committed": sum(len(r["committed"]) for r in results.values()),
-        "rows stored": int(servers.psql("SELECT count(*) FROM gpu_window")),
+        "rows stored": int(servers.psql(f"SELECT count(*) FROM gpu_window WHERE {SIMULATED}")),
         "GPUs with rows": len(per_gpu.splitlines()),
         "committed cycles missing from the store": lost,
         "stored cycles not seen committed (ambiguous commits)": extra,
@@ -299,13 +303,24 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=40)
     parser.add_argument("--kill-at", type=float, help="simulated minute to kill PostgreSQL at")
     parser.add_argument("--down", type=float, default=20.0, help="wall seconds it stays down")
+    parser.add_argument(
+        "--servers",
+        type=Path,
+        help="write into the store of servers bench_store.py start left in this folder (a full"
+        " store) instead of new, empty ones; PgBouncer's waits then run on the wall clock",
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="store-writers-"))
     folder.chmod(0o755)  # the server runs as the postgres user when we are root
     root = folder / "servers"
-    # PgBouncer's own waits (for a server connection, between failed logins) run on the same
-    # compressed clock as the daemons.
-    servers = store_server.start(root, pool_size=args.pool_size, time_scale=args.speed)
+    if args.servers is not None:
+        servers = store_server.attach(args.servers)
+        root = folder
+        args.pool_size = json.loads((args.servers / "servers.json").read_text())["pool_size"]
+    else:
+        # PgBouncer's own waits (for a server connection, between failed logins) run on the
+        # same compressed clock as the daemons.
+        servers = store_server.start(root, pool_size=args.pool_size, time_scale=args.speed)
     try:
         TableStore(servers.url()).close()  # migrated once, as the first daemon would
         plan = Plan(servers.url(pooled=True), time.time() + 3.0, args.speed, int(args.minutes * 2))
@@ -331,7 +346,8 @@ def main() -> None:
         for what, value in verify(servers, results).items():
             print(f"{what}: {value}")
     finally:
-        store_server.stop(servers)
+        if args.servers is None:
+            store_server.stop(servers)
         shutil.rmtree(folder, ignore_errors=True)
 
 
