@@ -351,11 +351,22 @@ def check(url: str, sample: int, since: str) -> None:
 
 
 def replicate(url: str, templates: int, nodes: int, first: int) -> None:
-    """Nodes ``first`` to ``nodes - 1`` copied from template ``node % templates`` by SQL."""
+    """Nodes ``first`` to ``nodes - 1`` copied from template ``node % templates`` by SQL.
+
+    The templates (nodes 0 to ``templates - 1``, one group) are copied as whole groups: nodes
+    ``k * templates`` to ``(k + 1) * templates - 1`` form copy group ``k``, whose workloads are
+    the templates' renamed (right-sizing's rollups merge a workload's nodes)."""
     from benchmarks.store_replica import copy_nodes, describe  # noqa: PLC0415
 
+    if templates > NODES_PER_GROUP or first % templates:
+        raise SystemExit(
+            f"--templates must be at most {NODES_PER_GROUP} and --first a multiple of it"
+        )
     began = time.monotonic()
-    copies = [(tokens(node % templates), tokens(node)) for node in range(first, nodes)]
+    copies = [
+        (tokens(node % templates), (*tokens(node)[:-1], f"-c{node // templates:04d}"))
+        for node in range(first, nodes)
+    ]
     written = copy_nodes(url, copies)
     seconds = time.monotonic() - began
     print(f"{len(copies)} nodes copied, {sum(written.values()):,} rows in {seconds:.0f} s")

@@ -6,7 +6,9 @@ generic: every table the store holds (found by reflection, so tables added by la
 are copied too) that has a ``node`` column gets, per target node, its template's rows with every
 name token replaced (``bench_reports.tokens``: the node's name, its GPUs' UUID prefix, its pods'
 and its workloads' tokens), in time order across all targets, one slice of time per
-transaction, as daemons append. Nothing is packed afterwards: only ``ANALYZE`` (what autovacuum
+transaction, as daemons append. Tables keyed by workload without a node (right-sizing's
+rollups) merge the nodes a workload ran on, so they are copied per group of nodes (the last
+token): a target group must receive a copy of every template of its template group, once. Nothing is packed afterwards: only ``ANALYZE`` (what autovacuum
 does after many inserts) runs at the end. ``tests/unit/test_store_replica.py`` proves a copy
 equal to what the writer writes for the renamed node.
 """
@@ -20,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from profiler_app.sinks.store.engine import sqlalchemy_url
+from profiler_app.sinks.store.partitions import is_partition
 from profiler_app.sinks.store.urls import parse_store_url
 
 MAP_TABLE = "bench_replica_map"
@@ -47,6 +50,37 @@ def node_tables(engine: sa.Engine) -> list[sa.Table]:
     metadata = sa.MetaData()
     metadata.reflect(engine, only=sorted(names - {MAP_TABLE}))
     return [table for table in metadata.sorted_tables if "node" in table.c]
+
+
+def workload_tables(engine: sa.Engine) -> list[sa.Table]:
+    """Every table keyed by workload without a node (rows merged over a workload's nodes)."""
+    metadata = sa.MetaData()
+    tables = [table.name for table in node_tables(engine)]
+    names = set(sa.inspect(engine).get_table_names()) - set(tables) - {MAP_TABLE}
+    metadata.reflect(engine, only=sorted(names))
+    return [
+        table
+        for table in metadata.sorted_tables
+        if "workload" in table.c and "node" not in table.c and not is_partition(table.name)
+    ]
+
+
+def _check_whole_groups(copies: Sequence[tuple[Sequence[str], Sequence[str]]]) -> None:
+    """A workload's rows hold every node of its group: a target group must get each template of
+    one template group exactly once, else its merged rows would not be a copy's."""
+    templates_of_group: dict[str, set[str]] = {}
+    received: dict[str, list[tuple[str, str]]] = {}
+    for template, target in copies:
+        templates_of_group.setdefault(template[-1], set()).add(template[0])
+        received.setdefault(target[-1], []).append((template[-1], template[0]))
+    for group, copied in received.items():
+        sources = {source for source, _ in copied}
+        nodes = [node for _, node in copied]
+        if len(sources) != 1 or sorted(nodes) != sorted(templates_of_group[sources.pop()]):
+            raise ValueError(
+                f"group {group!r} must receive each template of one template group once "
+                "(workload rollups merge a group's nodes)"
+            )
 
 
 def _generated(table: sa.Table, column: sa.Column[Any]) -> bool:
@@ -81,8 +115,10 @@ def copy_nodes(
     templates = {template[0] for template, _ in copies}
     if templates & {target[0] for _, target in copies}:
         raise ValueError("a node cannot be copied onto a template")
+    _check_whole_groups(copies)
     engine = create_engine(url)
     tables = node_tables(engine)
+    merged = workload_tables(engine)
     quote = engine.dialect.identifier_preparer.quote
     written: dict[str, int] = {}
     with engine.connect() as connection:
@@ -104,13 +140,13 @@ def copy_nodes(
         )
         connection.commit()
         copier = _Copier(connection, quote, width, sorted(templates), copies)
-        for table in tables:
+        for table in [*tables, *merged]:
             began = time.monotonic()
-            written[table.name] = copier.copy(table)
+            written[table.name] = copier.copy(table, by_group=table in merged)
             log(f"  {table.name}: {written[table.name]:,} rows, {time.monotonic() - began:.0f} s")
         connection.execute(sa.text(f"DROP TABLE {MAP_TABLE}"))
         connection.commit()
-        for table in tables:  # what autovacuum's analyze would do after these inserts
+        for table in [*tables, *merged]:  # what autovacuum's analyze would do after inserts
             connection.execute(sa.text(f"ANALYZE {quote(table.name)}"))
         connection.commit()
     engine.dispose()
@@ -131,12 +167,24 @@ class _Copier:
         self.connection, self.quote, self.width = connection, quote, width
         self.per_template = len(copies) / len(templates)
         marks = ", ".join(f":t{i}" for i in range(len(templates)))
-        self.is_template = f"t.{quote('node')} IN ({marks})"
         self.bind = {f"t{i}": template for i, template in enumerate(templates)}
         self.tokens = sorted({token for template, _ in copies for token in template})
+        groups = sorted({template[-1] for template, _ in copies})
+        self.per_group = len({target[-1] for _, target in copies}) / len(groups)
+        self.bind |= {f"g{i}": f"%{group}%" for i, group in enumerate(groups)}
+        self.of_node = f"t.{quote('node')} IN ({marks})"
+        column = f"t.{quote('workload')}"
+        self.of_group = " OR ".join(f"{column} LIKE :g{i}" for i in range(len(groups)))
+        # One row per (template group, target group): a workload row is copied once per group.
+        last = width - 1
+        self.group_map = f"(SELECT DISTINCT o{last}, n{last} FROM {MAP_TABLE})"
+        self.group_join = f"{column} LIKE '%' || m.o{last} || '%'"
 
-    def copy(self, table: sa.Table) -> int:
+    def copy(self, table: sa.Table, by_group: bool = False) -> int:
         name, quote = self.quote(table.name), self.quote
+        self.is_template = f"({self.of_group})" if by_group else self.of_node
+        width = 1 if by_group else self.width
+        offset = self.width - 1 if by_group else 0
         expressions, names = [], []
         for column in table.c:
             if _generated(table, column):
@@ -144,7 +192,7 @@ class _Copier:
             names.append(quote(column.name))
             value = f"t.{quote(column.name)}"
             if isinstance(column.type, sa.String) and self._holds_tokens(name, value):
-                for i in range(self.width):
+                for i in range(offset, offset + width):
                     value = f"replace({value}, m.o{i}, m.n{i})"
             expressions.append(value)
         at = f"t.{quote(_time_column(table).name)}"
@@ -155,17 +203,23 @@ class _Copier:
             ),
             self.bind,
         ).all()
+        source = (
+            f"{self.group_map} m ON {self.group_join}"
+            if by_group
+            else f"{MAP_TABLE} m ON t.{quote('node')} = m.template"
+        )
         insert = sa.text(
             f"INSERT INTO {name} ({', '.join(names)}) SELECT {', '.join(expressions)}"
-            f" FROM {name} t JOIN {MAP_TABLE} m ON t.{quote('node')} = m.template"
-            f" WHERE {at} >= :first AND {at} <= :last ORDER BY {at}"
+            f" FROM {name} t JOIN {source}"
+            f" WHERE ({self.is_template}) AND {at} >= :first AND {at} <= :last ORDER BY {at}"
         )
         total, first, rows = 0, 0, 0.0
+        copies = self.per_group if by_group else self.per_template
         for index, (_, count) in enumerate(counts):
-            rows += count * self.per_template
+            rows += count * copies
             if rows >= SLICE_ROWS or index == len(counts) - 1:
                 bounds = {"first": counts[first][0], "last": counts[index][0]}
-                total += self.connection.execute(insert, bounds).rowcount
+                total += self.connection.execute(insert, bounds | self.bind).rowcount
                 self.connection.commit()
                 first, rows = index + 1, 0.0
         return total
@@ -185,7 +239,7 @@ def describe(url: str) -> None:
     """Rows per table, workloads per GPU-day, and the database's size."""
     engine = create_engine(url)
     with engine.connect() as connection:
-        for table in node_tables(engine):
+        for table in [*node_tables(engine), *workload_tables(engine)]:
             count = connection.execute(sa.select(sa.func.count()).select_from(table)).scalar()
             print(f"  {table.name:<16} {count:>14,} rows")
         # Distinct workloads per GPU (or MIG instance) and day, from the raw rows' day rollup.
