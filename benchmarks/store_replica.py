@@ -8,9 +8,10 @@ name token replaced (``bench_reports.tokens``: the node's name, its GPUs' UUID p
 and its workloads' tokens), in time order across all targets, one slice of time per
 transaction, as daemons append. Tables keyed by workload without a node (right-sizing's
 rollups) merge the nodes a workload ran on, so they are copied per group of nodes (the last
-token): a target group must receive a copy of every template of its template group, once. Nothing is packed afterwards: only ``ANALYZE`` (what autovacuum
-does after many inserts) runs at the end. ``tests/unit/test_store_replica.py`` proves a copy
-equal to what the writer writes for the renamed node.
+token): a target group must receive a copy of every template of its template group, once.
+Nothing is packed afterwards: only ``ANALYZE`` (what autovacuum does after many inserts) runs
+at the end. ``tests/unit/test_store_replica.py`` proves a copy equal to what the writer writes
+for the renamed node.
 """
 
 from __future__ import annotations
