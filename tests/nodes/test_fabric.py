@@ -65,11 +65,14 @@ def _preinstall_old_driver(cluster: Cluster) -> None:
     url = f"{cluster.repo.base_url(node.host_address)}/{standin_repo.cuda_repo(node.system)}/"
     listing = "/etc/apt/sources.list.d/standin-preinstall.list"
     apt = f"apt-get -q -o Dir::Etc::SourceList={listing} -o Dir::Etc::SourceParts=-"
-    node.run(
+    done = node.run(
         f"echo 'deb [trusted=yes] {url} /' > {listing} && {apt} update && "
         f"DEBIAN_FRONTEND=noninteractive {apt} install -y nvidia-headless-580-open={OLD}-0ubuntu1"
-        f" nvidia-utils-580={OLD}-0ubuntu1 && rm {listing}"
+        f" nvidia-utils-580={OLD}-0ubuntu1 nvidia-kernel-common-580={OLD}-0ubuntu1"
+        f" && rm {listing}",
+        check=False,
     )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
