@@ -51,11 +51,49 @@ class Runs:
     without_umad: RunResult  # gpu-b200-1 has no ib_umad yet: it must stop before the join
     converge: RunResult
     rerun: RunResult
+    # Per node after the rerun: installed versions of the driver and Fabric Manager packages, and
+    # the held packages.
+    versions: dict[str, dict[str, str]]
+    held: dict[str, set[str]]
+    upgrade: RunResult  # gpu-h100-1's driver upgraded by hand (unhold, install), then the role
     branch_590: RunResult
 
 
 def _failures(run: RunResult) -> list[str]:
     return [line for line in run.output.splitlines() if line.startswith(("fatal:", "failed:"))]
+
+
+PACKAGES = (
+    "nvidia-headless-580-open",
+    "nvidia-utils-580",
+    "nvidia-fabricmanager-580",
+    "nvidia-kernel-common-580-server",
+)
+
+
+def _versions(cluster: Cluster, name: str) -> dict[str, str]:
+    listed = cluster.node(name).run(
+        f"dpkg-query -W -f '${{Package}} ${{Version}}\\n' {' '.join(PACKAGES)}"
+    )
+    return dict(line.split() for line in listed.stdout.splitlines())
+
+
+def _held(cluster: Cluster, name: str) -> set[str]:
+    return set(cluster.node(name).run("apt-mark showhold").stdout.split())
+
+
+def _upgrade_driver_by_hand(cluster: Cluster) -> None:
+    """What the role's README says to do for a new driver release: unhold, install it."""
+    packages = " ".join(
+        f"{name}={NEW}-0ubuntu1"
+        for name in ("nvidia-headless-580-open", "nvidia-utils-580", "nvidia-kernel-common-580")
+    )
+    done = cluster.node(H100).run(
+        "apt-mark unhold nvidia-headless-580-open nvidia-utils-580 && "
+        f"DEBIAN_FRONTEND=noninteractive apt-get -q install -y {packages}",
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def _preinstall_old_driver(cluster: Cluster) -> None:
@@ -103,6 +141,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         )
         converge = run_playbook(str(play), inventory, log=workdir / "converge.log")
         rerun = run_playbook(str(play), inventory, log=workdir / "rerun.log")
+        versions = {name: _versions(cluster, name) for name in SYSTEMS}
+        held = {name: _held(cluster, name) for name in SYSTEMS}
+        _upgrade_driver_by_hand(cluster)
+        upgrade = run_playbook(str(play), inventory, "--limit", H100, log=workdir / "upgrade.log")
         branch_590 = run_playbook(
             str(play),
             inventory,
@@ -112,7 +154,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             "nvidia_driver_branch=590",
             log=workdir / "branch-590.log",
         )
-        yield Runs(cluster, without_umad, converge, rerun, branch_590)
+        yield Runs(cluster, without_umad, converge, rerun, versions, held, upgrade, branch_590)
 
 
 def test_a_b200_without_ib_umad_stops_before_the_join_with_one_line(runs: Runs) -> None:
@@ -153,26 +195,35 @@ def test_an_h100_gets_fabric_manager_without_nvlsm(runs: Runs) -> None:
 def test_fabric_manager_is_at_the_drivers_version_and_both_are_held(
     runs: Runs, name: str, upstream: str
 ) -> None:
-    node = runs.cluster.node(name)
-    versions = dict(
-        line.split()
-        for line in node.run(
-            "dpkg-query -W -f '${Package} ${Version}\\n' nvidia-headless-580-open"
-            " nvidia-utils-580 nvidia-fabricmanager-580 nvidia-kernel-common-580-server"
-        ).stdout.splitlines()
-    )
-    assert versions == {
+    assert runs.versions[name] == {
         "nvidia-headless-580-open": f"{upstream}-0ubuntu1",
         "nvidia-utils-580": f"{upstream}-0ubuntu1",
         "nvidia-fabricmanager-580": f"{upstream}-1",
         "nvidia-kernel-common-580-server": f"{upstream}-0ubuntu1",
     }
+    held = {"nvidia-headless-580-open", "nvidia-utils-580", "nvidia-fabricmanager-580"}
+    assert held <= runs.held[name]
+    node = runs.cluster.node(name)
     # The repository's newest Fabric Manager is another one on the older host.
     offered = node.run("apt-cache madison nvidia-fabricmanager-580").stdout
     assert f"{NEW}-1" in offered
     assert f"{OLD}-1" in offered
-    held = set(node.run("apt-mark showhold").stdout.split())
-    assert {"nvidia-headless-580-open", "nvidia-utils-580", "nvidia-fabricmanager-580"} <= held
+    # The preference for the driver's release lasts only while Fabric Manager is installed.
+    assert not (node.root / "etc/apt/preferences.d/nvidia-driver-release").exists()
+
+
+def test_fabric_manager_follows_an_upgraded_driver_and_both_are_held_again(runs: Runs) -> None:
+    run = runs.upgrade
+    assert run.returncode == 0, run.describe()
+    assert run.recap[H100]["changed"] > 0, run.describe()
+    assert _versions(runs.cluster, H100) == {
+        "nvidia-headless-580-open": f"{NEW}-0ubuntu1",
+        "nvidia-utils-580": f"{NEW}-0ubuntu1",
+        "nvidia-fabricmanager-580": f"{NEW}-1",
+        "nvidia-kernel-common-580-server": f"{NEW}-0ubuntu1",
+    }
+    held = {"nvidia-headless-580-open", "nvidia-utils-580", "nvidia-fabricmanager-580"}
+    assert held <= _held(runs.cluster, H100)
 
 
 def test_a_rerun_changes_nothing(runs: Runs) -> None:
