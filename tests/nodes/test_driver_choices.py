@@ -35,8 +35,18 @@ DOCKER_CE_RUNTIMES = (
     "containerd containerd.io 1.7.28 b98a3aace656320842a23f4a392a33f46af97866\n"
     "Docker version 28.5.1, build e180ab8"
 )
-NVSWITCH_BUS = ["0x1af4 0x020000", "0x10de 0x030200", "0x10de 0x068000"]
-PLAIN_BUS = ["0x1af4 0x020000", "0x10de 0x030200"]
+# "vendor device class" per PCI device, as tasks/pci.yml reads them; ids from pci.ids
+# (pciutils/pciids@c1c1254:pci.ids): H100 SXM5 2330 and its NVSwitch 22a3 (a bridge, class 0x0680),
+# B200 2901, GB200 2941, L4 27b8; 15b3:1021 a ConnectX-7.
+FABRICMANAGER_MADISON = [
+    " nvidia-fabricmanager-580 | 580.105.08-1 | http://x/ Packages",
+    " nvidia-fabricmanager-580 | 580.95.05-1 | http://x/ Packages",
+    " nvidia-fabricmanager-580 | 580.95.050-1 | http://x/ Packages",
+]
+NVSWITCH_BUS = ["0x1af4 0x1000 0x020000", "0x10de 0x2330 0x030200", "0x10de 0x22a3 0x068000"]
+PLAIN_BUS = ["0x1af4 0x1000 0x020000", "0x10de 0x27b8 0x030200"]
+B200_BUS = ["0x15b3 0x1021 0x020700", *["0x10de 0x2901 0x030200"] * 8]
+GB200_BUS = ["0x15b3 0x1021 0x020700", *["0x10de 0x2941 0x030200"] * 4]
 
 # Host -> (facts, host variables).
 HOSTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
@@ -58,6 +68,9 @@ HOSTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
             },
             "_nvidia_driver_pci": {"stdout_lines": NVSWITCH_BUS},
             "_container_runtime_versions": {"stdout": DOCKER_CE_RUNTIMES},
+            # The driver predates the repository's newest release.
+            "_nvidia_driver_package_state": {"stdout": "installed 580.95.05-0ubuntu1"},
+            "_nvidia_driver_fabricmanager_madison": {"stdout_lines": FABRICMANAGER_MADISON},
         },
     ),
     "ubuntu-custom-kernel-proprietary": (
@@ -68,6 +81,35 @@ HOSTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
             "_nvidia_driver_madison": {"stdout_lines": []},
             "_nvidia_driver_pci": {"stdout_lines": NVSWITCH_BUS},
             "_container_runtime_versions": {"stdout": ""},
+        },
+    ),
+    "ubuntu-hgx-b200": (
+        {"kernel": "6.8.0-1015-aws", "distribution": "Ubuntu"},
+        {
+            # A driver that NVIDIA's .run installer put there: modinfo's version counts.
+            "_nvidia_driver_installed": {"rc": 0, "stdout": "580.105.08"},
+            "_nvidia_driver_package_state": {"stdout": ""},
+            "_nvidia_driver_fabricmanager_madison": {"stdout_lines": FABRICMANAGER_MADISON},
+            "_nvidia_driver_madison": {"stdout_lines": []},
+            "_nvidia_driver_pci": {"stdout_lines": B200_BUS},
+            "_container_runtime_versions": {"stdout": DOCKER_CE_RUNTIMES},
+        },
+    ),
+    "ubuntu-gb200-tray": (
+        {"kernel": "6.8.0-1015-aws", "distribution": "Ubuntu"},
+        {
+            "_nvidia_driver_madison": {"stdout_lines": []},
+            "_nvidia_driver_pci": {"stdout_lines": GB200_BUS},
+            "_container_runtime_versions": {"stdout": DOCKER_CE_RUNTIMES},
+        },
+    ),
+    "ubuntu-b200-nvlsm-off": (
+        {"kernel": "6.8.0-1015-aws", "distribution": "Ubuntu"},
+        {
+            "nvidia_driver_nvlsm": False,
+            "_nvidia_driver_madison": {"stdout_lines": []},
+            "_nvidia_driver_pci": {"stdout_lines": B200_BUS},
+            "_container_runtime_versions": {"stdout": DOCKER_CE_RUNTIMES},
         },
     ),
     "debian-old-branch": (
@@ -88,6 +130,9 @@ DECISIONS = {
     "packages": "_nvidia_driver_packages",
     "version": "_nvidia_driver_branch_version",
     "fabricmanager": "_nvidia_driver_fabricmanager_wanted | bool",
+    "nvlsm": "_nvidia_driver_nvlsm_wanted | bool",
+    "fabricmanager_version": "_nvidia_driver_fabricmanager_version",
+    "held": "_nvidia_driver_held_packages",
     "containerd_cdi": "_container_runtime_containerd_cdi | bool",
     "docker_options": "_container_runtime_docker_managed_options",
     "sources": "_nvidia_driver_debian_sources | default([])",
@@ -214,6 +259,7 @@ def test_ubuntu_defaults_to_580_open_and_fabric_manager_on_an_nvswitch_bus(decid
     assert hgx["version"] == "580.95.05-0ubuntu1"
     assert hgx["headers"] == ["linux-headers-6.8.0-1015-aws", "linux-headers-aws", "dkms"]
     assert hgx["fabricmanager"] is True
+    assert hgx["nvlsm"] is False  # HGX H100: NVSwitch bridges, Fabric Manager alone
 
 
 def test_proprietary_modules_and_fabric_manager_forced_off(decided: Path) -> None:
@@ -243,3 +289,33 @@ def test_cdi_is_switched_on_where_containerd_and_docker_have_it(
     assert cri.get("enable_cdi", False) is cdi
     if cdi:
         assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+
+
+def test_an_hgx_b200_gets_fabric_manager_and_nvlsm_from_its_gpus_ids(decided: Path) -> None:
+    # Fourth-generation NVSwitches are no PCI bridges: the B200 GPUs tell.
+    b200 = _decisions(decided, "ubuntu-hgx-b200")
+    assert (b200["fabricmanager"], b200["nvlsm"]) == (True, True)
+    # nvlsm forced off leaves Fabric Manager to the NVSwitch bridges (none here).
+    off = _decisions(decided, "ubuntu-b200-nvlsm-off")
+    assert (off["fabricmanager"], off["nvlsm"]) == (False, False)
+
+
+def test_a_gb200_compute_tray_runs_neither(decided: Path) -> None:
+    # GB200 NVL: the NVLink switch trays run Fabric Manager and the subnet manager.
+    gb200 = _decisions(decided, "ubuntu-gb200-tray")
+    assert (gb200["fabricmanager"], gb200["nvlsm"]) == (False, False)
+    assert _decisions(decided, "debian-cloud")["nvlsm"] is False
+
+
+def test_fabric_manager_takes_the_installed_drivers_version_not_the_newest(decided: Path) -> None:
+    hgx = _decisions(decided, "ubuntu-aws-hgx")
+    assert hgx["fabricmanager_version"] == "580.95.05-1"
+    assert hgx["held"] == [
+        "nvidia-headless-580-open",
+        "nvidia-utils-580",
+        "nvidia-fabricmanager-580",
+    ]
+    # No driver package: the loaded module's version (modinfo) decides.
+    assert _decisions(decided, "ubuntu-hgx-b200")["fabricmanager_version"] == "580.105.08-1"
+    # No Fabric Manager of the driver's version: none (the role then stops, naming what is offered).
+    assert _decisions(decided, "ubuntu-gb200-tray")["fabricmanager_version"] == ""

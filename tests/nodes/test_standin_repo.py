@@ -230,6 +230,38 @@ def test_cuda_and_docker_repositories_have_the_real_layouts_and_names(www: Path)
     assert (www / standin_repo.DOCKER_KEY).is_file()
 
 
+def test_fabric_manager_depends_on_its_drivers_kernel_common_release(www: Path) -> None:
+    """As Ubuntu's packages do (packages.ubuntu.com, fabric-manager-580 and
+    nvidia-graphics-drivers-580): Fabric Manager needs the kernel-common files of exactly its own
+    driver release, which only that release's kernel-common package provides."""
+    packages = _packages(www / standin_repo.cuda_repo("ubuntu2404"))
+    by_name: dict[str, list[dict[str, str]]] = {}
+    for package in packages:
+        by_name.setdefault(package["Package"], []).append(package)
+    for upstream in standin_repo.DRIVER_VERSIONS["580"]:
+        fabric = next(
+            package
+            for package in by_name["nvidia-fabricmanager-580"]
+            if package["Version"] == f"{upstream}-1"
+        )
+        assert fabric["Depends"] == f"nvidia-kernel-common-580-server-{upstream}"
+        providers = [
+            (package["Package"], package["Version"])
+            for package in packages
+            if package.get("Provides") == f"nvidia-kernel-common-580-server-{upstream}"
+        ]
+        assert providers == [("nvidia-kernel-common-580-server", f"{upstream}-0ubuntu1")]
+        headless = next(
+            package
+            for package in by_name["nvidia-headless-580-open"]
+            if package["Version"] == f"{upstream}-0ubuntu1"
+        )
+        assert headless["Depends"] == f"nvidia-kernel-common-580 (= {upstream}-0ubuntu1)"
+    (nvlsm,) = by_name["nvlsm"]
+    assert nvlsm["Version"] == standin_repo.NVLSM_VERSION
+    assert "Depends" not in nvlsm
+
+
 def test_recap_lines_are_parsed() -> None:
     line = (
         "gpu-cp-1                   : ok=56   changed=20   unreachable=0    failed=1    skipped=9"

@@ -49,7 +49,13 @@ NVIDIA_TOOLKIT_VERSIONS = ("1.17.3", "1.18.0", "1.20.0")
 # NVIDIA's CUDA repositories (flat, one per Ubuntu release) and the driver branches they offer.
 CUDA_DISTRIBUTIONS = ("ubuntu2204", "ubuntu2404")
 CUDA_KEY_NAME = "3bf863cc.pub"
-DRIVER_VERSIONS = {"570": "570.195.03", "580": "580.95.05"}
+# Two releases of 580: a host whose driver predates the newer one must get Fabric Manager at its
+# driver's version, not the newest (test_fabric.py).
+DRIVER_VERSIONS = {"570": ("570.195.03",), "580": ("580.95.05", "580.105.08")}
+# NVIDIA's NVLink Subnet Manager: one package for every branch, versioned by date (the CUDA
+# redistributable's version: siderolabs/extensions@main:nvidia-gpu/vars.yaml,
+# NVIDIA_NVLSM_LTS_VERSION; the Debian revision -1 is NVIDIA's usual one, not seen).
+NVLSM_VERSION = "2025.06.5-1"
 # NVIDIA's MIG manager package, published as a GitHub release asset.
 MIG_MANAGER_VERSION = "0.14.5"
 # Docker CE's repository for Ubuntu: dists/<codename>/stable.
@@ -74,6 +80,7 @@ class Package:
     depends: str = ""
     files: dict[str, tuple[str, int]] = field(default_factory=dict)
     conflicts: str = ""
+    provides: str = ""
     directories: tuple[str, ...] = ()
     # Maintainer scripts: DEBIAN name ("postinst") -> payload file.
     scripts: dict[str, str] = field(default_factory=dict)
@@ -97,6 +104,7 @@ class Package:
             "Maintainer: gpu-cluster-profiler tests <tests@invalid>",
             *([f"Depends: {self.depends}"] if self.depends else []),
             *([f"Conflicts: {self.conflicts}"] if self.conflicts else []),
+            *([f"Provides: {self.provides}"] if self.provides else []),
             f"Description: stand-in {self.name} (test double)",
             " Records how it was called; not the real software.",
         ]
@@ -167,58 +175,97 @@ def nvidia_packages() -> list[Package]:
 
 
 def cuda_packages() -> list[Package]:
-    """The driver packages of NVIDIA's CUDA repository per branch: open and proprietary flavours."""
-    packages = []
-    for branch, upstream in DRIVER_VERSIONS.items():
-        version = f"{upstream}-0ubuntu1"
-        smi = {"/usr/bin/nvidia-smi": ("nvidia-smi", 0o755)}
-        packages += [
-            # Like the real ones: nvidia-smi comes with nvidia-utils, which the full drivers depend
-            # on and which the headless (compute-only) sets leave to be named next to them.
-            Package(f"nvidia-utils-{branch}", version, files=smi),
-            Package(
-                f"nvidia-driver-{branch}-open",
-                version,
-                depends=f"nvidia-utils-{branch} (= {version})",
-                conflicts=f"nvidia-driver-{branch}",
-            ),
-            Package(
-                f"nvidia-driver-{branch}",
-                version,
-                depends=f"nvidia-utils-{branch} (= {version})",
-                conflicts=f"nvidia-driver-{branch}-open",
-            ),
-            Package(
-                f"nvidia-headless-{branch}-open",
-                version,
-                conflicts=f"nvidia-headless-{branch}, nvidia-driver-{branch}",
-            ),
-            Package(
-                f"nvidia-headless-{branch}",
-                version,
-                conflicts=f"nvidia-headless-{branch}-open, nvidia-driver-{branch}-open",
-            ),
-            Package(
-                f"nvidia-open-{branch}",
-                version,
-                depends=f"nvidia-driver-{branch}-open (= {version})",
-            ),
-            Package(
-                f"cuda-drivers-{branch}", version, depends=f"nvidia-driver-{branch} (= {version})"
-            ),
-            Package(
-                f"nvidia-fabricmanager-{branch}",
-                version,
-                files={
-                    "/usr/bin/nv-fabricmanager": ("nv-fabricmanager", 0o755),
-                    "/usr/lib/systemd/system/nvidia-fabricmanager.service": (
-                        "nvidia-fabricmanager.service",
-                        0o644,
-                    ),
-                },
-            ),
-        ]
+    """The driver packages of NVIDIA's CUDA repository per branch: open and proprietary flavours,
+    their kernel-common packages, Fabric Manager coupled to them, and nvlsm.
+
+    Control fields as Ubuntu's packages have them (packages.ubuntu.com, noble/questing:
+    nvidia-graphics-drivers-580, fabric-manager-580): nvidia-kernel-common-<branch> provides
+    nvidia-kernel-common-<branch>-<upstream> (its -server twin -server-<upstream>), and
+    nvidia-fabricmanager-<branch> depends on nvidia-kernel-common-<branch>-server-<upstream>, so apt
+    installs Fabric Manager only together with the kernel-common files of its own driver release.
+    Fabric Manager's version is <upstream>-1 as in NVIDIA's CUDA repository
+    (NVIDIA/gpu-driver-container@06a208c:ubuntu22.04/install.sh installs it as
+    nvidia-fabricmanager...=${DRIVER_VERSION}-1). The headless sets reach kernel-common through
+    nvidia-headless-no-dkms-<branch> in the real repository; here they depend on it directly.
+    nvlsm: /opt/nvidia/nvlsm/sbin/nvlsm and /usr/share/nvidia/nvlsm/nvlsm.conf, the paths of
+    NVIDIA's nvlsm archive
+    (siderolabs/extensions@main:nvidia-gpu/nvidia-fabricmanager/lts/pkg.yaml).
+    """
+    packages = [
+        Package(
+            "nvlsm",
+            NVLSM_VERSION,
+            files={
+                "/opt/nvidia/nvlsm/sbin/nvlsm": ("nvlsm", 0o755),
+                "/usr/share/nvidia/nvlsm/nvlsm.conf": ("nvlsm.conf", 0o644),
+            },
+        )
+    ]
+    for branch, upstreams in DRIVER_VERSIONS.items():
+        for upstream in upstreams:
+            packages += _driver_release(branch, upstream)
     return packages
+
+
+def _driver_release(branch: str, upstream: str) -> list[Package]:
+    version = f"{upstream}-0ubuntu1"
+    common = f"nvidia-kernel-common-{branch} (= {version})"
+    smi = {"/usr/bin/nvidia-smi": ("nvidia-smi", 0o755)}
+    return [
+        Package(
+            f"nvidia-kernel-common-{branch}",
+            version,
+            provides=f"nvidia-kernel-common-{branch}-{upstream}",
+        ),
+        Package(
+            f"nvidia-kernel-common-{branch}-server",
+            version,
+            provides=f"nvidia-kernel-common-{branch}-server-{upstream}",
+        ),
+        # Like the real ones: nvidia-smi comes with nvidia-utils, which the full drivers depend
+        # on and which the headless (compute-only) sets leave to be named next to them.
+        Package(f"nvidia-utils-{branch}", version, files=smi),
+        Package(
+            f"nvidia-driver-{branch}-open",
+            version,
+            depends=f"nvidia-utils-{branch} (= {version}), {common}",
+            conflicts=f"nvidia-driver-{branch}",
+        ),
+        Package(
+            f"nvidia-driver-{branch}",
+            version,
+            depends=f"nvidia-utils-{branch} (= {version}), {common}",
+            conflicts=f"nvidia-driver-{branch}-open",
+        ),
+        Package(
+            f"nvidia-headless-{branch}-open",
+            version,
+            depends=common,
+            conflicts=f"nvidia-headless-{branch}, nvidia-driver-{branch}",
+        ),
+        Package(
+            f"nvidia-headless-{branch}",
+            version,
+            depends=common,
+            conflicts=f"nvidia-headless-{branch}-open, nvidia-driver-{branch}-open",
+        ),
+        Package(
+            f"nvidia-open-{branch}", version, depends=f"nvidia-driver-{branch}-open (= {version})"
+        ),
+        Package(f"cuda-drivers-{branch}", version, depends=f"nvidia-driver-{branch} (= {version})"),
+        Package(
+            f"nvidia-fabricmanager-{branch}",
+            f"{upstream}-1",
+            depends=f"nvidia-kernel-common-{branch}-server-{upstream}",
+            files={
+                "/usr/bin/nv-fabricmanager": ("nv-fabricmanager", 0o755),
+                "/usr/lib/systemd/system/nvidia-fabricmanager.service": (
+                    "nvidia-fabricmanager.service",
+                    0o644,
+                ),
+            },
+        ),
+    ]
 
 
 def docker_version(codename: str) -> str:
