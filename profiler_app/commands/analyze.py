@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from profiler_app.commands import SUMMARIES, options
 from profiler_app.errors import SourceError, UserError
-from profiler_app.model import SeriesMatrix
-from profiler_app.profiles import build_profiles
-from profiler_app.render import render_json, render_table
-from profiler_app.sources.prometheus import PrometheusSource, load_query_range
+
+if TYPE_CHECKING:
+    from profiler_app.model import SeriesMatrix
+
+# numpy and the Prometheus client load in handle(): `analyze --help` needs neither.
 
 # Options only a Prometheus query uses (flag: attribute): a saved answer has its own window, step
 # and nodes.
@@ -54,6 +56,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _read_prometheus(
     args: argparse.Namespace, window: float, step: float | None
 ) -> list[SeriesMatrix]:
+    from profiler_app.sources.prometheus import PrometheusSource  # noqa: PLC0415
+
     fields = options.classified_first(options.fields(args))
     source = PrometheusSource(
         args.prometheus_url,
@@ -73,6 +77,10 @@ def _read_prometheus(
 
 
 def handle(args: argparse.Namespace) -> int:
+    from profiler_app.profiles import build_profiles  # noqa: PLC0415
+    from profiler_app.render import render_json, render_table  # noqa: PLC0415
+    from profiler_app.sources.prometheus import load_query_range  # noqa: PLC0415
+
     # Checked even where unused (--input) so a typo is never silently ignored.
     window = options.duration(args.window, "--window")
     step = options.duration(args.step, "--step")

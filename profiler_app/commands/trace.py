@@ -14,15 +14,15 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler_app.commands import SUMMARIES, options
 from profiler_app.errors import UserError
-from profiler_app.sinks.store.traces import TraceStore, trace_rows
-from profiler_app.sinks.store.urls import parse_store_url
-from profiler_app.trace import families
-from profiler_app.trace.export import open_report
-from profiler_app.trace.render import render
-from profiler_app.trace.summary import TraceSummary, summarise, to_json
+
+if TYPE_CHECKING:
+    from profiler_app.trace.summary import TraceSummary
+
+# numpy, SQLAlchemy and the trace readers load in handle(): `trace --help` needs none of them.
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -88,6 +88,12 @@ def _pod(text: str | None) -> tuple[str | None, str | None]:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from profiler_app.sinks.store.urls import parse_store_url  # noqa: PLC0415
+    from profiler_app.trace import families  # noqa: PLC0415
+    from profiler_app.trace.export import open_report  # noqa: PLC0415
+    from profiler_app.trace.render import render  # noqa: PLC0415
+    from profiler_app.trace.summary import summarise, to_json  # noqa: PLC0415
+
     namespace, pod = _pod(args.pod)
     if args.top < 1:
         raise UserError("--top must be 1 or more")
@@ -126,6 +132,7 @@ def _record(
 ) -> None:
     # Imported here: SQLAlchemy takes a quarter of a second to import, for nothing with
     # --store-url none.
+    from profiler_app.sinks.store.traces import TraceStore, trace_rows  # noqa: PLC0415
 
     store = TraceStore(url)
     try:
