@@ -23,18 +23,16 @@ from typing import TYPE_CHECKING
 
 from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.commands import SUMMARIES, options
-from profiler_app.daemon import Daemon
 from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
 from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
-from profiler_app.sinks import Sink
-from profiler_app.sinks.metrics import Heartbeat, MetricsSink
-from profiler_app.sources import MetricsSource
-from profiler_app.sources.cadvisor import PodIoQuery, PodPeaksQuery
-from profiler_app.sources.prometheus import PrometheusSource, grid_ending_at
 from profiler_app.urls import without_credentials
 
+# The daemon, its sources and sinks load in _build: `run --help` needs none of them.
 if TYPE_CHECKING:
+    from profiler_app.daemon import Daemon
+    from profiler_app.sinks import Sink
+    from profiler_app.sources import MetricsSource
     from profiler_app.sources.gfd import NodeSharing
     from profiler_app.sources.host import HostSampler
     from profiler_app.sources.kube_pods import PodWatcher
@@ -250,6 +248,8 @@ class RunConfig:
         _check_bounds(window, interval, sample_interval, local=not args.prometheus_url, names=names)
         step = options.duration(args.step, "--step")
         if step is not None and args.prometheus_url:
+            from profiler_app.sources.prometheus import grid_ending_at  # noqa: PLC0415
+
             grid_ending_at(0.0, window, step)  # a step too fine for the window: said now, once
         store_url = _store_url(args.store_url)
         retention = _retention(args.retention, store_url, DEFAULT_RETENTION, "--retention")
@@ -456,6 +456,11 @@ def _build(config: RunConfig, resources: contextlib.ExitStack) -> Daemon:
     """Starts every part. The daemon's ``close`` stops the sources, then closes the sinks;
     ``resources`` (closed in reverse) holds what both use, and anything started before a
     failure."""
+    from profiler_app.daemon import Daemon  # noqa: PLC0415
+    from profiler_app.sinks.metrics import Heartbeat, MetricsSink  # noqa: PLC0415
+    from profiler_app.sources.cadvisor import PodIoQuery, PodPeaksQuery  # noqa: PLC0415
+    from profiler_app.sources.prometheus import PrometheusSource  # noqa: PLC0415
+
     sources = resources.enter_context(contextlib.ExitStack())
     host: HostSampler | None = None
     notice = None

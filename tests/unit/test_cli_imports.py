@@ -15,8 +15,7 @@ from profiler_app.cli import COMMAND_MODULES
 HEAVY = ("sqlalchemy", "alembic", "numpy", "yaml", "requests", "rich", "kubernetes", "psycopg")
 
 
-def loaded(*arguments: str) -> tuple[set[str], set[str]]:
-    """(command modules, heavy top-level packages) in ``sys.modules`` after the command line."""
+def _modules(*arguments: str) -> set[str]:
     probe = (
         "import sys, json; from profiler_app.cli import main\n"
         f"try: main({list(arguments)!r})\n"
@@ -26,7 +25,12 @@ def loaded(*arguments: str) -> tuple[set[str], set[str]]:
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=False
     )
-    modules = set(json.loads(done.stderr.splitlines()[-1]))
+    return set(json.loads(done.stderr.splitlines()[-1]))
+
+
+def loaded(*arguments: str) -> tuple[set[str], set[str]]:
+    """(command modules, heavy top-level packages) in ``sys.modules`` after the command line."""
+    modules = _modules(*arguments)
     commands = {name for name, module in COMMAND_MODULES.items() if module in modules}
     return commands, {name for name in HEAVY if name in modules}
 
@@ -48,3 +52,17 @@ def test_each_command_imports_its_own_module_only(command: str) -> None:
 def test_report_help_and_bad_arguments_leave_the_store_layer_unloaded() -> None:
     assert loaded("report", "--help") == ({"report"}, set())
     assert loaded("report", "--since", "soon") == ({"report"}, set())
+
+
+def test_trace_help_loads_neither_numpy_nor_the_store_layer() -> None:
+    assert loaded("trace", "--help") == ({"trace"}, set())
+
+
+@pytest.mark.parametrize("command", ["run", "analyze"])
+def test_run_and_analyze_help_leave_the_store_and_the_daemon_unloaded(command: str) -> None:
+    """Their Prometheus options' defaults still load the Prometheus client (requests, numpy),
+    but not the store, the Kubernetes client or the terminal UI."""
+    commands, heavy = loaded(command, "--help")
+    assert commands == {command}
+    assert not heavy & {"sqlalchemy", "alembic", "psycopg", "kubernetes", "rich"}
+    assert "profiler_app.daemon" not in _modules(command, "--help")
