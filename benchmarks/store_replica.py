@@ -183,7 +183,7 @@ class _Copier:
 
     def copy(self, table: sa.Table, by_group: bool = False) -> int:
         name, quote = self.quote(table.name), self.quote
-        self.is_template = f"({self.of_group})" if by_group else self.of_node
+        is_template = f"({self.of_group})" if by_group else self.of_node
         width = 1 if by_group else self.width
         offset = self.width - 1 if by_group else 0
         expressions, names = [], []
@@ -192,14 +192,14 @@ class _Copier:
                 continue
             names.append(quote(column.name))
             value = f"t.{quote(column.name)}"
-            if isinstance(column.type, sa.String) and self._holds_tokens(name, value):
+            if isinstance(column.type, sa.String) and self._holds_tokens(name, value, is_template):
                 for i in range(offset, offset + width):
                     value = f"replace({value}, m.o{i}, m.n{i})"
             expressions.append(value)
         at = f"t.{quote(_time_column(table).name)}"
         counts = self.connection.execute(
             sa.text(
-                f"SELECT {at}, count(*) FROM {name} t WHERE {self.is_template}"
+                f"SELECT {at}, count(*) FROM {name} t WHERE {is_template}"
                 f" GROUP BY {at} ORDER BY {at}"
             ),
             self.bind,
@@ -212,7 +212,7 @@ class _Copier:
         insert = sa.text(
             f"INSERT INTO {name} ({', '.join(names)}) SELECT {', '.join(expressions)}"
             f" FROM {name} t JOIN {source}"
-            f" WHERE ({self.is_template}) AND {at} >= :first AND {at} <= :last ORDER BY {at}"
+            f" WHERE ({is_template}) AND {at} >= :first AND {at} <= :last ORDER BY {at}"
         )
         total, first, rows = 0, 0, 0.0
         copies = self.per_group if by_group else self.per_template
@@ -225,12 +225,12 @@ class _Copier:
                 first, rows = index + 1, 0.0
         return total
 
-    def _holds_tokens(self, table: str, column: str) -> bool:
+    def _holds_tokens(self, table: str, column: str, is_template: str) -> bool:
         """Whether any template row's value of ``column`` holds a token (only those are
         rewritten: replace() on every text column of every row would cost more)."""
         likes = " OR ".join(f"{column} LIKE :k{i}" for i in range(len(self.tokens)))
         found = self.connection.execute(
-            sa.text(f"SELECT 1 FROM {table} t WHERE {self.is_template} AND ({likes}) LIMIT 1"),
+            sa.text(f"SELECT 1 FROM {table} t WHERE {is_template} AND ({likes}) LIMIT 1"),
             self.bind | {f"k{i}": f"%{token}%" for i, token in enumerate(self.tokens)},
         ).first()
         return found is not None
