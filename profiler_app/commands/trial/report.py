@@ -108,10 +108,10 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-# -- report and clean -------------------------------------------------------------------------
+# -- report ----------------------------------------------------------------------------------
 
 
-def handle_report(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     if Path(args.run).is_file():
         document = load_json(args.run)
         if not isinstance(document, dict) or "trials" not in document:
