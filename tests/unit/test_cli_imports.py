@@ -1,6 +1,7 @@
 """Start-up: ``gpu-profiler --help`` lists the commands without importing one, each command
-imports its own module and no other command's, and ``report`` leaves the store layer
-(SQLAlchemy) unloaded until its arguments are good. New processes, ``sys.modules`` inspected."""
+imports its own module and no other command's, ``report`` leaves the store layer (SQLAlchemy)
+unloaded until its arguments are good, and ``trial`` loads no verb's handler before it runs.
+New processes, ``sys.modules`` inspected."""
 
 from __future__ import annotations
 
@@ -66,3 +67,26 @@ def test_run_and_analyze_help_leave_the_store_and_the_daemon_unloaded(command: s
     assert commands == {command}
     assert not heavy & {"sqlalchemy", "alembic", "psycopg", "kubernetes", "rich"}
     assert "profiler_app.daemon" not in _modules(command, "--help")
+
+
+TRIAL_HANDLERS = ("plan", "run", "report", "clean", "common")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("trial", "--help"),
+        *(("trial", verb, "--help") for verb in ("plan", "run", "report", "clean")),
+        ("trial", "run", "--plan", "plan.json"),  # a usage error: --budget-gpu-hours missing
+    ],
+    ids=" ".join,
+)
+def test_trial_help_and_usage_errors_load_no_handler(arguments: tuple[str, ...]) -> None:
+    """Parsing needs neither the runner, the Kubernetes client, the terminal UI, numpy nor
+    the store: each verb's module is imported when the verb runs."""
+    modules = _modules(*arguments)
+    assert {name for name, module in COMMAND_MODULES.items() if module in modules} == {"trial"}
+    assert {name for name in HEAVY if name in modules} == set()
+    handlers = {f"profiler_app.commands.trial.{name}" for name in TRIAL_HANDLERS}
+    assert not handlers & modules
+    assert "profiler_app.trial.runner" not in modules
