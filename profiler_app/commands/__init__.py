@@ -1,4 +1,5 @@
-"""One module per ``gpu-profiler`` subcommand, each with ``register(subparsers)``."""
+"""One module per ``gpu-profiler`` subcommand (a package for ``trial``, one module per verb),
+each with ``register(subparsers)``."""
 
 # Each command's line in ``gpu-profiler --help``, here so that the top-level help lists the
 # commands without importing one (cli.build_parser with summary).
