@@ -461,7 +461,7 @@ def _print_plan(plan: Plan, out: TextIO) -> None:
 
 def _run_options(args: argparse.Namespace, plan: Plan) -> Any:
     """The run's options, checked (the budget before anything is created)."""
-    from profiler_app.trial.runner import RunOptions  # noqa: PLC0415
+    from profiler_app.trial.run_options import RunOptions  # noqa: PLC0415
 
     per_trial = _duration(args.per_trial, "--per-trial")
     warmup = _duration(args.warmup, "--warmup")
@@ -501,7 +501,8 @@ def _run_options(args: argparse.Namespace, plan: Plan) -> Any:
 
 
 def handle_run(args: argparse.Namespace) -> int:
-    from profiler_app.trial.runner import Measuring, TrialRun, new_run_id  # noqa: PLC0415
+    from profiler_app.trial.measuring import Measuring  # noqa: PLC0415
+    from profiler_app.trial.runner import TrialRun, new_run_id  # noqa: PLC0415
 
     plan = Plan.from_json(load_json(args.plan), args.plan)
     options = _run_options(args, plan)
