@@ -1,6 +1,6 @@
-"""Starting a run's trials: cheapest first, at most ``parallel`` at a time, within the quota,
-each on nodes of its own; a trial the model predicts with confidence is skipped, and a create
-whose answer was lost is settled before anything else starts."""
+"""Starting a run's trials: in the plan's order (cheapest first), at most ``parallel`` at a
+time, within the quota, each on nodes of its own; a trial the model predicts with confidence is
+skipped, and a create whose answer was lost is settled before anything else starts."""
 
 from __future__ import annotations
 
