@@ -1,16 +1,35 @@
-"""Progress of a run: a live table on a terminal, one line per event elsewhere (logs, CI)."""
+"""Progress of a run: a live table on a terminal, one line per event elsewhere (logs, CI), the
+log without either; ``board`` makes the table's rows."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from profiler_app.durations import format_duration
+from profiler_app.trial.plan import Plan, PlannedTrial
+from profiler_app.trial.run_state import RunState
+
+log = logging.getLogger(__name__)
+
+
+class Progress(Protocol):
+    def update(self, board: list[dict[str, Any]]) -> None: ...
+    def event(self, text: str) -> None: ...
+
+
+class QuietProgress:
+    def update(self, board: list[dict[str, Any]]) -> None:
+        """Nothing to draw."""
+
+    def event(self, text: str) -> None:
+        log.info("%s", text)
 
 
 class LiveProgress:
@@ -78,3 +97,32 @@ class LineProgress:
 def progress_for(stream: TextIO | None = None) -> LiveProgress | LineProgress:
     target = stream or sys.stderr
     return LiveProgress(target) if target.isatty() else LineProgress(target)
+
+
+def board(
+    plan: Plan, state: RunState, queue: list[PlannedTrial], now: float
+) -> list[dict[str, Any]]:
+    """One line per trial for the live table."""
+    rows = []
+    for trial in plan.trials:
+        row: dict[str, Any] = {
+            "trial": trial.placement.describe(),
+            "elapsed": None,
+            "throughput": None,
+            "note": "",
+        }
+        if trial.index in state.active:
+            active = state.active[trial.index]
+            row |= {"status": active.state, "elapsed": now - active.created_at}
+            if active.measurement is not None and active.measurement.ok:
+                row["throughput"] = f"{active.measurement.rate:.3g} {active.measurement.unit}"
+        elif trial.index in state.results:
+            result = state.results[trial.index]
+            row |= {"status": result.status, "note": result.note}
+            measured = result.measurement
+            if measured is not None and measured.ok:
+                row["throughput"] = f"{measured.rate:.3g} {measured.unit}"
+        else:
+            row["status"] = "queued" if trial in queue else "planned"
+        rows.append(row)
+    return rows

@@ -18,7 +18,7 @@ import yaml
 from infra.render.program import ProgramRun, run_stack
 from infra.trials import PRIORITY_CLASS, QUOTA_NAME, TRIAL_ACCOUNT, TRIAL_NAMESPACE
 from infra.versions import KUBERNETES_VERSION
-from profiler_app.trial import guards, runner
+from profiler_app.trial import guards, run_options
 from tests.infra.conftest import EKS_STACK, REPO_ROOT
 
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -73,11 +73,11 @@ def test_the_role_is_the_namespace_and_what_trial_run_does(trial_run: ProgramRun
 
 def test_the_guards_the_runner_finds_in_place(trial_run: ProgramRun) -> None:
     quota = trial_run.one("kubernetes:core/v1:ResourceQuota").inputs
-    assert quota["metadata"]["name"] == QUOTA_NAME == runner.QUOTA_NAME
+    assert quota["metadata"]["name"] == QUOTA_NAME == guards.QUOTA_NAME
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
     assert quota["spec"]["hard"]["count/jobs.batch"] == "2"
     priority = trial_run.one("kubernetes:scheduling.k8s.io/v1:PriorityClass").inputs
-    assert priority["metadata"]["name"] == PRIORITY_CLASS == runner.PRIORITY_CLASS
+    assert priority["metadata"]["name"] == PRIORITY_CLASS == run_options.PRIORITY_CLASS
     assert priority["preemptionPolicy"] == "Never"
     assert priority["value"] == guards.PRIORITY_VALUE < 0
     namespace = [

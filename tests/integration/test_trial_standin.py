@@ -29,12 +29,14 @@ from profiler_app.cli import main
 from profiler_app.kube import connect
 from profiler_app.trial.cluster import TrialCluster
 from profiler_app.trial.manifests import load_template
+from profiler_app.trial.measuring import Measuring
 from profiler_app.trial.metrics import TrialMetrics
 from profiler_app.trial.placement import GpuNode as PlannedNode
 from profiler_app.trial.placement import parse_dims
 from profiler_app.trial.plan import Plan, build_plan
 from profiler_app.trial.results import summarise
-from profiler_app.trial.runner import Measuring, RunOptions, RunOutcome, TrialRun
+from profiler_app.trial.run_options import RunOptions
+from profiler_app.trial.runner import RunOutcome, TrialRun
 from tests.support.clock import FakeClock
 from tests.support.gpu_cluster import (
     GpuNode,
@@ -137,7 +139,7 @@ def assert_within_quota_and_budget(
 ) -> None:
     with cluster.lock:
         peak = cluster.batch.state.peak_gpus.get(NAMESPACE, 0)
-    assert 0 < peak <= run.quota_gpus
+    assert 0 < peak <= run.state.quota_gpus
     assert outcome.gpu_seconds / 3600 <= budget
 
 
@@ -321,7 +323,7 @@ def test_cleanup_waits_out_an_outage_that_starts_at_the_end(
         holder: list[TrialRun] = []
 
         def stop_during_outage(now: float) -> None:
-            if holder and holder[0].active and not holder[0].stopping:
+            if holder and holder[0].state.active and not holder[0].stopping:
                 cluster.down_until = now + 60
                 holder[0].stop()
 
@@ -357,7 +359,7 @@ def test_deadlines_end_trials_the_runner_cannot_reach(
             sleep=fake_sleep(fake_clock),
         )
         abandoned._prepare()
-        abandoned._launch(list(plan.trials))  # started, then nobody looks after it
+        abandoned.scheduler.launch(list(plan.trials))  # started, then nobody looks after it
         fake_clock.advance(1)
         cluster.reconcile()
         with cluster.lock:

@@ -19,11 +19,13 @@ from profiler_app.commands.trial.common import api_errors, connect, duration, gr
 from profiler_app.commands.trial.report import load_json, record, results_document, write
 from profiler_app.errors import UserError
 from profiler_app.trial.manifests import TrialSettings, template_warnings, trial_manifest
+from profiler_app.trial.measuring import Measuring
 from profiler_app.trial.metrics import TrialMetrics
 from profiler_app.trial.plan import Plan, budget_refusal
 from profiler_app.trial.progress import progress_for
 from profiler_app.trial.results import summarise
-from profiler_app.trial.runner import Measuring, RunOptions, TrialRun, new_run_id
+from profiler_app.trial.run_options import RunOptions
+from profiler_app.trial.runner import TrialRun, new_run_id
 
 
 def handle(args: argparse.Namespace) -> int:
