@@ -14,7 +14,9 @@ import copy
 
 import yaml
 
-from infra.render.checks import CHECKS, volume_claims, workloads
+from infra.render.checks import CHECKS
+from infra.render.checks.objects import workloads
+from infra.render.checks.scheduling import volume_claims
 from infra.render.graph import K8sObject, ObjectGraph
 from infra.scheduling import NodePool, Taint
 
