@@ -3,7 +3,8 @@
 - ``program``: run a stack program under Pulumi's mock engine and record what it declares;
 - ``charts``: the chart cache, and Helm charts rendered offline with the real Helm engine;
 - ``graph``: every object the stack creates (its own and its releases'), and the platform below;
-- ``validity``, ``checks``: what must hold for `pulumi up` to converge and the cluster to work;
+- ``checks``: what must hold for `pulumi up` to converge and the cluster to work, one module
+  per check;
 - ``__main__``: ``python -m infra.render``, the same for users (see stacks/README.md).
 """
 

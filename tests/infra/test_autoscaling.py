@@ -2,7 +2,8 @@
 
 Test double: Pulumi's mock engine instead of a Kubernetes API server and helm; the recorded inputs
 are what the API server and helm would receive. The rendered objects and their schemas are checked
-in test_render.py, the ScaledObject's query on a real Prometheus in test_promql.py.
+in test_render.py and test_render_schema.py, the ScaledObject's query on a real Prometheus in
+test_promql.py.
 """
 
 from __future__ import annotations

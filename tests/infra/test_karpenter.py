@@ -2,7 +2,7 @@
 
 Test double: Pulumi's mock engine instead of AWS and a Kubernetes API server; the recorded inputs
 are what AWS and helm would receive. The rendered charts and the NodePool and EC2NodeClass
-against the CRDs of the pinned karpenter-crd chart are checked in test_render.py.
+against the CRDs of the pinned karpenter-crd chart are checked in test_render_schema.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from infra.admission import profiler_policy, trial_policy
-from infra.render.admission_checks import admission_findings
+from infra.render.checks.admission import admission_findings
 from infra.render.graph import ObjectGraph, build_graph
 from infra.render.program import run_stack
 from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE

@@ -14,13 +14,11 @@ import copy
 
 import yaml
 
-from infra.render.checks import CHECKS, volume_claims, workloads
+from infra.render.checks.objects import workloads
+from infra.render.checks.scheduling import volume_claims
 from infra.render.graph import K8sObject, ObjectGraph
 from infra.scheduling import NodePool, Taint
-
-
-def check(graph: ObjectGraph, name: str) -> list[str]:
-    return CHECKS[name](graph, frozenset())
+from tests.infra.render_support import check
 
 
 def find(graph: ObjectGraph, kind: str, name: str, namespace: str | None = None) -> K8sObject:

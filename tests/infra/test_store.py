@@ -3,8 +3,8 @@
 Test double: Pulumi's mock engine instead of the Pulumi CLI, AWS and a Kubernetes API server
 (infra/render/program.py); generated passwords, keys and certificates are placeholders. What the
 objects become in a cluster (schemas against the CloudNativePG chart's CRDs, Services, scheduling,
-volume claims, Secret wiring) is checked on the rendered graph in test_render.py; the connection
-the daemon makes from this wiring runs against a real PostgreSQL and PgBouncer in
+volume claims, Secret wiring) is checked on the rendered graph in test_render_store.py; the
+connection the daemon makes from this wiring runs against a real PostgreSQL and PgBouncer in
 tests/integration/test_store_wiring.py.
 """
 

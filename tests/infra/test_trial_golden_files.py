@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from infra.render.validity import closed
+from infra.render.checks.schema import closed
 from infra.versions import KUBERNETES_VERSION
 from tests.unit.test_trial_manifests import CASES, DATA, rendered
 

@@ -1,4 +1,4 @@
-"""Schema validation of every object in a graph.
+"""The ``schema`` check: every object of the graph valid for the cluster.
 
 Built-in kinds: kubernetes-validate's OpenAPI schemas of the cluster's Kubernetes version, strict
 (unknown fields are errors, as with the API server's strict field validation). Custom kinds: the
