@@ -13,9 +13,9 @@ pull in the client's requests and numpy.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from profiler_app.lazy import lazy_names
 from profiler_app.sources.prometheus.defaults import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
 
 if TYPE_CHECKING:
@@ -65,11 +65,4 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:  # hidden from mypy, which checks each name against the imports above
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
+    __getattr__ = lazy_names(__name__, _HOMES)
