@@ -1,6 +1,8 @@
 """Start-up: ``gpu-profiler --help`` lists the commands without importing one, each command
-imports its own module and no other command's, and ``report`` leaves the store layer
-(SQLAlchemy) unloaded until its arguments are good. New processes, ``sys.modules`` inspected."""
+imports its own module and no other command's, ``report`` leaves the store layer (SQLAlchemy)
+unloaded until its arguments are good, and ``run``, ``analyze`` and ``report --help`` load no
+client stack (numpy, requests, Kubernetes, SQLAlchemy, prometheus_client). New processes,
+``sys.modules`` inspected."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ from profiler_app.cli import COMMAND_MODULES
 HEAVY = ("sqlalchemy", "alembic", "numpy", "yaml", "requests", "rich", "kubernetes", "psycopg")
 # What the daemon publishes and reads through: never needed to parse a command line.
 CLIENTS = ("prometheus_client", "urllib3", "pynvml", "psutil")
+# What the packages holding the options' defaults load on first use of their other names.
+DEFERRED = (
+    "profiler_app.sources.prometheus.client",
+    "profiler_app.sinks.store.sink",
+    "profiler_app.rightsizing.advice",
+)
 
 
 def _modules(*arguments: str) -> set[str]:
@@ -63,8 +71,9 @@ def test_trace_help_loads_neither_numpy_nor_the_store_layer() -> None:
 @pytest.mark.parametrize("command", ["run", "analyze", "report"])
 def test_run_analyze_and_report_help_load_no_client_stack(command: str) -> None:
     """Their options' defaults come from light modules (``sources.prometheus.defaults``,
-    ``sinks.store.urls``): no Prometheus or Kubernetes client, numpy, store or daemon."""
+    ``sinks.store.urls``, ``rightsizing.defaults``): no Prometheus or Kubernetes client, numpy,
+    store or daemon."""
     modules = _modules(command, "--help")
     assert {name for name, module in COMMAND_MODULES.items() if module in modules} == {command}
     assert {name for name in (*HEAVY, *CLIENTS) if name in modules} == set()
-    assert "profiler_app.daemon" not in modules
+    assert not {"profiler_app.daemon", *DEFERRED} & modules
