@@ -28,6 +28,12 @@ from profiler_app.model import (
     POWER_USAGE,
     SM_ACTIVE,
 )
+from profiler_app.sources.prometheus.defaults import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_POINTS,
+    DEFAULT_STEP_SECONDS,
+)
 from profiler_app.urls import http_url_problem, without_credentials
 
 T = TypeVar("T")
@@ -221,16 +227,6 @@ def add_prometheus_options(
 ) -> None:
     """--prometheus-url, --node, --node-label, --field, --window, --step and the answers' limits
     (--prometheus-max-bytes, --prometheus-deadline)."""
-    # Imported here: report and trace, which take no Prometheus options, start without requests.
-    from profiler_app.sources.prometheus import (  # noqa: PLC0415
-        DEFAULT_MAX_POINTS,
-        DEFAULT_STEP_SECONDS,
-    )
-    from profiler_app.sources.prometheus.bounded import (  # noqa: PLC0415
-        DEFAULT_DEADLINE_SECONDS,
-        DEFAULT_MAX_BYTES,
-    )
-
     group = parser.add_argument_group("Prometheus (dcgm-exporter metrics)")
     add_env_option(
         group,

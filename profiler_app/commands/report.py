@@ -16,23 +16,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 from profiler_app.commands import SUMMARIES, options, progress
 from profiler_app.durations import format_duration, parse_duration
 from profiler_app.errors import UserError
-from profiler_app.render import aligned
 from profiler_app.report_views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
-from profiler_app.rightsizing import DEFAULT_HEADROOM, Advice
-from profiler_app.rightsizing.output import (
-    COLUMNS,
-    RIGHTSIZE_HELP,
-    RIGHTSIZE_LABELS,
-    RIGHTSIZE_METRIC,
-    advice_record,
-    csv_text,
-    metric_samples,
-    table_rows,
-)
+from profiler_app.rightsizing.defaults import DEFAULT_HEADROOM, RIGHTSIZE_METRIC
 from profiler_app.sinks.store.urls import StoreUrl, parse_store_url
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from profiler_app.rightsizing import Advice
+
+# The table and the advice's rows (render, rightsizing) load where used: `report --help` and
+# a bad argument need neither.
 
 # ``--output json`` of report: the envelope's keys and each view's row keys are a contract
 # (docs/cli.md). Keys may be added within a version; removing, renaming or retyping one raises it.
@@ -281,6 +275,17 @@ def write_advice(
     node: str | None = None,
 ) -> None:
     """Right-sizing advice in one of ``report``'s outputs, or as the Prometheus metric."""
+    from profiler_app.render import aligned  # noqa: PLC0415
+    from profiler_app.rightsizing.output import (  # noqa: PLC0415
+        COLUMNS,
+        RIGHTSIZE_HELP,
+        RIGHTSIZE_LABELS,
+        advice_record,
+        csv_text,
+        metric_samples,
+        table_rows,
+    )
+
     if output == "json":
         records = [advice_record(advice) for advice in advices]
         document = _report_document(RIGHTSIZE_VIEW, records, since, until, node)
@@ -356,6 +361,8 @@ def write_rows(
 def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
     """A view's rows as aligned columns, units in the headers, nothing cut. The narrow default
     shows the columns in ``NARROW_COLUMNS`` (all of a view it does not name); ``wide`` all."""
+    from profiler_app.render import aligned  # noqa: PLC0415
+
     columns = _view_columns(by)
     if not wide and by in NARROW_COLUMNS:
         columns = [column for column in columns if column in NARROW_COLUMNS[by]]

@@ -13,9 +13,7 @@ from typing import Any
 
 from profiler_app.rightsizing.advice import Advice, one_decimal
 
-# The metric: one sample (value 1) per workload with advice, its label ``profile`` the advice's
-# one word: a MIG profile ("2g.20gb"), "time-slicing", "mps" or "full-gpu".
-RIGHTSIZE_METRIC = "gpu_profiler_rightsize_recommendation"
+# RIGHTSIZE_METRIC's help and labels (the name is in ``defaults``, for ``report --help``).
 RIGHTSIZE_HELP = (
     "Right-sizing advice from measured peaks (1 for the recommended profile): a MIG profile, "
     "time-slicing, mps or full-gpu; advice only, nothing is applied"

@@ -1,7 +1,8 @@
 """Start-up: ``gpu-profiler --help`` lists the commands without importing one, each command
 imports its own module and no other command's, ``report`` leaves the store layer (SQLAlchemy)
-unloaded until its arguments are good, and ``trial`` loads no verb's handler before it runs.
-New processes, ``sys.modules`` inspected."""
+unloaded until its arguments are good, ``run``, ``analyze`` and ``report --help`` load no client
+stack (numpy, requests, Kubernetes, SQLAlchemy, prometheus_client), and ``trial`` loads no
+verb's handler before it runs. New processes, ``sys.modules`` inspected."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ import pytest
 from profiler_app.cli import COMMAND_MODULES
 
 HEAVY = ("sqlalchemy", "alembic", "numpy", "yaml", "requests", "rich", "kubernetes", "psycopg")
+# What the daemon publishes and reads through: never needed to parse a command line.
+CLIENTS = ("prometheus_client", "urllib3", "pynvml", "psutil")
+# What the packages holding the options' defaults load on first use of their other names.
+DEFERRED = (
+    "profiler_app.sources.prometheus.client",
+    "profiler_app.sinks.store.sink",
+    "profiler_app.rightsizing.advice",
+)
 
 
 def _modules(*arguments: str) -> set[str]:
@@ -59,16 +68,6 @@ def test_trace_help_loads_neither_numpy_nor_the_store_layer() -> None:
     assert loaded("trace", "--help") == ({"trace"}, set())
 
 
-@pytest.mark.parametrize("command", ["run", "analyze"])
-def test_run_and_analyze_help_leave_the_store_and_the_daemon_unloaded(command: str) -> None:
-    """Their Prometheus options' defaults still load the Prometheus client (requests, numpy),
-    but not the store, the Kubernetes client or the terminal UI."""
-    commands, heavy = loaded(command, "--help")
-    assert commands == {command}
-    assert not heavy & {"sqlalchemy", "alembic", "psycopg", "kubernetes", "rich"}
-    assert "profiler_app.daemon" not in _modules(command, "--help")
-
-
 TRIAL_HANDLERS = ("plan", "run", "report", "clean", "common")
 
 
@@ -90,3 +89,14 @@ def test_trial_help_and_usage_errors_load_no_handler(arguments: tuple[str, ...])
     handlers = {f"profiler_app.commands.trial.{name}" for name in TRIAL_HANDLERS}
     assert not handlers & modules
     assert "profiler_app.trial.runner" not in modules
+
+
+@pytest.mark.parametrize("command", ["run", "analyze", "report"])
+def test_run_analyze_and_report_help_load_no_client_stack(command: str) -> None:
+    """Their options' defaults come from light modules (``sources.prometheus.defaults``,
+    ``sinks.store.urls``, ``rightsizing.defaults``): no Prometheus or Kubernetes client, numpy,
+    store or daemon."""
+    modules = _modules(command, "--help")
+    assert {name for name, module in COMMAND_MODULES.items() if module in modules} == {command}
+    assert {name for name in (*HEAVY, *CLIENTS) if name in modules} == set()
+    assert not {"profiler_app.daemon", *DEFERRED} & modules

@@ -33,10 +33,10 @@ from profiler_app.rightsizing.advice import (
     peak_inside,
     smallest_fitting,
 )
+from profiler_app.rightsizing.defaults import RIGHTSIZE_METRIC
 from profiler_app.rightsizing.output import (
     COLUMNS,
     RIGHTSIZE_LABELS,
-    RIGHTSIZE_METRIC,
     advice_record,
     csv_text,
     metric_samples,

@@ -27,8 +27,6 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError, ReadTimeoutError
 
-DEFAULT_MAX_BYTES = 16 * 2**20
-DEFAULT_DEADLINE_SECONDS = 15.0  # half the daemon's default 30 s interval
 _PIECE_BYTES = 256 * 1024
 
 

@@ -33,13 +33,12 @@ from profiler_app.model import (
     mig_instance,
 )
 from profiler_app.sources.prometheus.bounded import (
-    DEFAULT_DEADLINE_SECONDS,
-    DEFAULT_MAX_BYTES,
     AnswerTooLargeError,
     DeadlinePassedError,
     bounded_get,
     bounded_session,
 )
+from profiler_app.sources.prometheus.defaults import DEFAULT_DEADLINE_SECONDS, DEFAULT_MAX_BYTES
 from profiler_app.sources.prometheus.documents import align, matrix_result, vector_result
 from profiler_app.sources.prometheus.grid import (
     MAX_POINTS_PER_REQUEST,

@@ -16,12 +16,11 @@ import numpy.typing as npt
 
 from profiler_app.durations import format_duration
 from profiler_app.errors import UserError
+from profiler_app.sources.prometheus.defaults import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
 
 FloatArray = npt.NDArray[np.float64]
 
 MAX_POINTS_PER_REQUEST = 11_000  # Prometheus' per-series limit for query_range
-DEFAULT_STEP_SECONDS = 10.0  # dcgm-exporter collects every 30 s by default; 10 s loses nothing
-DEFAULT_MAX_POINTS = 1_000  # the default step coarsens so a window has at most this many points
 MAX_POINTS_PER_READ = 10 * MAX_POINTS_PER_REQUEST  # beyond this a finer step is a mistake
 
 
