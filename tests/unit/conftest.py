@@ -4,6 +4,7 @@
 kubeconfig; a test module provides its own ``apiserver`` fixture (the nodes and pods it needs).
 ``cli_environment``: the CLI's settings cleared from the environment and its signal handlers
 restored afterwards, for tests that run ``main`` in-process.
+``store``: a ``TableStore`` on ``store_url`` (a module registers tests.support.postgres for it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler_app.kube import KubeConnection, connect
+from profiler_app.sinks.store import TableStore
 from tests.support.apiserver import StandInApiServer
 from tests.support.clock import FakeClock
 from tests.support.environment import is_cli_setting
@@ -44,3 +46,10 @@ def cli_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[TableStore]:
+    sink = TableStore(store_url)
+    yield sink
+    sink.close()
