@@ -4,6 +4,8 @@
 kubeconfig; a test module provides its own ``apiserver`` fixture (the nodes and pods it needs).
 ``cli_environment``: the CLI's settings cleared from the environment and its signal handlers
 restored afterwards, for tests that run ``main`` in-process.
+``sink``: a ``KubernetesSink`` for node-a over ``connection``, its heartbeat every 10 minutes of
+``clock``.
 ``store``: a ``TableStore`` on ``store_url`` (a module registers tests.support.postgres for it).
 """
 
@@ -17,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from profiler_app.kube import KubeConnection, connect
+from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.store import TableStore
+from tests.support.annotated_node import NODE
 from tests.support.apiserver import StandInApiServer
 from tests.support.clock import FakeClock
 from tests.support.environment import is_cli_setting
@@ -46,6 +50,11 @@ def cli_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture
+def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
+    return KubernetesSink(connection, NODE, heartbeat_seconds=600, clock=clock)
 
 
 @pytest.fixture
