@@ -22,14 +22,7 @@ import pytest
 
 from profiler_app.kube import KubernetesError, connect
 from profiler_app.sinks.kubernetes import KubernetesSink
-from tests.support.annotated_node import (
-    NODE,
-    NODE_PATH,
-    POD_PATH,
-    D,
-    node_with_trainer,
-    on_node,
-)
+from tests.support.annotated_node import NODE, NODE_PATH, POD_PATH, D, node_with_trainer, on_node
 from tests.support.apiserver import StandInApiServer, running_apiserver
 from tests.support.clock import FakeClock
 from tests.support.cycles import sample_cycle

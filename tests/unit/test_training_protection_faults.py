@@ -15,11 +15,7 @@ import pytest
 
 from profiler_app.kube import KubeConnection, connect
 from profiler_app.sinks.kubernetes.protection import PodsUnprotectedError, TrainingProtector
-from tests.support.apiserver import (
-    StandInApiServer,
-    pod_manifest,
-    webhook_down,
-)
+from tests.support.apiserver import StandInApiServer, pod_manifest, webhook_down
 from tests.support.protected_pods import (
     DOMAIN,
     NODE,
