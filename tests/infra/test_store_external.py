@@ -12,10 +12,16 @@ from infra.render.program import FAKE_CERTIFICATE, run_stack
 from infra.stack_config import UNREADABLE_SECRET
 from infra.store.external import verified_url
 from tests.infra.conftest import EKS_STACK, KUBEADM_STACK
-from tests.infra.test_store import CA_FILE, CONFIG_MAP, DAEMON_SET, daemon_env, named
+from tests.infra.store_objects import (
+    CA_FILE,
+    CLUSTER,
+    CONFIG_MAP,
+    DAEMON_SET,
+    SECRET,
+    daemon_env,
+    named,
+)
 
-SECRET = "kubernetes:core/v1:Secret"
-CLUSTER = "kubernetes:postgresql.cnpg.io/v1:Cluster"
 URL = "postgresql://profiler:s3cret@db.example.org/profiler"
 EXTERNAL = {"profilerStore": "external", "profilerStoreCa": FAKE_CERTIFICATE}
 

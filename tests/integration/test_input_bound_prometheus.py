@@ -21,9 +21,9 @@ from profiler_app.model import DISK_READ, DISK_WRITE, GPU_UTIL, CycleResult, Pod
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.cadvisor import PodIoQuery
 from profiler_app.sources.prometheus import PrometheusSource
+from tests.support.daemon_doubles import RecordingSink
 from tests.support.dcgm import Gpu, OpenMetricsBuilder, sample_times
 from tests.support.prometheus import PrometheusServer
-from tests.unit.test_daemon import RecordingSink
 
 pytestmark = pytest.mark.integration
 

@@ -1,16 +1,16 @@
 """The stack's store wiring, connected for real: PostgreSQL and PgBouncer with TLS, as in a cluster.
 
-What the stack hands the daemon (tests/infra/test_store.py checks it under Pulumi's mocks) is used
-here as is: the URL from the DaemonSet's environment (host name, database, user, sslmode), the
-password file from the Secret, copied with the init container's own command, and a CA whose
-server certificate carries the names CloudNativePG would issue it (the Cluster's Services and its
-``serverAltDNSNames``; infra/render/cnpg.py). Test doubles: Debian's PostgreSQL 15 and PgBouncer
-1.18 on 127.0.0.1 stand in for CloudNativePG's images (18, 1.25); the pooler is configured with
-the Pooler's parameters that PgBouncer 1.18 has (not ``max_prepared_statements``, 1.21), its
-client TLS certificate being the server's, as the operator's is; the users are made by the RDS
-store's bootstrap script (infra/store/rds_roles.py) run as a role with CREATEROLE and CREATEDB
-but no superuser (what RDS's master user is); ``hostaddr=127.0.0.1`` reaches the host name the URL
-names, which libpq still verifies against the certificate.
+What the stack hands the daemon (tests/infra/test_store_cloudnative_pg.py checks it under Pulumi's
+mocks) is used here as is: the URL from the DaemonSet's environment (host name, database, user,
+sslmode), the password file from the Secret, copied with the init container's own command, and a CA
+whose server certificate carries the names CloudNativePG would issue it (the Cluster's Services and
+its ``serverAltDNSNames``; infra/render/cnpg.py). Test doubles: Debian's PostgreSQL 15 and PgBouncer
+1.18 on 127.0.0.1 stand in for CloudNativePG's images (18, 1.25); the pooler is configured with the
+Pooler's parameters that PgBouncer 1.18 has (not ``max_prepared_statements``, 1.21), its client TLS
+certificate being the server's, as the operator's is; the users are made by the RDS store's
+bootstrap script (infra/store/rds_roles.py) run as a role with CREATEROLE and CREATEDB but no
+superuser (what RDS's master user is); ``hostaddr=127.0.0.1`` reaches the host name the URL names,
+which libpq still verifies against the certificate.
 """
 
 from __future__ import annotations

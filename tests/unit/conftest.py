@@ -4,6 +4,10 @@
 kubeconfig; a test module provides its own ``apiserver`` fixture (the nodes and pods it needs).
 ``cli_environment``: the CLI's settings cleared from the environment and its signal handlers
 restored afterwards, for tests that run ``main`` in-process.
+``sink``: a ``KubernetesSink`` for node-a over ``connection``, its heartbeat every 10 minutes of
+``clock``.
+``protector``: a ``TrainingProtector`` for node-a over ``connection``.
+``store``: a ``TableStore`` on ``store_url`` (a module registers tests.support.postgres for it).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from pathlib import Path
 import pytest
 
 from profiler_app.kube import KubeConnection, connect
+from profiler_app.sinks.kubernetes import KubernetesSink
+from profiler_app.sinks.kubernetes.protection import TrainingProtector
+from profiler_app.sinks.store import TableStore
+from tests.support import annotated_node, protected_pods
 from tests.support.apiserver import StandInApiServer
 from tests.support.clock import FakeClock
 from tests.support.environment import is_cli_setting
@@ -44,3 +52,20 @@ def cli_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture
+def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
+    return KubernetesSink(connection, annotated_node.NODE, heartbeat_seconds=600, clock=clock)
+
+
+@pytest.fixture
+def protector(connection: KubeConnection) -> TrainingProtector:
+    return TrainingProtector(connection, protected_pods.NODE, domain=protected_pods.DOMAIN)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[TableStore]:
+    sink = TableStore(store_url)
+    yield sink
+    sink.close()

@@ -20,7 +20,7 @@ from profiler_app.model import (
 )
 from profiler_app.sources.kube_pods import pod_info as parse_pod
 from tests.support.apiserver import pod_manifest
-from tests.unit.test_daemon import (
+from tests.support.daemon_doubles import (
     POD_UID,
     RecordingSink,
     ScriptedSource,

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from profiler_app.kube import KubeConnection
 from profiler_app.model import (
     DISK_READ,
     DISK_WRITE,
@@ -24,7 +23,6 @@ from profiler_app.model import (
 from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
-from tests.support.clock import FakeClock
 from tests.support.cycles import AT, sample_cycle
 from tests.unit.test_metrics_sink import scrape
 
@@ -111,11 +109,6 @@ def apiserver() -> Iterator[StandInApiServer]:
         server.add_node(NODE)
         server.add_pod(pod_manifest("ml", "trainer-0", NODE, gpus=1, start_time=AT))
         yield server
-
-
-@pytest.fixture
-def sink(connection: KubeConnection, clock: FakeClock) -> KubernetesSink:
-    return KubernetesSink(connection, NODE, heartbeat_seconds=600, clock=clock)
 
 
 def test_pod_annotations_carry_peaks_and_95th_percentiles_in_mib_per_second(

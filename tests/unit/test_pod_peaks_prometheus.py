@@ -20,14 +20,14 @@ from profiler_app.model import PodPeak
 from profiler_app.pods import pod_usage
 from profiler_app.sources.cadvisor import PodPeaksQuery
 from profiler_app.sources.prometheus import PrometheusSource
-from tests.support.prometheus import Reply, StandInPrometheus, error_reply
-from tests.unit.test_daemon import (
+from tests.support.daemon_doubles import (
     RecordingSink,
     ScriptedSource,
     errors,
     make_daemon,
     pod_info,
 )
+from tests.support.prometheus import Reply, StandInPrometheus, error_reply
 from tests.unit.test_daemon_pods import pod
 
 END = 1_795_320_000.0

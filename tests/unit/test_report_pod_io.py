@@ -21,8 +21,8 @@ from profiler_app.model import (
 )
 from profiler_app.reporting import view_columns
 from profiler_app.sinks.store import TableStore
+from tests.support.store_cycles import pod
 from tests.unit.test_report import MINUTE, T0, gpu, run_cli
-from tests.unit.test_store import pod
 
 pytest_plugins = ["tests.support.postgres"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from profiler_app.sinks.store import StoreError, TableStore
-from tests.unit.test_store import T0, cycle, fetch, profile
+from tests.support.store_cycles import T0, cycle, fetch, profile
 
 
 def test_a_full_disk_is_named_and_the_cycle_is_kept(tmp_path: Path) -> None:

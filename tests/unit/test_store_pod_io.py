@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 
@@ -21,7 +19,7 @@ from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.schema import POD_HOUR_IO_COLUMNS, POD_IO_COLUMNS
 from profiler_app.sinks.store.urls import parse_store_url
-from tests.unit.test_store import T0, cycle, fetch, pod, profile
+from tests.support.store_cycles import T0, cycle, fetch, pod, profile
 
 pytest_plugins = ["tests.support.postgres"]
 
@@ -83,13 +81,6 @@ def test_the_revision_adds_empty_columns_and_goes_back(store_url: str) -> None:
     assert [tuple(r) for r in fetch(store_url, "SELECT pod, cpu_util_max FROM pod_usage")] == [
         ("a", 50.0)
     ]
-
-
-@pytest.fixture
-def store(store_url: str) -> Any:
-    sink = TableStore(store_url)
-    yield sink
-    sink.close()
 
 
 def test_rates_keep_the_largest_and_a_pod_without_them_keeps_its_own(
