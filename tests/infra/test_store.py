@@ -8,6 +8,7 @@ objects become in a cluster (schemas against the CloudNativePG chart's CRDs, Ser
 volume claims, Secret wiring) is checked on the rendered graph in test_render_store.py; the
 connection the daemon makes from this wiring runs against a real PostgreSQL and PgBouncer in
 tests/integration/test_store_wiring.py.
+
 Each database has its own module: test_store_cloudnative_pg.py (the default), test_store_rds.py
 and test_store_external.py.
 """
