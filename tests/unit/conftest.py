@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler_app.kube import KubeConnection, connect
-from tests.support.apiserver import StandInApiServer
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.clock import FakeClock
 from tests.support.environment import is_cli_setting
 

@@ -1,6 +1,6 @@
 """KubernetesSink against the stand-in API server, over real HTTP, through the real client.
 
-The API server is a test double (tests/support/apiserver.py): no kube-apiserver can run here.
+The API server is a test double (tests/support/apiserver/): no kube-apiserver can run here.
 Time for heartbeats and back-off is a fake clock; request timeouts are real but short.
 """
 
@@ -30,7 +30,8 @@ from profiler_app.sinks.kubernetes import (
     node_annotations,
     significant,
 )
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.clock import FakeClock
 from tests.support.cycles import AT, gpu_profile, mig_profile, sample_cycle
 

@@ -1,5 +1,5 @@
 """``karpenter.sh/do-not-disrupt`` on training pods (sinks/kubernetes/protection.py), against the
-stand-in API server (a test double, see tests/support/apiserver.py: real HTTP, real pod objects
+stand-in API server (a test double, see tests/support/apiserver/: real HTTP, real pod objects
 with UIDs, nodeName and resourceVersions; strategic-merge and JSON patches with the real
 server's preconditions) through the real Kubernetes client.
 
@@ -24,14 +24,9 @@ from profiler_app.sinks.kubernetes.protection import (
     watched_annotations,
 )
 from profiler_app.sources.kube_pods import pod_info
-from tests.support.apiserver import (
-    JSON_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    StandInApiServer,
-    pod_manifest,
-    running_apiserver,
-    webhook_down,
-)
+from tests.support.apiserver.objects import pod_manifest, webhook_down
+from tests.support.apiserver.patches import JSON_PATCH, STRATEGIC_MERGE_PATCH
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.cycles import AT, gpu_profile
 
 NODE = "node-a"
