@@ -3,7 +3,7 @@
 Run by hand from the repository root: ``.venv/bin/python benchmarks/bench_daemon.py``
 (``--duration 600 --interval 30`` by default). Starts a real Prometheus holding the standard
 dcgm-exporter dataset (3 nodes x 4 GPUs, 6 h at 10 s), the stand-in Kubernetes API server (a
-test double: see tests/support/apiserver.py) with the node and its GPU pods, and the daemon as a
+test double: see tests/support/apiserver/) with the node and its GPU pods, and the daemon as a
 subprocess profiling gpu-node-1 into a SQLite store. Samples the daemon's RSS and CPU time every
 second and counts requests server side: Prometheus' own ``prometheus_http_requests_total`` and
 the API server's request log.
@@ -43,12 +43,9 @@ sys.path.insert(0, str(ROOT))
 
 from profiler_app.commands.options import DEFAULT_FIELDS  # noqa: E402
 from profiler_app.daemon import MAX_BACKOFF_INTERVALS  # noqa: E402
-from tests.support.apiserver import (  # noqa: E402
-    RecordedRequest,
-    StandInApiServer,
-    pod_manifest,
-    running_apiserver,
-)
+from tests.support.apiserver.objects import pod_manifest  # noqa: E402
+from tests.support.apiserver.server import StandInApiServer, running_apiserver  # noqa: E402
+from tests.support.apiserver.state import RecordedRequest  # noqa: E402
 from tests.support.dcgm import Dataset, standard_dataset  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.prometheus import PrometheusServer  # noqa: E402

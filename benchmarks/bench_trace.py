@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_trace.py [--kernels 1000000] [--repeat 3]
 
-Builds an Nsight Systems export (test double, ``tests/support/nsys.py``: the documented
+Builds an Nsight Systems export (test double, ``tests/support/nsys/``: the documented
 schema, no GPU or nsys here) of a training loop: ``--kernels`` kernels over 20 names on two
 overlapping streams, each launched by a ``cudaLaunchKernel`` call (as many CUDA API rows), a
 host-to-device copy and a ``cudaStreamSynchronize`` per step of 500 kernels, an input gap
@@ -40,7 +40,8 @@ import numpy as np
 from profiler_app.trace import columns, groups, iterations, timeline
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import summarise
-from tests.support.nsys import HTOD, ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import HTOD
 
 KERNELS_PER_STEP = 500
 NAMES = 20

@@ -1,7 +1,7 @@
 """Write examples/nsys-input-bound.sqlite: a small, synthetic Nsight Systems export to try
 `gpu-profiler trace` on without a GPU.
 
-Made with the project's model of the export (tests/support/nsys.py: Nsight Systems 2024.6.2,
+Made with the project's model of the export (tests/support/nsys/: Nsight Systems 2024.6.2,
 export schema 3.16.1, the tables `nsys export --type sqlite` writes). Two H100s run 30 steps of
 25 ms: 10 ms of GEMM kernels, a 4 MiB host-to-device copy, then waiting for the next batch, so
 `trace` calls them input-bound. One pageable copy and one stream synchronisation are added for
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.nsys import HTOD, PAGEABLE, ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import HTOD, PAGEABLE
 
 MS, US = 1_000_000, 1_000
 OUTPUT = Path(__file__).with_name("nsys-input-bound.sqlite")

@@ -5,7 +5,7 @@ Sources, so a reader can check them:
 - Table and column names: NVIDIA's "SQLite Export Schema Reference"
   (https://docs.nvidia.com/nsight-systems/2021.5/nsys-exporter/exported_data.html: "tables are
   created lazily", no indexes) and the ``.schema`` of an Nsight Systems 2024.6.2 export (schema
-  version 3.16.1), whose statements ``tests/support/nsys.py`` reproduces.
+  version 3.16.1), whose statements ``tests/support/nsys/schema.py`` reproduces.
 - Enum values: Post-Collection Analysis Guide, "SQLite Schema Event Values"
   (https://docs.nvidia.com/nsight-systems/AnalysisGuide/index.html): ``ENUM_CUDA_MEMCPY_OPER``
   and ``ENUM_CUDA_MEM_KIND`` (0 = pageable), NVTX event types 59 (push/pop), 60 (start/end).

@@ -14,7 +14,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.apiserver import StandInApiServer, running_apiserver
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

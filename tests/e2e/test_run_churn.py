@@ -26,7 +26,8 @@ from profiler_app.cli import main
 from profiler_app.model import FB_USED, GPU_UTIL, POWER_USAGE
 from tests.e2e.conftest import DaemonProcess
 from tests.support import signals
-from tests.support.apiserver import StandInApiServer, pod_manifest
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.dcgm import Gpu, OpenMetricsBuilder, sample_times
 from tests.support.prometheus import PrometheusServer
 

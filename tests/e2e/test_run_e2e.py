@@ -12,7 +12,8 @@ import pytest
 import requests
 
 from tests.e2e.conftest import DaemonProcess
-from tests.support.apiserver import StandInApiServer, pod_manifest
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.prometheus import LoadedPrometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """``gpu-profiler run --once --protect-training`` against a real Prometheus in every dcgm-exporter
 shape (tests/support/dcgm.py, ``EXPORTER_SHAPES``, read from NVIDIA/dcgm-exporter's source) and
-the stand-in Kubernetes API server (a test double, see tests/support/apiserver.py).
+the stand-in Kubernetes API server (a test double, see tests/support/apiserver/).
 
 Each shape's node is the mixed node: GPU 0 time-sliced by two pods, GPU 1 whole to a
 PyTorchJob's pod, GPU 2 empty. The daemon must protect the training pod, list the shared pods
@@ -18,7 +18,8 @@ import pytest
 from profiler_app.model import SHARED_NOT_ATTRIBUTABLE, SHARED_PER_POD
 from tests.e2e.conftest import DaemonProcess
 from tests.e2e.test_run_e2e import stored
-from tests.support.apiserver import StandInApiServer, pod_manifest
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.dcgm import (
     EXPORTER_SHAPES,
     SHARED_PODS,

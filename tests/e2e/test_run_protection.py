@@ -1,7 +1,7 @@
 """``gpu-profiler run --protect-training`` end to end: the daemon (a subprocess) classifies a real
 Prometheus's dcgm-exporter data (the session fixture: on gpu-node-1 one training, one inference,
 one bursty and one idle GPU) and keeps ``karpenter.sh/do-not-disrupt`` on the training pod only,
-in the stand-in Kubernetes API server (a test double, see tests/support/apiserver.py)."""
+in the stand-in Kubernetes API server (a test double, see tests/support/apiserver/)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import requests
 
 from tests.e2e.conftest import DaemonProcess
 from tests.e2e.test_run_e2e import NODE, prepare_cluster, run_args, stored
-from tests.support.apiserver import StandInApiServer, pod_manifest, webhook_down
+from tests.support.apiserver.objects import pod_manifest, webhook_down
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.ports import free_port
 from tests.support.prometheus import LoadedPrometheus, StandInPrometheus
 from tests.support.scripted_dcgm import ScriptedDcgm

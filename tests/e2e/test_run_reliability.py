@@ -17,7 +17,7 @@ import pytest
 
 from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
 from tests.e2e.conftest import DaemonProcess
-from tests.support.apiserver import StandInApiServer
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.dcgm import standard_dataset
 from tests.support.prometheus import (
     LoadedPrometheus,

@@ -1,5 +1,5 @@
 """infra.unprotect_run: what `pulumi destroy` of GpuProfiler runs, against the stand-in Kubernetes
-API server (a test double, see tests/support/apiserver.py), as Pulumi's command would: a child
+API server (a test double, see tests/support/apiserver/), as Pulumi's command would: a child
 process with the kubeconfig's content in its environment."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 from infra import unprotect_run
 from tests.infra.conftest import REPO_ROOT
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 

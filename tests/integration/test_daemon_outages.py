@@ -6,7 +6,7 @@ after every cycle; promtool, which evaluates the GpuProfilerFailing rule from
 infra/monitoring/rules.yaml on the scraped values (given as the series Prometheus would have
 scraped, one sample per interval).
 
-Test doubles: the stand-in Kubernetes API server (tests/support/apiserver.py) answers 429 with
+Test doubles: the stand-in Kubernetes API server (tests/support/apiserver/) answers 429 with
 Retry-After or 503 on demand; a ``FakeClock`` drives the daemon, its back-off, the sink's
 heartbeat and the timestamps on /metrics, so 25 simulated minutes take seconds. Cycles run one
 interval apart on that clock, as the loop runs them. The sink's heartbeat is one interval, so
@@ -35,7 +35,7 @@ from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.prometheus import PrometheusSource
 from tests.infra.promtool_cases import alert_rules, expand
-from tests.support.apiserver import StandInApiServer, running_apiserver
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.clock import FakeClock
 from tests.support.dcgm import standard_dataset
 from tests.support.prometheus import PrometheusServer

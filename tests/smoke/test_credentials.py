@@ -3,7 +3,7 @@
 An EKS kubeconfig gets its token from ``aws eks get-token`` (an exec credential plugin) for every
 15 minutes; once the AWS session behind it ends, the plugin fails, the client keeps sending its
 last token, and the API server answers 401 when that expires. That is not a permissions problem,
-and must not read as one. Test doubles: the stand-in API server (tests/support/apiserver.py) and
+and must not read as one. Test doubles: the stand-in API server (tests/support/apiserver/) and
 a stand-in credential plugin that fails as the AWS CLI does with an expired session.
 """
 
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.smoke.checks.cluster import Cluster, CredentialsError, ForbiddenError, eventually
-from tests.support.apiserver import StandInApiServer, running_apiserver
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 
 PLUGIN = """
 import datetime, json, pathlib, sys

@@ -1,5 +1,5 @@
 """The node the Kubernetes sink's tests annotate, on the stand-in API server (a test double, see
-tests/support/apiserver.py): node-a with an annotation of someone else's, and its training pod
+tests/support/apiserver/): node-a with an annotation of someone else's, and its training pod
 ml/trainer-0; the cycles published to it and its annotations read back."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from datetime import timedelta
 
 from profiler_app.model import CycleResult
 from profiler_app.sinks.kubernetes import KubernetesSink
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.cycles import AT, sample_cycle
 
 D = "ai.centaurus.io"

@@ -1,5 +1,5 @@
 """The node and pods the training protector's tests protect, on the stand-in API server (a test
-double, see tests/support/apiserver.py: real HTTP, real pod objects with UIDs, nodeName and
+double, see tests/support/apiserver/: real HTTP, real pod objects with UIDs, nodeName and
 resourceVersions; strategic-merge and JSON patches with the real server's preconditions).
 
 Each cycle's ``node_pods`` is what a synced pod watcher shows: the stand-in's pods on the node,
@@ -15,7 +15,8 @@ from datetime import timedelta
 from profiler_app.model import CycleResult, PodInfo
 from profiler_app.sinks.kubernetes.protection import watched_annotations
 from profiler_app.sources.kube_pods import pod_info
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.cycles import AT, gpu_profile
 
 NODE = "node-a"

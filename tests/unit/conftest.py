@@ -24,7 +24,7 @@ from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
 from profiler_app.sinks.store import TableStore
 from tests.support import annotated_node, protected_pods
-from tests.support.apiserver import StandInApiServer
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.clock import FakeClock
 from tests.support.environment import is_cli_setting
 

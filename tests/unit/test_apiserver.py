@@ -13,15 +13,9 @@ import pytest
 import requests
 import yaml
 
-from tests.support.apiserver import (
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    StandInApiServer,
-    pod_manifest,
-    running_apiserver,
-    wait_until,
-)
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.patches import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from tests.support.apiserver.server import StandInApiServer, running_apiserver, wait_until
 
 NODE_PATH = "/api/v1/nodes/node-a"
 

@@ -23,7 +23,7 @@ from profiler_app.commands import progress
 from profiler_app.commands.report import NARROW_COLUMNS, RIGHTSIZE_VIEW
 from profiler_app.commands.run import RunConfig
 from profiler_app.reporting import REPORT_VIEWS, view_columns
-from tests.support.nsys import ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
 from tests.unit.test_report import RANGE_ARGS, build_history
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from profiler_app.cli import build_parser, main
-from tests.support.nsys import ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
 from tests.unit.test_report import RANGE_ARGS, build_history
 
 ROOT = Path(__file__).resolve().parents[2]

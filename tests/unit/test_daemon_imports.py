@@ -3,7 +3,7 @@
 Each mode is built in a fresh interpreter (``commands.run._build``, as ``handle`` does) and its
 ``sys.modules`` inspected. DaemonSet mode: a Prometheus URL (nothing is queried while building),
 a SQLite store in tmp_path and the stand-in Kubernetes API server (test double:
-tests/support/apiserver.py) through a kubeconfig. Local mode is the control: the same check sees
+tests/support/apiserver/) through a kubeconfig. Local mode is the control: the same check sees
 the libraries there, so it can fail.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.apiserver import StandInApiServer, running_apiserver
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 
 ROOT = Path(__file__).resolve().parents[2]
 # Local mode's: the terminal table (rich), NVML and host sampling (psutil).

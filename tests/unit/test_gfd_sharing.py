@@ -1,5 +1,5 @@
 """GPU feature discovery's sharing labels: read from the node (the stand-in API server, a test
-double: tests/support/apiserver.py), and what they do to the profiles and the pods' peaks."""
+double: tests/support/apiserver/), and what they do to the profiles and the pods' peaks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from profiler_app.model import FB_USED, GPU_UTIL, SHARED_PER_POD, SeriesMatrix
 from profiler_app.pods import pod_usage
 from profiler_app.profiles import build_profiles
 from profiler_app.sources.gfd import NodeSharing, gfd_sharing
-from tests.support.apiserver import StandInApiServer, running_apiserver
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.clock import FakeClock
 
 NODE = "node-a"

@@ -17,7 +17,7 @@ from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, parse_gpu_resource
 from profiler_app.pods import pod_usage
 from profiler_app.sources.kube_pods import pod_info
 from profiler_app.trial.manifests import load_template
-from tests.support.apiserver import pod_manifest
+from tests.support.apiserver.objects import pod_manifest
 from tests.unit.test_run_cli import parse
 
 

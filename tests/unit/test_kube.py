@@ -1,6 +1,6 @@
 """Kubernetes client configuration: kubeconfig, in-cluster service account, or disabled.
 
-Requests go to the stand-in API server (a test double, tests/support/apiserver.py). The
+Requests go to the stand-in API server (a test double, tests/support/apiserver/). The
 in-cluster case points the client library's service-account file paths at temp files, since
 /var/run/secrets does not exist here.
 """
@@ -18,7 +18,7 @@ from kubernetes.config import incluster_config
 
 from profiler_app.errors import UserError
 from profiler_app.kube import connect, describe, error_status, retry_after_seconds
-from tests.support.apiserver import running_apiserver
+from tests.support.apiserver.server import running_apiserver
 
 
 def test_disabled_without_kubeconfig_or_service(monkeypatch: pytest.MonkeyPatch) -> None:

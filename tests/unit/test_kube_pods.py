@@ -1,6 +1,6 @@
 """PodWatcher against the stand-in API server, over real HTTP, through the real client.
 
-The API server is a test double (tests/support/apiserver.py): no kube-apiserver can run here.
+The API server is a test double (tests/support/apiserver/): no kube-apiserver can run here.
 Timeouts and back-off delays are shortened so each test takes well under a second or two.
 """
 
@@ -17,7 +17,8 @@ import pytest
 
 from profiler_app.kube import KubeConnection
 from profiler_app.sources.kube_pods import ListPagingError, PodInfo, PodWatcher, pod_info
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver, wait_until
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver, wait_until
 
 NODE = "node-a"
 PODS_PATH = "/api/v1/pods"

@@ -2,7 +2,7 @@
 pods' own, keys of earlier versions and of vanished GPUs removed, reasons cut to fit, and the
 node's annotations bounded in count and size.
 
-Against the stand-in API server (a test double, tests/support/apiserver.py), over real HTTP,
+Against the stand-in API server (a test double, tests/support/apiserver/), over real HTTP,
 through the real client; its node and pod: tests/support/annotated_node.py.
 """
 
@@ -33,7 +33,8 @@ from tests.support.annotated_node import (
     on_node,
     published_baseline,
 )
-from tests.support.apiserver import StandInApiServer, pod_manifest
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.cycles import AT, gpu_profile, mig_profile, sample_cycle
 
 

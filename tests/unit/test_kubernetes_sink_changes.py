@@ -3,7 +3,7 @@ changed keys (numbers only beyond a tolerance of the value last written), a hear
 the time and repairs hand edits, a restarted sink adopts what it finds, pods are patched only
 when their values change.
 
-Against the stand-in API server (a test double, tests/support/apiserver.py), over real HTTP,
+Against the stand-in API server (a test double, tests/support/apiserver/), over real HTTP,
 through the real client; its node and pod: tests/support/annotated_node.py. Time for heartbeats
 is a fake clock.
 """
@@ -29,7 +29,7 @@ from tests.support.annotated_node import (
     on_node,
     published_baseline,
 )
-from tests.support.apiserver import StandInApiServer
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.clock import FakeClock
 from tests.support.cycles import gpu_profile, sample_cycle
 

@@ -2,7 +2,7 @@
 conflict retried, a 429's Retry-After handed to the daemon, server errors and a hung server
 raised and recovered from, an answer that is not JSON, and the token never logged.
 
-Against the stand-in API server (a test double, tests/support/apiserver.py), over real HTTP,
+Against the stand-in API server (a test double, tests/support/apiserver/), over real HTTP,
 through the real client; its node and pod: tests/support/annotated_node.py. Request timeouts
 are real but short.
 """
@@ -23,7 +23,7 @@ import pytest
 from profiler_app.kube import KubernetesError, connect
 from profiler_app.sinks.kubernetes import KubernetesSink
 from tests.support.annotated_node import NODE, NODE_PATH, POD_PATH, D, node_with_trainer, on_node
-from tests.support.apiserver import StandInApiServer, running_apiserver
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.clock import FakeClock
 from tests.support.cycles import sample_cycle
 

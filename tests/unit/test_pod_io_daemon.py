@@ -19,7 +19,7 @@ from profiler_app.model import (
     PodIoSeries,
 )
 from profiler_app.sources.kube_pods import pod_info as parse_pod
-from tests.support.apiserver import pod_manifest
+from tests.support.apiserver.objects import pod_manifest
 from tests.support.daemon_doubles import (
     POD_UID,
     RecordingSink,

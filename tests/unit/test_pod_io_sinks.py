@@ -22,7 +22,8 @@ from profiler_app.model import (
 )
 from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.cycles import AT, sample_cycle
 from tests.unit.test_metrics_sink import scrape
 

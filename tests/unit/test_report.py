@@ -45,7 +45,7 @@ from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url
 from profiler_app.sources.kube_pods import pod_info
-from tests.support.apiserver import pod_manifest
+from tests.support.apiserver.objects import pod_manifest
 
 pytest_plugins = ["tests.support.postgres"]
 

@@ -2,8 +2,8 @@
 store (SQLite; PostgreSQL under ``integration``, the real server of tests/support/postgres.py),
 migration 0002, and ``gpu-profiler report --by trace``.
 
-Reports are test doubles built by ``tests.support.nsys.ReportBuilder`` with the documented
-Nsight Systems export schema (no GPU or nsys here).
+Reports are test doubles built by ``tests.support.nsys.builder.ReportBuilder`` with the
+documented Nsight Systems export schema (no GPU or nsys here).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from profiler_app.reporting import view_columns
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url
-from tests.support.nsys import HTOD, NCCL_ALL_REDUCE, PAGEABLE, ReportBuilder
+from tests.support.nsys.builder import NCCL_ALL_REDUCE, ReportBuilder
+from tests.support.nsys.schema import HTOD, PAGEABLE
 
 pytest_plugins = ["tests.support.postgres"]
 

@@ -1,7 +1,7 @@
 """The ``communication-bound`` verdict: its pure rule, then whole reports with NCCL kernels.
 
-Reports are built by ``tests.support.nsys.ReportBuilder`` (a test double of Nsight Systems
-exports: no GPU, NCCL or nsys here); its NCCL kernels carry the names and the launch call
+Reports are built by ``tests.support.nsys.builder.ReportBuilder`` (a test double of Nsight
+Systems exports: no GPU, NCCL or nsys here); its NCCL kernels carry the names and the launch call
 (``cuLaunchKernelEx``) of a real PyTorch capture on two H100s and of public NCCL profiles.
 Timelines are worked out by hand in each test.
 """
@@ -18,7 +18,7 @@ from profiler_app.trace import verdict
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import GpuTrace, TraceSummary, summarise, to_json
 from profiler_app.trace.verdict import GpuFigures, judge
-from tests.support.nsys import (
+from tests.support.nsys.builder import (
     NCCL_ALL_REDUCE,
     NCCL_OLD_ALL_REDUCE,
     NCCL_SEND_RECV,

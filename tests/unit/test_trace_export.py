@@ -1,6 +1,6 @@
 """``gpu-profiler trace`` on files that are not a readable Nsight Systems export.
 
-Reports are built by ``tests.support.nsys.ReportBuilder`` (a test double: no GPU or nsys
+Reports are built by ``tests.support.nsys.builder.ReportBuilder`` (a test double: no GPU or nsys
 here) with the documented export schema; a ``.nsys-rep`` is exported by a stand-in ``nsys``
 script on PATH (a test double that records its arguments and writes such an export).
 """
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from profiler_app.cli import main
-from tests.support.nsys import KERNEL, ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import KERNEL
 
 MS = 1_000_000
 

@@ -1,9 +1,9 @@
 """Grouping event rows with numpy (``profiler_app.trace.grouping`` and ``groups``).
 
-Reports are built with ``tests.support.nsys.ReportBuilder`` (test doubles of Nsight Systems
-exports, documented schema 3.16.1; no GPU or nsys here). Keys become dense codes by a presence
-table (small ranges) or by ``np.unique`` (process ids); the launch join indexes a table by
-(process, correlationId) when the ids are dense, else searches a sorted array. Every shape
+Reports are built with ``tests.support.nsys.builder.ReportBuilder`` (test doubles of Nsight
+Systems exports, documented schema 3.16.1; no GPU or nsys here). Keys become dense codes by a
+presence table (small ranges) or by ``np.unique`` (process ids); the launch join indexes a table
+by (process, correlationId) when the ids are dense, else searches a sorted array. Every shape
 must give the same exact figures: two processes with the same 24-bit pid on different virtual
 machines, a device id over 255, a kernel's process that made no CUDA API call, more than 64
 calling processes, correlation ids beyond 32 bits or far apart.
@@ -20,7 +20,7 @@ from profiler_app.trace import events, grouping, groups
 from profiler_app.trace.columns import MISSING
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
-from tests.support.nsys import PID, ReportBuilder
+from tests.support.nsys.builder import PID, ReportBuilder
 
 US = 1_000
 MS = 1_000_000

@@ -1,10 +1,10 @@
 """``gpu-profiler trace`` on exports with values Nsight Systems never writes (hostile or damaged).
 
-Reports are built by ``tests.support.nsys.ReportBuilder`` (a test double of the documented
-export schema; no GPU or nsys here) and then altered with ``tamper``: a real of 9e999 where a
-time belongs, device ids that overflow, NULL or negative device ids, NULL metadata values.
-Each must end in one warning that counts the rows skipped (the rest is summarised) or one
-error line with exit status 2, never a traceback or a verdict on rows no GPU ran.
+Reports are built by ``tests.support.nsys.builder.ReportBuilder`` (a test double of the
+documented export schema; no GPU or nsys here) and then altered with ``tamper``: a real of 9e999
+where a time belongs, device ids that overflow, NULL or negative device ids, NULL metadata
+values. Each must end in one warning that counts the rows skipped (the rest is summarised) or
+one error line with exit status 2, never a traceback or a verdict on rows no GPU ran.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from profiler_app.cli import main
-from tests.support.nsys import HTOD, KERNEL, MEMCPY, NVTX, RUNTIME, ReportBuilder, tamper
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.files import tamper
+from tests.support.nsys.schema import HTOD, KERNEL, MEMCPY, NVTX, RUNTIME
 
 MS = 1_000_000
 

@@ -3,8 +3,8 @@
 Each was seen in a real export (public test data of two projects: pipit's MPI saxpy run,
 Nsight Systems 2022.2, export schema 2.9.1, and CloverLeaf run, 2024.5, schema 3.13.2;
 nsys-ai's PyTorch windows on two H100s, 2026.2; ``benchmarks/check_real_reports.py`` runs the
-tool on them) and is rebuilt here with ``tests.support.nsys.ReportBuilder``, a test double of
-an export (no GPU or nsys here):
+tool on them) and is rebuilt here with ``tests.support.nsys.builder.ReportBuilder``, a test
+double of an export (no GPU or nsys here):
 
 - ``nsys profile --cudabacktrace`` adds a CUDA backtrace row (event class 67) around each
   traced call, with the call's correlationId: counted as a call, every API figure doubled;
@@ -24,7 +24,8 @@ import pytest
 from profiler_app.errors import UserError
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise
-from tests.support.nsys import HTOD, ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import HTOD
 
 US = 1_000
 MS = 1_000_000

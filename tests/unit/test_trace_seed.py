@@ -2,9 +2,9 @@
 quote (CentaurusInfra/alnair, "Alnair Profiler Scope", Nsight Systems results of a PyTorch
 training job), summarised by ``gpu-profiler trace``, must give back the same totals.
 
-The report is a test double (``tests.support.nsys.ReportBuilder``; no GPU or nsys here). Its
-groups have exactly the quoted count, total, minimum and maximum; values in between are spread
-around the mean. What the notes do not quote is filled in and said so below: the kernels
+The report is a test double (``tests.support.nsys.builder.ReportBuilder``; no GPU or nsys
+here). Its groups have exactly the quoted count, total, minimum and maximum; values in between
+are spread around the mean. What the notes do not quote is filled in and said so below: the kernels
 beyond the top three (the notes list 3 kernels but 523,848 launches), the other API calls
 (the notes list the top two, 38.8 % and 37.7 % of API time), byte sizes within the quoted
 totals, and the timeline (all GPU work on one stream, in random order, 10 us apart).
@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from profiler_app.cli import main
-from tests.support.nsys import DTOH, HTOD, PAGEABLE, ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import DTOH, HTOD, PAGEABLE
 
 pytestmark = pytest.mark.slow
 

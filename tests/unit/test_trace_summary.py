@@ -1,7 +1,8 @@
 """The per-GPU figures of ``profiler_app.trace.summary`` on reports with known timelines.
 
-Reports are built with ``tests.support.nsys.ReportBuilder``: test doubles of Nsight Systems
-exports (documented schema 3.16.1 tables and enum values), since no GPU or nsys exists here.
+Reports are built with ``tests.support.nsys.builder.ReportBuilder``: test doubles of Nsight
+Systems exports (documented schema 3.16.1 tables and enum values), since no GPU or nsys exists
+here.
 Expected figures are worked out by hand from each timeline in the test.
 """
 
@@ -18,17 +19,8 @@ import pytest
 from profiler_app.trace import events, iterations, timeline
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise, to_json
-from tests.support.nsys import (
-    DTOD,
-    DTOH,
-    HTOD,
-    MEMCPY,
-    MEMSET,
-    NVTX,
-    PAGEABLE,
-    RUNTIME,
-    ReportBuilder,
-)
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import DTOD, DTOH, HTOD, MEMCPY, MEMSET, NVTX, PAGEABLE, RUNTIME
 
 US = 1_000
 MS = 1_000_000

@@ -1,6 +1,6 @@
 """Verdicts: the pure rules of ``profiler_app.trace.verdict``, then whole reports whose timeline
-shows each bottleneck (reports built by ``tests.support.nsys.ReportBuilder``, a test double of
-Nsight Systems exports: no GPU or nsys here).
+shows each bottleneck (reports built by ``tests.support.nsys.builder.ReportBuilder``, a test
+double of Nsight Systems exports: no GPU or nsys here).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from profiler_app.trace import verdict
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import GpuTrace, summarise
 from profiler_app.trace.verdict import GpuFigures, judge
-from tests.support.nsys import HTOD, PAGEABLE, ReportBuilder
+from tests.support.nsys.builder import ReportBuilder
+from tests.support.nsys.schema import HTOD, PAGEABLE
 
 US = 1_000
 MS = 1_000_000

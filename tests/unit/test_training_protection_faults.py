@@ -15,7 +15,8 @@ import pytest
 
 from profiler_app.kube import KubeConnection, connect
 from profiler_app.sinks.kubernetes.protection import PodsUnprotectedError, TrainingProtector
-from tests.support.apiserver import StandInApiServer, pod_manifest, webhook_down
+from tests.support.apiserver.objects import pod_manifest, webhook_down
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.protected_pods import (
     DOMAIN,
     NODE,

@@ -17,7 +17,9 @@ import pytest
 
 from profiler_app.model import CycleResult
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
-from tests.support.apiserver import JSON_PATCH, StandInApiServer, pod_manifest
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.patches import JSON_PATCH
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.cycles import AT
 from tests.support.protected_pods import (
     DO_NOT_DISRUPT,

@@ -1,5 +1,5 @@
 """Random pod histories through the training protector, against the stand-in API server (a test
-double, see tests/support/apiserver.py), checking the promises of docs/daemon.md:
+double, see tests/support/apiserver/), checking the promises of docs/daemon.md:
 
 1. a person's do-not-disrupt is never changed (after every cycle);
 2. a pod training on this node for a cycle carries the profiler's protection at its end;
@@ -38,7 +38,8 @@ from profiler_app.sinks.kubernetes.protection import (
     watched_annotations,
 )
 from profiler_app.sources.kube_pods import pod_info
-from tests.support.apiserver import StandInApiServer, pod_manifest, webhook_down
+from tests.support.apiserver.objects import pod_manifest, webhook_down
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.cycles import AT, gpu_profile
 
 NODE, OTHER_NODE = "node-a", "node-b"

@@ -16,12 +16,9 @@ import pytest
 
 from profiler_app.kube import KubeConnection
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
-from tests.support.apiserver import (
-    JSON_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    StandInApiServer,
-    pod_manifest,
-)
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.patches import JSON_PATCH, STRATEGIC_MERGE_PATCH
+from tests.support.apiserver.server import StandInApiServer
 from tests.support.protected_pods import (
     DO_NOT_DISRUPT,
     DOMAIN,

@@ -1,5 +1,5 @@
 """``gpu-profiler unprotect`` against the stand-in API server (a test double, see
-tests/support/apiserver.py): every node's pods, only the profiler's marks, ``--dry-run``."""
+tests/support/apiserver/): every node's pods, only the profiler's marks, ``--dry-run``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from profiler_app.cli import main
-from tests.support.apiserver import StandInApiServer, pod_manifest, running_apiserver
+from tests.support.apiserver.objects import pod_manifest
+from tests.support.apiserver.server import StandInApiServer, running_apiserver
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MARKER = "ai.centaurus.io/do-not-disrupt"

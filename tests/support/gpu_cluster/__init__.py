@@ -3,7 +3,7 @@
 No API server, kubelet or GPU can run here. ``running_gpu_cluster(scenario)`` starts, on
 127.0.0.1:
 
-- the stand-in API server of tests/support/apiserver.py, extended (``StandInGpuCluster``, a
+- the stand-in API server of tests/support/apiserver/, extended (``StandInGpuCluster``, a
   subclass; the base module is unchanged) with what a GPU cluster serves: Node and Service lists,
   namespaces, DaemonSets with their status, pods by label selector, creating and deleting pods
   and reading their logs, the ``v1beta1.custom.metrics.k8s.io`` APIService and its metrics, and

@@ -1,4 +1,4 @@
-"""``StandInGpuCluster``: the stand-in API server of tests/support/apiserver.py, extended by
+"""``StandInGpuCluster``: the stand-in API server of tests/support/apiserver/, extended by
 subclassing to serve a whole GPU cluster for the smoke suite. A TEST DOUBLE; the package
 docstring says what it models."""
 
@@ -16,7 +16,10 @@ import requests
 
 from tests.smoke.checks.layout import CUSTOM_METRICS_API, CUSTOM_METRICS_API_SERVICE, KEDA_NAMESPACE
 from tests.smoke.checks.services import EXTERNAL_METRICS_API_SERVICE
-from tests.support.apiserver import RecordedRequest, StandInApiServer, _Handler, status_object
+from tests.support.apiserver.handler import Handler
+from tests.support.apiserver.objects import status_object
+from tests.support.apiserver.server import StandInApiServer
+from tests.support.apiserver.state import RecordedRequest
 from tests.support.dcgm import Gpu
 from tests.support.gpu_cluster import controllers, objects
 from tests.support.gpu_cluster.backends import (
@@ -84,7 +87,7 @@ ROUTES = [
 _ROUTES = [(method, re.compile(f"^{path}$"), name) for method, path, name in ROUTES]
 
 
-class _ClusterHandler(_Handler):
+class _ClusterHandler(Handler):
     """The stand-in API server's handler, answering ROUTES first."""
 
     cluster: StandInGpuCluster  # set on a per-server subclass by StandInGpuCluster
@@ -180,7 +183,7 @@ class StandInGpuCluster(StandInApiServer):
         return self._state.lock
 
     def commit(self, kind: str, key: Any, obj: Json, event: str | None) -> None:
-        self._server.commit(kind, key, obj, event=event)
+        self._state.commit(kind, key, obj, event=event)
 
     def start(self) -> None:
         super().start()

@@ -54,7 +54,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.support.apiserver import status_object
+from tests.support.apiserver.objects import status_object
 from tests.support.gpu_cluster import objects
 from tests.support.gpu_cluster.objects import Json
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.support.apiserver import status_object
+from tests.support.apiserver.objects import status_object
 from tests.support.clock import rfc3339_nano
 from tests.support.gpu_cluster import objects, sharing
 from tests.support.gpu_cluster.controllers import DEVICE_PLUGIN
