@@ -153,6 +153,8 @@ def _without_advice(usage: _Usage, reason: str) -> Advice:
 # PostgreSQL): a month of a fleet's buckets would otherwise sit in memory twice, as the driver's
 # rows and as the merged histograms.
 STREAMED = {"yield_per": 10_000}
+# Packed rows are about 1 kB each, and decoded a batch at a time: smaller batches.
+STREAMED_PACKED = {"yield_per": 1_000}
 
 
 class _Merge:
@@ -236,7 +238,7 @@ class _Merge:
             select(p.namespace, p.workload, p.histograms).where(
                 *self._where(packed, column, low, high)
             ),
-            execution_options=STREAMED,
+            execution_options=STREAMED_PACKED,
         )
         for chunk in blobs.partitions():
             found = ((self.usage(ns, workload).row, blob) for ns, workload, blob in chunk)

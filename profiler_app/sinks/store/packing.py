@@ -103,7 +103,7 @@ def pack_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, str, str, bytes]
 def unpack(blobs: Iterable[bytes]) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """The records of packed rows' ``histograms``, all in one array, and how many each row
     has (to repeat a per-row value over its records)."""
-    parts = [bytes(blob) for blob in blobs]
+    parts = [blob if isinstance(blob, bytes) else bytes(blob) for blob in blobs]
     counts = np.fromiter((len(part) // RECORD.itemsize for part in parts), np.int64, len(parts))
     return counts, np.frombuffer(b"".join(parts), RECORD)
 
