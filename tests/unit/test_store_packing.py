@@ -19,9 +19,11 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from profiler_app.model import GPU_UTIL, SM_ACTIVE, CycleResult, FieldStats, GpuProfile
 from profiler_app.rightsize_histograms import quantiles
 from profiler_app.rightsize_report import histogram_quantile, rightsize_advice
 from profiler_app.rightsizing.output import advice_record
+from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import (
@@ -29,6 +31,7 @@ from profiler_app.sinks.store.models import (
     activity_day_packed,
     activity_hour,
     activity_hour_packed,
+    gpu_window,
 )
 from profiler_app.sinks.store.packing import METRIC_ORDER, RECORD, Packing
 from profiler_app.sinks.store.urls import parse_store_url
@@ -287,3 +290,46 @@ def test_a_writer_upserting_while_postgresql_packs_loses_and_doubles_nothing(
     assert sum(packed) > 0
     pack(url)
     assert histogram_totals(url) == pytest.approx(histogram_totals(reference))
+
+
+def busy_cycle(at: datetime) -> CycleResult:
+    """One GPU of a pod with SM activity: a cycle that writes histogram rows."""
+    stats = {
+        GPU_UTIL: FieldStats(max=90.0, p95=80.0, mean=60.0, idle_fraction=0.1),
+        SM_ACTIVE: FieldStats(max=0.7, p95=0.6, mean=0.4, idle_fraction=0.1),
+    }
+    profile = GpuProfile("0", "GPU-0", "node-a", "training", None, stats, namespace="ml", pod="p")
+    return CycleResult("node-a", at, 1800.0, [profile], [])
+
+
+def test_the_writer_packs_complete_buckets_and_outlives_a_failed_packing(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = TableStore(store_url)
+    clock = [0.0]
+    store._packing = Packing(every=900.0, clock=lambda: clock[0])
+    try:
+        store.publish(busy_cycle(T0))
+        assert counts(store_url)["activity_hour_packed"] == 0  # not due yet
+        clock[0] = 1000.0
+        # Covering 23:33-00:03: the first cycle's hours (20:33-21:03) ended an hour before.
+        store.publish(busy_cycle(T0 + timedelta(hours=3)))
+        assert counts(store_url)["activity_hour_packed"] == 2
+        assert counts(store_url)["activity_hour"] == 4  # 23:00 and 00:00, x sm and sm_mean
+        clock[0] = 2000.0
+
+        def broken(database: Database, now: datetime) -> int:
+            raise database.errors[0]("the store went away")
+
+        monkeypatch.setattr(store._packing, "pack", broken)
+        store.publish(busy_cycle(T0 + timedelta(hours=4)))  # written all the same
+        assert "packing failed, retrying next cycle" in caplog.text
+    finally:
+        store.close()
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(sa.select(sa.func.count()).select_from(gpu_window))
+            assert rows.scalar_one() == 3
+    finally:
+        engine.dispose()
