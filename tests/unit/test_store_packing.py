@@ -33,7 +33,7 @@ from profiler_app.sinks.store.models import (
     activity_hour_packed,
     gpu_window,
 )
-from profiler_app.sinks.store.packing import METRIC_ORDER, RECORD, Packing
+from profiler_app.sinks.store.packing import METRIC_ORDER, RECORD_FIELDS, Packing
 from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.migrations import migrate
 from tests.support.store_rows import write_rows
@@ -130,7 +130,7 @@ def histogram_totals(url: str) -> dict[tuple[Any, ...], float]:
                         packed.c[column], packed.c.namespace, packed.c.workload, packed.c.histograms
                     )
                 ):
-                    for cell, seconds in np.frombuffer(blob, RECORD).tolist():
+                    for cell, seconds in np.frombuffer(blob, RECORD_FIELDS).tolist():
                         metric, percent = METRIC_ORDER[cell // 101], cell % 101
                         totals[(rows.name, moment, ns, workload, metric, percent)] += seconds
     finally:

@@ -362,7 +362,7 @@ def _packed(name: str, bucket: str) -> Table:
         _required(bucket, UtcDateTime()),
         _required("namespace", String(253)),
         _required("workload", String(253)),
-        _required("histograms", LargeBinary),  # packing.RECORD: (bucket index, seconds) pairs
+        _required("histograms", LargeBinary),  # packing.RECORD_FIELDS: (cell, seconds) records
         Index(None, bucket),
         postgresql_partition_by=f"RANGE ({bucket})",
     )

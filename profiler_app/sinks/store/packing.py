@@ -6,11 +6,11 @@ Why: a report over a month read one row per (workload, metric, bucket, day) and 
 by one in Python, O(buckets x workloads x days) in SQL and Python alike. A packed row holds a
 workload's histograms of one hour or day, which the report decodes and sums with numpy.
 
-A packed row's ``histograms`` is a sequence of ``RECORD`` (little-endian uint16 cell, float64
-seconds), one per histogram row it replaced, by cell: cell ``m * 101 + percent`` for the metric
-``m`` of ``METRIC_ORDER``. Sparse, not a dense 3 x 101 array: a workload's bucket uses a few tens
-of the 303 cells, and a dense 2,424-byte value would pass PostgreSQL's TOAST threshold (2 kB)
-and be twice that size as bytea's hex text on the wire.
+A packed row's ``histograms`` is a sequence of ``RECORD_FIELDS`` records (little-endian uint16
+cell, float64 seconds), one per histogram row it replaced, by cell: cell ``m * 101 + percent``
+for the metric ``m`` of ``METRIC_ORDER``. Sparse, not a dense 3 x 101 array: a workload's
+bucket uses a few tens of the 303 cells, and a dense 2,424-byte value would pass PostgreSQL's
+TOAST threshold (2 kB) and be twice that size as bytea's hex text on the wire.
 
 The writer packs, every ``PACK_EVERY_SECONDS``, the buckets that ended ``PACK_MARGIN_SECONDS``
 ago: in one transaction per batch, ``DELETE ... RETURNING`` the oldest rows, then the packed rows
@@ -28,15 +28,16 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from profiler_app.sinks.store.activity import ACTIVITY_DAY, ACTIVITY_HOUR, BUCKETS, METRICS
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
 from profiler_app.sinks.store.rollups import Tier, bucket_start
+
+if TYPE_CHECKING:  # numpy is loaded where packing runs: report --help stays light
+    import numpy as np
+    import numpy.typing as npt
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ PACKED_TIERS = tuple(
 )
 METRIC_ORDER = tuple(METRICS)  # a packed cell's metric: cell // BUCKETS
 CELLS = len(METRIC_ORDER) * BUCKETS
-RECORD = np.dtype([("cell", "<u2"), ("seconds", "<f8")])
+RECORD_FIELDS = [("cell", "<u2"), ("seconds", "<f8")]  # numpy's dtype of a packed record
 # Late cycles: a bucket is packed once it ended this long ago (a later write is packed again).
 PACK_MARGIN_SECONDS = 3600
 PACK_EVERY_SECONDS = 900.0
@@ -79,6 +80,8 @@ def cell(metric: str, percent: int) -> int | None:
 def pack_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, str, str, bytes]]:
     """Histogram rows ``(bucket, namespace, workload, metric, percent, seconds)`` as packed
     rows ``(bucket, namespace, workload, histograms)``, one per bucket and workload."""
+    import numpy as np  # noqa: PLC0415 (see TYPE_CHECKING above)
+
     keys: dict[tuple[Any, str, str], int] = {}
     owners, cells, seconds = [], [], []
     for bucket, namespace, workload, metric, percent, value in rows:
@@ -88,7 +91,7 @@ def pack_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, str, str, bytes]
         owners.append(keys.setdefault((bucket, namespace, workload), len(keys)))
         cells.append(at)
         seconds.append(float(value))
-    records = np.empty(len(cells), RECORD)
+    records = np.empty(len(cells), RECORD_FIELDS)
     records["cell"] = cells
     records["seconds"] = seconds
     owner = np.asarray(owners, dtype=np.int64)
@@ -103,9 +106,12 @@ def pack_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, str, str, bytes]
 def unpack(blobs: Iterable[bytes]) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """The records of packed rows' ``histograms``, all in one array, and how many each row
     has (to repeat a per-row value over its records)."""
+    import numpy as np  # noqa: PLC0415 (see TYPE_CHECKING above)
+
+    record = np.dtype(RECORD_FIELDS)
     parts = [blob if isinstance(blob, bytes) else bytes(blob) for blob in blobs]
-    counts = np.fromiter((len(part) // RECORD.itemsize for part in parts), np.int64, len(parts))
-    return counts, np.frombuffer(b"".join(parts), RECORD)
+    counts = np.fromiter((len(part) // record.itemsize for part in parts), np.int64, len(parts))
+    return counts, np.frombuffer(b"".join(parts), record)
 
 
 class Packing:
