@@ -63,6 +63,7 @@ from profiler_app.model import (  # noqa: E402
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
 from profiler_app.sinks.store.engine import sqlalchemy_url  # noqa: E402
+from profiler_app.sinks.store.packing import Packing  # noqa: E402
 from profiler_app.sinks.store.retention import Retention  # noqa: E402
 from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
@@ -248,6 +249,23 @@ def fill(url: str, gpus: int, days: int, raw_days: int, first_node: int = 0) -> 
     store.close()
     print(f"{cycles:,} cycles in {time.monotonic() - began:.0f} s")
     prune(url, raw_days)
+    pack(url)
+
+
+def pack(url: str, now: datetime = END) -> None:
+    """The writer's packing (``packing.py``) of every bucket complete at ``now``, as the
+    daemons run it every quarter of an hour; the histogram tables' rows before and after."""
+    database = Database(parse_store_url(url))
+    tables = ("activity_hour", "activity_day", "activity_hour_packed", "activity_day_packed")
+    count = "SELECT " + ", ".join(f"(SELECT count(*) FROM {table})" for table in tables)
+    print("rows before:", dict(zip(tables, database.query(count)[0], strict=True)))
+    packing = Packing(every=0)
+    began = time.monotonic()
+    while packing.pack(database, now):
+        pass
+    print(f"packed in {time.monotonic() - began:.1f} s")
+    print("rows after: ", dict(zip(tables, database.query(count)[0], strict=True)))
+    database.close()
 
 
 def prune(url: str, raw_days: int) -> None:
@@ -392,6 +410,9 @@ def main() -> None:
     pruning = commands.add_parser("prune")
     pruning.add_argument("url")
     pruning.add_argument("--raw-days", type=int, default=14)
+    packing = commands.add_parser("pack", help="the writer's packing of complete buckets")
+    packing.add_argument("url")
+    packing.add_argument("--now", type=datetime.fromisoformat, default=END)
     checking = commands.add_parser("check")
     checking.add_argument("url")
     checking.add_argument("--sample", type=int, default=20)
@@ -407,6 +428,8 @@ def main() -> None:
     elif args.command == "replicate":
         first = args.templates if args.first is None else args.first
         replicate(args.url, args.templates, args.nodes, first)
+    elif args.command == "pack":
+        pack(args.url, args.now)
     elif args.command == "prune":
         prune(args.url, args.raw_days)
     elif args.command == "time":

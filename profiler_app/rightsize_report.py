@@ -8,7 +8,9 @@ spans of ``history.py``), each raw row counting for its covered time inside them
 
 - peak framebuffer: the largest window peak;
 - p95 SM activity: the covered-time-weighted p95 of the windows' p95s, from the merged
-  histogram (1 %-wide buckets: the bucket's lower edge, at most one point under the raw rows');
+  histogram (1 %-wide buckets: the bucket's lower edge, at most one point under the raw rows;
+  complete buckets' histograms are packed, one row per workload, and summed with numpy in
+  ``rightsize_histograms.py``, with the rows not packed yet);
   the median activity: the median of the windows' means (a window's median is not stored; its
   mean is at least the median of bursty work, so burstiness is if anything under-called);
 - p95 DRAM activity: the p95 of the windows' p95s;
@@ -36,19 +38,16 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, func, select
 
+from profiler_app.rightsize_histograms import Histograms
 from profiler_app.rightsizing import Advice, Verdict, WorkloadUsage, model_for, recommend
 from profiler_app.rightsizing.advice import peak_inside
-from profiler_app.sinks.store.activity import (
-    BUCKETS,
-    METRICS,
-    contributions,
-    overlap_seconds,
-    workload_of,
-)
+from profiler_app.sinks.store.activity import METRICS, contributions, overlap_seconds, workload_of
 from profiler_app.sinks.store.history import Span, longest_covers, spans
 from profiler_app.sinks.store.models import (
     activity_day,
+    activity_day_packed,
     activity_hour,
+    activity_hour_packed,
     gpu_window,
     rightsize_day,
     rightsize_hour,
@@ -65,6 +64,7 @@ class _Usage:
 
     namespace: str
     workload: str
+    row: int  # its histograms' row in the merge's Histograms
     covered: float = 0.0
     idle: float = 0.0
     fb: float | None = None
@@ -72,7 +72,6 @@ class _Usage:
     last: datetime | None = None
     period_seconds: float = 0.0
     peaks: list[tuple[datetime, float]] = field(default_factory=list)  # (when, util_max)
-    histograms: dict[str, list[float]] = field(default_factory=dict)
     latest: tuple[datetime, str | None, str | None] | None = None  # (when, model, MIG profile)
     model: tuple[datetime, str] | None = None  # the latest known GPU model
 
@@ -90,10 +89,6 @@ class _Usage:
             self.latest = (last, row.gpu_model, row.mig_profile)
         if row.gpu_model and (self.model is None or last >= self.model[0]):
             self.model = (last, row.gpu_model)
-
-    def bin(self, metric: str, percent: int, seconds: float) -> None:
-        histogram = self.histograms.setdefault(metric, [0.0] * BUCKETS)
-        histogram[min(max(int(percent), 0), BUCKETS - 1)] += seconds
 
 
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
@@ -123,13 +118,11 @@ def histogram_quantile(histogram: Sequence[float] | None, q: float) -> float:
     return weighted_quantile([index / 100 for index in range(len(histogram))], histogram, q)
 
 
-def _usage(usage: _Usage) -> WorkloadUsage | str:
-    """What the engine needs, or why it cannot have it."""
-    sm_p95 = histogram_quantile(usage.histograms.get("sm"), 0.95)
+def _usage(usage: _Usage, sm_p95: float, median: float, dram: float) -> WorkloadUsage | str:
+    """What the engine needs (given its quantiles: NaN where no time), or why it cannot
+    have it."""
     if math.isnan(sm_p95):
         return "no SM activity in the store (DCGM_FI_PROF_SM_ACTIVE not exported)"
-    dram = histogram_quantile(usage.histograms.get("dram"), 0.95)
-    median = histogram_quantile(usage.histograms.get("sm_mean"), 0.5)
     idle_fraction = usage.idle / usage.covered if usage.covered > 0 else 0.0
     peaks = [peak for _, peak in sorted(usage.peaks, key=lambda item: item[0])]
     assert usage.first is not None
@@ -162,6 +155,8 @@ def _without_advice(usage: _Usage, reason: str) -> Advice:
 # PostgreSQL): a month of a fleet's buckets would otherwise sit in memory twice, as the driver's
 # rows and as the merged histograms.
 STREAMED = {"yield_per": 10_000}
+# Packed rows are about 1 kB each, and decoded a batch at a time: smaller batches.
+STREAMED_PACKED = {"yield_per": 1_000}
 
 
 class _Merge:
@@ -171,20 +166,35 @@ class _Merge:
         self.connection = connection
         self.node = node
         self.found: dict[tuple[str, str], _Usage] = {}
+        self.histograms = Histograms()
 
     def usage(self, namespace: str, workload: str) -> _Usage:
         key = (namespace, workload)
         found = self.found.get(key)
         if found is None:
-            found = self.found[key] = _Usage(namespace, workload)
+            found = self.found[key] = _Usage(namespace, workload, len(self.found))
         return found
+
+    def results(self) -> list[tuple[_Usage, WorkloadUsage | str]]:
+        """Each workload (by namespace and workload) with what it needs, or why not."""
+        count = len(self.found)
+        sm = self.histograms.quantiles(count, "sm", 0.95).tolist()
+        median = self.histograms.quantiles(count, "sm_mean", 0.5).tolist()
+        dram = self.histograms.quantiles(count, "dram", 0.95).tolist()
+        return [
+            (usage, _usage(usage, sm[usage.row], median[usage.row], dram[usage.row]))
+            for _, usage in sorted(self.found.items())
+        ]
 
     @staticmethod
     def _where(table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
         return [table.c[column] >= low, table.c[column] < high]
 
-    def rollups(self, summary: Table, histogram: Table, part: Span, share: float = 1.0) -> None:
-        """The whole buckets of ``part`` (``share``: the part of them to count)."""
+    def rollups(
+        self, summary: Table, histogram: Table, packed: Table, part: Span, share: float = 1.0
+    ) -> None:
+        """The whole buckets of ``part`` (``share``: the part of them to count): their packed
+        histograms and the row-form ones not packed yet (recent, or written late)."""
         column = "day" if "day" in summary.c else "hour"
         low, high = bucket_start(part.start, HOUR_SECONDS), part.end
         if part.source != "estimate":
@@ -221,8 +231,20 @@ class _Merge:
             .group_by(h.namespace, h.workload, h.metric, h.percent),
             execution_options=STREAMED,
         )
+        histograms = self.histograms
         for namespace, workload, metric, percent, seconds in bins:
-            self.usage(namespace, workload).bin(metric, percent, float(seconds) * share)
+            owner = self.usage(namespace, workload).row
+            histograms.bin(owner, metric, percent, float(seconds) * share)
+        p = packed.c
+        blobs = self.connection.execute(
+            select(p.namespace, p.workload, p.histograms).where(
+                *self._where(packed, column, low, high)
+            ),
+            execution_options=STREAMED_PACKED,
+        )
+        for chunk in blobs.partitions():
+            found = ((self.usage(ns, workload).row, blob) for ns, workload, blob in chunk)
+            histograms.packed(found, share)
 
     def raw(self, part: Span, reach: float) -> None:
         """The raw rows' time inside ``part``: rows up to ``reach`` seconds after its end may
@@ -266,7 +288,7 @@ class _Merge:
             if row["util_max"] is not None:
                 usage.peaks.append((row["at"], float(row["util_max"])))
             for entry in histogram:
-                usage.bin(entry["metric"], entry["percent"], entry["seconds"])
+                self.histograms.bin(usage.row, entry["metric"], entry["percent"], entry["seconds"])
 
     def reach(self, moment: datetime) -> float:
         """How long after ``moment`` a row may cover time before it (``history.py``)."""
@@ -303,18 +325,18 @@ def workload_usages(
             )
         if start < until:
             merge.raw(Span(start, until, "raw"), merge.reach(until))
-        return [(usage, _usage(usage)) for _, usage in sorted(merge.found.items())]
+        return merge.results()
     for part in spans(since, until, horizon=horizon):
         if part.source == "raw":
             merge.raw(part, merge.reach(part.end))
         elif part.source == "estimate":
             share = (part.end - part.start).total_seconds() / HOUR_SECONDS
-            merge.rollups(rightsize_hour, activity_hour, part, share)
+            merge.rollups(rightsize_hour, activity_hour, activity_hour_packed, part, share)
         elif part.source == "hour":
-            merge.rollups(rightsize_hour, activity_hour, part)
+            merge.rollups(rightsize_hour, activity_hour, activity_hour_packed, part)
         else:
-            merge.rollups(rightsize_day, activity_day, part)
-    return [(usage, _usage(usage)) for _, usage in sorted(merge.found.items())]
+            merge.rollups(rightsize_day, activity_day, activity_day_packed, part)
+    return merge.results()
 
 
 def rightsize_advice(

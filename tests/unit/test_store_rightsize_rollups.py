@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -142,14 +143,27 @@ def close(got: float, raw: float) -> bool:
     return abs(got - min(max(raw, 0.0), 1.0)) <= 0.01 + 1e-9
 
 
-def check(url: str, plan: list[Any], ranges: list[tuple[int, int]]) -> None:
+def check(
+    url: str,
+    plan: list[Any],
+    ranges: list[tuple[int, int]],
+    *,
+    before: Callable[[str, list[tuple[datetime, datetime]]], None] | None = None,
+) -> None:
+    """Writes the plan; ``before``, given the URL and the ranges, runs before the check
+    (test_store_packing.py packs the store there)."""
     write_rows(url, rows_of(plan))
+    first = T0 - timedelta(hours=3)
+    periods = [
+        (first + timedelta(seconds=start), first + timedelta(seconds=start + length))
+        for start, length in ranges
+    ]
+    if before is not None:
+        before(url, periods)
     engine = create_store_engine(parse_store_url(url), create_file=False)
     try:
         with engine.connect() as connection:
-            for start, length in ranges:
-                since = T0 - timedelta(hours=3) + timedelta(seconds=start)
-                until = since + timedelta(seconds=length)
+            for since, until in periods:
                 expected = reference(connection, since, until)
                 got = {
                     (merged.namespace, merged.workload): usage

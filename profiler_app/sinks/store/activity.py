@@ -21,9 +21,10 @@ writers take the rows' locks in the same order and cannot deadlock on them.
 Why fixed buckets, not a quantile sketch such as DDSketch: the values are DCGM ratios bounded to
 [0, 1] (right-sizing clamps MIG's readings above 1), so 101 buckets of one percentage point give
 every quantile to within one point with no relative-error parameter to choose; the merge is a
-SQL ``sum`` per bucket (no library in the report or the writer, no opaque blobs), and the
-buckets a GPU-hour uses are few (a window's p95 moves little within an hour). DDSketch's edge,
-bounded relative error over an unbounded range, buys nothing on a bounded one.
+sum per bucket (no sketch library in the report or the writer), and the buckets a GPU-hour uses
+are few (a window's p95 moves little within an hour). DDSketch's edge, bounded relative error
+over an unbounded range, buys nothing on a bounded one. Once an hour or day is complete, the
+writer packs its histogram rows into one row per workload (``packing.py``, revision 0012).
 
 A quantile read from the histogram is the lower edge of the bucket where the covered time
 reaches it: exact when the raw value is a whole percent, at most one point under otherwise.

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -349,6 +350,26 @@ rightsize_hour = _rightsize("rightsize_hour", "hour")
 rightsize_day = _rightsize("rightsize_day", "day")
 activity_hour = _activity("activity_hour", "hour")
 activity_day = _activity("activity_day", "day")
+
+
+def _packed(name: str, bucket: str) -> Table:
+    """The histograms of complete buckets, one row per workload holding every metric's
+    (packing.py, revision 0012). No key: a bucket packed again (a late write) adds a row, and
+    readers sum the rows of a workload; on PostgreSQL one partition per UTC month."""
+    return Table(
+        name,
+        metadata,
+        _required(bucket, UtcDateTime()),
+        _required("namespace", String(253)),
+        _required("workload", String(253)),
+        _required("histograms", LargeBinary),  # packing.RECORD_FIELDS: (cell, seconds) records
+        Index(None, bucket),
+        postgresql_partition_by=f"RANGE ({bucket})",
+    )
+
+
+activity_hour_packed = _packed("activity_hour_packed", "hour")
+activity_day_packed = _packed("activity_day_packed", "day")
 
 # Where retention removed raw rows: gpu_window holds every row of the time after
 # ``removed_before``, so the report reads a partial hour before it from its rollup instead.

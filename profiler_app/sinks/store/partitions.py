@@ -109,6 +109,8 @@ SCHEMES = {
         Scheme("rightsize_day", "day", monthly=True),
         Scheme("activity_hour", "hour", monthly=True),
         Scheme("activity_day", "day", monthly=True),
+        Scheme("activity_hour_packed", "hour", monthly=True),  # packing.py
+        Scheme("activity_day_packed", "day", monthly=True),
     )
 }
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from profiler_app.sinks.store.activity import ACTIVITY_TIERS
 from profiler_app.sinks.store.dbapi import Database
+from profiler_app.sinks.store.packing import PACKED_TIERS
 from profiler_app.sinks.store.partitions import (
     DROP_LOCK_TIMEOUT,
     PARTITION_LOCK_ID,
@@ -90,13 +91,13 @@ class Retention:
             if raw_cutoff is not None:
                 _drop_partitions(database, "gpu_window", raw_cutoff)
             if rollup_cutoff is not None:
-                for tier in (*ROLLUP_TIERS, *ACTIVITY_TIERS):
+                for tier in (*ROLLUP_TIERS, *ACTIVITY_TIERS, *PACKED_TIERS):
                     _drop_partitions(database, tier.table, rollup_cutoff)
         else:
             if raw_cutoff is not None:
                 steps.run(RAW_BATCH, raw_cutoff, horizon=raw_cutoff)
             if rollup_cutoff is not None:
-                for tier in (*ROLLUP_TIERS, *ACTIVITY_TIERS):
+                for tier in (*ROLLUP_TIERS, *ACTIVITY_TIERS, *PACKED_TIERS):
                     batch = ROLLUP_BATCH.format(table=tier.table, column=tier.column)
                     steps.run(batch, bucket_start(rollup_cutoff, tier.seconds))
         if rollup_cutoff is not None:

@@ -23,6 +23,7 @@ from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.activity import ACTIVITY_TIERS, activity_rows, activity_statement
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
+from profiler_app.sinks.store.packing import Packing
 from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
 from profiler_app.sinks.store.retention import Retention
 from profiler_app.sinks.store.rollups import (
@@ -91,6 +92,7 @@ class TableStore:
             if retention_seconds or rollup_retention_seconds
             else None
         )
+        self._packing = Packing()  # the histograms of complete buckets (packing.py)
         self._store_interval = store_interval_seconds
         self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
         # Per node: this process's last committed cycle, and the latest one not written yet.
@@ -171,16 +173,21 @@ class TableStore:
         self._written_at[result.node] = result.at
         self._pending.pop(result.node, None)
         if self._retention is not None and self._retention.due():
-            self._prune(self._retention, result.at)
+            self._maintain("retention", self._retention.prune, result.at)
+        if self._packing.due():
+            self._maintain("packing", self._packing.pack, result.at)
 
-    def _prune(self, retention: Retention, now: datetime) -> None:
+    def _maintain(
+        self, what: str, step: Callable[[Database, datetime], int], now: datetime
+    ) -> None:
         # The cycle's rows are committed: a failed clean-up is retried, not a failed cycle.
         try:
-            retention.prune(self._database, now)
+            step(self._database, now)
         except self._database.errors as error:
             log.warning(
-                "store %s: retention failed, retrying next cycle: %s",
+                "store %s: %s failed, retrying next cycle: %s",
                 self.url,
+                what,
                 describe_driver_error(error),
             )
 
