@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL  # noqa: E402
-from profiler_app.profiles import build_profiles  # noqa: E402
-from profiler_app.render import render_json  # noqa: E402
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL  # noqa: E402
+from profiler_app.profiles.build import build_profiles  # noqa: E402
+from profiler_app.profiles.render import render_json  # noqa: E402
 from profiler_app.sources.prometheus import PrometheusSource  # noqa: E402
 from tests.support.dcgm import standard_dataset  # noqa: E402
 from tests.support.prometheus import PrometheusServer  # noqa: E402

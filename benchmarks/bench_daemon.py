@@ -18,7 +18,7 @@ the image's environment: ``python3.11 -m venv /tmp/image && /tmp/image/bin/pip i
 
 ``--outage SECONDS`` starts the daemon with the API server answering every request 503 for that
 long, then lists every request it received meanwhile next to the back-off schedule
-(profiler_app.backoff: one interval doubling to ten for the sink, 1 s doubling to 60 s for the
+(profiler_app.core.backoff: one interval doubling to ten for the sink, 1 s doubling to 60 s for the
 pod watcher): during an outage there must be no request beyond it.
 """
 

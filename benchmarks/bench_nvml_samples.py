@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from profiler_app.profiles import build_profiles
+from profiler_app.profiles.build import build_profiles
 from profiler_app.sources.nvml import NvmlSource
 from tests.support import signals
 from tests.support.nvml import Clock, FakeGpu, FakeNvml

@@ -48,8 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler_app.durations import parse_duration  # noqa: E402
-from profiler_app.model import (  # noqa: E402
+from profiler_app.core.durations import parse_duration  # noqa: E402
+from profiler_app.core.model import (  # noqa: E402
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,

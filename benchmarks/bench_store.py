@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import store_server  # noqa: E402
-from profiler_app.model import (  # noqa: E402
+from profiler_app.core.model import (  # noqa: E402
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,

@@ -17,7 +17,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.sinks.store import TableStore
 
 START = datetime(2026, 11, 26, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """Many daemons writing one PostgreSQL through PgBouncer: 1,000 simulated daemons of 8 GPUs on a
 30 s cycle, on a compressed clock, through the real write path (``TableStore.publish``, one
-transaction per cycle with its rollups) and the daemon's back-off (``profiler_app.backoff``).
+transaction per cycle with its rollups) and the daemon's back-off (``profiler_app.core.backoff``).
 
 Run by hand from the repository root::
 
@@ -48,9 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import store_server  # noqa: E402
-from profiler_app.backoff import Backoff  # noqa: E402
-from profiler_app.daemon import MAX_BACKOFF_INTERVALS  # noqa: E402
-from profiler_app.model import (  # noqa: E402
+from profiler_app.core.backoff import Backoff  # noqa: E402
+from profiler_app.core.model import (  # noqa: E402
     FB_USED,
     GPU_UTIL,
     CycleResult,
@@ -58,6 +57,7 @@ from profiler_app.model import (  # noqa: E402
     GpuProfile,
     PodUsage,
 )
+from profiler_app.daemon import MAX_BACKOFF_INTERVALS  # noqa: E402
 from profiler_app.sinks.store import StoreError, TableStore  # noqa: E402
 
 SIM_START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from profiler_app.rightsizing import model_for
+from profiler_app.reports.rightsizing import model_for
 
 JOB_TYPES_SEEN = ("training", "inference", "idle", "bursty")
 HELD_MEMORY_MIB = 1024.0  # a window's peak framebuffer at which memory counts as held

@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks.store_server import attach, start
-from profiler_app.durations import parse_duration
+from profiler_app.core.durations import parse_duration
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.migrations import migrate
@@ -100,7 +100,7 @@ def fill(root: Path, gpus: int, days: int) -> None:
 
 
 def explain(root: Path, since: str, database: str, until: datetime) -> None:
-    from profiler_app.rightsize_report import workload_usages  # noqa: PLC0415
+    from profiler_app.reports.rightsize import workload_usages  # noqa: PLC0415
 
     url = attach(root).url(pooled=True).rsplit("/", 1)[0] + f"/{database}"
     engine = create_store_engine(parse_store_url(url), create_file=False)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from profiler_app.analysis.io import MIN_EPISODES, STALL_SHARE, input_bound_reason
-from profiler_app.model import DISK_READ, GPU_UTIL, PodIoSeries
+from profiler_app.core.model import DISK_READ, GPU_UTIL, PodIoSeries
 
 MB = 1e6
 SEEDS = 50

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SeriesMatrix
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SeriesMatrix
 from profiler_app.sources.prometheus import query_range_document
 
 END = 1_795_320_000.0  # 2026-11-22T04:00:00Z

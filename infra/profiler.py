@@ -32,7 +32,7 @@ from infra.security import non_root_pod_security
 from infra.store.daemon import SQLITE_INIT_CAPABILITIES, daemon_store, pod_security_labels
 from infra.store.endpoint import PostgresStore, ProfilerStore, SqliteStore
 from infra.unprotect_run import ENV_ANNOTATION_DOMAIN, ENV_KUBECONFIG
-from profiler_app.annotations import DEFAULT_DOMAIN
+from profiler_app.core.annotations import DEFAULT_DOMAIN
 
 PROFILER_NAME = "gpu-profiler"  # also the `job` label of its series
 METRICS_PORT = 9401

@@ -40,7 +40,7 @@ from infra.store.endpoint import POSTGRESQL_PORT, ProfilerStore
 from infra.store.options import store_options
 from infra.store.rds import RdsNetwork
 from infra.trials import GpuTrialRunner, GpuTrialRunnerArgs
-from profiler_app.annotations import DEFAULT_DOMAIN
+from profiler_app.core.annotations import DEFAULT_DOMAIN
 
 REPORT_LOCAL_PORT = 15432  # `report` from a laptop, through a port-forward to the pooler
 

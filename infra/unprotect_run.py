@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from profiler_app.annotations import DEFAULT_DOMAIN
 from profiler_app.cli import main as gpu_profiler
+from profiler_app.core.annotations import DEFAULT_DOMAIN
 
 ENV_KUBECONFIG = "GPU_CLUSTER_KUBECONFIG"  # the kubeconfig's content, not a path
 ENV_ANNOTATION_DOMAIN = "GPU_PROFILER_ANNOTATION_DOMAIN"

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from profiler_app import __version__
 from profiler_app.commands import SUMMARIES
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 # Imported only when used: the store's and the daemon's dependencies take about a second to load.
 COMMAND_MODULES = {

@@ -17,7 +17,7 @@ from profiler_app.analysis.recurrence import (
     drop_irregular,
 )
 from profiler_app.analysis.stats import BoolArray, FloatArray, Summary, as_matrix, summarise
-from profiler_app.model import FieldStats
+from profiler_app.core.model import FieldStats
 
 # A GPU busy (at or above IDLE_THRESHOLD_PERCENT) in a single sample, or in at most this
 # fraction of its samples, is idle, provided those samples add up to less than

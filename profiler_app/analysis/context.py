@@ -10,12 +10,12 @@ from enum import StrEnum
 import numpy as np
 
 from profiler_app.analysis.stats import FloatArray, IntArray
-from profiler_app.model import FloatMatrix
+from profiler_app.core.model import FloatMatrix
 
 
 class Prior(StrEnum):
-    """What the workload of a GPU says it runs: its owner (``profiler_app.workloads``) or the
-    engine in its command (``profiler_app.engines``)."""
+    """What the workload of a GPU says it runs: its owner (``profiler_app.profiles.workloads``) or the
+    engine in its command (``profiler_app.profiles.engines``)."""
 
     TRAINING = "training"
     SERVING = "serving"

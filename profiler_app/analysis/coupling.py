@@ -27,8 +27,8 @@ import numpy as np
 
 from profiler_app.analysis.context import Context
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray
-from profiler_app.arrays import distinct
-from profiler_app.model import FloatMatrix
+from profiler_app.core.arrays import distinct
+from profiler_app.core.model import FloatMatrix
 
 MIN_UTIL_DEPARTURE = 3.0  # percentage points; steady compute wobbles by one or two
 MIN_POWER_DEPARTURE = 0.05  # of the power range (as evidence.MIN_SIGNAL_SWING)

@@ -17,8 +17,8 @@ from profiler_app.analysis.periodicity import MIN_PERIOD_SAMPLES, find_periods
 from profiler_app.analysis.power import power_fraction
 from profiler_app.analysis.recurrence import drop_irregular
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray, Summary
-from profiler_app.arrays import distinct
-from profiler_app.model import FloatMatrix
+from profiler_app.core.arrays import distinct
+from profiler_app.core.model import FloatMatrix
 
 # Power (or SM activity) is searched for a loop only where utilisation is flat: a standard
 # deviation of at most this many points (ranks of a data-parallel job read a flat 90-100 %).

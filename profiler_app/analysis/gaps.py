@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiler_app.model import FloatMatrix
+from profiler_app.core.model import FloatMatrix
 
 
 def fill_gaps(matrix: FloatMatrix) -> FloatMatrix:

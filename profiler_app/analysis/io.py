@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from profiler_app.analysis.iteration import UTIL_PAUSE_SHARE
-from profiler_app.model import (
+from profiler_app.core.model import (
     DISK_READ,
     IO_FIELDS,
     NETWORK_FIELDS,

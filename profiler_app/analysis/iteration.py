@@ -34,8 +34,8 @@ from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.periodicity import MIN_PEAK, autocorrelation_near, find_periods
 from profiler_app.analysis.power import power_fraction
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray, Summary, summarise
-from profiler_app.arrays import distinct
-from profiler_app.model import FloatMatrix
+from profiler_app.core.arrays import distinct
+from profiler_app.core.model import FloatMatrix
 
 # A stretch one period long pauses when utilisation falls to at most this share of the
 # stretch's own peak (a local peak: a level that drifts over the window does not matter) ...

@@ -6,7 +6,7 @@ import numpy as np
 
 from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.stats import BoolArray, FloatArray, IntArray
-from profiler_app.model import FloatMatrix
+from profiler_app.core.model import FloatMatrix
 
 MIN_PERIOD_SAMPLES = 4  # shorter "periods" are indistinguishable from noise
 MAX_PERIOD_FRACTION = 1 / 3  # at least three iterations must fit in the window

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from profiler_app.analysis.stats import FloatArray
-from profiler_app.model import FloatMatrix
+from profiler_app.core.model import FloatMatrix
 
 # (words that must all appear in the model name, power limit W, idle draw W). The name is
 # lower-cased and split at spaces and hyphens ("NVIDIA A100-SXM4-80GB": nvidia, a100, sxm4, 80gb).

@@ -6,7 +6,7 @@ import numpy as np
 
 from profiler_app.analysis.gaps import fill_gaps
 from profiler_app.analysis.stats import IDLE_THRESHOLD_PERCENT, FloatArray
-from profiler_app.model import FloatMatrix
+from profiler_app.core.model import FloatMatrix
 
 # A sample is busy when it reaches half of its row's p95 (and the idle threshold): the
 # iteration's busy phase, not noise on an idle stretch.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from profiler_app.model import FieldStats, FloatMatrix
+from profiler_app.core.model import FieldStats, FloatMatrix
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]

@@ -11,10 +11,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from profiler_app.commands import SUMMARIES, options
-from profiler_app.errors import SourceError, UserError
+from profiler_app.core.errors import SourceError, UserError
 
 if TYPE_CHECKING:
-    from profiler_app.model import SeriesMatrix
+    from profiler_app.core.model import SeriesMatrix
 
 # numpy and the Prometheus client load in handle(): `analyze --help` needs neither.
 
@@ -77,8 +77,8 @@ def _read_prometheus(
 
 
 def handle(args: argparse.Namespace) -> int:
-    from profiler_app.profiles import build_profiles  # noqa: PLC0415
-    from profiler_app.render import render_json, render_table  # noqa: PLC0415
+    from profiler_app.profiles.build import build_profiles  # noqa: PLC0415
+    from profiler_app.profiles.render import render_json, render_table  # noqa: PLC0415
     from profiler_app.sources.prometheus import load_query_range  # noqa: PLC0415
 
     # Checked even where unused (--input) so a typo is never silently ignored.

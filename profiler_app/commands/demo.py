@@ -17,7 +17,7 @@ from pathlib import Path
 import platformdirs
 
 from profiler_app.commands import SUMMARIES
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 DEMO_FILE = "demo.db"
 CYCLE_SECONDS = 300.0  # the daemon's default --store-interval

@@ -16,10 +16,10 @@ import socket
 from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar
 
-from profiler_app.durations import format_duration, parse_duration
-from profiler_app.errors import UserError
-from profiler_app.gpu_resources import GPU_RESOURCES_ENV, GpuResources, parse_gpu_resources
-from profiler_app.model import (
+from profiler_app.core.durations import format_duration, parse_duration
+from profiler_app.core.errors import UserError
+from profiler_app.core.gpu_resources import GPU_RESOURCES_ENV, GpuResources, parse_gpu_resources
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,
@@ -28,13 +28,13 @@ from profiler_app.model import (
     POWER_USAGE,
     SM_ACTIVE,
 )
+from profiler_app.core.urls import http_url_problem, without_credentials
 from profiler_app.sources.prometheus.defaults import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_POINTS,
     DEFAULT_STEP_SECONDS,
 )
-from profiler_app.urls import http_url_problem, without_credentials
 
 T = TypeVar("T")
 

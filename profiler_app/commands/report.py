@@ -14,16 +14,16 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
 from profiler_app.commands import SUMMARIES, options, progress
-from profiler_app.durations import format_duration, parse_duration
-from profiler_app.errors import UserError
-from profiler_app.report_views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
-from profiler_app.rightsizing.defaults import DEFAULT_HEADROOM, RIGHTSIZE_METRIC
+from profiler_app.core.durations import format_duration, parse_duration
+from profiler_app.core.errors import UserError
+from profiler_app.reports.rightsizing.defaults import DEFAULT_HEADROOM, RIGHTSIZE_METRIC
+from profiler_app.reports.views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
 from profiler_app.sinks.store.urls import StoreUrl, parse_store_url
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from profiler_app.rightsizing import Advice
+    from profiler_app.reports.rightsizing import Advice
 
 # The table and the advice's rows (render, rightsizing) load where used: `report --help` and
 # a bad argument need neither.
@@ -188,7 +188,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.by == RIGHTSIZE_VIEW:
         return _rightsize(args, url, since, until)
     # The store layer (SQLAlchemy) is loaded once the arguments are good.
-    from profiler_app.reporting import build_report, report_rows  # noqa: PLC0415
+    from profiler_app.reports.history import build_report, report_rows  # noqa: PLC0415
 
     with _connected(url) as connection:
         report = build_report(
@@ -238,7 +238,7 @@ def _connected(url: StoreUrl) -> Iterator[Connection]:
 
 
 def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: datetime) -> int:
-    from profiler_app.rightsize_report import rightsize_advice  # noqa: PLC0415
+    from profiler_app.reports.rightsize import rightsize_advice  # noqa: PLC0415
 
     notes: list[str] = []
     with _connected(url) as connection:
@@ -275,8 +275,8 @@ def write_advice(
     node: str | None = None,
 ) -> None:
     """Right-sizing advice in one of ``report``'s outputs, or as the Prometheus metric."""
-    from profiler_app.render import aligned  # noqa: PLC0415
-    from profiler_app.rightsizing.output import (  # noqa: PLC0415
+    from profiler_app.profiles.render import aligned  # noqa: PLC0415
+    from profiler_app.reports.rightsizing.output import (  # noqa: PLC0415
         COLUMNS,
         RIGHTSIZE_HELP,
         RIGHTSIZE_LABELS,
@@ -361,7 +361,7 @@ def write_rows(
 def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
     """A view's rows as aligned columns, units in the headers, nothing cut. The narrow default
     shows the columns in ``NARROW_COLUMNS`` (all of a view it does not name); ``wide`` all."""
-    from profiler_app.render import aligned  # noqa: PLC0415
+    from profiler_app.profiles.render import aligned  # noqa: PLC0415
 
     columns = _view_columns(by)
     if not wide and by in NARROW_COLUMNS:
@@ -387,7 +387,7 @@ _TABLE_HEADERS = {("pod", "gpus"): "GPU INDICES", ("idle-pods", "gpus"): "GPU IN
 
 
 def _view_columns(by: str) -> list[str]:
-    from profiler_app.reporting import view_columns  # noqa: PLC0415  (loaded by then)
+    from profiler_app.reports.history import view_columns  # noqa: PLC0415  (loaded by then)
 
     return view_columns(by)
 

@@ -21,12 +21,12 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.commands import SUMMARIES, options
-from profiler_app.durations import format_duration
-from profiler_app.errors import UserError
-from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
-from profiler_app.urls import without_credentials
+from profiler_app.core.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.core.durations import format_duration
+from profiler_app.core.errors import UserError
+from profiler_app.core.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
+from profiler_app.core.urls import without_credentials
 
 # The daemon, its sources and sinks load in _build: `run --help` needs none of them.
 if TYPE_CHECKING:
@@ -556,7 +556,7 @@ def _start_kubernetes(
     labels; (None, None) when Kubernetes is off."""
     if not kubernetes_configured(config.kubeconfig):
         return None, None
-    from profiler_app import kube  # noqa: PLC0415
+    from profiler_app.core import kube  # noqa: PLC0415
     from profiler_app.sinks.kubernetes import KubernetesSink, protection  # noqa: PLC0415
     from profiler_app.sources.gfd import NodeSharing  # noqa: PLC0415
     from profiler_app.sources.kube_pods import PodWatcher  # noqa: PLC0415

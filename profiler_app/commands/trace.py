@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profiler_app.commands import SUMMARIES, options
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 if TYPE_CHECKING:
     from profiler_app.trace.summary import TraceSummary

@@ -14,9 +14,9 @@ import functools
 import sys
 from typing import TYPE_CHECKING
 
-from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.commands import SUMMARIES, options
-from profiler_app.errors import UserError
+from profiler_app.core.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.core.errors import UserError
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only once the arguments are good
     from profiler_app.sinks.kubernetes.protection import Released
@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def handle(args: argparse.Namespace) -> int:
     domain = validate_domain(args.annotation_domain)
     # The Kubernetes client takes a while to import: only once the arguments are good.
-    from profiler_app import kube  # noqa: PLC0415
+    from profiler_app.core import kube  # noqa: PLC0415
     from profiler_app.sinks.kubernetes import protection  # noqa: PLC0415
     from profiler_app.sources import kube_pods  # noqa: PLC0415
 

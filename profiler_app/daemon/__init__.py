@@ -1,7 +1,7 @@
 """The profiling daemon: every interval, read the window, classify each GPU, publish everywhere.
 
 Nothing transient stops it: a failing source or sink waits out one back-off policy
-(``profiler_app.backoff``: one interval, doubling, capped at ten; never shorter than a
+(``profiler_app.core.backoff``: one interval, doubling, capped at ten; never shorter than a
 Retry-After) while the others go on, and every failure is logged in one line and counted in
 ``gpu_profiler_errors_total{kind}``. A cycle that skipped a waiting part is not a success.
 

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from profiler_app.daemon.parts import Part
-from profiler_app.errors import ItemsFailedError, one_line
-from profiler_app.model import (
+from profiler_app.core.errors import ItemsFailedError, one_line
+from profiler_app.core.model import (
     GPU_UTIL,
     CycleResult,
     GpuProfile,
@@ -30,8 +29,15 @@ from profiler_app.model import (
     PodPeak,
     SeriesMatrix,
 )
-from profiler_app.pods import attribute_series, identities_of, io_by_pod, pod_usage, workloads_of
-from profiler_app.profiles import build_profiles
+from profiler_app.daemon.parts import Part
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.pods import (
+    attribute_series,
+    identities_of,
+    io_by_pod,
+    pod_usage,
+    workloads_of,
+)
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource

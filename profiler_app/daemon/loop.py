@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from profiler_app.core.errors import one_line
+from profiler_app.core.model import GPU_UTIL, PodInfo, PodIoSeries, PodPeak
 from profiler_app.daemon.cycle import Analysis, Cycle, HostReadings, Inputs
-from profiler_app.errors import one_line
-from profiler_app.model import GPU_UTIL, PodInfo, PodIoSeries, PodPeak
 from profiler_app.sinks import Sink
 from profiler_app.sinks.metrics import MetricsSink
 from profiler_app.sources import MetricsSource

@@ -1,6 +1,6 @@
 """The parts a cycle depends on (the source, each sink), each with its back-off.
 
-A part that failed is not tried again until its back-off (``profiler_app.backoff``) is over; a
+A part that failed is not tried again until its back-off (``profiler_app.core.backoff``) is over; a
 cycle that skips a waiting part is not done, so ``last_success`` does not move, nothing is
 logged as recovered and the back-off is not reset. Only a real success resets it.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from profiler_app.backoff import Backoff
-from profiler_app.errors import RetryLaterError, one_line
+from profiler_app.core.backoff import Backoff
+from profiler_app.core.errors import RetryLaterError, one_line
 from profiler_app.sinks.metrics import MetricsSink
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from profiler_app.model import CycleResult, GpuProfile, stats_of
+from profiler_app.core.model import CycleResult, GpuProfile, stats_of
 
 
 class Sink(Protocol):

@@ -22,8 +22,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from profiler_app.analysis.basis import Basis, JobType
-from profiler_app.errors import UserError
-from profiler_app.model import GPU_UTIL, IO_FIELDS, CycleResult, GpuProfile
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import GPU_UTIL, IO_FIELDS, CycleResult, GpuProfile
 from profiler_app.sinks import field_stat
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class _GpuCollector(Collector):
                 "signal-loop, waiting, sibling, prior, bursty, cadence, steady), 0 for the others.",
                 labels=[*labels, "basis"],
             ),
-            # An info metric: its labels are the tables of profiler_app.engines, bounded.
+            # An info metric: its labels are the tables of profiler_app.profiles.engines, bounded.
             GaugeMetricFamily(
                 "gpu_profiler_gpu_engine_info",
                 "What runs on the GPU, where known: engine (vllm, torchrun, ...) and framework "

@@ -10,8 +10,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from profiler_app.durations import format_duration
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile
+from profiler_app.core.durations import format_duration
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, CycleResult, GpuProfile
 from profiler_app.sinks import field_stat
 
 log = logging.getLogger(__name__)

@@ -2,14 +2,14 @@
 
 from typing import Protocol
 
-from profiler_app.model import SeriesMatrix
+from profiler_app.core.model import SeriesMatrix
 
 
 class MetricsSource(Protocol):
     """Reads the last ``window_seconds`` of each configured field, one matrix per field.
 
-    Raises ``profiler_app.errors.SourceError`` for transient faults (the daemon backs off)
-    and ``profiler_app.errors.UserError`` for configuration mistakes.
+    Raises ``profiler_app.core.errors.SourceError`` for transient faults (the daemon backs off)
+    and ``profiler_app.core.errors.UserError`` for configuration mistakes.
     """
 
     def read(self, window_seconds: float) -> list[SeriesMatrix]: ...

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from profiler_app.errors import UserError
-from profiler_app.model import (
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     NETWORK_FIELDS,
@@ -101,7 +101,7 @@ def _by_pod(samples: list[dict[str, object]]) -> dict[tuple[str, str], float]:
     return values
 
 
-# cAdvisor's byte counters for each direction (profiler_app.model.IO_FIELDS).
+# cAdvisor's byte counters for each direction (profiler_app.core.model.IO_FIELDS).
 CADVISOR_IO_COUNTERS = {
     DISK_READ: "container_fs_reads_bytes_total",
     DISK_WRITE: "container_fs_writes_bytes_total",

@@ -12,8 +12,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from profiler_app.kube import TRANSPORT_ERRORS, KubeConnection
-from profiler_app.model import MPS, NOT_SHARED, TIME_SLICING
+from profiler_app.core.kube import TRANSPORT_ERRORS, KubeConnection
+from profiler_app.core.model import MPS, NOT_SHARED, TIME_SLICING
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     IO_FIELDS,

@@ -6,7 +6,7 @@ The watcher lists pods with ``fieldSelector=spec.nodeName=<node>``, in pages of
 applying ADDED/MODIFIED/DELETED events and following BOOKMARKs. A watch that ends
 (``timeout_seconds``) resumes from the last version seen; 410 Gone (history compacted, or a
 continue token expired) means a fresh list; any other failure waits out the one back-off policy
-(``profiler_app.backoff``, honouring Retry-After) and retries. ``snapshot()`` never blocks
+(``profiler_app.core.backoff``, honouring Retry-After) and retries. ``snapshot()`` never blocks
 on the network; ``listed()`` is None until the first list has completed. ``list_pods`` is the
 paged list alone (``gpu-profiler unprotect`` lists every node's pods with it). Pods are parsed
 from raw JSON: the typed models would cost far more per event and this needs a few fields.
@@ -23,10 +23,9 @@ from typing import Any
 
 import urllib3
 
-from profiler_app.backoff import Backoff
-from profiler_app.engines import ContainerSpec, Identity, identify_pod
-from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
-from profiler_app.kube import (
+from profiler_app.core.backoff import Backoff
+from profiler_app.core.gpu_resources import DEFAULT_GPU_RESOURCES, GpuResources
+from profiler_app.core.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
     describe,
@@ -34,8 +33,9 @@ from profiler_app.kube import (
     response_lines,
     retry_after_seconds,
 )
-from profiler_app.model import PodInfo
-from profiler_app.workloads import WORKLOAD_LABEL_KEYS
+from profiler_app.core.model import PodInfo
+from profiler_app.profiles.engines import ContainerSpec, Identity, identify_pod
+from profiler_app.profiles.workloads import WORKLOAD_LABEL_KEYS
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,8 @@ import numpy as np
 import numpy.typing as npt
 import pynvml
 
-from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity
-from profiler_app.errors import UserError
-from profiler_app.model import (
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import (
     FB_FREE,
     FB_USED,
     GPU_UTIL,
@@ -32,6 +31,7 @@ from profiler_app.model import (
     FloatMatrix,
     SeriesMatrix,
 )
+from profiler_app.profiles.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity
 from profiler_app.sources.cgroups import ContainerRef, container_of_pid
 from profiler_app.sources.nvml_samples import (
     MAX_SAMPLE_COVER_SECONDS,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from profiler_app.model import FloatMatrix
+from profiler_app.core.model import FloatMatrix
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@ worker is a plain ``python train.py`` whose parent is torchrun) and the files it
 Read once per process, when it first shows up on a GPU. Whatever cannot be read (a process that
 has gone, /proc/PID/maps of another user's process without the right to trace it) is simply not
 known: the identity then rests on what could be read. Command lines are matched
-(``profiler_app.engines``) and dropped, never logged.
+(``profiler_app.profiles.engines``) and dropped, never logged.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_app.engines import Identity, identify_process
+from profiler_app.profiles.engines import Identity, identify_process
 
 # How many ancestors to read: a launcher is the parent or the grandparent of the GPU process
 # (torchrun -> worker; deepspeed -> launch -> worker; sh -c -> torchrun -> worker).

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler_app.errors import UserError
-from profiler_app.paths import user_path
+from profiler_app.core.errors import UserError
+from profiler_app.core.paths import user_path
 from profiler_app.trace import schema
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"

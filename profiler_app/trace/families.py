@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 COMMUNICATION = "communication"
 ATTENTION = "attention"

@@ -23,7 +23,7 @@ import numpy as np
 
 from profiler_app.analysis.periodicity import find_periods
 from profiler_app.analysis.stats import FloatArray
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trace import queries
 from profiler_app.trace.export import Export
 from profiler_app.trace.grouping import IntArray

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trace import (
     events,
     families,

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from profiler_app.kube import TRANSPORT_ERRORS, KubeConnection, describe, error_status
+from profiler_app.core.kube import TRANSPORT_ERRORS, KubeConnection, describe, error_status
 from profiler_app.trial.manifests import API_VERSIONS, JOB, PYTORCH_JOB
 
 Json = dict[str, Any]

@@ -20,9 +20,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from profiler_app.annotations import DEFAULT_DOMAIN
-from profiler_app.errors import UserError
-from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES
+from profiler_app.core.annotations import DEFAULT_DOMAIN
+from profiler_app.core.errors import UserError
+from profiler_app.core.gpu_resources import DEFAULT_GPU_RESOURCES
 from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS, bound_stopping, stopping_notes
 from profiler_app.trial.placement import (
     GPU_RESOURCE,

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 import numpy as np
 import requests
 
-from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, SM_ACTIVE, FloatMatrix
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import FB_USED, GPU_UTIL, SM_ACTIVE, FloatMatrix
+from profiler_app.core.urls import http_url_problem, without_credentials
 from profiler_app.sources.prometheus.documents import align, matrix_result
 from profiler_app.sources.prometheus.grid import FloatArray, TimeGrid
-from profiler_app.urls import http_url_problem, without_credentials
 
 POD_PLACEHOLDER = "$POD"
 TIMEOUT_SECONDS = 10.0

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from profiler_app.durations import format_duration
-from profiler_app.errors import UserError
+from profiler_app.core.durations import format_duration
+from profiler_app.core.errors import UserError
 from profiler_app.trial.grace import DEFAULT_GRACE_SECONDS
 from profiler_app.trial.manifests import (
     PYTORCH_JOB,

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from profiler_app.durations import format_duration
+from profiler_app.core.durations import format_duration
 from profiler_app.trial.plan import Plan, PlannedTrial
 from profiler_app.trial.run_state import RunState
 

@@ -448,8 +448,8 @@ def test_troubleshooting_starts_from_every_alert() -> None:
 
 def test_the_readme_annotation_example_is_what_the_profiler_writes() -> None:
     from profiler_app.commands.options import classified_first  # noqa: PLC0415
-    from profiler_app.model import CycleResult  # noqa: PLC0415
-    from profiler_app.profiles import build_profiles  # noqa: PLC0415
+    from profiler_app.core.model import CycleResult  # noqa: PLC0415
+    from profiler_app.profiles.build import build_profiles  # noqa: PLC0415
     from profiler_app.sinks.kubernetes.values import node_annotations  # noqa: PLC0415
     from profiler_app.sources.prometheus import load_query_range  # noqa: PLC0415
 

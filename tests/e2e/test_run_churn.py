@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.model import FB_USED, GPU_UTIL, POWER_USAGE
+from profiler_app.core.model import FB_USED, GPU_UTIL, POWER_USAGE
 from tests.e2e.conftest import DaemonProcess
 from tests.support import signals
 from tests.support.apiserver.objects import pod_manifest

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.model import SHARED_NOT_ATTRIBUTABLE, SHARED_PER_POD
+from profiler_app.core.model import SHARED_NOT_ATTRIBUTABLE, SHARED_PER_POD
 from tests.e2e.conftest import DaemonProcess
 from tests.e2e.test_run_e2e import stored
 from tests.support.apiserver.objects import pod_manifest

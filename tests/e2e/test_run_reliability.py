@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
 from tests.e2e.conftest import DaemonProcess
 from tests.support.apiserver.server import StandInApiServer
 from tests.support.dcgm import standard_dataset

@@ -12,7 +12,7 @@ import numpy as np
 import pynvml
 import pytest
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
 from profiler_app.sources.nvml import POWER_USAGE, NvmlSource
 
 pytestmark = pytest.mark.gpu

@@ -22,7 +22,7 @@ from infra.profiler import STORE_DIR
 from infra.render.program import ProgramRun, run_stack
 from infra.store.daemon import SQLITE_INIT_CAPABILITIES
 from infra.trials import LABELS, ROLE_RULES, TRIAL_ACCOUNT, TRIAL_NAMESPACE
-from profiler_app.annotations import DEFAULT_DOMAIN
+from profiler_app.core.annotations import DEFAULT_DOMAIN
 from profiler_app.sinks.kubernetes.protection import marker_key
 from profiler_app.trial.cluster import TrialCluster
 from profiler_app.trial.lock import LEASE_NAME, NamespaceLock

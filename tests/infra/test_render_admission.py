@@ -16,7 +16,7 @@ from infra.render.checks.admission import admission_findings
 from infra.render.graph import ObjectGraph, build_graph
 from infra.render.program import run_stack
 from infra.trials import LABELS, TRIAL_ACCOUNT, TRIAL_NAMESPACE
-from profiler_app.annotations import DEFAULT_DOMAIN
+from profiler_app.core.annotations import DEFAULT_DOMAIN
 from profiler_app.trial.lock import LEASE_NAME
 from tests.infra.conftest import EKS_STACK
 

@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from profiler_app.cli import main
-from profiler_app.errors import SourceError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
+from profiler_app.core.errors import SourceError
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
 from profiler_app.sources.prometheus import PrometheusSource
 from tests.support.dcgm import Gpu, OpenMetricsBuilder, sample_times, standard_dataset
 from tests.support.prometheus import LoadedPrometheus, PrometheusServer

@@ -29,8 +29,8 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from profiler_app.core.kube import connect
 from profiler_app.daemon import Daemon
-from profiler_app.kube import connect
 from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.prometheus import PrometheusSource

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
-from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.sinks.store import TableStore
 
 if TYPE_CHECKING:

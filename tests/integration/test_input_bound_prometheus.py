@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from profiler_app.core.model import DISK_READ, DISK_WRITE, GPU_UTIL, CycleResult, PodInfo
 from profiler_app.daemon import Daemon
-from profiler_app.model import DISK_READ, DISK_WRITE, GPU_UTIL, CycleResult, PodInfo
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.cadvisor import PodIoQuery
 from profiler_app.sources.prometheus import PrometheusSource

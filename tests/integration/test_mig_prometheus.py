@@ -20,7 +20,7 @@ import pytest
 
 from profiler_app.cli import main
 from profiler_app.commands.options import DEFAULT_FIELDS
-from profiler_app.model import (
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,
@@ -28,7 +28,7 @@ from profiler_app.model import (
     MEM_COPY_UTIL,
     CycleResult,
 )
-from profiler_app.profiles import build_profiles
+from profiler_app.profiles.build import build_profiles
 from profiler_app.sinks.kubernetes import node_annotations
 from profiler_app.sources.prometheus import PrometheusSource
 from tests.support import signals

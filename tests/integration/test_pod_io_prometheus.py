@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from profiler_app.analysis.io import io_rates
-from profiler_app.model import DISK_READ, DISK_WRITE, NETWORK_RECEIVE, NETWORK_TRANSMIT
+from profiler_app.core.model import DISK_READ, DISK_WRITE, NETWORK_RECEIVE, NETWORK_TRANSMIT
 from profiler_app.sources.cadvisor import PodIoQuery
 from profiler_app.sources.prometheus import PrometheusSource
 from tests.support.dcgm import OpenMetricsBuilder, sample_times

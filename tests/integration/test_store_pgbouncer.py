@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.sinks.store import StoreError, TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.urls import parse_store_url

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.sinks.store import StoreError, TableStore
 from profiler_app.sinks.store.engine import MIGRATION_LOCK_ID, alembic_config, create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url

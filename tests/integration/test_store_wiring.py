@@ -38,7 +38,7 @@ from infra.render.graph import K8sObject
 from infra.render.program import FAKE_PASSWORD, ProgramRun, run_stack
 from infra.store.cloudnative_pg import POOLER_PARAMETERS
 from infra.store.rds_roles import ensure_roles
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.sinks.store import TableStore
 from tests.infra.conftest import EKS_STACK
 from tests.support.ports import free_port

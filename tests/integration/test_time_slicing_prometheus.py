@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from profiler_app.commands.options import DEFAULT_FIELDS
-from profiler_app.model import (
+from profiler_app.core.model import (
     GPU_UTIL,
     POWER_USAGE,
     SHARED_NOT_ATTRIBUTABLE,
@@ -25,8 +25,8 @@ from profiler_app.model import (
     CycleResult,
     GpuProfile,
 )
-from profiler_app.pods import pod_usage
-from profiler_app.profiles import build_profiles
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.pods import pod_usage
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_window

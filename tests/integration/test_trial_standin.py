@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.kube import connect
+from profiler_app.core.kube import connect
 from profiler_app.trial.cluster import TrialCluster
 from profiler_app.trial.manifests import load_template
 from profiler_app.trial.measuring import Measuring

@@ -2,7 +2,7 @@
 that it answers like the real tool's command line (github.com/NVIDIA/mig-parted, whose README and
 cmd/nvidia-mig-parted are the reference), keeps its state, models GPUs in use, and that the
 nvidia_mig role's default configurations are valid for it and name only profiles that the
-right-sizing tables (profiler_app/rightsizing/profiles.py) know for that GPU.
+right-sizing tables (profiler_app/reports/rightsizing/profiles.py) know for that GPU.
 
 The stand-in's files go under a temporary root (MIG_PARTED_STANDIN_ROOT, a knob of the stand-in
 only); a GPU in use is a child process holding its stand-in device open.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from profiler_app.rightsizing.profiles import MODELS, GpuModel
+from profiler_app.reports.rightsizing.profiles import MODELS, GpuModel
 from tests.nodes.harness.ansible_run import run_local_play
 from tests.nodes.harness.standin_repo import PAYLOADS
 

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterator
 from datetime import timedelta
 
-from profiler_app.model import CycleResult
+from profiler_app.core.model import CycleResult
 from profiler_app.sinks.kubernetes import KubernetesSink
 from tests.support.apiserver.objects import pod_manifest
 from tests.support.apiserver.server import StandInApiServer, running_apiserver

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,

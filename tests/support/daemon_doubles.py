@@ -14,8 +14,15 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from profiler_app.core.model import (
+    FB_USED,
+    GPU_UTIL,
+    CycleResult,
+    PodIoSeries,
+    PodPeak,
+    SeriesMatrix,
+)
 from profiler_app.daemon import Daemon
-from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, PodIoSeries, PodPeak, SeriesMatrix
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.kube_pods import PodInfo
 from tests.support import signals

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from datetime import timedelta
 
-from profiler_app.model import CycleResult, PodInfo
+from profiler_app.core.model import CycleResult, PodInfo
 from profiler_app.sinks.kubernetes.protection import watched_annotations
 from profiler_app.sources.kube_pods import pod_info
 from tests.support.apiserver.objects import pod_manifest

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL
 from tests.support import signals
 from tests.support.prometheus import Reply, matrix_reply
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,

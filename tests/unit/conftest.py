@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.kube import KubeConnection, connect
+from profiler_app.core.kube import KubeConnection, connect
 from profiler_app.sinks.kubernetes import KubernetesSink
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
 from profiler_app.sinks.store import TableStore

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from profiler_app.analysis.io import coincidence, input_bound_reason, io_rates, on_grid
-from profiler_app.model import (
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     NETWORK_RECEIVE,

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from profiler_app.arrays import distinct
+from profiler_app.core.arrays import distinct
 
 
 def assert_same_as_unique(values: npt.NDArray[np.generic]) -> None:
@@ -52,7 +52,7 @@ def test_integers_with_repeats(values: npt.NDArray[np.int64]) -> None:
 CHECK = """
 import sys, numpy as np
 print("numpy.ma" in sys.modules)
-from profiler_app.arrays import distinct
+from profiler_app.core.arrays import distinct
 distinct(np.array([2.0, np.nan, 1.0, 2.0])); distinct(np.array([3, 1, 3]))
 print("numpy.ma" in sys.modules)
 np.unique(np.array([3, 1, 3]))

@@ -1,10 +1,10 @@
-"""The one back-off policy (profiler_app.backoff), on a fake clock."""
+"""The one back-off policy (profiler_app.core.backoff), on a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from profiler_app.backoff import Backoff
+from profiler_app.core.backoff import Backoff
 from tests.support.clock import FakeClock
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE, SM_ACTIVE
 from tests.support.prometheus import (
     Reply,
     StandInPrometheus,

@@ -159,7 +159,7 @@ def test_run_once_promises_no_next_try(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_the_postgres_hint_installs_from_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
-    from profiler_app.errors import UserError  # noqa: PLC0415
+    from profiler_app.core.errors import UserError  # noqa: PLC0415
     from profiler_app.sinks.store.urls import parse_store_url  # noqa: PLC0415
 
     real = importlib.util.find_spec

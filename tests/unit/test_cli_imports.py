@@ -21,7 +21,7 @@ CLIENTS = ("prometheus_client", "urllib3", "pynvml", "psutil")
 DEFERRED = (
     "profiler_app.sources.prometheus.client",
     "profiler_app.sinks.store.sink",
-    "profiler_app.rightsizing.advice",
+    "profiler_app.reports.rightsizing.advice",
 )
 
 

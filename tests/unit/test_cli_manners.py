@@ -22,7 +22,7 @@ from profiler_app.cli import build_parser, main
 from profiler_app.commands import progress
 from profiler_app.commands.report import NARROW_COLUMNS, RIGHTSIZE_VIEW
 from profiler_app.commands.run import RunConfig
-from profiler_app.reporting import REPORT_VIEWS, view_columns
+from profiler_app.reports.history import REPORT_VIEWS, view_columns
 from tests.support.nsys.builder import ReportBuilder
 from tests.unit.test_report import RANGE_ARGS, build_history
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler_app.model import GPU_UTIL, CycleResult, SeriesMatrix
+from profiler_app.core.model import GPU_UTIL, CycleResult, SeriesMatrix
 from profiler_app.sinks.store import TableStore
 from profiler_app.sources.kube_pods import PodInfo
 from profiler_app.sources.kube_pods import pod_info as parse_pod

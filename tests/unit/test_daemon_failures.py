@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from profiler_app.errors import ItemsFailedError, RetryLaterError, SourceError
+from profiler_app.core.errors import ItemsFailedError, RetryLaterError, SourceError
 from tests.support.clock import FakeClock
 from tests.support.daemon_doubles import (
     RecordingSink,

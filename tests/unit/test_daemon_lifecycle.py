@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from profiler_app.errors import SourceError
+from profiler_app.core.errors import SourceError
 from tests.support.daemon_doubles import RecordingSink, ScriptedSource, make_daemon
 
 

@@ -1,4 +1,4 @@
-"""Pod attribution, workloads and per-pod peaks (profiler_app/pods.py)."""
+"""Pod attribution, workloads and per-pod peaks (profiler_app/profiles/pods.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from profiler_app.exporter_series import POD_UID_LABEL
-from profiler_app.model import FB_USED, GPU_UTIL, FieldStats, PodPeak, PodShare, SeriesMatrix
-from profiler_app.pods import attribute_series, pod_usage, workloads_of
+from profiler_app.core.model import FB_USED, GPU_UTIL, FieldStats, PodPeak, PodShare, SeriesMatrix
+from profiler_app.profiles.exporter_series import POD_UID_LABEL
+from profiler_app.profiles.pods import attribute_series, pod_usage, workloads_of
+from profiler_app.profiles.workloads import Workload
 from profiler_app.sources.kube_pods import PodInfo
-from profiler_app.workloads import Workload
 from tests.support.cycles import gpu_profile
 
 START = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler_app.exporter_series import NODE_LABELS, PER_PROCESS_FIELDS, POD_UID_LABEL
-from profiler_app.model import (
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     POWER_USAGE,
@@ -24,9 +23,10 @@ from profiler_app.model import (
     PodUsage,
     SeriesMatrix,
 )
-from profiler_app.pods import pod_usage
-from profiler_app.profiles import build_profiles
-from profiler_app.timelines import VGPU_LABEL
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.exporter_series import NODE_LABELS, PER_PROCESS_FIELDS, POD_UID_LABEL
+from profiler_app.profiles.pods import pod_usage
+from profiler_app.profiles.timelines import VGPU_LABEL
 from tests.support import dcgm
 from tests.support.dcgm import (
     EXPORTER_SHAPES,

@@ -11,7 +11,7 @@ import pytest
 
 from profiler_app.cli import main
 from profiler_app.commands.report import RIGHTSIZE_VIEW
-from profiler_app.reporting import REPORT_VIEWS
+from profiler_app.reports.history import REPORT_VIEWS
 from profiler_app.sources.synthetic import synthetic_days
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Engine and framework identity (profiler_app.engines, profiler_app.sources.processes).
+"""Engine and framework identity (profiler_app.profiles.engines, profiler_app.sources.processes).
 
 The pod cases are real images as their projects publish them, with the commands their own
 documentation shows (vLLM's and SGLang's Kubernetes guides, TGI's quick tour, KServe's runtime
@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiler_app.analysis import Prior
-from profiler_app.engines import (
+from profiler_app.core.model import GPU_UTIL
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.engines import (
     ENGINE_NAMES,
     FRAMEWORK_NAMES,
     ContainerSpec,
@@ -27,8 +29,6 @@ from profiler_app.engines import (
     identify_process,
     identity_of,
 )
-from profiler_app.model import GPU_UTIL
-from profiler_app.profiles import build_profiles
 from profiler_app.sources.kube_pods import pod_info
 from profiler_app.sources.nvml import NvmlSource
 from profiler_app.sources.processes import process_identity

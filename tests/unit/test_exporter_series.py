@@ -1,15 +1,15 @@
-"""Which dcgm-exporter series are a pod's own (profiler_app/exporter_series.py), sample by
+"""Which dcgm-exporter series are a pod's own (profiler_app/profiles/exporter_series.py), sample by
 sample, and the node label's two spellings."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from profiler_app.exporter_series import split_field, with_node_label
-from profiler_app.model import FB_USED, POWER_USAGE, SeriesMatrix
-from profiler_app.pods import pod_usage
-from profiler_app.profiles import build_profiles
-from profiler_app.timelines import KeyResolver
+from profiler_app.core.model import FB_USED, POWER_USAGE, SeriesMatrix
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.exporter_series import split_field, with_node_label
+from profiler_app.profiles.pods import pod_usage
+from profiler_app.profiles.timelines import KeyResolver
 
 DEVICE = {"Hostname": "n", "gpu": "0", "UUID": "GPU-0"}
 POD = DEVICE | {"namespace": "ml", "pod": "p", "pod_uid": "u-p"}

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from profiler_app.kube import KubeConnection
-from profiler_app.model import FB_USED, GPU_UTIL, SHARED_PER_POD, SeriesMatrix
-from profiler_app.pods import pod_usage
-from profiler_app.profiles import build_profiles
+from profiler_app.core.kube import KubeConnection
+from profiler_app.core.model import FB_USED, GPU_UTIL, SHARED_PER_POD, SeriesMatrix
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.pods import pod_usage
 from profiler_app.sources.gfd import NodeSharing, gfd_sharing
 from tests.support.apiserver.server import StandInApiServer, running_apiserver
 from tests.support.clock import FakeClock

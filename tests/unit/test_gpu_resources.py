@@ -1,4 +1,4 @@
-"""Which resources are GPUs (profiler_app/gpu_resources.py), and ``--gpu-resource``.
+"""Which resources are GPUs (profiler_app/core/gpu_resources.py), and ``--gpu-resource``.
 
 The names are NVIDIA/k8s-device-plugin v0.20.0's: ``nvidia.com/gpu``
 (internal/rm/rm.go ``AddDefaultResourcesToConfig``: ``AddGPUResource("*", "gpu")``), MIG
@@ -12,9 +12,9 @@ import pytest
 
 from profiler_app.cli import main
 from profiler_app.commands.run import RunConfig
-from profiler_app.errors import UserError
-from profiler_app.gpu_resources import DEFAULT_GPU_RESOURCES, parse_gpu_resources
-from profiler_app.pods import pod_usage
+from profiler_app.core.errors import UserError
+from profiler_app.core.gpu_resources import DEFAULT_GPU_RESOURCES, parse_gpu_resources
+from profiler_app.profiles.pods import pod_usage
 from profiler_app.sources.kube_pods import pod_info
 from profiler_app.trial.manifests import load_template
 from tests.support.apiserver.objects import pod_manifest

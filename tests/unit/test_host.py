@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.model import PodPeak
+from profiler_app.core.model import PodPeak
 from profiler_app.sources.host import HostSampler, PodCgroupSampler
 
 UID = "0b6a4e0c-5d2f-4c6e-9a3e-2f1b7c8d9e01"

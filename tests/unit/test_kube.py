@@ -16,8 +16,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import incluster_config
 
-from profiler_app.errors import UserError
-from profiler_app.kube import connect, describe, error_status, retry_after_seconds
+from profiler_app.core.errors import UserError
+from profiler_app.core.kube import connect, describe, error_status, retry_after_seconds
 from tests.support.apiserver.server import running_apiserver
 
 
@@ -96,7 +96,7 @@ def test_in_cluster_uses_the_service_account(
 ) -> None:
     token = service_account(monkeypatch, tmp_path)
 
-    with caplog.at_level(logging.INFO, logger="profiler_app.kube"):
+    with caplog.at_level(logging.INFO, logger="profiler_app.core.kube"):
         connection = connect(None)
 
     assert connection is not None

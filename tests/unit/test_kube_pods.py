@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from profiler_app.kube import KubeConnection
+from profiler_app.core.kube import KubeConnection
 from profiler_app.sources.kube_pods import ListPagingError, PodInfo, PodWatcher, pod_info
 from tests.support.apiserver.objects import pod_manifest
 from tests.support.apiserver.server import StandInApiServer, running_apiserver, wait_until

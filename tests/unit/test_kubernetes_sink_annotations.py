@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from profiler_app.errors import UserError
-from profiler_app.kube import KubeConnection
-from profiler_app.model import PodUsage
+from profiler_app.core.errors import UserError
+from profiler_app.core.kube import KubeConnection
+from profiler_app.core.model import PodUsage
 from profiler_app.sinks.kubernetes import (
     ANNOTATION_BUDGET_BYTES,
     MAX_GPUS,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from profiler_app.kube import KubeConnection
-from profiler_app.model import CycleResult
+from profiler_app.core.kube import KubeConnection
+from profiler_app.core.model import CycleResult
 from profiler_app.sinks.kubernetes import KubernetesSink, significant
 from tests.support.annotated_node import (
     NODE,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from profiler_app.kube import KubernetesError, connect
+from profiler_app.core.kube import KubernetesError, connect
 from profiler_app.sinks.kubernetes import KubernetesSink
 from tests.support.annotated_node import NODE, NODE_PATH, POD_PATH, D, node_with_trainer, on_node
 from tests.support.apiserver.server import StandInApiServer, running_apiserver
@@ -91,7 +91,7 @@ def test_too_many_requests_carries_retry_after_to_the_daemon(
     apiserver: StandInApiServer, sink: KubernetesSink
 ) -> None:
     """The sink has no back-off of its own: it says what failed and what the server asked for;
-    the daemon waits (profiler_app.backoff)."""
+    the daemon waits (profiler_app.core.backoff)."""
     apiserver.fail("PATCH", NODE_PATH, 429, times=1, retry_after=45)
     result = sample_cycle(NODE)
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.sinks.metrics import BASES, JOB_TYPES, Heartbeat, MetricsSink
 from tests.support.cycles import mig_profile, sample_cycle
 

@@ -19,8 +19,8 @@ import numpy as np
 import pynvml
 import pytest
 
-from profiler_app.errors import UserError
-from profiler_app.model import (
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
@@ -28,8 +28,8 @@ from profiler_app.model import (
     PodInfo,
     SeriesMatrix,
 )
-from profiler_app.pods import attribute_series, pod_usage
-from profiler_app.profiles import build_profiles
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.pods import attribute_series, pod_usage
 from profiler_app.sources.nvml import POWER_USAGE, NvmlSource, SampleRing
 from tests.support import signals
 from tests.support.nvml import Clock, FakeGpu, FakeMigDevice, FakeNvml

@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profiler_app.errors import SourceError
-from profiler_app.model import (
+from profiler_app.core.errors import SourceError
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     GPU_UTIL,

@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
-from profiler_app.model import DISK_READ, DISK_WRITE, NETWORK_RECEIVE, NETWORK_TRANSMIT
+from profiler_app.core.model import DISK_READ, DISK_WRITE, NETWORK_RECEIVE, NETWORK_TRANSMIT
 from profiler_app.sources.host import PodCgroupSampler
 from profiler_app.sources.pod_io import (
     find_pod_network,

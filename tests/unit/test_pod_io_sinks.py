@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     NETWORK_RECEIVE,

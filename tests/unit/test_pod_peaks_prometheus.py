@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
-from profiler_app.errors import SourceError, UserError
-from profiler_app.model import PodPeak
-from profiler_app.pods import pod_usage
+from profiler_app.core.errors import SourceError, UserError
+from profiler_app.core.model import PodPeak
+from profiler_app.profiles.pods import pod_usage
 from profiler_app.sources.cadvisor import PodPeaksQuery
 from profiler_app.sources.prometheus import PrometheusSource
 from tests.support.daemon_doubles import (

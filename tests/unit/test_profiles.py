@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     GR_ENGINE_ACTIVE,
@@ -18,8 +18,8 @@ from profiler_app.model import (
     PodShare,
     SeriesMatrix,
 )
-from profiler_app.profiles import build_profiles
-from profiler_app.workloads import workload_from_owner
+from profiler_app.profiles.build import build_profiles
+from profiler_app.profiles.workloads import workload_from_owner
 from tests.support import jobs, signals
 
 STEP = 10.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,
@@ -18,7 +18,7 @@ from profiler_app.model import (
     SM_ACTIVE,
     SeriesMatrix,
 )
-from profiler_app.profiles import build_profiles
+from profiler_app.profiles.build import build_profiles
 from profiler_app.sinks import field_stat
 from tests.support import signals
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiler_app.errors import SourceError, UserError
-from profiler_app.model import FB_USED, GPU_UTIL, SeriesMatrix
+from profiler_app.core.errors import SourceError, UserError
+from profiler_app.core.model import FB_USED, GPU_UTIL, SeriesMatrix
+from profiler_app.core.urls import without_credentials
 from profiler_app.sources.prometheus import (
     MAX_POINTS_PER_REQUEST,
     PrometheusSource,
@@ -28,7 +29,6 @@ from profiler_app.sources.prometheus import (
     promql_selector,
     query_range_document,
 )
-from profiler_app.urls import without_credentials
 from tests.support.prometheus import (
     Reply,
     StandInPrometheus,

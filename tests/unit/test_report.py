@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.model import (
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     CycleResult,
@@ -39,8 +39,8 @@ from profiler_app.model import (
     PodShare,
     PodUsage,
 )
-from profiler_app.pods import pod_usage
-from profiler_app.reporting import build_report, report_rows, view_columns
+from profiler_app.profiles.pods import pod_usage
+from profiler_app.reports.history import build_report, report_rows, view_columns
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url
@@ -448,7 +448,7 @@ def test_a_finished_pod_stays_in_the_pod_report(tmp_path: Path) -> None:
 
 def test_the_reports_job_types_are_the_classifiers() -> None:
     from profiler_app.analysis.basis import JobType  # noqa: PLC0415
-    from profiler_app.reporting import JOB_TYPES  # noqa: PLC0415
+    from profiler_app.reports.history import JOB_TYPES  # noqa: PLC0415
 
     assert tuple(job_type.value for job_type in JobType) == JOB_TYPES
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     NETWORK_RECEIVE,
@@ -19,7 +19,7 @@ from profiler_app.model import (
     IoRates,
     RateStats,
 )
-from profiler_app.reporting import view_columns
+from profiler_app.reports.history import view_columns
 from profiler_app.sinks.store import TableStore
 from tests.support.store_cycles import pod
 from tests.unit.test_report import MINUTE, T0, gpu, run_cli

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from profiler_app.cli import main
-from profiler_app.rightsize_report import weighted_quantile
+from profiler_app.reports.rightsize import weighted_quantile
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import store_horizon
 from profiler_app.sinks.store.urls import parse_store_url

@@ -1,4 +1,4 @@
-"""Right-sizing advice (profiler_app/rightsizing): the MIG profile tables, the needs and verdicts,
+"""Right-sizing advice (profiler_app/reports/rightsizing): the MIG profile tables, the needs and verdicts,
 golden recommendations per GPU model worked out by hand from the tables, a property test over
 random measurements, NVML's table read through a stand-in pynvml (a test double with NVML's
 function and field names), and the output rows."""
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiler_app.rightsizing import (
+from profiler_app.reports.rightsizing import (
     MODELS,
     GpuModel,
     Verdict,
@@ -24,7 +24,7 @@ from profiler_app.rightsizing import (
     model_for,
     recommend,
 )
-from profiler_app.rightsizing.advice import (
+from profiler_app.reports.rightsizing.advice import (
     MAX_MPS_CLIENTS,
     Needs,
     holds,
@@ -33,8 +33,8 @@ from profiler_app.rightsizing.advice import (
     peak_inside,
     smallest_fitting,
 )
-from profiler_app.rightsizing.defaults import RIGHTSIZE_METRIC
-from profiler_app.rightsizing.output import (
+from profiler_app.reports.rightsizing.defaults import RIGHTSIZE_METRIC
+from profiler_app.reports.rightsizing.output import (
     COLUMNS,
     RIGHTSIZE_LABELS,
     advice_record,
@@ -42,7 +42,7 @@ from profiler_app.rightsizing.output import (
     metric_samples,
     table_rows,
 )
-from profiler_app.rightsizing.profiles import (
+from profiler_app.reports.rightsizing.profiles import (
     A100_40GB,
     A100_80GB,
     H100_PCIE_80GB,

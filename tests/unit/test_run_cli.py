@@ -21,8 +21,8 @@ from profiler_app.cli import build_parser, main
 from profiler_app.commands import run as run_command
 from profiler_app.commands.options import DEFAULT_FIELDS, MIG_FIELDS
 from profiler_app.commands.run import RunConfig
-from profiler_app.errors import UserError
-from profiler_app.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import FB_USED, GPU_UTIL, MEM_COPY_UTIL, POWER_USAGE
 from tests.support.environment import environment_without_settings
 
 pytestmark = pytest.mark.usefixtures("cli_environment")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from profiler_app.model import GPU_UTIL, FieldStats, GpuProfile, PodUsage
+from profiler_app.core.model import GPU_UTIL, FieldStats, GpuProfile, PodUsage
 from profiler_app.sinks.store import StoreError, TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.models import gpu_window, pod_usage
@@ -237,7 +237,7 @@ _CRASH_WRITER = textwrap.dedent(
     """
     import sys
     from datetime import UTC, datetime, timedelta
-    from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
+    from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
     from profiler_app.sinks.store import TableStore
 
     url, first = sys.argv[1], int(sys.argv[2])

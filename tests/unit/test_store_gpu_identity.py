@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from profiler_app.reporting import build_report, report_rows
+from profiler_app.reports.history import build_report, report_rows
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window

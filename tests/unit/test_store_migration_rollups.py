@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from profiler_app.reporting import build_report
+from profiler_app.reports.history import build_report
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_hour

@@ -19,10 +19,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler_app.model import GPU_UTIL, SM_ACTIVE, CycleResult, FieldStats, GpuProfile
-from profiler_app.rightsize_histograms import quantiles
-from profiler_app.rightsize_report import histogram_quantile, rightsize_advice
-from profiler_app.rightsizing.output import advice_record
+from profiler_app.core.model import GPU_UTIL, SM_ACTIVE, CycleResult, FieldStats, GpuProfile
+from profiler_app.reports.histograms import quantiles
+from profiler_app.reports.rightsize import histogram_quantile, rightsize_advice
+from profiler_app.reports.rightsizing.output import advice_record
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine

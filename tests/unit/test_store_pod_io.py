@@ -7,7 +7,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from alembic import command
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     DISK_READ,
     DISK_WRITE,
     NETWORK_RECEIVE,

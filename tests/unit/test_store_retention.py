@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from profiler_app.cli import main
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
+from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler_app.rightsize_report import weighted_quantile, workload_usages
+from profiler_app.reports.rightsize import weighted_quantile, workload_usages
 from profiler_app.sinks.store.activity import percent_bucket
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import (

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import sqlalchemy as sa
 
-from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
-from profiler_app.reporting import build_report
+from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile, PodUsage
+from profiler_app.reports.history import build_report
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine

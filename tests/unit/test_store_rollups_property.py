@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler_app.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
-from profiler_app.reporting import WASTE_KINDS, build_report
+from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.reports.history import WASTE_KINDS, build_report
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_window

@@ -15,7 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine, head_revisions
 from profiler_app.sinks.store.models import gpu_window, metadata, pod_usage

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.sinks.store import StoreError, TableStore, default_store_url
 from profiler_app.sinks.store.urls import parse_store_url
 from tests.support.store_cycles import T0, cycle, fetch, profile

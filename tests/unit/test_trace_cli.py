@@ -22,8 +22,8 @@ from alembic import command
 from alembic.script import ScriptDirectory
 
 from profiler_app.cli import main
-from profiler_app.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
-from profiler_app.reporting import view_columns
+from profiler_app.core.model import GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.reports.history import view_columns
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
 from profiler_app.sinks.store.urls import parse_store_url

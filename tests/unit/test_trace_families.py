@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from profiler_app.cli import main
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trace import families
 from profiler_app.trace.families import DEFAULT, Share, load_extra, reading
 from tests.support.nsys.builder import NCCL_ALL_REDUCE, NCCL_SEND_RECV, ReportBuilder

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trace.export import open_report
 from profiler_app.trace.summary import TraceSummary, summarise
 from tests.support.nsys.builder import ReportBuilder

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_app.kube import KubeConnection, connect
+from profiler_app.core.kube import KubeConnection, connect
 from profiler_app.sinks.kubernetes.protection import PodsUnprotectedError, TrainingProtector
 from tests.support.apiserver.objects import pod_manifest, webhook_down
 from tests.support.apiserver.server import StandInApiServer

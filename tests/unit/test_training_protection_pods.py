@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 
-from profiler_app.model import CycleResult
+from profiler_app.core.model import CycleResult
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
 from tests.support.apiserver.objects import pod_manifest
 from tests.support.apiserver.patches import JSON_PATCH

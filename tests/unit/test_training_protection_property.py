@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from profiler_app.kube import KubeConnection, connect
-from profiler_app.model import CycleResult, PodInfo
+from profiler_app.core.kube import KubeConnection, connect
+from profiler_app.core.model import CycleResult, PodInfo
 from profiler_app.sinks.kubernetes.protection import (
     PodsUnprotectedError,
     TrainingProtector,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from profiler_app.kube import KubeConnection
+from profiler_app.core.kube import KubeConnection
 from profiler_app.sinks.kubernetes.protection import TrainingProtector
 from tests.support.apiserver.objects import pod_manifest
 from tests.support.apiserver.patches import JSON_PATCH, STRATEGIC_MERGE_PATCH

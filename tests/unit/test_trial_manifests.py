@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trial.manifests import (
     GLOBAL,
     PER_GPU,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trial.manifests import STRONG, BatchScaling, load_template
 from profiler_app.trial.placement import (
     INSTANCE_TYPE_LABEL,

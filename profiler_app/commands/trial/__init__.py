@@ -15,9 +15,9 @@ import sys
 from collections.abc import Callable
 
 from profiler_app.commands import SUMMARIES
+from profiler_app.core.urls import without_credentials
 from profiler_app.sinks.store.urls import default_store_url
 from profiler_app.trial.manifests import GLOBAL, PER_GPU, STRONG, WEAK
-from profiler_app.urls import without_credentials
 
 DEFAULT_NAMESPACE = "gpu-profiler-trials"
 

@@ -8,8 +8,8 @@ import sys
 import time
 
 from profiler_app.commands.trial.common import api_errors, connect, duration
-from profiler_app.durations import format_duration
-from profiler_app.errors import UserError
+from profiler_app.core.durations import format_duration
+from profiler_app.core.errors import UserError
 from profiler_app.trial.collect import collect_runs, delete_run, found_runs, remaining_objects
 
 

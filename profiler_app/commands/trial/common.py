@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from profiler_app.durations import parse_duration
-from profiler_app.errors import UserError
+from profiler_app.core.durations import parse_duration
+from profiler_app.core.errors import UserError
 from profiler_app.trial.manifests import API_VERSIONS
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def read_document(path: str) -> Any:
 
 
 def connect(kubeconfig: str | None) -> TrialCluster:
-    from profiler_app import kube  # noqa: PLC0415
+    from profiler_app.core import kube  # noqa: PLC0415
     from profiler_app.trial.cluster import TrialCluster  # noqa: PLC0415
 
     connection = kube.connect(kubeconfig)

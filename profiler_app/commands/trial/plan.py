@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from profiler_app.commands.trial.common import api_errors, connect, duration, grace, read_document
-from profiler_app.durations import format_duration
-from profiler_app.errors import UserError
+from profiler_app.core.durations import format_duration
+from profiler_app.core.errors import UserError
 from profiler_app.trial.manifests import (
     API_VERSIONS,
     BatchScaling,

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trial.plan import Plan
 from profiler_app.trial.results import COLUMNS
 

@@ -17,7 +17,7 @@ import yaml
 
 from profiler_app.commands.trial.common import api_errors, connect, duration, grace
 from profiler_app.commands.trial.report import load_json, record, results_document, write
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.trial.manifests import TrialSettings, template_warnings, trial_manifest
 from profiler_app.trial.measuring import Measuring
 from profiler_app.trial.metrics import TrialMetrics

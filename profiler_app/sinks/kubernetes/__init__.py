@@ -15,7 +15,7 @@ for the node plus one per pod whose values changed; the first cycle and each hea
   ``release_all`` for ``gpu-profiler unprotect``.
 """
 
-from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.core.annotations import DEFAULT_DOMAIN, validate_domain
 from profiler_app.sinks.kubernetes.api import STRATEGIC_MERGE_PATCH
 from profiler_app.sinks.kubernetes.changes import TOLERANCES, Tolerance, diff, significant
 from profiler_app.sinks.kubernetes.names import (

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from profiler_app.kube import TRANSPORT_ERRORS, KubeConnection, error_status, release
+from profiler_app.core.kube import TRANSPORT_ERRORS, KubeConnection, error_status, release
 from profiler_app.sinks.kubernetes.changes import Patch
 
 log = logging.getLogger(__name__)

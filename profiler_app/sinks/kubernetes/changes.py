@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from profiler_app.model import IO_FIELDS
+from profiler_app.core.model import IO_FIELDS
 from profiler_app.sinks.kubernetes.names import (
     CONFIDENCE,
     FB_USED_MAX,

@@ -27,7 +27,7 @@ JOB_TYPE, PERIOD, UTIL_MAX, MEM_COPY_UTIL_MAX, FB_USED_MAX = (
 # past ANNOTATION_BUDGET_BYTES.
 CONFIDENCE, REASONS = "confidence", "reasons"
 REASONS_MAX_CHARS = 160
-# What runs on the GPU (profiler_app.engines): the engine (vllm, torchrun, ...) and the
+# What runs on the GPU (profiler_app.profiles.engines): the engine (vllm, torchrun, ...) and the
 # framework (pytorch, jax, ...), each present only where known.
 ENGINE, FRAMEWORK = "engine", "framework"
 MIG_PROFILE = "profile"

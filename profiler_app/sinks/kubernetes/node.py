@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from profiler_app.kube import TRANSPORT_ERRORS, KubernetesError, error_status
-from profiler_app.model import CycleResult
+from profiler_app.core.kube import TRANSPORT_ERRORS, KubernetesError, error_status
+from profiler_app.core.model import CycleResult
 from profiler_app.sinks.kubernetes.api import AnnotationApi
 from profiler_app.sinks.kubernetes.changes import diff, significant_patch
 from profiler_app.sinks.kubernetes.names import (

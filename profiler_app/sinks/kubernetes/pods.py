@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from profiler_app.kube import TRANSPORT_ERRORS, error_status
-from profiler_app.model import PodUsage
+from profiler_app.core.kube import TRANSPORT_ERRORS, error_status
+from profiler_app.core.model import PodUsage
 from profiler_app.sinks.kubernetes.api import AnnotationApi
 from profiler_app.sinks.kubernetes.changes import diff, significant_patch
 from profiler_app.sinks.kubernetes.names import LEGACY_POD_NAMES

@@ -27,7 +27,7 @@ the GPU pods of its own node that train, with the marker ``<domain>/do-not-disru
   the others go on (``TrainingProtector``).
 - Without GPU series (``CycleResult.gpus_read`` False: the metrics source failed) there is no
   verdict: the profiler's marks stay, owner-based protection and releases of finished pods go on.
-- "Uses GPUs" is ``PodInfo.uses_gpus``: any GPU resource (``profiler_app.gpu_resources``).
+- "Uses GPUs" is ``PodInfo.uses_gpus``: any GPU resource (``profiler_app.core.gpu_resources``).
 
 Requests: none while the watcher shows every pod as wanted; a GET and a PATCH per change.
 ``release_all`` (``gpu-profiler unprotect``) removes every mark of the profiler's, cluster-wide.
@@ -44,20 +44,20 @@ from enum import Enum
 from typing import Any
 
 from profiler_app.analysis.basis import JobType
-from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
-from profiler_app.backoff import Backoff
-from profiler_app.daemon.parts import MAX_BACKOFF_INTERVALS
-from profiler_app.errors import ItemsFailedError
-from profiler_app.kube import (
+from profiler_app.core.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.core.backoff import Backoff
+from profiler_app.core.errors import ItemsFailedError
+from profiler_app.core.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
     describe,
     error_status,
     retry_after_seconds,
 )
-from profiler_app.model import CycleResult, PodInfo
+from profiler_app.core.model import CycleResult, PodInfo
+from profiler_app.daemon.parts import MAX_BACKOFF_INTERVALS
+from profiler_app.profiles.workloads import TRAINING_KINDS, workload_from_owner
 from profiler_app.sinks.kubernetes.api import JSON_PATCH, STRATEGIC_MERGE_PATCH, PodApi
-from profiler_app.workloads import TRAINING_KINDS, workload_from_owner
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ protection (protection.py) is a sink of its own, so that neither waits out the o
 Failures: a pod's 404 and a 409 are handled where they happen; 429, 5xx, timeouts and anything
 else raise ``KubernetesError``, carrying the server's Retry-After, once both parts were tried (a
 node PATCH that keeps failing does not stop the pods' annotations). The sink keeps no back-off of
-its own: the daemon waits it out (``profiler_app.backoff``, the one policy) and does not call
+its own: the daemon waits it out (``profiler_app.core.backoff``, the one policy) and does not call
 ``publish`` meanwhile, so a wait is never mistaken for a success.
 """
 
@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from profiler_app.annotations import DEFAULT_DOMAIN, validate_domain
-from profiler_app.kube import (
+from profiler_app.core.annotations import DEFAULT_DOMAIN, validate_domain
+from profiler_app.core.kube import (
     TRANSPORT_ERRORS,
     KubeConnection,
     KubernetesError,
     describe,
     retry_after_seconds,
 )
-from profiler_app.model import CycleResult
+from profiler_app.core.model import CycleResult
 from profiler_app.sinks.kubernetes.api import AnnotationApi
 from profiler_app.sinks.kubernetes.names import DEFAULT_HEARTBEAT_SECONDS
 from profiler_app.sinks.kubernetes.node import NodeAnnotator

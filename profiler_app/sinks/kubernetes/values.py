@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from profiler_app.model import (
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     IO_FIELDS,

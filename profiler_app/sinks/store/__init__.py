@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from profiler_app.lazy import lazy_names
+from profiler_app.core.lazy import lazy_names
 from profiler_app.sinks.store.urls import default_store_url
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.sinks.store.schema import SCHEMA_HEAD, VERSION_TABLE
 from profiler_app.sinks.store.urls import StoreUrl, default_store_url, parse_store_url
 

@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import case as sql_case
 
-from profiler_app.model import HELD_MEMORY_MIB
+from profiler_app.core.model import HELD_MEMORY_MIB
 from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, store_horizon
 from profiler_app.sinks.store.rollups import (
     DAY_SECONDS,

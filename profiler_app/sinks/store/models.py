@@ -113,7 +113,7 @@ gpu_window = Table(
     _optional("reasons", String(REASONS_LENGTH)),
     _optional("owner_kind", String(63)),
     _optional("owner_name", String(253)),
-    # Revision 0006: what ran on the GPU (profiler_app.engines' names).
+    # Revision 0006: what ran on the GPU (profiler_app.profiles.engines' names).
     _optional("engine", String(32)),
     _optional("framework", String(32)),
     # Revision 0009: the MIG instance (dcgm-exporter's GPU_I_ID, '' for a whole GPU) and its

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 from profiler_app.sinks.store.dbapi import UnknownSchemaError
 from profiler_app.sinks.store.engine import create_store_engine, describe_error, upgrade_to_head
 from profiler_app.sinks.store.urls import parse_store_url

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from profiler_app.model import HELD_MEMORY_MIB, PodUsage
+from profiler_app.core.model import HELD_MEMORY_MIB, PodUsage
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.schema import IO_DIRECTIONS, POD_HOUR_IO_COLUMNS, io_column
 from profiler_app.sinks.store.statements import Merge, merged, upsert_statement

@@ -15,7 +15,7 @@ UNKNOWN_START_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 # Reasons are stored joined by "; " and cut to this length (a handful of short reasons fit).
 REASONS_LENGTH = 512
 # Revision 0008: a pod's disk and network rates (bytes per second), by direction
-# (profiler_app.model.IO_FIELDS) and statistic. pod_usage keeps both; pod_hour the peaks.
+# (profiler_app.core.model.IO_FIELDS) and statistic. pod_usage keeps both; pod_hour the peaks.
 IO_DIRECTIONS = ("disk_read", "disk_write", "network_receive", "network_transmit")
 IO_STATISTICS = ("max", "p95")
 

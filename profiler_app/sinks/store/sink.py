@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from profiler_app.errors import UserError
-from profiler_app.model import (
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     FB_USED,
     GPU_UTIL,

@@ -15,9 +15,9 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import platformdirs
 
-from profiler_app.errors import UserError
-from profiler_app.paths import user_path
-from profiler_app.urls import is_secret_option, without_credentials
+from profiler_app.core.errors import UserError
+from profiler_app.core.paths import user_path
+from profiler_app.core.urls import is_secret_option, without_credentials
 
 _URL_HELP = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
 _SCHEME = re.compile(r"([A-Za-z][\w+]*)://(.*)", re.DOTALL)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from profiler_app.lazy import lazy_names
+from profiler_app.core.lazy import lazy_names
 from profiler_app.sources.prometheus.defaults import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
 
 if TYPE_CHECKING:

@@ -21,10 +21,9 @@ from email.utils import parsedate_to_datetime
 
 import requests
 
-from profiler_app.durations import format_duration
-from profiler_app.errors import SourceError, UserError
-from profiler_app.exporter_series import node_label_spellings
-from profiler_app.model import (
+from profiler_app.core.durations import format_duration
+from profiler_app.core.errors import SourceError, UserError
+from profiler_app.core.model import (
     GPU_UTIL,
     GR_ENGINE_ACTIVE,
     PROF_PREFIX,
@@ -32,6 +31,8 @@ from profiler_app.model import (
     SeriesMatrix,
     mig_instance,
 )
+from profiler_app.core.urls import http_url_problem, without_credentials
+from profiler_app.profiles.exporter_series import node_label_spellings
 from profiler_app.sources.prometheus.bounded import (
     AnswerTooLargeError,
     DeadlinePassedError,
@@ -48,7 +49,6 @@ from profiler_app.sources.prometheus.grid import (
     grid_ending_at,
 )
 from profiler_app.sources.prometheus.promql import promql_selector
-from profiler_app.urls import http_url_problem, without_credentials
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from profiler_app.arrays import distinct
-from profiler_app.errors import UserError
-from profiler_app.model import FloatMatrix, SeriesMatrix
+from profiler_app.core.arrays import distinct
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import FloatMatrix, SeriesMatrix
 from profiler_app.sources.prometheus.grid import FloatArray, TimeGrid
 
 MAX_INFERRED_POINTS = 1_000_000  # a saved document whose timestamps imply more is not a range query

@@ -6,8 +6,8 @@ import json
 import logging
 from collections.abc import Collection, Sequence
 
-from profiler_app.errors import UserError
-from profiler_app.model import SeriesMatrix
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import SeriesMatrix
 from profiler_app.sources.prometheus.documents import (
     fields_in_document,
     matrix_result,

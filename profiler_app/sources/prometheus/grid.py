@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from profiler_app.durations import format_duration
-from profiler_app.errors import UserError
+from profiler_app.core.durations import format_duration
+from profiler_app.core.errors import UserError
 from profiler_app.sources.prometheus.defaults import DEFAULT_MAX_POINTS, DEFAULT_STEP_SECONDS
 
 FloatArray = npt.NDArray[np.float64]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from profiler_app.errors import UserError
-from profiler_app.model import GPU_UTIL
+from profiler_app.core.errors import UserError
+from profiler_app.core.model import GPU_UTIL
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

@@ -2,7 +2,7 @@
 server's service proxy (``/api/v1/namespaces/NS/services/NAME:PORT/proxy/...``), never through
 port-forwards, so a run needs nothing but a kubeconfig.
 
-Requests go through ``profiler_app.kube`` (the official Kubernetes client's configuration,
+Requests go through ``profiler_app.core.kube`` (the official Kubernetes client's configuration,
 authentication, exec plugins such as ``aws eks get-token``, and time-outs). Answers are raw
 JSON: the checks read a handful of fields of many kinds, and raw JSON keeps what a stand-in API
 server must serve honest and small.
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from profiler_app.errors import UserError
-from profiler_app.kube import TRANSPORT_ERRORS, KubeConnection, connect
+from profiler_app.core.errors import UserError
+from profiler_app.core.kube import TRANSPORT_ERRORS, KubeConnection, connect
 
 Json = dict[str, Any]
 Query = Mapping[str, str | int | bool | None]

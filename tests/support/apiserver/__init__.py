@@ -1,7 +1,7 @@
 """A stand-in Kubernetes API server: a TEST DOUBLE for the calls the profiler makes.
 
 No real kube-apiserver can run here, so this small HTTP server answers, over real HTTP on
-127.0.0.1, the handful of requests ``profiler_app.kube``, ``sources.kube_pods`` and
+127.0.0.1, the handful of requests ``profiler_app.core.kube``, ``sources.kube_pods`` and
 ``sinks.kubernetes`` send, shaped like the real API server's answers. By job:
 
 - ``server``: ``StandInApiServer`` and ``running_apiserver``, the knobs tests turn (objects,

@@ -32,7 +32,7 @@ down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-HELD_MEMORY_MIB = 1024  # profiler_app.model.HELD_MEMORY_MIB when this revision was written
+HELD_MEMORY_MIB = 1024  # profiler_app.core.model.HELD_MEMORY_MIB when this revision was written
 ROLLUP_FILLFACTOR = 70
 GPU_HOUR_KEY = (
     "node",

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from profiler_app.model import FB_USED, GPU_UTIL, SeriesMatrix
-from profiler_app.timelines import KeyResolver
+from profiler_app.core.model import FB_USED, GPU_UTIL, SeriesMatrix
+from profiler_app.profiles.timelines import KeyResolver
 
 POD_UID_LABEL = "pod_uid"  # internal/pkg/transformation/const.go: uidAttribute
 # internal/pkg/transformation/process_metrics.go: isPerProcessMetric

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Float, case, cast, func, literal, select
 
-from profiler_app.report_views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
+from profiler_app.reports.views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
 from profiler_app.sinks.store.history import (
     epoch_microseconds,
     gpu_history,

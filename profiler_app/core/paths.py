@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 
 def user_path(text: str) -> Path:

@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from profiler_app.rightsizing.advice import Advice, one_decimal
+from profiler_app.reports.rightsizing.advice import Advice, one_decimal
 
 # RIGHTSIZE_METRIC's help and labels (the name is in ``defaults``, for ``report --help``).
 RIGHTSIZE_HELP = (

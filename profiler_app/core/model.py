@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # types only: engines sits above this module; numpy takes 50 
     import numpy as np
     import numpy.typing as npt
 
-    from profiler_app.engines import Identity
+    from profiler_app.profiles.engines import Identity
 
 FloatMatrix: TypeAlias = "npt.NDArray[np.float64]"
 
@@ -122,7 +122,9 @@ class GpuProfile:
     # Unix seconds of the GPU's first sample in the window: later than the window's start when
     # the node (or its exporter, or local sampling) started within it.
     first_sample: float | None = None
-    engine: str | None = None  # what runs on it (profiler_app.engines), e.g. vllm, torchrun
+    engine: str | None = (
+        None  # what runs on it (profiler_app.profiles.engines), e.g. vllm, torchrun
+    )
     framework: str | None = None  # e.g. pytorch, jax
     # A MIG instance: dcgm-exporter's GPU_I_ID and GPU_I_PROFILE ('' for a whole GPU). Its
     # utilisation is GR_ENGINE_ACTIVE and its memory bandwidth DRAM_ACTIVE, relative to the

@@ -29,7 +29,7 @@ from kubernetes.config.incluster_config import load_incluster_config
 from kubernetes.config.kube_config import load_kube_config
 from kubernetes.watch.watch import iter_resp_lines
 
-from profiler_app.errors import RetryLaterError, UserError, one_line
+from profiler_app.core.errors import RetryLaterError, UserError, one_line
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import json
 import math
 from collections.abc import Collection, Sequence
 
-from profiler_app.durations import format_duration
-from profiler_app.model import (
+from profiler_app.core.durations import format_duration
+from profiler_app.core.model import (
     FB_FREE,
     FB_USED,
     GPU_UTIL,

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
-from profiler_app.rightsizing.defaults import DEFAULT_HEADROOM
-from profiler_app.rightsizing.profiles import GpuModel, MigProfile
+from profiler_app.reports.rightsizing.defaults import DEFAULT_HEADROOM
+from profiler_app.reports.rightsizing.profiles import GpuModel, MigProfile
 
 MIN_HISTORY_SECONDS = 24 * 3600.0
 # Mostly idle: active (above the idle threshold) at most this fraction of the time.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 DEFAULT_DOMAIN = "ai.centaurus.io"
 

@@ -3,7 +3,7 @@
 import math
 import re
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")

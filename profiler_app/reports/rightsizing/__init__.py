@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from profiler_app.lazy import lazy_names
-from profiler_app.rightsizing.defaults import DEFAULT_HEADROOM
+from profiler_app.core.lazy import lazy_names
+from profiler_app.reports.rightsizing.defaults import DEFAULT_HEADROOM
 
 if TYPE_CHECKING:
-    from profiler_app.rightsizing.advice import Advice, Needs, Verdict, WorkloadUsage, recommend
-    from profiler_app.rightsizing.profiles import MODELS, GpuModel, MigProfile, model_for
+    from profiler_app.reports.rightsizing.advice import (
+        Advice,
+        Needs,
+        Verdict,
+        WorkloadUsage,
+        recommend,
+    )
+    from profiler_app.reports.rightsizing.profiles import MODELS, GpuModel, MigProfile, model_for
 
 __all__ = [
     "DEFAULT_HEADROOM",

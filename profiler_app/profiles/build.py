@@ -32,9 +32,7 @@ from profiler_app.analysis import (
     power_range,
 )
 from profiler_app.analysis.io import input_bound_reason
-from profiler_app.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
-from profiler_app.exporter_series import split_field, with_node_label
-from profiler_app.model import (
+from profiler_app.core.model import (
     DRAM_ACTIVE,
     ENFORCED_POWER_LIMIT,
     FB_USED,
@@ -57,8 +55,18 @@ from profiler_app.model import (
     SeriesMatrix,
     mig_instance,
 )
-from profiler_app.timelines import GpuKey, KeyResolver, Pod, Timelines, align, merge, on_grid
-from profiler_app.workloads import Workload, workload_from_labels
+from profiler_app.profiles.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
+from profiler_app.profiles.exporter_series import split_field, with_node_label
+from profiler_app.profiles.timelines import (
+    GpuKey,
+    KeyResolver,
+    Pod,
+    Timelines,
+    align,
+    merge,
+    on_grid,
+)
+from profiler_app.profiles.workloads import Workload, workload_from_labels
 
 # Fields that describe the GPU rather than its work: used to judge power, not summarised.
 _LIMIT_FIELDS = (POWER_MGMT_LIMIT, ENFORCED_POWER_LIMIT)

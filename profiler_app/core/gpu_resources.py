@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from profiler_app.errors import UserError
+from profiler_app.core.errors import UserError
 
 WHOLE_GPU = "nvidia.com/gpu"
 SHARED_SUFFIX = ".shared"

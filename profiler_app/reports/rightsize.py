@@ -1,4 +1,4 @@
-"""``report --by rightsize``: the right-sizing engine (``profiler_app.rightsizing``) fed from the
+"""``report --by rightsize``: the right-sizing engine (``profiler_app.reports.rightsizing``) fed from the
 store's history, one advice per workload.
 
 A workload is the pod's owner (``owner_name``, else the pod). What it needs over ``[since,
@@ -38,9 +38,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, func, select
 
-from profiler_app.rightsize_histograms import Histograms
-from profiler_app.rightsizing import Advice, Verdict, WorkloadUsage, model_for, recommend
-from profiler_app.rightsizing.advice import peak_inside
+from profiler_app.reports.histograms import Histograms
+from profiler_app.reports.rightsizing import Advice, Verdict, WorkloadUsage, model_for, recommend
+from profiler_app.reports.rightsizing.advice import peak_inside
 from profiler_app.sinks.store.activity import METRICS, contributions, overlap_seconds, workload_of
 from profiler_app.sinks.store.history import Span, longest_covers, spans
 from profiler_app.sinks.store.models import (

@@ -15,12 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from profiler_app.analysis.io import io_rates
-from profiler_app.engines import Identity
-
-# dcgm-exporter's pod UID label, which the NVML source also puts on a GPU's series (the pod
-# whose processes use it, by cgroup).
-from profiler_app.exporter_series import POD_UID_LABEL
-from profiler_app.model import (
+from profiler_app.core.model import (
     FB_USED,
     GPU_UTIL,
     MEM_COPY_UTIL,
@@ -38,7 +33,12 @@ from profiler_app.model import (
     SeriesMatrix,
     stats_of,
 )
-from profiler_app.workloads import Workload, workload_from_owner
+from profiler_app.profiles.engines import Identity
+
+# dcgm-exporter's pod UID label, which the NVML source also puts on a GPU's series (the pod
+# whose processes use it, by cgroup).
+from profiler_app.profiles.exporter_series import POD_UID_LABEL
+from profiler_app.profiles.workloads import Workload, workload_from_owner
 
 
 def attribute_series(

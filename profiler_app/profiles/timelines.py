@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_app.arrays import distinct
-from profiler_app.model import FloatMatrix, PodShare, SeriesMatrix, mig_instance
+from profiler_app.core.arrays import distinct
+from profiler_app.core.model import FloatMatrix, PodShare, SeriesMatrix, mig_instance
 
 # (node, "uuid:<UUID>") or, without a UUID, (node, "gpu:<index>"); a MIG instance's key adds
 # "/mig:<GPU_I_ID>".
