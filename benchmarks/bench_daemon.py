@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiler_app.commands.options import DEFAULT_FIELDS  # noqa: E402
-from profiler_app.daemon import MAX_BACKOFF_INTERVALS  # noqa: E402
+from profiler_app.core.backoff import MAX_BACKOFF_INTERVALS  # noqa: E402
 from tests.support.apiserver.objects import pod_manifest  # noqa: E402
 from tests.support.apiserver.server import StandInApiServer, running_apiserver  # noqa: E402
 from tests.support.apiserver.state import RecordedRequest  # noqa: E402

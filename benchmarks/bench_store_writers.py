@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import store_server  # noqa: E402
-from profiler_app.core.backoff import Backoff  # noqa: E402
+from profiler_app.core.backoff import MAX_BACKOFF_INTERVALS, Backoff  # noqa: E402
 from profiler_app.core.model import (  # noqa: E402
     FB_USED,
     GPU_UTIL,
@@ -57,7 +57,6 @@ from profiler_app.core.model import (  # noqa: E402
     GpuProfile,
     PodUsage,
 )
-from profiler_app.daemon import MAX_BACKOFF_INTERVALS  # noqa: E402
 from profiler_app.sinks.store import StoreError, TableStore  # noqa: E402
 
 SIM_START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)

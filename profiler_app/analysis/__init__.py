@@ -64,7 +64,7 @@ from profiler_app.analysis.classify import (
     Classification,
     classify_matrix,
 )
-from profiler_app.analysis.context import Context, Prior
+from profiler_app.analysis.context import Context
 from profiler_app.analysis.power import model_power, power_range
 from profiler_app.analysis.recurrence import MAX_IDLE_ITERATION_FRACTION, MIN_BURSTY_IDLE_FRACTION
 from profiler_app.analysis.stats import IDLE_THRESHOLD_PERCENT, field_stats
@@ -79,7 +79,6 @@ __all__ = [
     "Classification",
     "Context",
     "JobType",
-    "Prior",
     "classify_matrix",
     "field_stats",
     "model_power",

@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
 from profiler_app.analysis.stats import FloatArray, IntArray
-from profiler_app.core.model import FloatMatrix
-
-
-class Prior(StrEnum):
-    """What the workload of a GPU says it runs: its owner (``profiler_app.profiles.workloads``) or the
-    engine in its command (``profiler_app.profiles.engines``)."""
-
-    TRAINING = "training"
-    SERVING = "serving"
+from profiler_app.core.model import FloatMatrix, Prior
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+# Back-off after consecutive failures: one interval, doubling, up to this many intervals
+# (5 min at the 30 s default).
+MAX_BACKOFF_INTERVALS = 10
+
 
 class Backoff:
     """Exponential back-off between failed attempts, on a clock that tests can drive."""

@@ -1,6 +1,6 @@
 """The data that flows from sources through analysis to sinks.
 
-Sources produce ``SeriesMatrix`` objects (one per metric field); ``profiles.build_profiles``
+Sources produce ``SeriesMatrix`` objects (one per metric field); ``profiles.build.build_profiles``
 classifies them into ``GpuProfile`` objects; a cycle's ``CycleResult`` goes to every sink.
 """
 
@@ -9,16 +9,46 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, TypeAlias
 
-if TYPE_CHECKING:  # types only: engines sits above this module; numpy takes 50 ms to load,
-    # and the commands that only read the store (report) never touch an array
+if TYPE_CHECKING:  # types only: numpy takes 50 ms to load, and the commands that only read
+    # the store (report) never touch an array
     import numpy as np
     import numpy.typing as npt
 
-    from profiler_app.profiles.engines import Identity
-
 FloatMatrix: TypeAlias = "npt.NDArray[np.float64]"
+
+
+class Prior(StrEnum):
+    """What the workload of a GPU says it runs: its owner (``profiles.workloads``) or the engine
+    in its command (``profiles.engines``)."""
+
+    TRAINING = "training"
+    SERVING = "serving"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a GPU's workload runs, as far as its command, image or libraries tell."""
+
+    engine: str | None = None  # a name of profiles.engines.ENGINE_NAMES
+    framework: str | None = None  # a name of profiles.engines.FRAMEWORK_NAMES
+    role: Prior | None = None  # the engine's
+
+    @property
+    def reason(self) -> str:
+        """``engine vllm (serving)``, or "" when the engine has no role."""
+        return f"engine {self.engine} ({self.role})" if self.engine and self.role else ""
+
+    def merged(self, other: Identity | None) -> Identity:
+        """This identity, its gaps filled from ``other``."""
+        if other is None:
+            return self
+        if self.engine:
+            return Identity(self.engine, self.framework or other.framework, self.role)
+        return Identity(other.engine, self.framework or other.framework, other.role)
+
 
 # dcgm-exporter field names used across the project.
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -12,6 +12,5 @@ Retry-After) while the others go on, and every failure is logged in one line and
 
 from profiler_app.daemon.cycle import HostReadings
 from profiler_app.daemon.loop import STOP_GRACE_SECONDS, Daemon
-from profiler_app.daemon.parts import MAX_BACKOFF_INTERVALS
 
-__all__ = ["MAX_BACKOFF_INTERVALS", "STOP_GRACE_SECONDS", "Daemon", "HostReadings"]
+__all__ = ["STOP_GRACE_SECONDS", "Daemon", "HostReadings"]

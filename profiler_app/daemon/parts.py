@@ -10,15 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from profiler_app.core.backoff import Backoff
+from profiler_app.core.backoff import MAX_BACKOFF_INTERVALS, Backoff
 from profiler_app.core.errors import RetryLaterError, one_line
 from profiler_app.sinks.metrics import MetricsSink
 
 log = logging.getLogger(__name__)
-
-# Back-off after consecutive failures: one interval, doubling, up to this many intervals
-# (5 min at the 30 s default).
-MAX_BACKOFF_INTERVALS = 10
 
 
 class Part:

@@ -26,7 +26,6 @@ import numpy as np
 from profiler_app.analysis import (
     Context,
     JobType,
-    Prior,
     classify_matrix,
     field_stats,
     power_range,
@@ -50,12 +49,14 @@ from profiler_app.core.model import (
     FieldStats,
     FloatMatrix,
     GpuProfile,
+    Identity,
     PodGpuPeak,
     PodIoSeries,
+    Prior,
     SeriesMatrix,
     mig_instance,
 )
-from profiler_app.profiles.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity, identity_of
+from profiler_app.profiles.engines import ENGINE_LABEL, FRAMEWORK_LABEL, identity_of
 from profiler_app.profiles.exporter_series import split_field, with_node_label
 from profiler_app.profiles.timelines import (
     GpuKey,

@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from profiler_app.analysis import Prior
+from profiler_app.core.model import Identity, Prior
 
 SERVING, TRAINING = Prior.SERVING, Prior.TRAINING
 
@@ -265,28 +265,6 @@ ENGINE_NAMES = tuple(rule.name for rule in ENGINES)
 # Labels local sampling puts on a GPU's series: what its main process runs.
 ENGINE_LABEL, FRAMEWORK_LABEL = "engine", "framework"
 FRAMEWORK_NAMES = tuple(rule.name for rule in FRAMEWORKS)
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a GPU's workload runs, as far as its command, image or libraries tell."""
-
-    engine: str | None = None  # a name of ENGINE_NAMES
-    framework: str | None = None  # a name of FRAMEWORK_NAMES
-    role: Prior | None = None  # the engine's
-
-    @property
-    def reason(self) -> str:
-        """``engine vllm (serving)``, or "" when the engine has no role."""
-        return f"engine {self.engine} ({self.role})" if self.engine and self.role else ""
-
-    def merged(self, other: Identity | None) -> Identity:
-        """This identity, its gaps filled from ``other``."""
-        if other is None:
-            return self
-        if self.engine:
-            return Identity(self.engine, self.framework or other.framework, self.role)
-        return Identity(other.engine, self.framework or other.framework, other.role)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from profiler_app.core.model import (
     SHARED_PER_POD,
     TIME_SLICING,
     GpuProfile,
+    Identity,
     PodInfo,
     PodIoSeries,
     PodPeak,
@@ -33,7 +34,6 @@ from profiler_app.core.model import (
     SeriesMatrix,
     stats_of,
 )
-from profiler_app.profiles.engines import Identity
 
 # dcgm-exporter's pod UID label, which the NVML source also puts on a GPU's series (the pod
 # whose processes use it, by cgroup).

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from profiler_app.analysis import Prior
+from profiler_app.core.model import Prior
 
 # Owner kinds, as in ownerReferences (the top of the chain once ReplicaSet -> Deployment and
 # Job -> CronJob are resolved).

@@ -1,4 +1,4 @@
-"""``report --by rightsize``: the right-sizing engine (``profiler_app.reports.rightsizing``) fed from the
+"""``report --by rightsize``: the right-sizing engine (``reports.rightsizing``) fed from the
 store's history, one advice per workload.
 
 A workload is the pod's owner (``owner_name``, else the pod). What it needs over ``[since,
@@ -10,7 +10,7 @@ spans of ``history.py``), each raw row counting for its covered time inside them
 - p95 SM activity: the covered-time-weighted p95 of the windows' p95s, from the merged
   histogram (1 %-wide buckets: the bucket's lower edge, at most one point under the raw rows;
   complete buckets' histograms are packed, one row per workload, and summed with numpy in
-  ``rightsize_histograms.py``, with the rows not packed yet);
+  ``histograms.py``, with the rows not packed yet);
   the median activity: the median of the windows' means (a window's median is not stored; its
   mean is at least the median of bursty work, so burstiness is if anything under-called);
 - p95 DRAM activity: the p95 of the windows' p95s;

@@ -33,8 +33,8 @@ from profiler_app.core.kube import (
     response_lines,
     retry_after_seconds,
 )
-from profiler_app.core.model import PodInfo
-from profiler_app.profiles.engines import ContainerSpec, Identity, identify_pod
+from profiler_app.core.model import Identity, PodInfo
+from profiler_app.profiles.engines import ContainerSpec, identify_pod
 from profiler_app.profiles.workloads import WORKLOAD_LABEL_KEYS
 
 log = logging.getLogger(__name__)

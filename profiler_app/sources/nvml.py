@@ -29,9 +29,10 @@ from profiler_app.core.model import (
     MIG_INSTANCE_LABEL,
     MIG_PROFILE_LABEL,
     FloatMatrix,
+    Identity,
     SeriesMatrix,
 )
-from profiler_app.profiles.engines import ENGINE_LABEL, FRAMEWORK_LABEL, Identity
+from profiler_app.profiles.engines import ENGINE_LABEL, FRAMEWORK_LABEL
 from profiler_app.sources.cgroups import ContainerRef, container_of_pid
 from profiler_app.sources.nvml_samples import (
     MAX_SAMPLE_COVER_SECONDS,

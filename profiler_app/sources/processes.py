@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler_app.profiles.engines import Identity, identify_process
+from profiler_app.core.model import Identity
+from profiler_app.profiles.engines import identify_process
 
 # How many ancestors to read: a launcher is the parent or the grandparent of the GPU process
 # (torchrun -> worker; deepspeed -> launch -> worker; sh -c -> torchrun -> worker).

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profiler_app.analysis import Classification, Context, Prior
+from profiler_app.analysis import Classification, Context
+from profiler_app.core.model import Prior
 from tests.support import signals
 
 FLOOR, LIMIT = 70.0, 700.0  # an H100 SXM: idle draw and power limit (W)

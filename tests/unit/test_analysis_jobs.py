@@ -9,9 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profiler_app.analysis import Basis, Context, JobType, Prior, classify_matrix
+from profiler_app.analysis import Basis, Context, JobType, classify_matrix
 from profiler_app.analysis.coupling import Coupling, coupled_pairs, join
 from profiler_app.analysis.evidence import sustained
+from profiler_app.core.model import Prior
 from tests.support import jobs, signals
 
 JOBS = list(jobs.labelled_jobs())

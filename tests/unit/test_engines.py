@@ -16,8 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiler_app.analysis import Prior
-from profiler_app.core.model import GPU_UTIL
+from profiler_app.core.model import GPU_UTIL, Prior
 from profiler_app.profiles.build import build_profiles
 from profiler_app.profiles.engines import (
     ENGINE_NAMES,

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from profiler_app.commands import options
+from profiler_app.core.backoff import MAX_BACKOFF_INTERVALS
 from profiler_app.core.errors import SourceError, UserError
 from profiler_app.daemon import Daemon
-from profiler_app.daemon.parts import MAX_BACKOFF_INTERVALS, Part
+from profiler_app.daemon.parts import Part
 from profiler_app.sinks.metrics import Heartbeat, MetricsSink
 from profiler_app.sources.prometheus import PrometheusSource
 from profiler_app.sources.prometheus.client import retry_after_seconds

@@ -1,7 +1,7 @@
-"""Right-sizing advice (profiler_app/reports/rightsizing): the MIG profile tables, the needs and verdicts,
-golden recommendations per GPU model worked out by hand from the tables, a property test over
-random measurements, NVML's table read through a stand-in pynvml (a test double with NVML's
-function and field names), and the output rows."""
+"""Right-sizing advice (profiler_app/reports/rightsizing): the MIG profile tables, the needs and
+verdicts, golden recommendations per GPU model worked out by hand from the tables, a property
+test over random measurements, NVML's table read through a stand-in pynvml (a test double with
+NVML's function and field names), and the output rows."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from profiler_app.analysis.basis import JobType
 from profiler_app.core.annotations import DEFAULT_DOMAIN, validate_domain
-from profiler_app.core.backoff import Backoff
+from profiler_app.core.backoff import MAX_BACKOFF_INTERVALS, Backoff
 from profiler_app.core.errors import ItemsFailedError
 from profiler_app.core.kube import (
     TRANSPORT_ERRORS,
@@ -55,7 +55,6 @@ from profiler_app.core.kube import (
     retry_after_seconds,
 )
 from profiler_app.core.model import CycleResult, PodInfo
-from profiler_app.daemon.parts import MAX_BACKOFF_INTERVALS
 from profiler_app.profiles.workloads import TRAINING_KINDS, workload_from_owner
 from profiler_app.sinks.kubernetes.api import JSON_PATCH, STRATEGIC_MERGE_PATCH, PodApi
 

@@ -4,8 +4,8 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-26 10:00:00.000000
 
-What ran on the GPU (profiler_app.profiles.engines): the engine (vllm, torchrun, ...) and the framework
-(pytorch, jax, ...). Additive: rows written before this revision have NULL in both.
+What ran on the GPU (profiler_app.profiles.engines): the engine (vllm, torchrun, ...) and the
+framework (pytorch, jax, ...). Additive: rows written before this revision have NULL in both.
 """
 
 from collections.abc import Sequence
