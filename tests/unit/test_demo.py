@@ -71,6 +71,17 @@ def test_the_synthetic_days_vary_and_repeat_exactly_with_a_seed() -> None:
     assert len(peaks) > 20  # no two cycles alike
 
 
+def test_the_demo_makes_its_folder_on_a_fresh_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ~/.local/share yet (a new server account, a container): the demo's store goes in
+    our own data folder, made whole, as the default store's is."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "fresh" / "share"))
+    assert main(["demo"]) == 0
+    assert (tmp_path / "fresh" / "share" / "gpu-profiler" / "demo.db").is_file()
+    assert "demo.db" in capsys.readouterr().err  # where it is, said on stderr
+
+
 def test_the_demo_refuses_anything_but_a_sqlite_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--store-url", "postgresql://u@127.0.0.1:1/prod"]) == 2
     assert "the demo writes only a SQLite file" in capsys.readouterr().err

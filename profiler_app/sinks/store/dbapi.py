@@ -65,17 +65,19 @@ def describe_driver_error(error: BaseException) -> str:
 
 def sqlite_file(url: StoreUrl, *, create: bool) -> Path | None:
     """The SQLite file of ``url``, None for PostgreSQL. ``create``: its folder is made if
-    the one above exists (the default location's whole path is made; the file comes with the
-    first connection); otherwise the file must exist."""
+    the one above exists (the whole path of our own data folder, where the default store and
+    the demo's live; the file comes with the first connection); otherwise the file must exist."""
     path = url.sqlite_path()
     if path is None:
         return None
     if create:
         if path.parent.is_dir():
             return path
-        # The default location's folders are ours to make; for a URL the user gave, the file's
-        # own folder at most (as mkdir without -p), so a typo cannot grow a tree from the root.
-        default = str(path) == str(parse_store_url(default_store_url()).sqlite_path())
+        # Our data folder's parents are ours to make (a fresh account may have no
+        # ~/.local/share); for a path the user gave, the file's own folder at most (as mkdir
+        # without -p), so a typo cannot grow a tree from the root.
+        default_file = parse_store_url(default_store_url()).sqlite_path()
+        default = default_file is not None and path.parent == default_file.parent
         if not default and not path.parent.parent.is_dir():
             raise UserError(
                 f"cannot create the store {path}: the folder {path.parent.parent} does not exist"
