@@ -453,12 +453,10 @@ def test_the_reports_job_types_are_the_classifiers() -> None:
     assert tuple(job_type.value for job_type in JobType) == JOB_TYPES
 
 
-@pytest.mark.parametrize(
-    "view", ["node", "gpu", "pod", "idle-pods", "waste", "trace", "trial", "rightsize"]
-)
+@pytest.mark.parametrize("view", ["node", "gpu", "pod", "idle-pods", "waste", "trace", "trial"])
 def test_the_store_views_never_load_numpy(history_sqlite: str, view: str) -> None:
-    """numpy is a sixth of report's start-up; no view computes with arrays (right-sizing merges
-    histograms)."""
+    """numpy is a sixth of report's start-up; no history view computes with arrays. (Right-sizing
+    does: it sums a month of packed histograms with numpy, reports/histograms.py.)"""
     probe = (
         "import sys; from profiler_app.cli import main; "
         f"main(['report', '--store-url', {history_sqlite!r}, '--by', {view!r}, "
