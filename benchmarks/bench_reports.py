@@ -290,8 +290,10 @@ def _run(arguments: list[str]) -> tuple[float, int, int]:
     return time.monotonic() - began, usage.ru_maxrss, os.waitstatus_to_exitcode(status)
 
 
-def time_views(url: str, rounds: int, views: list[str], start_up: bool = True) -> None:
-    until = END.isoformat().replace("+00:00", "Z")
+def time_views(
+    url: str, rounds: int, views: list[str], start_up: bool = True, until: datetime = END
+) -> None:
+    until_text = until.isoformat().replace("+00:00", "Z")
     results = {}
     for command in (["--help"], *([name, "--help"] for name in COMMANDS)) if start_up else ():
         seconds = statistics.median(_run(command)[0] for _ in range(rounds))
@@ -310,7 +312,7 @@ def time_views(url: str, rounds: int, views: list[str], start_up: bool = True) -
                             "--since",
                             since,
                             "--until",
-                            until,
+                            until_text,
                             "-o",
                             output,
                         ]
@@ -407,6 +409,9 @@ def main() -> None:
     timing.add_argument("--rounds", type=int, default=3)
     timing.add_argument("--views", default=",".join(VIEWS))
     timing.add_argument("--no-start-up", action="store_true", help="only the report views")
+    timing.add_argument(
+        "--until", type=datetime.fromisoformat, default=END, help="the reports' end (default: END)"
+    )
     pruning = commands.add_parser("prune")
     pruning.add_argument("url")
     pruning.add_argument("--raw-days", type=int, default=14)
@@ -433,7 +438,7 @@ def main() -> None:
     elif args.command == "prune":
         prune(args.url, args.raw_days)
     elif args.command == "time":
-        time_views(args.url, args.rounds, args.views.split(","), not args.no_start_up)
+        time_views(args.url, args.rounds, args.views.split(","), not args.no_start_up, args.until)
     else:
         check(args.url, args.sample, args.since)
 

@@ -57,7 +57,9 @@ BEFORE_REVISION = "0006"  # the store's schema before the rollups
 # job type: training, inference, bursty, training); each 6-hour block runs a new pod of the
 # node's workload of the day, except one block in four, when the GPUs sit idle (the pod still
 # holding them on even nodes, with its memory on every fourth). j: 0 training, 1 inference,
-# 2 idle, 3 bursty. ``cycle_of`` writes the same through the daemon's path.
+# 2 idle, 3 bursty. ``cycle_of`` writes the same through the daemon's path. A node's workload
+# changes ``--workloads-per-day`` times a day (1 by default: the fewest rollup rows a store can
+# have; 2 is the issue's second workload per GPU-day).
 KEYS = """
   n AS n, h AS h,
   CASE WHEN (n + h / 6) % 4 = 3 THEN 2 ELSE (ARRAY[0, 1, 3, 0])[n % 4 + 1] END AS j,
@@ -72,7 +74,8 @@ COLUMNS = """
   CASE WHEN has_pod THEN 'job-' || n || '-' || h / 6 ELSE '' END AS pod,
   CASE WHEN has_pod THEN (ARRAY['PyTorchJob', 'Deployment', 'Job', 'PyTorchJob'])[n % 4 + 1]
     ELSE '' END AS owner_kind,
-  CASE WHEN has_pod THEN 'w-' || (n * 7 + h / 24) % 500 ELSE '' END AS owner_name,
+  CASE WHEN has_pod THEN 'w-' || (n * 7 + h * WORKLOADS_PER_DAY / 24) % 500 ELSE ''
+    END AS owner_name,
   (ARRAY[0.05, 0.3, 1.0, 0.6])[j + 1] AS idle_fraction,
   (ARRAY[99.0, 70.0, 2.0, 95.0])[j + 1] AS util_max,
   (ARRAY[60.0, 30.0, 0.0, 40.0])[j + 1] AS mem_copy_util_max,
@@ -81,7 +84,14 @@ COLUMNS = """
 """
 
 
-def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: bool) -> None:
+def columns(workloads_per_day: int) -> str:
+    """``COLUMNS`` for a cluster whose nodes change workload this many times a day."""
+    return COLUMNS.replace("WORKLOADS_PER_DAY", str(workloads_per_day))
+
+
+def fill_history(
+    servers: store_server.Servers, gpus: int, days: int, full_day: bool, workloads_per_day: int = 1
+) -> None:
     start = END - timedelta(days=days + 1)
     hours = (days + 1) * 24
     url = servers.url()
@@ -99,7 +109,8 @@ def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: 
         print(f"  {what}: {time.monotonic() - t:.0f} s", flush=True)
 
     keyed = (
-        f"SELECT *, {COLUMNS} FROM (SELECT g, {KEYS} FROM generate_series(0, {gpus - 1}) AS g,"
+        f"SELECT *, {columns(workloads_per_day)} FROM (SELECT g, {KEYS}"
+        f" FROM generate_series(0, {gpus - 1}) AS g,"
         f" generate_series(0, {hours - 1}) AS h, LATERAL (SELECT g / 8 AS n) AS node) AS k"
     )
     step(
@@ -142,7 +153,8 @@ def fill_history(servers: store_server.Servers, gpus: int, days: int, full_day: 
         windows = [(low, high) for low, high in windows if high <= day or low >= day + DAY]
         windows.append((day, day + DAY - timedelta(seconds=30)))
     for low, high in windows:
-        step(f"gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M}", raw_rows(start, gpus, low, high))
+        rows = raw_rows(start, gpus, low, high, workloads_per_day=workloads_per_day)
+        step(f"gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M}", rows)
     step("VACUUM ANALYZE", "VACUUM ANALYZE")
     print(f"filled in {time.monotonic() - began:.0f} s")
     for table in ("gpu_window", "gpu_hour", "gpu_day", "pod_hour", "pod_usage"):
@@ -275,14 +287,23 @@ def edge_windows(days: int) -> list[tuple[datetime, datetime]]:
     ]
 
 
-def raw_rows(start: datetime, gpus: int, low: datetime, high: datetime, interval: int = 30) -> str:
+def raw_rows(
+    start: datetime,
+    gpus: int,
+    low: datetime,
+    high: datetime,
+    interval: int = 30,
+    *,
+    workloads_per_day: int = 1,
+) -> str:
     """INSERT of raw rows every ``interval`` seconds after ``low`` up to ``high``, each covering
     the time since the one before, with the keys of the hour it falls in."""
     first_hour = int((low - start).total_seconds() // 3600)
     steps = int((high - low).total_seconds() // interval)
     per_hour = 3600 // interval
     keyed = (
-        f"SELECT *, {COLUMNS} FROM (SELECT g, t, {KEYS} FROM generate_series(0, {gpus - 1})"
+        f"SELECT *, {columns(workloads_per_day)} FROM (SELECT g, t, {KEYS}"
+        f" FROM generate_series(0, {gpus - 1})"
         f" AS g, generate_series(1, {steps}) AS s,"
         f" LATERAL (SELECT timestamptz '{low.isoformat()}' + s * interval '{interval} s' AS t,"
         f" {first_hour} + (s - 1) / {per_hour} AS h, g / 8 AS n) AS k) AS rows"
@@ -299,7 +320,9 @@ def raw_rows(start: datetime, gpus: int, low: datetime, high: datetime, interval
     )
 
 
-def refill_edges(servers: store_server.Servers, gpus: int, days: int, interval: int) -> None:
+def refill_edges(
+    servers: store_server.Servers, gpus: int, days: int, interval: int, workloads_per_day: int = 1
+) -> None:
     """The raw rows the reports read, again at another cadence (``--store-interval``), and the
     rollups' longest row to match."""
     start = END - timedelta(days=days + 1)
@@ -307,7 +330,8 @@ def refill_edges(servers: store_server.Servers, gpus: int, days: int, interval: 
         began = time.monotonic()
         servers.psql(
             f"SET TIME ZONE 'UTC'; DELETE FROM gpu_window WHERE at > '{low.isoformat()}'"
-            f" AND at <= '{high.isoformat()}'; {raw_rows(start, gpus, low, high, interval)}"
+            f" AND at <= '{high.isoformat()}';"
+            f" {raw_rows(start, gpus, low, high, interval, workloads_per_day=workloads_per_day)}"
         )
         print(
             f"  gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M} every {interval} s:"
@@ -388,6 +412,13 @@ def main() -> None:
     edges.add_argument("--gpus", type=int, default=8000)
     edges.add_argument("--days", type=int, default=30)
     edges.add_argument("--interval", type=int, default=300, help="seconds between raw rows")
+    for command in (fill, edges):
+        command.add_argument(
+            "--workloads-per-day",
+            type=int,
+            default=1,
+            help="times a day each node's workload changes",
+        )
     e2e = commands.add_parser("end-to-end", help="GPUs x days through the real write path")
     e2e.add_argument("root", type=Path)
     e2e.add_argument("--gpus", type=int, default=1000)
@@ -413,9 +444,9 @@ def main() -> None:
     elif args.command == "url":
         print(servers.url())
     elif args.command == "fill-history":
-        fill_history(servers, args.gpus, args.days, args.full_day)
+        fill_history(servers, args.gpus, args.days, args.full_day, args.workloads_per_day)
     elif args.command == "refill-edges":
-        refill_edges(servers, args.gpus, args.days, args.interval)
+        refill_edges(servers, args.gpus, args.days, args.interval, args.workloads_per_day)
     elif args.command == "end-to-end":
         end_to_end(servers, args.gpus, args.days, args.store_interval, args.processes)
     elif args.command == "before-store":

@@ -20,7 +20,7 @@ Checked at the end, against what each daemon saw committed: every committed cycl
 the store (none lost) and none other than those and the ambiguous ones (a commit the server made
 whose answer was lost with the connection); each GPU's stored covered time equals what its rows'
 times give (the first row a window, then the time since the previous row, capped at the window),
-and so do the hourly and daily rollups; PostgreSQL's client connections, sampled every 0.2 s,
+and so do the hourly and both daily rollups; PostgreSQL's client connections, sampled every 0.2 s,
 stay within the pool. Prints latency percentiles of the committed cycles' writes.
 """
 
@@ -213,6 +213,9 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
     raw_total = float(servers.psql(f"SELECT sum(covers_seconds) FROM gpu_window WHERE {SIMULATED}"))
     hour_total = float(servers.psql(f"SELECT sum(covered_seconds) FROM gpu_hour WHERE {SIMULATED}"))
     day_total = float(servers.psql(f"SELECT sum(covered_seconds) FROM gpu_day WHERE {SIMULATED}"))
+    job_day_total = float(
+        servers.psql(f"SELECT sum(covered_seconds) FROM gpu_job_day WHERE {SIMULATED}")
+    )
     return {
         "cycles committed": sum(len(r["committed"]) for r in results.values()),
         "rows stored": int(servers.psql(f"SELECT count(*) FROM gpu_window WHERE {SIMULATED}")),
@@ -222,10 +225,11 @@ def verify(servers: store_server.Servers, results: dict[str, Any]) -> dict[str, 
         "nodes whose covered time differs from their rows' times": covers_off,
         "nodes with a gap longer than the window": holes,
         "nodes covered from first row to last without a hole": f"{continuous} of {len(rows)}",
-        "covered GPU-hours: raw, hourly rollup, daily rollup": (
+        "covered GPU-hours: raw, hourly rollup, daily rollups (gpu_day, gpu_job_day)": (
             round(raw_total / 3600, 4),
             round(hour_total / 3600, 4),
             round(day_total / 3600, 4),
+            round(job_day_total / 3600, 4),
         ),
     }
 

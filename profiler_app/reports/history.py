@@ -141,14 +141,20 @@ def build_report(
     if connection.dialect.name == "postgresql":
         # These queries take a second at most: compiling them first (JIT) costs a quarter of it.
         connection.exec_driver_sql("SET LOCAL jit = off")
-    if wanted & {"node", "gpu", "waste"}:
-        history = gpu_history(connection, since=since, until=until, node=node, rollups=rollups)
+    for views_here, workloads in (({"node", "gpu"}, False), ({"waste"}, True)):
+        if not wanted & views_here:
+            continue
+        # The node and GPU views need no workload: their whole days are one row per GPU and
+        # job type (gpu_job_day) however many workloads shared them.
+        history = gpu_history(
+            connection, since=since, until=until, node=node, rollups=rollups, workloads=workloads
+        )
         report.notes = history.notes
-        if wanted & {"node", "gpu"}:
+        if workloads:
+            report.waste = waste_summaries(connection, history.relation)
+        else:
             report.gpus = gpu_summaries(connection, history.relation)
             report.nodes = node_summaries(report.gpus)
-        if "waste" in wanted:
-            report.waste = waste_summaries(connection, history.relation)
     if "pod" in wanted:
         report.pods = pod_summaries(connection, since=since, until=until, node=node, top=top)
     if "idle-pods" in wanted:

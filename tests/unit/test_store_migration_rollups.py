@@ -17,10 +17,11 @@ from alembic import command
 from profiler_app.reports.history import build_report
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import alembic_config, create_store_engine
-from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_hour
+from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_job_day, gpu_window, pod_hour
 from profiler_app.sinks.store.rollups import (
     GPU_DAY,
     GPU_HOUR,
+    GPU_JOB_DAY,
     GPU_VALUES,
     POD_KEY,
     POD_VALUES,
@@ -163,7 +164,8 @@ def test_existing_rows_are_rolled_up_and_the_migration_goes_down_and_up_again(
         migrate(engine, "head")
         with engine.connect() as connection:
             assert raw_rows(connection) == written
-            for tier, table in ((GPU_HOUR, gpu_hour), (GPU_DAY, gpu_day)):
+            tiers = ((GPU_HOUR, gpu_hour), (GPU_DAY, gpu_day), (GPU_JOB_DAY, gpu_job_day))
+            for tier, table in tiers:  # gpu_job_day: revision 0013's sums of gpu_day
                 assert_rollups_equal(stored(connection, table), expected_gpu_rollup(tier, rows))
             assert_rollups_equal(stored(connection, pod_hour), expected_pod_hour(rows))
             if engine.dialect.name == "postgresql":
@@ -173,7 +175,7 @@ def test_existing_rows_are_rolled_up_and_the_migration_goes_down_and_up_again(
         with engine.connect() as connection:
             assert raw_rows(connection) == written
             tables = set(sa.inspect(connection).get_table_names())
-            assert not tables & {"gpu_hour", "gpu_day", "pod_hour", "store_horizon"}
+            assert not tables & {"gpu_hour", "gpu_day", "gpu_job_day", "pod_hour", "store_horizon"}
             if engine.dialect.name == "postgresql":
                 assert relation_kind(connection, "gpu_window") == "r"
         migrate(engine, "head")
@@ -197,7 +199,7 @@ def test_a_store_without_rows_migrates_to_empty_rollups(store_url: str) -> None:
             command.upgrade(config, BEFORE)
             command.upgrade(config, "head")
         with engine.connect() as connection:
-            for table in (gpu_hour, gpu_day, pod_hour):
+            for table in (gpu_hour, gpu_day, gpu_job_day, pod_hour):
                 assert (
                     connection.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
                 )

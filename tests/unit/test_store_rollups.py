@@ -17,12 +17,13 @@ from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.history import Span, spans
-from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, pod_hour
+from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_job_day, gpu_window, pod_hour
 from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
 from profiler_app.sinks.store.retention import Retention
 from profiler_app.sinks.store.rollups import (
     GPU_DAY,
     GPU_HOUR,
+    GPU_JOB_DAY,
     gpu_rollup_rows,
     pieces,
     pod_rollup_rows,
@@ -176,6 +177,51 @@ def test_rollups_hold_each_hours_and_days_covered_time_and_peaks(store_url: str)
     assert pods == [(before, 2, 4800.0, 90.0, 250.0), (H, 2, 2400.0, 90.0, 250.0)]
 
 
+def test_a_gpus_day_is_one_row_per_job_type_however_many_workloads_shared_it(
+    store_url: str,
+) -> None:
+    """gpu_job_day (revision 0013) sums gpu_day's rows of a GPU, job type and day over their
+    workloads, and the node and GPU views read it: they give the same figures with gpu_day
+    gone, where the waste view, which needs the workloads, has nothing left."""
+    store = TableStore(store_url)
+    for step in range(12):  # 22:00 to 23:55 on 31 May: a workload change every 20 minutes
+        owner = ("llama", "mistral", None)[step // 2 % 3]
+        profile = dataclasses.replace(
+            gpu("0", util=10.0 * step, fb=(2048.0, 100.0)[step % 2]),
+            owner_name=owner,
+            pod=None if owner is None else f"{owner}-0",
+        )
+        store.publish(cycle(-3600 + 600 * step, [profile, gpu("1", "idle", pod=None)]))
+    store.close()
+
+    days = rows(store_url, gpu_day)
+    per_job = rows(store_url, gpu_job_day)
+    assert len(days) > len(per_job) == 2  # GPU 0 training, GPU 1 idle
+    for row in per_job:
+        same = [
+            day for day in days if (day["gpu"], day["job_type"]) == (row["gpu"], row["job_type"])
+        ]
+        assert row["day"] == datetime(2026, 5, 31, tzinfo=UTC)
+        assert row["covered_seconds"] == pytest.approx(sum(d["covered_seconds"] for d in same))
+        assert row["idle_gpu_seconds"] == pytest.approx(sum(d["idle_gpu_seconds"] for d in same))
+        assert row["util_max"] == max(d["util_max"] for d in same)
+        assert row["fb_used_max_mib"] == max(d["fb_used_max_mib"] for d in same)
+    assert {(r["gpu"], r["util_max"]) for r in per_job} == {("0", 110.0), ("1", 90.0)}
+
+    since, until = at(-2 * 86400), at(3600)  # two whole days and edges around them
+    before = report(store_url, since, until, views=("node", "gpu", "waste"))
+    assert before.waste
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.delete(gpu_day))
+    finally:
+        engine.dispose()
+    after = report(store_url, since, until, views=("node", "gpu", "waste"))
+    assert (after.gpus, after.nodes) == (before.gpus, before.nodes)
+    assert after.waste == []
+
+
 def test_a_zero_length_row_on_an_hour_counts_in_the_hour_it_opens(store_url: str) -> None:
     store = TableStore(store_url)
     store.publish(cycle(-60, [gpu(util=50.0)]))
@@ -247,6 +293,7 @@ def test_the_rollup_writers_columns_are_the_tables_columns() -> None:
     for table, upserts in (
         (gpu_hour, gpu_rollup_rows(GPU_HOUR, [raw])),
         (gpu_day, gpu_rollup_rows(GPU_DAY, [raw])),
+        (gpu_job_day, gpu_rollup_rows(GPU_JOB_DAY, [raw])),
         (pod_hour, pod_rollup_rows([raw], [])),
     ):
         assert set(upserts[0]) == set(table.columns.keys()), table.name

@@ -253,7 +253,8 @@ def test_rollups_and_raw_rows_give_the_same_report_on_postgresql(
     engine = create_store_engine(parse_store_url(postgresql_store), create_file=False)
     try:
         with engine.begin() as connection:
-            connection.execute(sa.text("TRUNCATE gpu_window, gpu_hour, gpu_day, pod_hour"))
+            tables = "gpu_window, gpu_hour, gpu_day, gpu_job_day, pod_hour"
+            connection.execute(sa.text(f"TRUNCATE {tables}"))
     finally:
         engine.dispose()
     check_store(postgresql_store, plan, window, ranges)

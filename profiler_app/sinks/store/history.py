@@ -41,7 +41,13 @@ from sqlalchemy import (
 from sqlalchemy import case as sql_case
 
 from profiler_app.core.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.models import gpu_day, gpu_hour, gpu_window, store_horizon
+from profiler_app.sinks.store.models import (
+    gpu_day,
+    gpu_hour,
+    gpu_job_day,
+    gpu_window,
+    store_horizon,
+)
 from profiler_app.sinks.store.rollups import (
     DAY_SECONDS,
     HOUR_SECONDS,
@@ -71,6 +77,12 @@ _KEY_COUNT = GPU_COLUMNS.index("covered_seconds")
 _OWNER_KEYS = ("owner_kind", "owner_name")
 _PEAKS = ("util_max", "mem_copy_util_max", "fb_used_max_mib")
 _ONE_MICROSECOND = timedelta(microseconds=1)
+# The keys gpu_job_day leaves out, as the relation holds them for a GPU without a pod.
+_EMPTY_KEYS: dict[str, ColumnElement[Any]] = {
+    "memory_held": false().label("memory_held"),
+    "has_pod": false().label("has_pod"),
+    **{key: literal("").label(key) for key in ("namespace", *_OWNER_KEYS)},
+}
 
 Source = Literal["raw", "hour", "day", "estimate"]
 
@@ -129,9 +141,12 @@ def gpu_history(
     until: datetime,
     node: str | None = None,
     rollups: bool = True,
+    workloads: bool = True,
 ) -> History:
     """The GPU time of ``[since, until)`` in the rollups' shape (``GPU_COLUMNS``); with
-    ``rollups`` False, from the raw rows alone."""
+    ``rollups`` False, from the raw rows alone. With ``workloads`` False only the GPU and job
+    type keys count: whole days come from ``gpu_job_day`` (one row per GPU and job type) and
+    leave the other keys empty there."""
     dialect = connection.dialect.name
     if not rollups:
         return History(_raw(dialect, since, until, node).subquery("history"))
@@ -161,7 +176,8 @@ def gpu_history(
                 f"{_iso(part.start)} to {_iso(part.end)} is estimated from its hourly rollup"
             )
         else:
-            parts.append(_tier(gpu_hour if part.source == "hour" else gpu_day, part, node))
+            day = gpu_day if workloads else gpu_job_day
+            parts.append(_tier(gpu_hour if part.source == "hour" else day, part, node))
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
         parts.append(_raw(dialect, since, since, node, reach_after=0.0))
     return History(union_all(*parts).subquery("history"), notes)
@@ -246,10 +262,12 @@ def _raw(
 
 
 def _keys(table: Table) -> list[ColumnElement[Any]]:
-    """A rollup's key columns in the relation's shape (gpu_hour names the pod)."""
+    """A rollup's key columns in the relation's shape (gpu_hour names the pod; gpu_job_day
+    leaves out all but the GPU and job type)."""
     return [
         (table.c.pod != "").label("has_pod") if column == "has_pod" and table is gpu_hour
-        else table.c[column]
+        else table.c[column] if column in table.c
+        else _EMPTY_KEYS[column]
         for column in GPU_COLUMNS[:_KEY_COUNT]
     ]  # fmt: skip
 

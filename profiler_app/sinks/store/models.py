@@ -244,10 +244,11 @@ def _rollup(name: str, bucket: str, *columns: Column[Any]) -> Table:
     )
 
 
-def _gpu_rollup(name: str, bucket: str, pod: Column[Any]) -> Table:
-    """``gpu_hour`` or ``gpu_day``: the raw rows' covered time per bucket, keyed by everything
-    the report groups by (``pod``: the pod's name, or whether there was one). Text keys are ''
-    when unknown (a key column cannot be NULL)."""
+def _gpu_rollup(name: str, bucket: str, *workload: Column[Any]) -> Table:
+    """``gpu_hour``, ``gpu_day`` or ``gpu_job_day``: the raw rows' covered time per bucket,
+    keyed by GPU, job type and ``workload`` (what the report groups by: whether the memory was
+    held, the pod's name or whether there was one, its owner). Text keys are '' when unknown (a
+    key column cannot be NULL)."""
     return _rollup(
         name,
         bucket,
@@ -256,11 +257,7 @@ def _gpu_rollup(name: str, bucket: str, pod: Column[Any]) -> Table:
         _required("uuid", String(64), key=True),
         _instance(key=True),
         _required("job_type", String(16), key=True),
-        _required("memory_held", Boolean(create_constraint=False), key=True),
-        _required("namespace", String(253), key=True),
-        pod,
-        _required("owner_kind", String(63), key=True),
-        _required("owner_name", String(253), key=True),
+        *workload,
         _required("covered_seconds", Float),
         _required("idle_gpu_seconds", Float),  # covered time x the window's idle fraction
         _optional("util_max", Float),
@@ -276,11 +273,23 @@ def _gpu_rollup(name: str, bucket: str, pod: Column[Any]) -> Table:
 
 # The raw rows' covered time split into UTC hours and days (rollups.py): the report reads whole
 # buckets here and only the partial ones at its range's edges from gpu_window.
-gpu_hour = _gpu_rollup("gpu_hour", "hour", _required("pod", String(253), key=True))
+def _workload_keys(pod: Column[Any]) -> tuple[Column[Any], ...]:
+    return (
+        _required("memory_held", Boolean(create_constraint=False), key=True),
+        _required("namespace", String(253), key=True),
+        pod,
+        _required("owner_kind", String(63), key=True),
+        _required("owner_name", String(253), key=True),
+    )
+
+
+gpu_hour = _gpu_rollup("gpu_hour", "hour", *_workload_keys(_required("pod", String(253), key=True)))
 # Whole days serve the report only: whether a pod held the GPU, not which (rollups.GPU_DAY_KEY).
-gpu_day = _gpu_rollup(
-    "gpu_day", "day", _required("has_pod", Boolean(create_constraint=False), key=True)
-)
+_has_pod = _required("has_pod", Boolean(create_constraint=False), key=True)
+gpu_day = _gpu_rollup("gpu_day", "day", *_workload_keys(_has_pod))
+# Whole days per GPU and job type only (revision 0013): the node and GPU views' days, one row per
+# GPU and job type however many workloads shared the day.
+gpu_job_day = _gpu_rollup("gpu_job_day", "day")
 
 # Per pod and hour: the covered time of the GPUs whose current pod it was, and its peaks.
 pod_hour = _rollup(

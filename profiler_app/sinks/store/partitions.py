@@ -104,6 +104,7 @@ SCHEMES = {
         RAW,
         Scheme("gpu_hour", "hour", monthly=True),
         Scheme("gpu_day", "day", monthly=True),
+        Scheme("gpu_job_day", "day", monthly=True),
         Scheme("pod_hour", "hour", monthly=True),
         Scheme("rightsize_hour", "hour", monthly=True),
         Scheme("rightsize_day", "day", monthly=True),

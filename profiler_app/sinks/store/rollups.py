@@ -1,17 +1,18 @@
 """Hourly and daily rollups of the raw rows, written in the same transaction as the rows.
 
 A ``gpu_window`` row stands for the time ``(at - covers_seconds, at]``. Each bucket of a rollup
-(an hour of ``gpu_hour`` and ``pod_hour``, a day of ``gpu_day``) gets the part of that time that
-falls inside it, so a row covering 10:59:45 to 11:00:15 adds 15 s to each hour. Times count in
-whole microseconds, as they are stored, and the report's SQL on raw rows (``history.py``) splits
-them the same way: the report over whole buckets from rollups and over the partial ones at the
-edges from raw rows adds up to the report from raw rows alone. A row that covers nothing
-(``covers_seconds`` 0) belongs to the bucket holding its ``at``.
+(an hour of ``gpu_hour`` and ``pod_hour``, a day of ``gpu_day`` and ``gpu_job_day``) gets the
+part of that time that falls inside it, so a row covering 10:59:45 to 11:00:15 adds 15 s to
+each hour. Times count in whole microseconds, as they are stored, and the report's SQL on raw
+rows (``history.py``) splits them the same way: the report over whole buckets from rollups and
+over the partial ones at the edges from raw rows adds up to the report from raw rows alone. A
+row that covers nothing (``covers_seconds`` 0) belongs to the bucket holding its ``at``.
 
 Each cycle upserts into the current buckets: covered and idle seconds add up, peaks keep the
 larger. The key holds everything the report groups by (GPU, job type, pod, workload, whether
-the window's memory was held; the daily tier whether a pod held the GPU, not which), text keys
-as '' when unknown (a key column cannot be NULL).
+the window's memory was held; ``gpu_day`` whether a pod held the GPU, not which;
+``gpu_job_day`` only GPU and job type), text keys as '' when unknown (a key column cannot be
+NULL).
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ GPU_HOUR_KEY = (
     "owner_name",
 )
 GPU_DAY_KEY = tuple("has_pod" if column == "pod" else column for column in GPU_HOUR_KEY)
+# gpu_job_day: whole days per GPU and job type, for the node and GPU views, whose rows would
+# otherwise grow with the workloads sharing a GPU's day (revision 0013).
+GPU_JOB_DAY_KEY = GPU_HOUR_KEY[: GPU_HOUR_KEY.index("job_type") + 1]
 POD_KEY = ("node", "namespace", "pod")
 GPU_HOUR = Tier("gpu_hour", "hour", HOUR_SECONDS, GPU_HOUR_KEY)
 GPU_DAY = Tier("gpu_day", "day", DAY_SECONDS, GPU_DAY_KEY)
 POD_HOUR = Tier("pod_hour", "hour", HOUR_SECONDS, POD_KEY)
-GPU_TIERS = (GPU_HOUR, GPU_DAY)
-ROLLUP_TIERS = (GPU_HOUR, GPU_DAY, POD_HOUR)
+GPU_JOB_DAY = Tier("gpu_job_day", "day", DAY_SECONDS, GPU_JOB_DAY_KEY)
+GPU_TIERS = (GPU_HOUR, GPU_DAY, GPU_JOB_DAY)
+ROLLUP_TIERS = (*GPU_TIERS, POD_HOUR)
 
-# gpu_hour and gpu_day: how each value column merges.
+# gpu_hour, gpu_day and gpu_job_day: how each value column merges.
 GPU_VALUES = {
     "covered_seconds": Merge.ADD,
     "idle_gpu_seconds": Merge.ADD,
@@ -130,7 +135,7 @@ def memory_held(fb_used_max_mib: float | None) -> bool:
 
 
 def gpu_rollup_rows(tier: Tier, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The upserts of one cycle's ``gpu_window`` rows into ``tier`` (gpu_hour or gpu_day)."""
+    """The upserts of one cycle's ``gpu_window`` rows into ``tier`` (``GPU_TIERS``)."""
     upserts = []
     for row in rows:
         period = row["period_seconds"]
@@ -148,8 +153,10 @@ def gpu_rollup_rows(tier: Tier, rows: Iterable[Mapping[str, Any]]) -> list[dict[
         }
         if "pod" in tier.key:
             key["pod"] = row["pod"] or ""
-        else:
+        elif "has_pod" in tier.key:
             key["has_pod"] = row["pod"] is not None
+        else:
+            key = {column: key[column] for column in tier.key}
         for start, seconds in pieces(row["at"], row["covers_seconds"], tier.seconds):
             upserts.append(
                 {
