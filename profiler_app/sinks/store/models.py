@@ -271,9 +271,9 @@ def _gpu_rollup(name: str, bucket: str, *workload: Column[Any]) -> Table:
     )
 
 
-# The raw rows' covered time split into UTC hours and days (rollups.py): the report reads whole
-# buckets here and only the partial ones at its range's edges from gpu_window.
 def _workload_keys(pod: Column[Any]) -> tuple[Column[Any], ...]:
+    """The keys after the job type that say whose time it was (``pod``: its name, or whether
+    there was one)."""
     return (
         _required("memory_held", Boolean(create_constraint=False), key=True),
         _required("namespace", String(253), key=True),
@@ -283,6 +283,8 @@ def _workload_keys(pod: Column[Any]) -> tuple[Column[Any], ...]:
     )
 
 
+# The raw rows' covered time split into UTC hours and days (rollups.py): the report reads whole
+# buckets here and only the partial ones at its range's edges from gpu_window.
 gpu_hour = _gpu_rollup("gpu_hour", "hour", *_workload_keys(_required("pod", String(253), key=True)))
 # Whole days serve the report only: whether a pod held the GPU, not which (rollups.GPU_DAY_KEY).
 _has_pod = _required("has_pod", Boolean(create_constraint=False), key=True)
