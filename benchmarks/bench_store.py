@@ -11,14 +11,14 @@ Run by hand from the repository root; the servers live in a folder between comma
 
 ``fill-history`` writes the rollups and the raw rows the reports read directly with SQL (the
 write path itself is measured by ``bench_store_writers.py``): ``gpu_hour`` (one row per GPU and
-hour), ``gpu_day`` and ``pod_hour`` summed from it, ``pod_usage`` (one pod per node and 6
-hours), and raw ``gpu_window`` rows every 30 s (a cycle's default interval; ``refill-edges``
-writes them again at another cadence) for the hours a report's edges read: around the range
-starts of ``--since 30d`` and ``--since 24h`` and the last hour, plus, with ``--full-day``, one
-whole day for ``drop-day``. The synthetic cluster is described at ``KEYS``; rows are inserted in
-time order, as daemons write them. ``end-to-end`` writes the same cluster through the daemon's
-write path instead (``TableStore.publish``), and ``before-store`` a store of the revision before
-the rollups, for the report as it was.
+hour), ``gpu_day``, ``gpu_job_day`` and ``pod_hour`` summed from it, ``pod_usage`` (one pod per
+node and 6 hours), and raw ``gpu_window`` rows every 30 s (a cycle's default interval;
+``refill-edges`` writes them again at another cadence) for the hours a report's edges read:
+around the range starts of ``--since 30d`` and ``--since 24h`` and the last hour, plus, with
+``--full-day``, one whole day for ``drop-day``. The synthetic cluster is described at ``KEYS``;
+rows are inserted in time order, as daemons write them. ``end-to-end`` writes the same cluster
+through the daemon's write path instead (``TableStore.publish``), and ``before-store`` a store
+of the revision before the rollups, for the report as it was.
 """
 
 from __future__ import annotations
@@ -134,6 +134,14 @@ def fill_history(
         " owner_name ORDER BY 1",
     )
     step(
+        "gpu_job_day",
+        "INSERT INTO gpu_job_day SELECT day, node, gpu, uuid, gpu_i_id, job_type,"
+        " sum(covered_seconds), sum(idle_gpu_seconds), max(util_max), max(mem_copy_util_max),"
+        " max(fb_used_max_mib), max(covers_max_seconds), min(period_seconds_min),"
+        " max(period_seconds_max), sum(period_covered_seconds), sum(period_weighted_sum)"
+        " FROM gpu_day GROUP BY day, node, gpu, uuid, gpu_i_id, job_type ORDER BY day",
+    )
+    step(
         "pod_hour",
         "INSERT INTO pod_hour SELECT hour, node, namespace, pod, max(owner_kind), max(owner_name),"
         " count(*), sum(covered_seconds), sum(idle_gpu_seconds), max(util_max),"
@@ -157,7 +165,7 @@ def fill_history(
         step(f"gpu_window {low:%Y-%m-%d %H:%M} to {high:%H:%M}", rows)
     step("VACUUM ANALYZE", "VACUUM ANALYZE")
     print(f"filled in {time.monotonic() - began:.0f} s")
-    for table in ("gpu_window", "gpu_hour", "gpu_day", "pod_hour", "pod_usage"):
+    for table in ("gpu_window", "gpu_hour", "gpu_day", "gpu_job_day", "pod_hour", "pod_usage"):
         count = sql(f"SELECT count(*) FROM {table}")
         size = sql(
             f"SELECT pg_size_pretty(coalesce(sum(pg_total_relation_size(relid)),"
@@ -272,7 +280,7 @@ def end_to_end(
     Retention(14 * 86400.0, 400 * 86400.0).prune(database, END)
     database.close()
     servers.psql("VACUUM ANALYZE")
-    for table in ("gpu_window", "gpu_hour", "gpu_day", "pod_hour", "pod_usage"):
+    for table in ("gpu_window", "gpu_hour", "gpu_day", "gpu_job_day", "pod_hour", "pod_usage"):
         count = servers.psql(f"SELECT count(*) FROM {table}")
         print(f"  {table}: {int(count):,} rows")
     print(f"store URL: {url}")
@@ -338,7 +346,7 @@ def refill_edges(
             f" {time.monotonic() - began:.0f} s",
             flush=True,
         )
-    for table in ("gpu_hour", "gpu_day"):
+    for table in ("gpu_hour", "gpu_day", "gpu_job_day"):
         servers.psql(f"UPDATE {table} SET covers_max_seconds = {interval}")
     servers.psql("VACUUM ANALYZE")
 

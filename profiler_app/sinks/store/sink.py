@@ -41,6 +41,7 @@ from profiler_app.sinks.store.schema import (
     UNKNOWN_START_TIME,
     io_column,
 )
+from profiler_app.sinks.store.settling import Settling
 from profiler_app.sinks.store.statements import Merge, insert_statement, merged, upsert_statement
 from profiler_app.sinks.store.urls import parse_store_url
 
@@ -93,6 +94,7 @@ class TableStore:
             else None
         )
         self._packing = Packing()  # the histograms of complete buckets (packing.py)
+        self._settling = Settling()  # gpu_job_day's complete days from gpu_day (settling.py)
         self._store_interval = store_interval_seconds
         self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
         # Per node: this process's last committed cycle, and the latest one not written yet.
@@ -176,6 +178,8 @@ class TableStore:
             self._maintain("retention", self._retention.prune, result.at)
         if self._packing.due():
             self._maintain("packing", self._packing.pack, result.at)
+        if self._settling.due():
+            self._maintain("settling", self._settling.settle, result.at)
 
     def _maintain(
         self, what: str, step: Callable[[Database, datetime], int], now: datetime
