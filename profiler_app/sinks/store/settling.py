@@ -57,7 +57,9 @@ def settle_statements(database: Database) -> tuple[str, str, str]:
     keys = ", ".join((day, *GPU_JOB_DAY.key))
     values = ", ".join(f"{_AGGREGATES[how]}({column})" for column, how in GPU_VALUES.items())
     where = f"WHERE {day} >= {first} AND {day} < {last}"
-    all_days, job_days = (_day_totals(table, where) for table in (GPU_DAY.table, GPU_JOB_DAY.table))
+    all_days, job_days = (
+        _day_totals(table, day, where) for table in (GPU_DAY.table, GPU_JOB_DAY.table)
+    )
     differing = (
         f"SELECT all_days.day FROM ({all_days}) AS all_days"  # noqa: S608 (constants)
         f" LEFT JOIN ({job_days}) AS job_days ON job_days.day = all_days.day"
@@ -72,8 +74,11 @@ def settle_statements(database: Database) -> tuple[str, str, str]:
     return differing, delete, insert
 
 
-def _day_totals(table: str, where: str) -> str:
-    return f"SELECT day, sum(covered_seconds) AS seconds FROM {table} {where} GROUP BY day"  # noqa: S608
+def _day_totals(table: str, day: str, where: str) -> str:
+    return (
+        f"SELECT {day} AS day, sum(covered_seconds) AS seconds"  # noqa: S608 (constants)
+        f" FROM {table} {where} GROUP BY {day}"
+    )
 
 
 class Settling:
@@ -112,7 +117,8 @@ class Settling:
             self._partitions.forget()  # retention may have dropped one under it
             raise
         self._next_at = self._clock() + self.every
-        log.debug("settling: %d gpu_job_day row(s) from %s", written, first.date())
+        if written > 0:  # a day written by an older daemon, or a late write of one, repaired
+            log.info("settling: rewrote %d gpu_job_day row(s) from gpu_day", written)
         return written
 
 
