@@ -65,6 +65,7 @@ from profiler_app.sinks.store.dbapi import Database  # noqa: E402
 from profiler_app.sinks.store.engine import sqlalchemy_url  # noqa: E402
 from profiler_app.sinks.store.packing import Packing  # noqa: E402
 from profiler_app.sinks.store.retention import Retention  # noqa: E402
+from profiler_app.sinks.store.sink import StoreError  # noqa: E402
 from profiler_app.sinks.store.urls import parse_store_url  # noqa: E402
 
 END = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
@@ -221,35 +222,48 @@ def writer(url: str, raw_days: int) -> TableStore:
     )
 
 
-def write(store: TableStore, nodes: dict[int, list[Slot]], days: float) -> int:
-    """Every node's cycles over the ``days`` before ``END``, in time order; the cycles."""
+def write(store: TableStore, nodes: dict[int, list[Slot]], days: float) -> tuple[int, int]:
+    """Every node's cycles over the ``days`` before ``END``, in time order; the cycles, and
+    those that failed (the store keeps a failed cycle and writes it with the node's next one,
+    as a daemon's store does; the daemon logs the error and goes on)."""
     start = END - timedelta(days=days)
     steps = int(days * 86400 / INTERVAL)
     began = time.monotonic()
+    failed = 0
     for step in range(1, steps + 1):
         at = start + timedelta(seconds=step * INTERVAL)
         for node, slots in nodes.items():
             profiles = [slot.profile(at) for slot in slots]
             pods = [slot.usage(at, profile) for slot, profile in zip(slots, profiles, strict=True)]
             usage = [pod for pod in pods if pod is not None]
-            store.publish(CycleResult(node_name(node), at, WINDOW, profiles, usage))
+            try:
+                store.publish(CycleResult(node_name(node), at, WINDOW, profiles, usage))
+            except StoreError as error:
+                failed += 1
+                print(f"  {node_name(node)} at {at:%Y-%m-%d %H:%M}: {error}", flush=True)
         if step % 288 == 0:
             print(f"  day {step // 288} written, {time.monotonic() - began:.0f} s", flush=True)
-    return steps * len(nodes)
+    return steps * len(nodes), failed
 
 
-def fill(url: str, gpus: int, days: int, raw_days: int, first_node: int = 0) -> None:
+def fill(
+    url: str, gpus: int, days: int, raw_days: int, first_node: int = 0, *, maintain: bool = True
+) -> None:
+    """``gpus // 8`` nodes from ``first_node`` on; then retention and packing at ``END`` unless
+    ``maintain`` is False (parallel fills: run ``prune`` and ``pack`` once all are done, since
+    packing at ``END`` while another fill still writes earlier hours is what no daemon does)."""
     store = writer(url, raw_days)
     nodes = {
         node: slots_of(node, random.Random(node))
         for node in range(first_node, first_node + gpus // 8)
     }
     began = time.monotonic()
-    cycles = write(store, nodes, days)
+    cycles, failed = write(store, nodes, days)
     store.close()
-    print(f"{cycles:,} cycles in {time.monotonic() - began:.0f} s")
-    prune(url, raw_days)
-    pack(url)
+    print(f"{cycles:,} cycles in {time.monotonic() - began:.0f} s, {failed} failed and retried")
+    if maintain:
+        prune(url, raw_days)
+        pack(url)
 
 
 def pack(url: str, now: datetime = END) -> None:
@@ -404,6 +418,11 @@ def main() -> None:
     filling.add_argument(
         "--first-node", type=int, default=0, help="number nodes from here (parallel fills)"
     )
+    filling.add_argument(
+        "--no-maintenance",
+        action="store_true",
+        help="no retention or packing at the end (parallel fills: prune and pack after all)",
+    )
     timing = commands.add_parser("time")
     timing.add_argument("url")
     timing.add_argument("--rounds", type=int, default=3)
@@ -429,7 +448,14 @@ def main() -> None:
     copying.add_argument("--first", type=int, default=None, help="first node to write")
     args = parser.parse_args()
     if args.command == "fill":
-        fill(args.url, args.gpus, args.days, args.raw_days, args.first_node)
+        fill(
+            args.url,
+            args.gpus,
+            args.days,
+            args.raw_days,
+            args.first_node,
+            maintain=not args.no_maintenance,
+        )
     elif args.command == "replicate":
         first = args.templates if args.first is None else args.first
         replicate(args.url, args.templates, args.nodes, first)
