@@ -138,8 +138,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--top",
         type=int,
         default=10,
-        help="most pods listed by --by pod and idle-pods, most GPU-hours first; 0 = all "
-        "(default: %(default)s)",
+        help="most rows listed by --by pod and idle-pods (most GPU-hours first) and by waste "
+        "(per kind, most idle GPU-hours first); 0 = all (default: %(default)s)",
     )
     parser.add_argument(
         "--idle-below",

@@ -45,6 +45,9 @@ JOB_TYPES = ("idle", "training", "inference", "bursty")
 # traffic, a hung job); a pod holds it with nothing on it at all.
 WASTE_KINDS = ("idle-no-pod", "memory-held-compute-idle", "allocated-idle")
 _SECONDS_PER_HOUR = 3600.0
+# Above this many chosen workloads, waste counts every group's GPUs rather than bind as many
+# names (each a parameter of the query) to filter the rows.
+_OWNERS_FILTERED = 1000
 
 
 @dataclass
@@ -132,8 +135,9 @@ def build_report(
     """The report for ``[since, until]`` (aware datetimes), optionally one node only.
 
     ``views``: the ones to compute (``REPORT_VIEWS``; empty: all). ``top`` limits the pod lists
-    (largest GPU-hours first); idle pods are pods holding GPUs whose peak GPU utilisation over
-    their life stayed at or below ``idle_below_percent``. ``rollups`` False reads raw rows only
+    (largest GPU-hours first) and each kind of waste (most idle GPU-hours first); idle pods are
+    pods holding GPUs whose peak GPU utilisation over their life stayed at or below
+    ``idle_below_percent``. ``rollups`` False reads raw rows only
     (the reference the rollups are tested against).
     """
     wanted = set(views or REPORT_VIEWS)
@@ -151,7 +155,7 @@ def build_report(
         )
         report.notes = history.notes
         if workloads:
-            report.waste = waste_summaries(connection, history.relation)
+            report.waste = waste_summaries(connection, history.relation, top, report.notes)
         else:
             report.gpus = gpu_summaries(connection, history.relation)
             report.nodes = node_summaries(report.gpus)
@@ -297,28 +301,41 @@ def pod_summaries(
     ]
 
 
-def waste_summaries(connection: Connection, history: Any) -> list[WasteSummary]:
+def waste_summaries(
+    connection: Connection, history: Any, top: int | None = None, notes: list[str] | None = None
+) -> list[WasteSummary]:
     """Idle GPU-hours of ``history`` split by ``WASTE_KINDS``, each by namespace and workload,
-    most first; ``gpus`` counts the GPUs that added idle time to the group.
+    most first (the ``top`` of each kind); ``gpus`` counts the GPUs that added idle time to the
+    group. ``notes`` gets how many groups ``top`` left out.
 
     A row's idle time is its covered time times its idle fraction; it is memory held when the
     window's peak framebuffer reached ``HELD_MEMORY_MIB``, else allocated when a pod held the
     GPU, else unclaimed.
+
+    With ``top``, the groups are ranked without counting GPUs, and GPUs are counted for the
+    chosen groups only: counting them for every group means forming one group per GPU and
+    workload over the range, which at fleet scale is most of the query.
     """
     h = history.c
     # The kind as its index in WASTE_KINDS: a small integer hashes faster than its name, and
     # every row of the range is hashed once per GPU below.
     kind = case((h.memory_held, literal(1)), (h.has_pod, literal(2)), else_=literal(0))
     keys = (kind.label("kind"), h.namespace, h.owner_kind, h.owner_name)
+    chosen: set[tuple[Any, ...]] | None = None
+    if top:
+        chosen = _largest_waste(connection, history, keys, top, notes)
+        if not chosen:
+            return []
     # Per GPU first, then per group: counting GPUs as groups, not count(DISTINCT ...), which
     # sorts every row.
-    per_gpu = (
-        select(*keys, func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds"))
-        .where(h.idle_gpu_seconds > 0)
-        .group_by(*keys, h.node, h.uuid, h.gpu_i_id)
-        .subquery("per_gpu")
+    per_gpu = select(*keys, func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds")).where(
+        h.idle_gpu_seconds > 0
     )
-    g = per_gpu.c
+    owners = sorted({key[3] for key in chosen or ()})
+    if chosen is not None and len(owners) <= _OWNERS_FILTERED:
+        # A superset of the chosen groups' rows, filtered inside each part of the relation.
+        per_gpu = per_gpu.where(h.owner_name.in_(owners))
+    g = per_gpu.group_by(*keys, h.node, h.uuid, h.gpu_i_id).subquery("per_gpu").c
     rows = connection.execute(
         select(
             g.kind,
@@ -339,8 +356,46 @@ def waste_summaries(connection: Connection, history: Any) -> list[WasteSummary]:
             float(seconds) / _SECONDS_PER_HOUR,
         )
         for kind_index, namespace, owner_kind, owner_name, gpus, seconds in rows
+        if chosen is None or (kind_index, namespace, owner_kind, owner_name) in chosen
     ]
     return sorted(summaries, key=lambda w: (WASTE_KINDS.index(w.kind), -w.idle_gpu_hours))
+
+
+def _largest_waste(
+    connection: Connection,
+    history: Any,
+    keys: tuple[Any, ...],
+    top: int,
+    notes: list[str] | None,
+) -> set[tuple[Any, ...]]:
+    """The keys of the ``top`` groups of each kind with the most idle seconds (ties by name)."""
+    h = history.c
+    seconds = func.sum(h.idle_gpu_seconds)
+    names = keys[1:]
+    ranked = (
+        select(
+            *keys,
+            seconds.label("idle_gpu_seconds"),
+            func.row_number()
+            .over(partition_by=keys[0], order_by=(seconds.desc(), *names))
+            .label("rank"),
+            func.count().over(partition_by=keys[0]).label("groups"),
+        )
+        .where(h.idle_gpu_seconds > 0)
+        .group_by(*keys)
+        .subquery("ranked")
+    )
+    r = ranked.c
+    rows = connection.execute(
+        select(r.kind, r.namespace, r.owner_kind, r.owner_name, r.groups).where(r.rank <= top)
+    ).all()
+    left_out = {int(row.kind): int(row.groups) - top for row in rows if row.groups > top}
+    if notes is not None and left_out:
+        counts = ", ".join(
+            f"{count} of {WASTE_KINDS[kind]}" for kind, count in sorted(left_out.items())
+        )
+        notes.append(f"waste lists the {top} largest of each kind; --top 0 also lists {counts}")
+    return {tuple(row[:4]) for row in rows}
 
 
 def trace_rows(

@@ -414,6 +414,59 @@ def test_waste_separates_unclaimed_memory_held_and_allocated_idle_hours(
     assert view_columns("waste") == list(json.loads(out)["rows"][0])
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
+)
+def test_waste_top_lists_the_most_idle_of_each_kind_with_their_gpus(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six GPUs held by pods of five workloads idle 10 % to 50 % of an hour (job-4 on two
+    GPUs), and one GPU without a pod. --top 2 lists the two most idle workloads with all their
+    GPUs, says how many it left out, and --top 0 lists every one."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'waste.db'}"
+    else:
+        url = str(request.getfixturevalue("postgres_server").create_database())
+    store = TableStore(url)
+    at = T0
+    while at <= T0 + timedelta(hours=1):
+        gpus = [gpu("node-t", "0", "idle", 0.0, 1.0)]
+        for index, job in enumerate((0, 1, 2, 3, 4, 4), start=1):
+            held = gpu("node-t", str(index), "bursty", 90.0, 0.1 * (job + 1))
+            gpus.append(
+                dataclasses.replace(
+                    held, namespace="ml", pod=f"job-{job}-{index}", owner_kind="Job",
+                    owner_name=f"job-{job}",
+                )
+            )  # fmt: skip
+        store.publish(CycleResult("node-t", at, 1800.0, gpus, []))
+        at += MINUTE
+    store.close()
+    arguments = ["--store-url", url, "--by", "waste", "--since", "1h"]
+    arguments += ["--until", "2026-01-01T01:00:00Z", "--output", "json"]
+
+    def listed(top: str) -> tuple[list[tuple[Any, ...]], str]:
+        status, out, err = run_cli(capsys, *arguments, "--top", top)
+        assert status == 0
+        rows = [
+            (row["kind"], row["owner_name"], row["gpus"], round(row["idle_gpu_hours"], 3))
+            for row in json.loads(out)["rows"]
+        ]
+        return rows, err
+
+    rows, err = listed("2")
+    assert rows == [
+        ("idle-no-pod", None, 1, 1.0),
+        ("allocated-idle", "job-4", 2, 1.0),
+        ("allocated-idle", "job-3", 1, 0.4),
+    ]
+    assert "waste lists the 2 largest of each kind; --top 0 also lists 3 of allocated-idle" in err
+    rows, err = listed("0")
+    assert [row[1] for row in rows] == [None, "job-4", "job-3", "job-2", "job-1", "job-0"]
+    assert rows[1] == ("allocated-idle", "job-4", 2, 1.0)
+    assert "--top 0" not in err
+
+
 def test_a_finished_pod_stays_in_the_pod_report(tmp_path: Path) -> None:
     """A Job's pod used GPU 0 for 20 minutes and finished (phase Succeeded); its series stay in
     the window for another 30 minutes with no pod after them. The daemon's path (pod_usage ->

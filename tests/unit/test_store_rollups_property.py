@@ -190,6 +190,28 @@ def assert_same(got: dict[str, Any], expected: dict[str, Any], what: str) -> Non
         assert got["waste"][key][1] == pytest.approx(idle_hours, rel=1e-9, abs=1e-9), (what, key)
 
 
+def assert_top(cut: list[Any], full: list[Any], top: int, what: str) -> None:
+    """``cut`` holds, per kind, ``top`` of ``full``'s groups (all if fewer) as ``full`` has them,
+    and none it left out idled more (a tie may go either way: the ranking sums in another order).
+    """
+
+    def key(w: Any) -> tuple[Any, ...]:
+        return (w.kind, w.namespace, w.owner_kind, w.owner_name)
+
+    rows = {key(w): w for w in full}
+    for kind in {w.kind for w in full}:
+        kept = {key(w): w for w in cut if w.kind == kind}
+        assert len(kept) == min(top, sum(w.kind == kind for w in full)), what
+        for group, w in kept.items():  # sums to rounding: filtered, they may add in another order
+            assert w.gpus == rows[group].gpus, what
+            assert w.idle_gpu_hours == pytest.approx(rows[group].idle_gpu_hours, rel=1e-9), what
+        least = min(w.idle_gpu_hours for w in kept.values())
+        for w in full:
+            if w.kind == kind and key(w) not in kept:
+                assert w.idle_gpu_hours <= least * (1 + 1e-9) + 1e-12, what
+    assert {w.kind for w in cut} == {w.kind for w in full}, what
+
+
 def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int, int]]) -> None:
     store = TableStore(url)
     try:
@@ -210,6 +232,11 @@ def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int
                 what = f"{since.isoformat()} .. {until.isoformat()}"
                 assert_same(summary(raw), expected, f"raw rows, {what}")
                 assert_same(summary(rolled), expected, f"rollups, {what}")
+                for top in (1, 2):
+                    cut = build_report(
+                        connection, since=since, until=until, views=("waste",), top=top
+                    )
+                    assert_top(cut.waste, rolled.waste, top, f"--top {top}, {what}")
     finally:
         engine.dispose()
 
