@@ -20,6 +20,7 @@ fraction of the GPU's memory, go-nvlib's ``getMigMemorySizeGB``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -168,6 +169,7 @@ H200_141GB = GpuModel(
 MODELS: tuple[GpuModel, ...] = (A100_40GB, A100_80GB, H100_SXM5_80GB, H100_PCIE_80GB, H200_141GB)
 
 
+@functools.lru_cache(maxsize=256)  # a fleet's advice asks for a few names, once per workload
 def _normal(name: str) -> str:
     """GFD's label value ("NVIDIA-H100-80GB-HBM3"), NVML's name and dcgm's modelName alike."""
     return re.sub(r"[\s_-]+", "-", name.strip()).upper()
