@@ -9,8 +9,9 @@ Run by hand from the repository root::
     .venv/bin/python benchmarks/bench_reports.py check "$STORE"
 
 At fleet scale (PostgreSQL from ``bench_store.py start``): ``fill`` a few template nodes, one
-process per node (``--gpus 8 --first-node N``), then ``replicate URL --templates 2 --nodes
-1000`` copies them by SQL to nodes 2 to 999 (``store_replica.py``).
+process per node (``--gpus 8 --first-node N --no-maintenance``), then ``prune`` and ``pack``
+once all are written, then ``replicate URL --templates 2 --nodes 1000`` copies them by SQL to
+nodes 2 to 999 (``store_replica.py``).
 
 ``fill`` writes every node's cycles in time order through ``TableStore.publish`` (one
 transaction per cycle with its rollups, raw rows kept 14 days by the writer's retention, as a
