@@ -42,11 +42,14 @@ BEFORE = "0006"
 
 def old_rows() -> list[dict[str, Any]]:
     """Rows as revision 0003's writer stored them: two GPUs every 5 minutes across midnight,
-    a row covering two hours, one covering nothing, pods coming and going."""
+    a row covering two hours, one covering nothing, one stamped late in a second, pods coming
+    and going."""
     rows = []
     for step in range(30):
         for gpu in ("0", "1"):
             at = T0 + timedelta(minutes=5 * step, seconds=7 * int(gpu))
+            if step == 2 and gpu == "0":  # midnight's row, late in its second: strftime rounds up
+                at += timedelta(microseconds=999_700)
             pod = None if step % 7 == 3 else f"train-{gpu}"
             rows.append(
                 {

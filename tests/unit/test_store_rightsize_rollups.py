@@ -250,7 +250,8 @@ def test_the_migration_fills_the_rollups_as_the_writer_does_and_goes_down_and_up
         ),
         ("node-b", 0.0, [(("1", ""), PODS[2], None, None, 512.0)]),
         ("node-a", 0.0, [(("0", ""), PODS[2], 0.7, 0.2, 512.0)]),  # covers nothing
-        ("node-a", 86_000.0, [(("0", ""), PODS[2], 0.123456, 0.9, 512.0)]),  # across midnight
+        # Across midnight, stamped in a second's last half-millisecond (strftime rounds it up).
+        ("node-a", 85_999.9997, [(("0", ""), PODS[2], 0.123456, 0.9, 512.0)]),
         ("node-b", 5_000.0, [(("1", ""), PODS[0], 0.5, 0.5, None)]),
     ]
     write_rows(store_url, rows_of(plan))

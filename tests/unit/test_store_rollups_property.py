@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
@@ -249,10 +249,22 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# A row stamped in the last half-millisecond of a second: SQLite's strftime('%s') rounds it up.
+LATE_IN_A_SECOND = {
+    "plan": [
+        ("node-a", 0.0, [Gpu("idle", 0.0, None, None, None, None)]),
+        ("node-a", 199_999.999999, [Gpu("idle", 0.0, None, None, None, None)]),
+    ],
+    "ranges": [(45 * 3600 * 1_000_000 + 600_000_000, 12 * 3600 * 1_000_000 + 1_920_000_000)],
+}
+
+
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(plan=CYCLES, window=WINDOWS, ranges=RANGES)
+@example(window=7200.0, **LATE_IN_A_SECOND)
+@example(window=100_000.0, **LATE_IN_A_SECOND)
 def test_rollups_and_raw_rows_give_the_same_report_on_sqlite(
     sqlite_template: Path, plan: list[Any], window: float, ranges: list[tuple[int, int]]
 ) -> None:

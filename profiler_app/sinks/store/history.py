@@ -188,8 +188,11 @@ def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElemen
     value: ColumnElement[Any]
     if dialect == "postgresql":
         value = func.round(func.date_part("epoch", column) * MICROSECONDS)
-    else:  # SQLite's text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds, then the microseconds
-        value = cast(func.strftime("%s", column), BigInteger) * MICROSECONDS + cast(
+    else:  # SQLite's text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds, then the microseconds.
+        # The seconds come from the text without its fraction: strftime('%s') reads milliseconds
+        # and rounds, so '…:19.999999' would give :20, then 999,999 more microseconds.
+        seconds = func.strftime("%s", func.substr(column, 1, 19))
+        value = cast(seconds, BigInteger) * MICROSECONDS + cast(
             func.substr(column, 21, 6), BigInteger
         )
     return cast(value, BigInteger)

@@ -119,8 +119,12 @@ def _create_tables() -> None:
 def _end_us(postgresql: bool) -> str:
     if postgresql:
         return "round(date_part('epoch', at) * 1000000)::bigint"
-    # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds, then the microseconds.
-    return "(CAST(strftime('%s', at) AS INTEGER) * 1000000 + CAST(substr(at, 21, 6) AS INTEGER))"
+    # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds (from the text before the
+    # fraction: strftime rounds milliseconds, so :19.9999 would read :20), then the microseconds.
+    return (
+        "(CAST(strftime('%s', substr(at, 1, 19)) AS INTEGER) * 1000000"
+        " + CAST(substr(at, 21, 6) AS INTEGER))"
+    )
 
 
 def _bucket_time(postgresql: bool, seconds: int) -> str:
