@@ -206,23 +206,25 @@ def smaller(dialect: str, a: ColumnElement[Any], b: ColumnElement[Any]) -> Colum
     return func.least(a, b) if dialect == "postgresql" else func.min(a, b)
 
 
-def _raw(
+def _covers_microseconds() -> ColumnElement[int]:
+    return cast(func.round(gpu_window.c.covers_seconds * MICROSECONDS), BigInteger)
+
+
+def raw_time_inside(
     dialect: str,
     start: datetime,
     end: datetime,
-    node: str | None,
+    node: str | None = None,
     *,
-    reach_before: float | None = None,
     reach_after: float | None = None,
-) -> Select[Any]:
-    """The raw rows' time inside ``[start, end)``. ``reach_before`` and ``reach_after``: the
-    longest any row covers of those reaching back over ``start`` and over ``end`` (None: not
-    known; every row is computed exactly and every later row looked at). A row wholly inside
-    counts its ``covers_seconds`` as it is; only the few that straddle an edge are computed
-    in microseconds."""
+) -> tuple[ColumnElement[Any], list[ColumnElement[bool]]]:
+    """A raw row's covered seconds inside ``[start, end)``, exactly (in whole microseconds, as
+    ``rollups.py`` splits it), and the conditions that pick the rows with time in it, or that
+    cover nothing and are stamped in it. ``reach_after``: the longest any row covers of those
+    reaching back over ``end`` (None: not known; every later row is looked at)."""
     c = gpu_window.c
     end_us = epoch_microseconds(dialect, c.at)
-    covers_us = cast(func.round(c.covers_seconds * MICROSECONDS), BigInteger)
+    covers_us = _covers_microseconds()
     start_value, end_value = literal(microseconds(start)), literal(microseconds(end))
     overlap_us = smaller(dialect, end_us, end_value) - larger(
         dialect, end_us - covers_us, start_value
@@ -241,10 +243,30 @@ def _raw(
         conditions.append(c.at < end + timedelta(seconds=reach_after) + _ONE_MICROSECOND)
     if node is not None:
         conditions.append(c.node == node)
+    return exact, conditions
+
+
+def _raw(
+    dialect: str,
+    start: datetime,
+    end: datetime,
+    node: str | None,
+    *,
+    reach_before: float | None = None,
+    reach_after: float | None = None,
+) -> Select[Any]:
+    """The raw rows' time inside ``[start, end)``. ``reach_before`` and ``reach_after``: the
+    longest any row covers of those reaching back over ``start`` and over ``end`` (None: not
+    known; every row is computed exactly and every later row looked at). A row wholly inside
+    counts its ``covers_seconds`` as it is; only the few that straddle an edge are computed
+    in microseconds."""
+    c = gpu_window.c
+    exact, conditions = raw_time_inside(dialect, start, end, node, reach_after=reach_after)
     covered: ColumnElement[Any] = exact
     if reach_before is not None:
         inside = start + timedelta(seconds=reach_before) + _ONE_MICROSECOND
-        whole = cast(covers_us, Float) / float(MICROSECONDS)  # as rounded, like the rollups
+        # As rounded, like the rollups.
+        whole = cast(_covers_microseconds(), Float) / float(MICROSECONDS)
         covered = sql_case((and_(c.at >= inside, c.at <= end), whole), else_=exact)
     return select(
         c.node,
