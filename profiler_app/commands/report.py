@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # (docs/cli.md). Keys may be added within a version; removing, renaming or retyping one raises it.
 REPORT_FORMAT_VERSION = 1
 RIGHTSIZE_VIEW = "rightsize"
+DEFAULT_TOP = 10
 # Advice only: a measured trial confirms it (docs/trial.md; it does not place MIG slices yet).
 TRIAL_HINT = (
     "gpu-profiler: advice only, nothing is applied; confirm it with a measured trial: "
@@ -137,9 +138,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--top",
         type=int,
-        default=10,
-        help="most rows listed by --by pod and idle-pods (most GPU-hours first) and by waste "
-        "(per kind, most idle GPU-hours first); 0 = all (default: %(default)s)",
+        help="most rows listed by --by pod, idle-pods and rightsize (most GPU-hours first) and "
+        f"by waste (per kind, most idle GPU-hours first); 0 = all (default: {DEFAULT_TOP}; "
+        "all for -o prometheus)",
     )
     parser.add_argument(
         "--idle-below",
@@ -171,8 +172,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def handle(args: argparse.Namespace) -> int:
     if args.store_url.strip().lower() == "none":
         raise UserError("the report reads the table store: give --store-url")
+    if args.top is None:  # a metric's consumers expect every workload
+        args.top = 0 if args.output == "prometheus" else DEFAULT_TOP
     if args.top < 0:
-        raise UserError("--top must be 0 (all) or more")
+        raise UserError(f"--top {args.top}: give 0 (all) or more")
     if args.output == "prometheus" and args.by != RIGHTSIZE_VIEW:
         raise UserError("--output prometheus is for --by rightsize")
     if not 0 <= args.headroom <= MAX_HEADROOM:
@@ -248,6 +251,7 @@ def _rightsize(args: argparse.Namespace, url: StoreUrl, since: datetime, until: 
             until=until,
             node=args.node,
             headroom=args.headroom,
+            top=args.top or None,
             notes=notes,
         )
     for note in notes:

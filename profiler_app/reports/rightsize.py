@@ -23,6 +23,10 @@ spans of ``history.py``), each raw row counting for its covered time inside them
 Where retention removed the raw rows of an edge hour, that hour's rollups count in proportion
 to the part of it inside the range.
 
+With ``top``, the workloads are ranked by covered time first, summed in SQL from the
+summaries and the edges' raw rows, and only the listed ones' histograms and raw rows are read:
+at fleet scale the histograms of every workload are most of the cost.
+
 The rollups are per workload, not per GPU or node (revision 0011), so ``--node`` reads the raw
 rows of that node alone: the part of the range before retention removed them is left out, and
 a note says so.
@@ -36,13 +40,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, Select, Table, func, literal, or_, select, union_all
 
 from profiler_app.reports.histograms import Histograms
 from profiler_app.reports.rightsizing import Advice, Verdict, WorkloadUsage, model_for, recommend
 from profiler_app.reports.rightsizing.advice import peak_inside
 from profiler_app.sinks.store.activity import METRICS, contributions, overlap_seconds, workload_of
-from profiler_app.sinks.store.history import Span, longest_covers, spans
+from profiler_app.sinks.store.history import Span, longest_covers, raw_time_inside, spans
 from profiler_app.sinks.store.models import (
     activity_day,
     activity_day_packed,
@@ -157,38 +161,57 @@ def _without_advice(usage: _Usage, reason: str) -> Advice:
 STREAMED = {"yield_per": 10_000}
 # Packed rows are about 1 kB each, and decoded a batch at a time: smaller batches.
 STREAMED_PACKED = {"yield_per": 1_000}
+# Above this many listed workloads, every workload's rows are read and the others dropped in
+# Python, rather than binding that many names into each query.
+_NAMES_FILTERED = 1000
 
 
 class _Merge:
     """The workloads of a range, merged part by part."""
 
-    def __init__(self, connection: Connection, node: str | None) -> None:
+    def __init__(
+        self, connection: Connection, node: str | None, only: set[tuple[str, str]] | None = None
+    ) -> None:
         self.connection = connection
         self.node = node
+        self.only = only
+        # The names the queries filter on (a superset: a name may be another namespace's).
+        self.names = (
+            sorted({workload for _, workload in only})
+            if only is not None and len(only) <= _NAMES_FILTERED
+            else None
+        )
         self.found: dict[tuple[str, str], _Usage] = {}
         self.histograms = Histograms()
 
-    def usage(self, namespace: str, workload: str) -> _Usage:
+    def usage(self, namespace: str, workload: str) -> _Usage | None:
+        """The workload's merged usage; None when it is not one of those listed."""
         key = (namespace, workload)
         found = self.found.get(key)
         if found is None:
+            if self.only is not None and key not in self.only:
+                return None
             found = self.found[key] = _Usage(namespace, workload, len(self.found))
         return found
 
     def results(self) -> list[tuple[_Usage, WorkloadUsage | str]]:
-        """Each workload (by namespace and workload) with what it needs, or why not."""
+        """Each workload with what it needs, or why not: the most GPU-hours first, then by
+        namespace and workload."""
         count = len(self.found)
         sm = self.histograms.quantiles(count, "sm", 0.95).tolist()
         median = self.histograms.quantiles(count, "sm_mean", 0.5).tolist()
         dram = self.histograms.quantiles(count, "dram", 0.95).tolist()
+        ordered = sorted(self.found.items(), key=lambda item: (-item[1].covered, item[0]))
         return [
             (usage, _usage(usage, sm[usage.row], median[usage.row], dram[usage.row]))
-            for _, usage in sorted(self.found.items())
+            for _, usage in ordered
         ]
 
-    @staticmethod
-    def _where(table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
-        return [table.c[column] >= low, table.c[column] < high]
+    def _where(self, table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
+        where = [table.c[column] >= low, table.c[column] < high]
+        if self.names is not None:
+            where.append(table.c.workload.in_(self.names))
+        return where
 
     def rollups(
         self, summary: Table, histogram: Table, packed: Table, part: Span, share: float = 1.0
@@ -196,9 +219,7 @@ class _Merge:
         """The whole buckets of ``part`` (``share``: the part of them to count): their packed
         histograms and the row-form ones not packed yet (recent, or written late)."""
         column = "day" if "day" in summary.c else "hour"
-        low, high = bucket_start(part.start, HOUR_SECONDS), part.end
-        if part.source != "estimate":
-            low = part.start
+        low, high = _first_bucket(part), part.end
         s, h = summary.c, histogram.c
         rows = self.connection.execute(
             select(
@@ -217,14 +238,16 @@ class _Merge:
             .group_by(s.namespace, s.workload, s.gpu_model, s.mig_profile)
         )
         for row in rows:
-            self.usage(row.namespace, row.workload).add(row, share)
+            if usage := self.usage(row.namespace, row.workload):
+                usage.add(row, share)
         peaks = self.connection.execute(
             select(s.namespace, s.workload, s[column], func.max(s.util_max))
             .where(*self._where(summary, column, low, high), s.util_max.is_not(None))
             .group_by(s.namespace, s.workload, s[column])
         )
         for namespace, workload, moment, peak in peaks:
-            self.usage(namespace, workload).peaks.append((moment, float(peak)))
+            if usage := self.usage(namespace, workload):
+                usage.peaks.append((moment, float(peak)))
         bins = self.connection.execute(
             select(h.namespace, h.workload, h.metric, h.percent, func.sum(h.seconds))
             .where(*self._where(histogram, column, low, high))
@@ -233,8 +256,8 @@ class _Merge:
         )
         histograms = self.histograms
         for namespace, workload, metric, percent, seconds in bins:
-            owner = self.usage(namespace, workload).row
-            histograms.bin(owner, metric, percent, float(seconds) * share)
+            if usage := self.usage(namespace, workload):
+                histograms.bin(usage.row, metric, percent, float(seconds) * share)
         p = packed.c
         blobs = self.connection.execute(
             select(p.namespace, p.workload, p.histograms).where(
@@ -243,7 +266,11 @@ class _Merge:
             execution_options=STREAMED_PACKED,
         )
         for chunk in blobs.partitions():
-            found = ((self.usage(ns, workload).row, blob) for ns, workload, blob in chunk)
+            found = (
+                (usage.row, blob)
+                for ns, workload, blob in chunk
+                if (usage := self.usage(ns, workload))
+            )
             histograms.packed(found, share)
 
     def raw(self, part: Span, reach: float) -> None:
@@ -276,23 +303,23 @@ class _Merge:
         )
         if self.node is not None:
             query = query.where(c.node == self.node)
+        if self.names is not None:
+            query = query.where(or_(c.owner_name.in_(self.names), c.pod.in_(self.names)))
         for row in self.connection.execute(query, execution_options=STREAMED).mappings():
             seconds = overlap_seconds(row, part.start, part.end)
             if seconds is None:
                 continue
+            usage = self.usage(row["namespace"] or "", workload_of(row))
+            if usage is None:
+                continue
             end = min(row["at"], part.end)
             start = max(row["at"] - timedelta(seconds=row["covers_seconds"]), part.start)
             summary, histogram = contributions(row, min(start, end), end, seconds)
-            usage = self.usage(summary["namespace"], workload_of(row))
             usage.add(_Row(summary))
             if row["util_max"] is not None:
                 usage.peaks.append((row["at"], float(row["util_max"])))
             for entry in histogram:
                 self.histograms.bin(usage.row, entry["metric"], entry["percent"], entry["seconds"])
-
-    def reach(self, moment: datetime) -> float:
-        """How long after ``moment`` a row may cover time before it (``history.py``)."""
-        return longest_covers(self.connection, moment - _ONE_MICROSECOND, self.node)
 
 
 class _Row:
@@ -302,20 +329,43 @@ class _Row:
         self.__dict__.update(values)
 
 
-def workload_usages(
+def _first_bucket(span: Span) -> datetime:
+    """The first rollup bucket of a part: an estimate's is the hour it lies in."""
+    return bucket_start(span.start, HOUR_SECONDS) if span.source == "estimate" else span.start
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A part of the range to merge: its span, and for raw rows how long after its end a row may
+    cover some of it; for an estimate, the share of its hour inside the range."""
+
+    span: Span
+    reach: float = 0.0
+    share: float = 1.0
+
+    def tables(self) -> tuple[Table, Table, Table]:
+        """Its rollups: the summaries, the histograms and the packed histograms."""
+        if self.span.source == "day":
+            return rightsize_day, activity_day, activity_day_packed
+        return rightsize_hour, activity_hour, activity_hour_packed
+
+
+def _parts(
     connection: Connection,
-    *,
     since: datetime,
     until: datetime,
-    node: str | None = None,
-    notes: list[str] | None = None,
-) -> list[tuple[_Usage, WorkloadUsage | str]]:
-    """Each workload of ``[since, until)`` (by namespace and workload) with what it needs, or
-    why it cannot be advised; ``notes`` gets what the advice leaves out."""
-    merge = _Merge(connection, node)
+    node: str | None,
+    notes: list[str] | None,
+) -> list[_Part]:
+    """``[since, until)`` as the parts to merge; ``notes`` gets what they leave out."""
     horizon = connection.execute(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
+
+    def reach(moment: datetime) -> float:
+        """How long after ``moment`` a row may cover time before it (``history.py``)."""
+        return longest_covers(connection, moment - _ONE_MICROSECOND, node)
+
     if node is not None:  # the rollups do not know nodes: the node's raw rows
         start = since if horizon is None else max(since, horizon)
         if start > since and notes is not None:
@@ -323,19 +373,101 @@ def workload_usages(
                 f"raw rows before {start.isoformat()} were removed by retention: --node"
                 " advises from the time after it"
             )
-        if start < until:
-            merge.raw(Span(start, until, "raw"), merge.reach(until))
-        return merge.results()
-    for part in spans(since, until, horizon=horizon):
-        if part.source == "raw":
-            merge.raw(part, merge.reach(part.end))
-        elif part.source == "estimate":
-            share = (part.end - part.start).total_seconds() / HOUR_SECONDS
-            merge.rollups(rightsize_hour, activity_hour, activity_hour_packed, part, share)
-        elif part.source == "hour":
-            merge.rollups(rightsize_hour, activity_hour, activity_hour_packed, part)
+        return [_Part(Span(start, until, "raw"), reach(until))] if start < until else []
+    parts = []
+    for span in spans(since, until, horizon=horizon):
+        if span.source == "raw":
+            parts.append(_Part(span, reach=reach(span.end)))
+        elif span.source == "estimate":
+            share = (span.end - span.start).total_seconds() / HOUR_SECONDS
+            parts.append(_Part(span, share=share))
         else:
-            merge.rollups(rightsize_day, activity_day, activity_day_packed, part)
+            parts.append(_Part(span))
+    return parts
+
+
+def _seconds_by_workload(dialect: str, part: _Part, node: str | None) -> Select[Any]:
+    """Each workload's covered seconds inside ``part`` (one row per raw row or rollup row)."""
+    if part.span.source == "raw":
+        c = gpu_window.c
+        covered, conditions = raw_time_inside(
+            dialect, part.span.start, part.span.end, node, reach_after=part.reach
+        )
+        return select(
+            func.coalesce(c.namespace, literal("")).label("namespace"),
+            func.coalesce(func.nullif(c.owner_name, ""), c.pod).label("workload"),
+            covered.label("seconds"),
+        ).where(*conditions, c.pod.is_not(None))
+    summary = part.tables()[0]
+    column = summary.c["day" if "day" in summary.c else "hour"]
+    low = _first_bucket(part.span)
+    return select(
+        summary.c.namespace,
+        summary.c.workload,
+        (summary.c.covered_seconds * part.share).label("seconds"),
+    ).where(column >= low, column < part.span.end)
+
+
+def _largest_workloads(
+    connection: Connection,
+    parts: list[_Part],
+    node: str | None,
+    top: int,
+    notes: list[str] | None,
+) -> set[tuple[str, str]]:
+    """The ``top`` workloads with the most GPU-hours over ``parts`` (ties by name), summed in
+    SQL without their histograms; ``notes`` gets how many it leaves out."""
+    dialect = connection.dialect.name
+    every = union_all(*(_seconds_by_workload(dialect, part, node) for part in parts))
+    u = every.subquery("seconds").c
+    total = func.sum(u.seconds)
+    ranked = (
+        select(
+            u.namespace,
+            u.workload,
+            func.row_number().over(order_by=(total.desc(), u.namespace, u.workload)).label("rank"),
+            func.count().over().label("workloads"),
+        )
+        .group_by(u.namespace, u.workload)
+        .subquery("ranked")
+    )
+    r = ranked.c
+    rows = connection.execute(
+        select(r.namespace, r.workload, r.workloads).where(r.rank <= top)
+    ).all()
+    workloads = int(rows[0].workloads) if rows else 0
+    if notes is not None and workloads > top:
+        notes.append(
+            f"rightsize advises the {top} workloads with the most GPU-hours; --top 0 also "
+            f"advises {workloads - top}"
+        )
+    return {(row.namespace, row.workload) for row in rows}
+
+
+def workload_usages(
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    top: int | None = None,
+    notes: list[str] | None = None,
+) -> list[tuple[_Usage, WorkloadUsage | str]]:
+    """Each workload of ``[since, until)`` with what it needs, or why it cannot be advised, the
+    most GPU-hours first (the ``top`` of them: ranked first, then only theirs merged);
+    ``notes`` gets what the advice leaves out."""
+    parts = _parts(connection, since, until, node, notes)
+    if not parts:
+        return []
+    only = _largest_workloads(connection, parts, node, top, notes) if top else None
+    if only is not None and not only:
+        return []
+    merge = _Merge(connection, node, only)
+    for part in parts:
+        if part.span.source == "raw":
+            merge.raw(part.span, part.reach)
+        else:
+            merge.rollups(*part.tables(), part.span, part.share)
     return merge.results()
 
 
@@ -346,12 +478,13 @@ def rightsize_advice(
     until: datetime,
     node: str | None = None,
     headroom: float | None = None,
+    top: int | None = None,
     notes: list[str] | None = None,
 ) -> list[Advice]:
-    """One advice per workload seen on a GPU in ``[since, until)``, by namespace and
-    workload; ``notes`` gets what it leaves out."""
+    """One advice per workload seen on a GPU in ``[since, until)``, the most GPU-hours first
+    (the ``top`` of them); ``notes`` gets what it leaves out."""
     advices = []
-    usages = workload_usages(connection, since=since, until=until, node=node, notes=notes)
+    usages = workload_usages(connection, since=since, until=until, node=node, top=top, notes=notes)
     for merged, usage in usages:
         if isinstance(usage, str):
             advices.append(_without_advice(merged, usage))

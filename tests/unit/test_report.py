@@ -297,7 +297,7 @@ def test_store_url_comes_from_the_environment(
             ["--store-url", "sqlite:///{tmp}/bare.db", "--since", "3650d", "--until", "0002-01-01"],
             "reaches back before the year 1",
         ),
-        (["--store-url", "sqlite:///{tmp}/bare.db", "--top", "-1"], "--top must be"),
+        (["--store-url", "sqlite:///{tmp}/bare.db", "--top", "-1"], "--top -1: give 0"),
         (
             ["--store-url", "postgresql://u:hunter2@127.0.0.1:9/db?connect_timeout=2"],
             "database unavailable",

@@ -145,6 +145,30 @@ def test_a_larger_headroom_needs_more_memory(
     assert example["recommends"] == "3g.40gb"
 
 
+def test_top_advises_the_workloads_with_the_most_gpu_hours(
+    capsys: pytest.CaptureFixture[str], store_url: str
+) -> None:
+    # Twelve workloads, w11 with the most hours: more than the default 10.
+    write_rows(
+        store_url,
+        [row for i in range(12) for row in rows_of(f"w{i:02}", 24 + i, fb_mib=1024, sm_p95=0.2)],
+    )
+    most_first = [f"w{i:02}" for i in range(11, -1, -1)]
+    out, err = report(capsys, store_url, "--output", "json")
+    assert [row["workload"] for row in json.loads(out)["rows"]] == most_first[:10]
+    note = "rightsize advises the 10 workloads with the most GPU-hours; --top 0 also advises 2"
+    assert f"gpu-profiler: note: {note}" in err
+    out, err = report(capsys, store_url, "--output", "json", "--top", "0")
+    assert [row["workload"] for row in json.loads(out)["rows"]] == most_first
+    assert "note" not in err
+    # A metric's consumers get every workload unless --top says otherwise.
+    out, _ = report(capsys, store_url, "--output", "prometheus")
+    samples = [line for line in out.splitlines() if not line.startswith("#")]
+    assert [sample.split('workload="')[1].split('"')[0] for sample in samples] == most_first
+    out, _ = report(capsys, store_url, "--output", "prometheus", "--top", "3")
+    assert len([line for line in out.splitlines() if not line.startswith("#")]) == 3
+
+
 def test_bad_options_are_one_line(capsys: pytest.CaptureFixture[str], store: str) -> None:
     base = ["report", "--store-url", store]
     assert main([*base, "--by", "gpu", "--output", "prometheus"]) == 2

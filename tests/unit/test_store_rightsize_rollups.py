@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -174,11 +175,20 @@ def check(
         with engine.connect() as connection:
             for since, until in periods:
                 expected = reference(connection, since, until)
-                got = {
-                    (merged.namespace, merged.workload): usage
-                    for merged, usage in workload_usages(connection, since=since, until=until)
-                }
+                full = workload_usages(connection, since=since, until=until)
+                got = {(merged.namespace, merged.workload): usage for merged, usage in full}
                 assert set(got) == set(expected), (since, until)
+                for merged, _ in full:  # the most GPU-hours first
+                    covered = expected[(merged.namespace, merged.workload)]["covered"]
+                    assert merged.covered == pytest.approx(covered, rel=1e-9, abs=1e-6)
+                order = [merged.covered for merged, _ in full]
+                assert order == sorted(order, reverse=True), (since, until)
+                for top in (1, 2):
+                    notes: list[str] = []
+                    cut = workload_usages(
+                        connection, since=since, until=until, top=top, notes=notes
+                    )
+                    assert_top(cut, full, top, notes)
                 for key, raw in expected.items():
                     usage, what = got[key], (key, since, until)
                     sm = weighted_quantile(raw["sm"], raw["w"], 0.95)
@@ -193,6 +203,48 @@ def check(
                     assert usage.active_fraction == pytest.approx(0.75), what
     finally:
         engine.dispose()
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, floats to rounding (filtered, the SQL may add the same rows in another order)."""
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    left, right = asdict(a), asdict(b)
+    return left.keys() == right.keys() and all(
+        left[key] == pytest.approx(right[key], rel=1e-9, abs=1e-9)
+        if isinstance(left[key], float)
+        else left[key] == right[key]
+        for key in left
+    )
+
+
+def assert_top(cut: list[Any], full: list[Any], top: int, notes: list[str]) -> None:
+    """``cut`` holds ``top`` of ``full``'s workloads (all if fewer), advised as ``full`` advises
+    them, in the same order, and none left out has more GPU-hours (a tie may go either way)."""
+    assert len(cut) == min(top, len(full))
+    rows = {(merged.namespace, merged.workload): (merged, usage) for merged, usage in full}
+    for merged, usage in cut:
+        kept, advice = rows[(merged.namespace, merged.workload)]
+        assert merged.covered == pytest.approx(kept.covered, rel=1e-9, abs=1e-9)
+        assert same(usage, advice), (merged.workload, usage, advice)
+    assert [merged.covered for merged, _ in cut] == sorted(
+        (merged.covered for merged, _ in cut), reverse=True
+    )
+    if cut:
+        least = min(merged.covered for merged, _ in cut)
+        listed = {(merged.namespace, merged.workload) for merged, _ in cut}
+        for key, (merged, _) in rows.items():
+            if key not in listed:
+                assert merged.covered <= least * (1 + 1e-9) + 1e-6, key
+    left_out = len(full) - top
+    assert notes == (
+        [
+            f"rightsize advises the {top} workloads with the most GPU-hours; "
+            f"--top 0 also advises {left_out}"
+        ]
+        if left_out > 0
+        else []
+    )
 
 
 def test_percent_buckets_keep_whole_percents_whole() -> None:
