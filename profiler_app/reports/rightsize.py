@@ -221,33 +221,36 @@ class _Merge:
         column = "day" if "day" in summary.c else "hour"
         low, high = _first_bucket(part), part.end
         s, h = summary.c, histogram.c
+        # The summaries' rows as they are: summed here, and their peaks kept per bucket, in one
+        # read (grouped in SQL it took two passes over the range's index).
         rows = self.connection.execute(
             select(
                 s.namespace,
                 s.workload,
+                s[column].label("bucket"),
                 s.gpu_model,
                 s.mig_profile,
-                func.sum(s.covered_seconds).label("covered_seconds"),
-                func.sum(s.idle_gpu_seconds).label("idle_gpu_seconds"),
-                func.sum(s.period_covered_seconds).label("period_covered_seconds"),
-                func.max(s.fb_used_max_mib).label("fb_used_max_mib"),
-                func.min(s.first_start).label("first_start"),
-                func.max(s.last_end).label("last_end"),
-            )
-            .where(*self._where(summary, column, low, high))
-            .group_by(s.namespace, s.workload, s.gpu_model, s.mig_profile)
+                s.covered_seconds,
+                s.idle_gpu_seconds,
+                s.period_covered_seconds,
+                s.fb_used_max_mib,
+                s.first_start,
+                s.last_end,
+                s.util_max,
+            ).where(*self._where(summary, column, low, high)),
+            execution_options=STREAMED,
         )
+        peaks: dict[tuple[str, str, datetime], float] = {}
         for row in rows:
             if usage := self.usage(row.namespace, row.workload):
                 usage.add(row, share)
-        peaks = self.connection.execute(
-            select(s.namespace, s.workload, s[column], func.max(s.util_max))
-            .where(*self._where(summary, column, low, high), s.util_max.is_not(None))
-            .group_by(s.namespace, s.workload, s[column])
-        )
-        for namespace, workload, moment, peak in peaks:
-            if usage := self.usage(namespace, workload):
-                usage.peaks.append((moment, float(peak)))
+                if row.util_max is not None:
+                    key = (row.namespace, row.workload, row.bucket)
+                    peaks[key] = max(peaks.get(key, -math.inf), float(row.util_max))
+        for (namespace, workload, moment), peak in peaks.items():
+            found = self.usage(namespace, workload)
+            assert found is not None
+            found.peaks.append((moment, peak))
         bins = self.connection.execute(
             select(h.namespace, h.workload, h.metric, h.percent, func.sum(h.seconds))
             .where(*self._where(histogram, column, low, high))
@@ -266,12 +269,12 @@ class _Merge:
             execution_options=STREAMED_PACKED,
         )
         for chunk in blobs.partitions():
-            found = (
-                (usage.row, blob)
+            listed = (
+                (owner.row, blob)
                 for ns, workload, blob in chunk
-                if (usage := self.usage(ns, workload))
+                if (owner := self.usage(ns, workload))
             )
-            histograms.packed(found, share)
+            histograms.packed(listed, share)
 
     def raw(self, part: Span, reach: float) -> None:
         """The raw rows' time inside ``part``: rows up to ``reach`` seconds after its end may
@@ -421,19 +424,13 @@ def _largest_workloads(
     every = union_all(*(_seconds_by_workload(dialect, part, node) for part in parts))
     u = every.subquery("seconds").c
     total = func.sum(u.seconds)
-    ranked = (
-        select(
-            u.namespace,
-            u.workload,
-            func.row_number().over(order_by=(total.desc(), u.namespace, u.workload)).label("rank"),
-            func.count().over().label("workloads"),
-        )
-        .group_by(u.namespace, u.workload)
-        .subquery("ranked")
-    )
-    r = ranked.c
+    # ORDER BY ... LIMIT keeps the top N as it reads the groups, where ranking them all with
+    # row_number() sorted every workload of the range (0.45 s of 2 s at 199,000).
     rows = connection.execute(
-        select(r.namespace, r.workload, r.workloads).where(r.rank <= top)
+        select(u.namespace, u.workload, func.count().over().label("workloads"))
+        .group_by(u.namespace, u.workload)
+        .order_by(total.desc(), u.namespace, u.workload)
+        .limit(top)
     ).all()
     workloads = int(rows[0].workloads) if rows else 0
     if notes is not None and workloads > top:
