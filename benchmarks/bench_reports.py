@@ -61,6 +61,7 @@ from profiler_app.core.model import (  # noqa: E402
     GpuProfile,
     PodUsage,
 )
+from profiler_app.reports.rightsizing.profiles import H100_SXM5_80GB  # noqa: E402
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
 from profiler_app.sinks.store.engine import sqlalchemy_url  # noqa: E402
@@ -77,6 +78,7 @@ FORMATS = ("table", "json", "csv")
 RANGES = ("30d", "24h")
 COMMANDS = ("run", "analyze", "report", "trace", "trial", "completion", "unprotect", "demo")
 H100 = "NVIDIA H100 80GB HBM3"
+MIG_PROFILE = "3g.40gb"  # every fourth node splits GPU 0 into two of these
 
 
 # Every name that says which node a row came from holds one of these tokens, so that
@@ -110,6 +112,9 @@ class Slot:
 
     def __init__(self, rng: random.Random, node: int, gpu: int, instance: str) -> None:
         self.rng, self.node, self.gpu, self.instance = rng, node, gpu, instance
+        model = H100_SXM5_80GB.profile(MIG_PROFILE) if instance else H100_SXM5_80GB
+        assert model is not None
+        self.memory_mib = model.memory_gib * 1024
         self.until = END - timedelta(days=400)  # start with a new pod
         self.pod: tuple[str, str, str, str] | None = None
         self.level = 0.0
@@ -147,7 +152,9 @@ class Slot:
         active = self.pod is not None and self.level > 0
         sm = min(max(self.level + rng.gauss(0, 0.08), 0.0), 1.0) if active else 0.0
         util = min(100.0, sm * 100 + rng.uniform(0, 10)) if active else rng.uniform(0, 2)
-        fb = rng.uniform(2_000, 70_000) * (0.5 + self.level) if self.pod else 300.0
+        # A pod's framebuffer peak, at most what its GPU or MIG instance holds.
+        fb = min(rng.uniform(2_000, 70_000) * (0.5 + self.level), self.memory_mib)
+        fb = fb if self.pod else 300.0
         stats = {
             GPU_UTIL: FieldStats(util, util * 0.95, util * 0.7, 0.05 if active else 1.0),
             MEM_COPY_UTIL: FieldStats(util / 2, util / 2.2, util / 4, 0.0),
@@ -169,7 +176,7 @@ class Slot:
             owner_kind=owner_kind,
             owner_name=owner_name,
             mig_instance=self.instance,
-            mig_profile="3g.40gb" if self.instance else "",
+            mig_profile=MIG_PROFILE if self.instance else "",
             gpu_model=H100,
         )
 
