@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Float, case, cast, func, literal, select
+from sqlalchemy import Connection, Float, case, cast, func, literal, select, union_all
 
 from profiler_app.reports.views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
 from profiler_app.sinks.store.history import (
@@ -370,25 +370,30 @@ def _largest_waste(
 ) -> set[tuple[Any, ...]]:
     """The keys of the ``top`` groups of each kind with the most idle seconds (ties by name)."""
     h = history.c
-    seconds = func.sum(h.idle_gpu_seconds)
-    names = keys[1:]
-    ranked = (
+    # Each kind's top N by ORDER BY ... LIMIT over the groups, summed once: numbering every
+    # group per kind with row_number() sorted all of them by kind, idle time and names (1.3 s of
+    # 3.8 s over 204,000 groups). Counting per kind sorts them by kind only.
+    grouped = (
         select(
             *keys,
-            seconds.label("idle_gpu_seconds"),
-            func.row_number()
-            .over(partition_by=keys[0], order_by=(seconds.desc(), *names))
-            .label("rank"),
+            func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds"),
             func.count().over(partition_by=keys[0]).label("groups"),
         )
         .where(h.idle_gpu_seconds > 0)
         .group_by(*keys)
-        .subquery("ranked")
+        .cte("grouped")
     )
-    r = ranked.c
-    rows = connection.execute(
-        select(r.kind, r.namespace, r.owner_kind, r.owner_name, r.groups).where(r.rank <= top)
-    ).all()
+    g = grouped.c
+    names = (g.kind, g.namespace, g.owner_kind, g.owner_name, g.groups)
+    largest = [
+        select(*names)
+        .where(g.kind == kind)
+        .order_by(g.idle_gpu_seconds.desc(), g.namespace, g.owner_kind, g.owner_name)
+        .limit(top)
+        .subquery(f"kind_{kind}")
+        for kind in range(len(WASTE_KINDS))
+    ]
+    rows = connection.execute(union_all(*(select(*part.c) for part in largest))).all()
     left_out = {int(row.kind): int(row.groups) - top for row in rows if row.groups > top}
     if notes is not None and left_out:
         counts = ", ".join(
