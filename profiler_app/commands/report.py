@@ -354,9 +354,10 @@ def write_rows(
         out.write(json_text(document))
     elif output == "csv":
         buffer = io.StringIO()  # written at once: a write per cell is slower than the table
-        writer = csv.DictWriter(buffer, fieldnames=_view_columns(by), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({k: _plain(v) for k, v in row.items()} for row in rows)
+        columns = _view_columns(by)
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([_plain(row.get(column)) for column in columns] for row in rows)
         out.write(buffer.getvalue())
     elif rows:
         out.write(f"{_title(by, since, until)}\n{table(rows, by, wide=output == 'wide')}\n")
