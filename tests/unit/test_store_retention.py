@@ -211,10 +211,12 @@ def test_run_prunes_with_the_defaults_and_keeps_with_none(
 ) -> None:
     """``gpu-profiler run --once`` on this GPU-less machine (real NVML without a driver, psutil)."""
     url = f"sqlite:///{tmp_path / 'profiler.db'}"
-    now = datetime.now(UTC)
+    # Cycles at noon, 12-36 hours ago and earlier: a 30-minute window never crosses midnight
+    # (run just after midnight, each spanned two days of gpu_day).
+    noon = (datetime.now(UTC) - timedelta(days=1)).replace(hour=12, minute=0, second=0)
     store = TableStore(url)
-    for days in (500, 100, 1):
-        store.publish(cycle(now - timedelta(days=days), pod=f"pod-{days}"))
+    for days in (499, 99, 0):
+        store.publish(cycle(noon - timedelta(days=days), pod=f"pod-{days}"))
     store.close()
     engine = create_store_engine(parse_store_url(url), create_file=False)
     argv = ["run", "--once", "--interval", "0.2s", "--sample-interval", "0.1s"]
