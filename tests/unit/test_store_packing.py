@@ -24,6 +24,7 @@ from profiler_app.reports.histograms import quantiles
 from profiler_app.reports.rightsize import histogram_quantile, rightsize_advice
 from profiler_app.reports.rightsizing.output import advice_record
 from profiler_app.sinks.store import TableStore
+from profiler_app.sinks.store.activity import ACTIVITY_HOUR, activity_statement
 from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import (
@@ -290,6 +291,63 @@ def test_a_writer_upserting_while_postgresql_packs_loses_and_doubles_nothing(
     assert sum(packed) > 0
     pack(url)
     assert histogram_totals(url) == pytest.approx(histogram_totals(reference))
+
+
+def test_packing_never_waits_for_a_row_a_cycle_holds(postgres_server: Any) -> None:
+    """A cycle upserts the first histogram row in key order, packing starts, then the cycle
+    upserts the last row, with the writer's own statement, in one transaction. A DELETE that
+    waited for the first row while holding others (the heap's order) deadlocked with the cycle,
+    and PostgreSQL's detector failed one of them. The first row is moved to the heap's end so
+    that the heap's order and the key's differ."""
+    url = postgres_server.create_database()
+    write_rows(
+        url,
+        rows_of(
+            [("node-a", 300.0, [(("0", ""), PODS[i % 3], 0.4, 0.5, 512.0)]) for i in range(12)]
+        ),
+    )
+    key = ["hour", "namespace", "workload", "metric", "percent"]
+    database = Database(parse_store_url(url))
+    upsert = activity_statement(database, ACTIVITY_HOUR, [*key, "seconds"])
+    errors: list[BaseException] = []
+    packed: list[int] = []
+
+    def packing() -> None:
+        try:
+            packed.append(pack(url, batch_rows=10**6))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    packer = threading.Thread(target=packing)
+    try:
+        with database.transaction() as cursor:
+            cursor.execute(f"SELECT {', '.join(key)} FROM activity_hour ORDER BY {', '.join(key)}")
+            ordered = [dict(zip(key, row, strict=True)) for row in cursor.fetchall()]
+            cursor.execute("SELECT count(*) FROM activity_day")
+            (day_rows,) = cursor.fetchone()
+            cursor.execute(  # a new tuple, after the others in the heap
+                "UPDATE activity_hour SET seconds = seconds"
+                " WHERE (hour, namespace, workload, metric, percent) = (%(hour)s, %(namespace)s,"
+                " %(workload)s, %(metric)s, %(percent)s)",
+                ordered[0],
+            )
+        assert len(ordered) > 2
+        first, last = ordered[0], ordered[-1]
+        expected = histogram_totals(url)
+        for row in (first, last):
+            expected[("activity_hour", *row.values())] += 1.0
+        with database.transaction() as cycle:
+            cycle.execute(upsert, database.bind({**first, "seconds": 1.0}))
+            packer.start()
+            packer.join(timeout=10)  # waiting for the first row, it would not end
+            cycle.execute(upsert, database.bind({**last, "seconds": 1.0}))
+    finally:
+        if packer.ident is not None:
+            packer.join()
+        database.close()
+    assert not errors
+    assert packed == [len(ordered) - 1 + day_rows]  # all but the row the cycle held
+    assert histogram_totals(url) == pytest.approx(expected)
 
 
 def busy_cycle(at: datetime) -> CycleResult:

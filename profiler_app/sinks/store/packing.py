@@ -14,11 +14,12 @@ TOAST threshold (2 kB) and be twice that size as bytea's hex text on the wire.
 
 The writer packs, every ``PACK_EVERY_SECONDS``, the buckets that ended ``PACK_MARGIN_SECONDS``
 ago: in one transaction per batch, ``DELETE ... RETURNING`` the oldest rows, then the packed rows
-are inserted. On PostgreSQL a cycle upserting one of these rows concurrently either updated it
-before (the DELETE waits for it and returns the sum) or waits for the DELETE and inserts a fresh
-row after it: nothing is lost or counted twice. A late write for a packed bucket makes row-form
-rows again, packed by a later call into a second packed row; readers sum them all. One daemon
-packs at a time on PostgreSQL (an advisory lock); SQLite has one writer anyway.
+are inserted. On PostgreSQL a cycle upserting one of these rows concurrently either committed
+it before (the DELETE returns the sum), still holds it (the batch skips it and a later call packs
+it), or waits for the DELETE and inserts a fresh row after it: nothing is lost or counted twice,
+and packing never waits for a cycle, so the two cannot deadlock. A late write for a packed
+bucket makes row-form rows again, packed by a later call into a second packed row; readers sum
+them all. One daemon packs at a time on PostgreSQL (an advisory lock); SQLite has one writer.
 """
 
 from __future__ import annotations
@@ -57,14 +58,18 @@ BATCH_ROWS = 50_000
 MAX_BATCHES = 20  # per call: a million rows at most; a backlog drains over several calls
 PACKING_LOCK_ID = 0x67707570616B  # any fixed number: one daemon packs at a time
 KEY = ("namespace", "workload", "metric", "percent")
-# {table}, {column}: constants; {cutoff}, {rows}: the driver's placeholders. The oldest rows
-# in key order, so that a batch splits at most one workload's bucket in two packed rows.
+# {table}, {column}: constants; {cutoff}, {rows}: the driver's placeholders; {skip}: on
+# PostgreSQL, rows locked by a cycle are left for a later call (FOR UPDATE SKIP LOCKED). A DELETE
+# alone waited for such a row while holding others, in the heap's order, that the cycle would
+# upsert next: a deadlock. Packing now never waits for a row. The oldest rows in key order, so
+# that a batch splits at most one workload's bucket in two packed rows.
 PACK_BATCH = (
     "DELETE FROM {table} WHERE ({column}, namespace, workload, metric, percent) IN"
     " (SELECT {column}, namespace, workload, metric, percent FROM {table}"
-    " WHERE {column} < {cutoff} ORDER BY {column}, namespace, workload LIMIT {rows})"
+    " WHERE {column} < {cutoff} ORDER BY {column}, namespace, workload LIMIT {rows}{skip})"
     " RETURNING {column}, namespace, workload, metric, percent, seconds"
 )
+SKIP_LOCKED = {"postgresql": " FOR UPDATE SKIP LOCKED", "sqlite": ""}  # SQLite: one writer
 PACKED_INSERT = "INSERT INTO {table} ({column}, namespace, workload, histograms) VALUES ({values})"
 _METRIC_INDEX = {metric: index for index, metric in enumerate(METRIC_ORDER)}
 
@@ -177,7 +182,11 @@ class Packing:
         holds the packing lock."""
         param = database.param
         delete = PACK_BATCH.format(
-            table=tier.table, column=tier.column, cutoff=param("cutoff"), rows=param("rows")
+            table=tier.table,
+            column=tier.column,
+            cutoff=param("cutoff"),
+            rows=param("rows"),
+            skip=SKIP_LOCKED[database.backend],
         )
         names = (tier.column, "namespace", "workload", "histograms")
         insert = PACKED_INSERT.format(
