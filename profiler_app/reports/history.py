@@ -9,7 +9,8 @@ the whole hours and days of the range and from raw rows only for the partial hou
 (``sinks/store/history.py``): the cost grows with GPUs x hours, not with rows. Idle GPU-hours
 weight the same time by the row's idle fraction of GPU utilisation, so a bursty GPU that sat
 idle half the time adds half its hours. Waste splits those idle GPU-hours by who could act on
-them (``WASTE_KINDS``). Aggregation runs in the database.
+them (``WASTE_KINDS``). Aggregation runs in the database; the node and GPU views' is in
+``gpus.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Float, case, cast, func, literal, select, union_all
 
+from profiler_app.reports.gpus import (
+    JOB_TYPES,
+    GpuSummary,
+    NodeSummary,
+    gpu_summaries,
+    node_summaries,
+    node_totals,
+)
 from profiler_app.reports.views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
 from profiler_app.sinks.store.history import (
     epoch_microseconds,
@@ -37,9 +46,6 @@ from profiler_app.sinks.store.schema import (
     io_column,
 )
 
-# The classifier's job types (analysis.basis.JobType, a test holds them equal): named here so
-# that report's start does not load the classifier and numpy.
-JOB_TYPES = ("idle", "training", "inference", "bursty")
 # Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the
 # autoscaler); a pod holds memory on it but computes nothing (a notebook, a server with no
 # traffic, a hung job); a pod holds it with nothing on it at all.
@@ -48,28 +54,6 @@ _SECONDS_PER_HOUR = 3600.0
 # Above this many chosen workloads, waste counts every group's GPUs rather than bind as many
 # names (each a parameter of the query) to filter the rows.
 _OWNERS_FILTERED = 1000
-
-
-@dataclass
-class GpuSummary:
-    node: str
-    gpu: str
-    uuid: str
-    hours_by_job_type: dict[str, float]
-    idle_gpu_hours: float
-    util_max_percent: float | None
-    mem_copy_util_max_percent: float | None
-    fb_used_max_mib: float | None
-    mig_instance: str = ""  # GPU_I_ID of a MIG instance, '' for a whole GPU
-
-
-@dataclass
-class NodeSummary:
-    node: str
-    gpus: int
-    hours_by_job_type: dict[str, float] = field(default_factory=dict)
-    idle_gpu_hours: float = 0.0
-    util_max_percent: float | None = None
 
 
 @dataclass
@@ -156,9 +140,11 @@ def build_report(
         report.notes = history.notes
         if workloads:
             report.waste = waste_summaries(connection, history.relation, top, report.notes)
-        else:
+        elif "gpu" in wanted:
             report.gpus = gpu_summaries(connection, history.relation)
             report.nodes = node_summaries(report.gpus)
+        else:
+            report.nodes = node_totals(connection, history.relation)
     if "pod" in wanted:
         report.pods = pod_summaries(connection, since=since, until=until, node=node, top=top)
     if "idle-pods" in wanted:
@@ -175,68 +161,6 @@ def build_report(
     if "trial" in wanted:
         report.trials = trial_rows(connection, since=since, until=until)
     return report
-
-
-def gpu_summaries(connection: Connection, history: Any) -> list[GpuSummary]:
-    """Per GPU of ``history`` (``history.gpu_history``'s relation): hours per job type, idle
-    GPU-hours and peaks."""
-    h = history.c
-    rows = connection.execute(
-        select(
-            h.node,
-            h.gpu,
-            h.gpu_i_id,
-            h.job_type,
-            func.max(h.uuid),
-            func.sum(h.covered_seconds),
-            func.sum(h.idle_gpu_seconds),
-            func.max(h.util_max),
-            func.max(h.mem_copy_util_max),
-            func.max(h.fb_used_max_mib),
-        ).group_by(h.node, h.gpu, h.gpu_i_id, h.job_type)
-    ).all()  # fetched at once: row by row, the driver's fetchone cost 0.15 s at 25,000 rows
-    summaries: dict[tuple[str, str, str], GpuSummary] = {}
-    for node_name, gpu, instance, job_type, uuid, seconds, idle, util, mem_copy, fb in rows:
-        summary = summaries.get((node_name, gpu, instance))
-        if summary is None:
-            summary = summaries[node_name, gpu, instance] = GpuSummary(
-                node=node_name,
-                gpu=gpu,
-                uuid=uuid,
-                mig_instance=instance,
-                hours_by_job_type=dict.fromkeys(JOB_TYPES, 0.0),
-                idle_gpu_hours=0.0,
-                util_max_percent=util,
-                mem_copy_util_max_percent=mem_copy,
-                fb_used_max_mib=fb,
-            )
-        else:
-            summary.uuid = max(summary.uuid, uuid)
-            summary.util_max_percent = _larger(summary.util_max_percent, util)
-            summary.mem_copy_util_max_percent = _larger(summary.mem_copy_util_max_percent, mem_copy)
-            summary.fb_used_max_mib = _larger(summary.fb_used_max_mib, fb)
-        hours = summary.hours_by_job_type
-        hours[job_type] = hours.get(job_type, 0.0) + float(seconds) / _SECONDS_PER_HOUR
-        summary.idle_gpu_hours += float(idle) / _SECONDS_PER_HOUR
-    return sorted(
-        summaries.values(),
-        key=lambda s: (s.node, _gpu_order(s.gpu), s.mig_instance != "", _gpu_order(s.mig_instance)),
-    )
-
-
-def node_summaries(gpus: list[GpuSummary]) -> list[NodeSummary]:
-    nodes: dict[str, NodeSummary] = {}
-    for gpu in gpus:
-        summary = nodes.setdefault(gpu.node, NodeSummary(node=gpu.node, gpus=0))
-        summary.gpus += 1
-        for job_type, hours in gpu.hours_by_job_type.items():
-            summary.hours_by_job_type[job_type] = (
-                summary.hours_by_job_type.get(job_type, 0.0) + hours
-            )
-        summary.idle_gpu_hours += gpu.idle_gpu_hours
-        if gpu.util_max_percent is not None:
-            summary.util_max_percent = max(summary.util_max_percent or 0.0, gpu.util_max_percent)
-    return sorted(nodes.values(), key=lambda s: s.node)
 
 
 def pod_summaries(
@@ -431,14 +355,6 @@ def trial_rows(connection: Connection, *, since: datetime, until: datetime) -> l
         )
     )
     return [dict(row) for row in connection.execute(query).mappings()]
-
-
-def _larger(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
-def _gpu_order(gpu: str) -> tuple[int, str]:
-    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
 # The pod view's disk and network columns (unit last, as the other columns) by store column.

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
-from profiler_app.reports.history import WASTE_KINDS, build_report
+from profiler_app.reports.history import WASTE_KINDS, build_report, report_rows
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_window
@@ -190,6 +190,21 @@ def assert_same(got: dict[str, Any], expected: dict[str, Any], what: str) -> Non
         assert got["waste"][key][1] == pytest.approx(idle_hours, rel=1e-9, abs=1e-9), (what, key)
 
 
+def assert_same_rows(got: list[dict[str, Any]], expected: list[dict[str, Any]], what: str) -> None:
+    """The same rows in the same order; sums to rounding (they may add in another order)."""
+    assert [list(row.items())[:2] for row in got] == [list(row.items())[:2] for row in expected], (
+        what
+    )
+    for row, want in zip(got, expected, strict=True):
+        floats = {key for key, value in want.items() if isinstance(value, float)}
+        assert {key: row[key] for key in row if key not in floats} == {
+            key: want[key] for key in want if key not in floats
+        }, (what, row["node"])
+        assert {key: row[key] for key in floats} == pytest.approx(
+            {key: want[key] for key in floats}, rel=1e-9, abs=1e-9
+        ), (what, row["node"])
+
+
 def assert_top(cut: list[Any], full: list[Any], top: int, what: str) -> None:
     """``cut`` holds, per kind, ``top`` of ``full``'s groups (all if fewer) as ``full`` has them,
     and none it left out idled more (a tie may go either way: the ranking sums in another order).
@@ -232,6 +247,9 @@ def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int
                 what = f"{since.isoformat()} .. {until.isoformat()}"
                 assert_same(summary(raw), expected, f"raw rows, {what}")
                 assert_same(summary(rolled), expected, f"rollups, {what}")
+                # The node view alone sums in SQL what it adds up from the GPUs with the GPU view.
+                alone = build_report(connection, since=since, until=until, views=("node",))
+                assert_same_rows(report_rows(alone, "node"), report_rows(rolled, "node"), what)
                 for top in (1, 2):
                     cut = build_report(
                         connection, since=since, until=until, views=("waste",), top=top
