@@ -306,7 +306,8 @@ def _cli_environment() -> dict[str, str]:
     """The environment of a timed ``gpu-profiler``, with its sources byte-compiled once (into
     their ``__pycache__``, which git ignores) as ``pip install`` compiles the installed package,
     the image's case. Where ``PYTHONDONTWRITEBYTECODE`` is set, as on the machine these figures
-    were first taken on, every run compiled the sources again: 0.1-0.2 s of each figure."""
+    were first taken on, every run compiled the sources again (benchmarks/RESULTS.md,
+    2026-11-30: command ``--help`` 0.15-0.18 s before, 0.13-0.16 s after)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run(
