@@ -142,7 +142,8 @@ def build_report(
             report.waste = waste_summaries(connection, history.relation, top, report.notes)
         elif "gpu" in wanted:
             report.gpus = gpu_summaries(connection, history.relation)
-            report.nodes = node_summaries(report.gpus)
+            if "node" in wanted:
+                report.nodes = node_summaries(report.gpus)
         else:
             report.nodes = node_totals(connection, history.relation)
     if "pod" in wanted:

@@ -24,6 +24,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
+from profiler_app.reports.gpus import JOB_TYPES as KNOWN_JOB_TYPES
+from profiler_app.reports.gpus import OTHER_JOB_TYPE
 from profiler_app.reports.history import WASTE_KINDS, build_report, report_rows
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
@@ -135,7 +137,9 @@ def reference(connection: sa.Connection, since: datetime, until: datetime) -> di
             continue
         seconds = max(overlap, 0) / 1e6
         gpu = (row["node"], row["gpu"])
-        hours[(*gpu, row["job_type"])] += seconds / 3600
+        # The views show a job type the report does not know as other_hours.
+        job_type = row["job_type"] if row["job_type"] in KNOWN_JOB_TYPES else OTHER_JOB_TYPE
+        hours[(*gpu, job_type)] += seconds / 3600
         idle_hours = seconds * (row["util_idle_fraction"] or 0.0) / 3600
         idle[gpu] += idle_hours
         util, peak = row["util_max"], peaks.get(gpu)
