@@ -159,9 +159,5 @@ def _hours(seconds: Sequence[Any]) -> dict[str, float]:
     return hours
 
 
-def _larger(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
 def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
