@@ -244,7 +244,7 @@ def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int
             for start, length in ranges:
                 since = T0 - timedelta(hours=2) + timedelta(microseconds=start)
                 until = since + timedelta(microseconds=length)
-                views = ("gpu", "waste")
+                views = ("node", "gpu", "waste")  # the nodes added up from the GPUs
                 rolled = build_report(connection, since=since, until=until, views=views)
                 raw = build_report(connection, since=since, until=until, views=views, rollups=False)
                 expected = reference(connection, since, until)
