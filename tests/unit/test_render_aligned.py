@@ -47,3 +47,29 @@ def test_the_reports_cells_keep_their_formats_per_column() -> None:
         ["-", "u", "-", "12.00"],
         ["2026-11-30T08:00:00Z", "v", "7", "True"],
     ]
+
+
+def test_unit_columns_format_numbers_once_per_column_and_leave_other_values_alone() -> None:
+    rows = [
+        {
+            "node": "n",
+            "gpu": "0",
+            "idle_hours": 1.005,
+            "fb_used_max_mib": 80.6,
+            "util_max_percent": 7,
+        },
+        {
+            "node": "n",
+            "gpu": "1",
+            "idle_hours": True,
+            "fb_used_max_mib": None,
+            "util_max_percent": 0.5,
+        },
+    ]
+    lines = table(rows, "gpu", wide=True).splitlines()
+    cells = [line.split() for line in lines[1:]]
+    header = lines[0].split()
+    assert header[:2] == ["NODE", "GPU"]
+    assert header[-7:] == ["UTIL", "MAX", "%", "FB", "USED", "MAX", "MiB"]
+    # idle hours: .2f; percent: .2f even for an int; MiB: no decimals; a bool and None as _cell.
+    assert cells == [["n", "0", "1.00", "7.00", "81"], ["n", "1", "True", "0.50", "-"]]
