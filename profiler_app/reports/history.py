@@ -10,7 +10,7 @@ the whole hours and days of the range and from raw rows only for the partial hou
 weight the same time by the row's idle fraction of GPU utilisation, so a bursty GPU that sat
 idle half the time adds half its hours. Waste splits those idle GPU-hours by who could act on
 them (``WASTE_KINDS``). Aggregation runs in the database; the node and GPU views' is in
-``gpus.py``.
+``gpus.py``, the waste view's in ``waste.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Float, case, cast, func, literal, select, union_all
+from sqlalchemy import Connection, Float, case, cast, literal, select
 
 from profiler_app.reports.gpus import (
     JOB_TYPES,
@@ -31,6 +31,7 @@ from profiler_app.reports.gpus import (
     node_totals,
 )
 from profiler_app.reports.views import DEFAULT_IDLE_BELOW_PERCENT, REPORT_VIEWS
+from profiler_app.reports.waste import WasteSummary, waste_summaries
 from profiler_app.sinks.store.history import (
     epoch_microseconds,
     gpu_history,
@@ -46,14 +47,7 @@ from profiler_app.sinks.store.schema import (
     io_column,
 )
 
-# Idle GPU-hours by who can act on them: nobody claimed the GPU (no pod: the scheduler or the
-# autoscaler); a pod holds memory on it but computes nothing (a notebook, a server with no
-# traffic, a hung job); a pod holds it with nothing on it at all.
-WASTE_KINDS = ("idle-no-pod", "memory-held-compute-idle", "allocated-idle")
 _SECONDS_PER_HOUR = 3600.0
-# Above this many chosen workloads, waste counts every group's GPUs rather than bind as many
-# names (each a parameter of the query) to filter the rows.
-_OWNERS_FILTERED = 1000
 
 
 @dataclass
@@ -77,18 +71,6 @@ class PodSummary:
     # not measured; whether the network could be told from the host's (None: not known).
     io: dict[str, float | None] = field(default_factory=dict)
     network_attributable: bool | None = None
-
-
-@dataclass
-class WasteSummary:
-    """Idle GPU-hours of one kind (``WASTE_KINDS``) in one namespace and workload."""
-
-    kind: str
-    namespace: str | None
-    owner_kind: str | None
-    owner_name: str | None
-    gpus: int  # distinct GPUs that contributed
-    idle_gpu_hours: float
 
 
 @dataclass
@@ -139,7 +121,9 @@ def build_report(
         )
         report.notes = history.notes
         if workloads:
-            report.waste = waste_summaries(connection, history.relation, top, report.notes)
+            report.waste = waste_summaries(
+                connection, history.relation, top, report.notes, whole_days=history.whole_days
+            )
         elif "gpu" in wanted:
             report.gpus = gpu_summaries(connection, history.relation)
             if "node" in wanted:
@@ -224,108 +208,6 @@ def pod_summaries(
         )
         for row in connection.execute(query).mappings()
     ]
-
-
-def waste_summaries(
-    connection: Connection, history: Any, top: int | None = None, notes: list[str] | None = None
-) -> list[WasteSummary]:
-    """Idle GPU-hours of ``history`` split by ``WASTE_KINDS``, each by namespace and workload,
-    most first (the ``top`` of each kind); ``gpus`` counts the GPUs that added idle time to the
-    group. ``notes`` gets how many groups ``top`` left out.
-
-    A row's idle time is its covered time times its idle fraction; it is memory held when the
-    window's peak framebuffer reached ``HELD_MEMORY_MIB``, else allocated when a pod held the
-    GPU, else unclaimed.
-
-    With ``top``, the groups are ranked without counting GPUs, and GPUs are counted for the
-    chosen groups only: counting them for every group means forming one group per GPU and
-    workload over the range, which at fleet scale is most of the query.
-    """
-    h = history.c
-    # The kind as its index in WASTE_KINDS: a small integer hashes faster than its name, and
-    # every row of the range is hashed once per GPU below.
-    kind = case((h.memory_held, literal(1)), (h.has_pod, literal(2)), else_=literal(0))
-    keys = (kind.label("kind"), h.namespace, h.owner_kind, h.owner_name)
-    chosen: set[tuple[Any, ...]] | None = None
-    if top:
-        chosen = _largest_waste(connection, history, keys, top, notes)
-        if not chosen:
-            return []
-    # Per GPU first, then per group: counting GPUs as groups, not count(DISTINCT ...), which
-    # sorts every row.
-    per_gpu = select(*keys, func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds")).where(
-        h.idle_gpu_seconds > 0
-    )
-    owners = sorted({key[3] for key in chosen or ()})
-    if chosen is not None and len(owners) <= _OWNERS_FILTERED:
-        # A superset of the chosen groups' rows, filtered inside each part of the relation.
-        per_gpu = per_gpu.where(h.owner_name.in_(owners))
-    g = per_gpu.group_by(*keys, h.node, h.uuid, h.gpu_i_id).subquery("per_gpu").c
-    rows = connection.execute(
-        select(
-            g.kind,
-            g.namespace,
-            g.owner_kind,
-            g.owner_name,
-            func.count(),
-            func.sum(g.idle_gpu_seconds),
-        ).group_by(g.kind, g.namespace, g.owner_kind, g.owner_name)
-    )
-    summaries = [
-        WasteSummary(
-            WASTE_KINDS[kind_index],
-            namespace or None,  # the rollups' '' for "no pod"
-            owner_kind or None,
-            owner_name or None,
-            gpus,
-            float(seconds) / _SECONDS_PER_HOUR,
-        )
-        for kind_index, namespace, owner_kind, owner_name, gpus, seconds in rows
-        if chosen is None or (kind_index, namespace, owner_kind, owner_name) in chosen
-    ]
-    return sorted(summaries, key=lambda w: (WASTE_KINDS.index(w.kind), -w.idle_gpu_hours))
-
-
-def _largest_waste(
-    connection: Connection,
-    history: Any,
-    keys: tuple[Any, ...],
-    top: int,
-    notes: list[str] | None,
-) -> set[tuple[Any, ...]]:
-    """The keys of the ``top`` groups of each kind with the most idle seconds (ties by name)."""
-    h = history.c
-    # Each kind's top N by ORDER BY ... LIMIT over the groups, summed once: numbering every
-    # group per kind with row_number() sorted all of them by kind, idle time and names (1.3 s of
-    # 3.8 s over 204,000 groups). Counting per kind sorts them by kind only.
-    grouped = (
-        select(
-            *keys,
-            func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds"),
-            func.count().over(partition_by=keys[0]).label("groups"),
-        )
-        .where(h.idle_gpu_seconds > 0)
-        .group_by(*keys)
-        .cte("grouped")
-    )
-    g = grouped.c
-    names = (g.kind, g.namespace, g.owner_kind, g.owner_name, g.groups)
-    largest = [
-        select(*names)
-        .where(g.kind == kind)
-        .order_by(g.idle_gpu_seconds.desc(), g.namespace, g.owner_kind, g.owner_name)
-        .limit(top)
-        .subquery(f"kind_{kind}")
-        for kind in range(len(WASTE_KINDS))
-    ]
-    rows = connection.execute(union_all(*(select(*part.c) for part in largest))).all()
-    left_out = {int(row.kind): int(row.groups) - top for row in rows if row.groups > top}
-    if notes is not None and left_out:
-        counts = ", ".join(
-            f"{count} of {WASTE_KINDS[kind]}" for kind, count in sorted(left_out.items())
-        )
-        notes.append(f"waste lists the {top} largest of each kind; --top 0 also lists {counts}")
-    return {tuple(row[:4]) for row in rows}
 
 
 def trace_rows(

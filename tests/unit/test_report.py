@@ -40,7 +40,7 @@ from profiler_app.core.model import (
     PodUsage,
 )
 from profiler_app.profiles.pods import pod_usage
-from profiler_app.reports import history as report_history
+from profiler_app.reports import waste as report_waste
 from profiler_app.reports.history import build_report, report_rows, view_columns
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
@@ -427,7 +427,9 @@ def test_waste_top_lists_the_most_idle_of_each_kind_with_their_gpus(
 ) -> None:
     """Six GPUs held by pods of five workloads idle 10 % to 50 % of an hour (job-4 on two
     GPUs), and one GPU without a pod. --top 2 lists the two most idle workloads with all their
-    GPUs, says how many it left out, and --top 0 lists every one."""
+    GPUs, says how many it left out, and --top 0 lists every one. Over an hour one query ranks
+    the groups and counts their GPUs; over days (whole days read from the daily rollup) the
+    groups are ranked first and GPUs counted for the chosen ones: both list the same."""
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path / 'waste.db'}"
     else:
@@ -447,11 +449,11 @@ def test_waste_top_lists_the_most_idle_of_each_kind_with_their_gpus(
         store.publish(CycleResult("node-t", at, 1800.0, gpus, []))
         at += MINUTE
     store.close()
-    arguments = ["--store-url", url, "--by", "waste", "--since", "1h"]
+    arguments = ["--store-url", url, "--by", "waste"]
     arguments += ["--until", "2026-01-01T01:00:00Z", "--output", "json"]
 
-    def listed(top: str) -> tuple[list[tuple[Any, ...]], str]:
-        status, out, err = run_cli(capsys, *arguments, "--top", top)
+    def listed(top: str, since: str = "1h") -> tuple[list[tuple[Any, ...]], str]:
+        status, out, err = run_cli(capsys, *arguments, "--since", since, "--top", top)
         assert status == 0
         rows = [
             (row["kind"], row["owner_name"], row["gpus"], round(row["idle_gpu_hours"], 3))
@@ -466,9 +468,14 @@ def test_waste_top_lists_the_most_idle_of_each_kind_with_their_gpus(
         ("allocated-idle", "job-3", 1, 0.4),
     ]
     assert "waste lists the 2 largest of each kind; --top 0 also lists 3 of allocated-idle" in err
+    # Three days (more of the first cycle's 30-minute window inside): ranked, then counted.
+    over_days, err_over_days = listed("2", "3d")
+    assert over_days == listed("0", "3d")[0][:3]
+    assert [row[:3] for row in over_days] == [row[:3] for row in rows]
+    assert err_over_days == err
     # Too many listed workloads to filter the rows by name: every group's GPUs are counted.
-    monkeypatch.setattr(report_history, "_OWNERS_FILTERED", 0)
-    assert listed("2")[0] == rows
+    monkeypatch.setattr(report_waste, "_OWNERS_FILTERED", 0)
+    assert listed("2", "3d")[0] == over_days
     rows, err = listed("0")
     assert [row[1] for row in rows] == [None, "job-4", "job-3", "job-2", "job-1", "job-0"]
     assert rows[1] == ("allocated-idle", "job-4", 2, 1.0)

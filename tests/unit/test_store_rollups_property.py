@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from profiler_app.core.model import FB_USED, GPU_UTIL, CycleResult, FieldStats, GpuProfile
 from profiler_app.reports.gpus import JOB_TYPES as KNOWN_JOB_TYPES
 from profiler_app.reports.gpus import OTHER_JOB_TYPE
-from profiler_app.reports.history import WASTE_KINDS, build_report, report_rows
+from profiler_app.reports.history import build_report, report_rows
+from profiler_app.reports.waste import WASTE_KINDS
 from profiler_app.sinks.store import TableStore
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.models import gpu_window

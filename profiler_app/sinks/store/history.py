@@ -128,10 +128,12 @@ def spans(since: datetime, until: datetime, *, horizon: datetime | None = None) 
 
 @dataclass
 class History:
-    """The relation of a range's GPU time (``relation``) and what the report should say."""
+    """The relation of a range's GPU time (``relation``), what the report should say, and
+    whether the relation reads whole days (a daily rollup)."""
 
     relation: Subquery
     notes: list[str] = field(default_factory=list)
+    whole_days: bool = False
 
 
 def gpu_history(
@@ -180,7 +182,8 @@ def gpu_history(
             parts.append(_tier(gpu_hour if part.source == "hour" else day, part, node))
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
         parts.append(_raw(dialect, since, since, node, reach_after=0.0))
-    return History(union_all(*parts).subquery("history"), notes)
+    whole_days = any(part.source == "day" for part in spans(since, until, horizon=horizon))
+    return History(union_all(*parts).subquery("history"), notes, whole_days)
 
 
 def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElement[int]:
