@@ -57,7 +57,7 @@ from profiler_app.sinks.store.models import (
     rightsize_hour,
     store_horizon,
 )
-from profiler_app.sinks.store.rollups import HOUR_SECONDS, bucket_start
+from profiler_app.sinks.store.rollups import DAY_SECONDS, HOUR_SECONDS, bucket_start
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -164,6 +164,8 @@ STREAMED_PACKED = {"yield_per": 1_000}
 # Above this many listed workloads, every workload's rows are read and the others dropped in
 # Python, rather than binding that many names into each query.
 _NAMES_FILTERED = 1000
+# Up to this many buckets (a year of days), listed workloads are looked up bucket by bucket.
+_BUCKETS_LISTED = 400
 
 
 class _Merge:
@@ -181,6 +183,7 @@ class _Merge:
             if only is not None and len(only) <= _NAMES_FILTERED
             else None
         )
+        self.namespaces = sorted({namespace for namespace, _ in only or ()})
         self.found: dict[tuple[str, str], _Usage] = {}
         self.histograms = Histograms()
 
@@ -208,10 +211,20 @@ class _Merge:
         ]
 
     def _where(self, table: Table, column: str, low: datetime, high: datetime) -> list[Any]:
-        where = [table.c[column] >= low, table.c[column] < high]
-        if self.names is not None:
-            where.append(table.c.workload.in_(self.names))
-        return where
+        if self.names is None:
+            return [table.c[column] >= low, table.c[column] < high]
+        where = [table.c.workload.in_(self.names)]
+        step = timedelta(seconds=DAY_SECONDS if column == "day" else HOUR_SECONDS)
+        buckets = [low]  # low is a bucket's start; high may be inside one (an estimate)
+        while buckets[-1] + step < high and len(buckets) <= _BUCKETS_LISTED:
+            buckets.append(buckets[-1] + step)
+        keyed = table.primary_key.columns.keys()[:3] == [column, "namespace", "workload"]
+        if keyed and len(buckets) <= _BUCKETS_LISTED:
+            # Each bucket, namespace and name looked up in the key: a range of buckets reads
+            # every workload's rows in it (0.17 s for 23 hours of 8,500 GPUs' workloads,
+            # against 2 ms for 10 workloads' buckets).
+            return [*where, table.c[column].in_(buckets), table.c.namespace.in_(self.namespaces)]
+        return [*where, table.c[column] >= low, table.c[column] < high]
 
     def rollups(
         self, summary: Table, histogram: Table, packed: Table, part: Span, share: float = 1.0
