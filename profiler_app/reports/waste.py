@@ -84,11 +84,7 @@ def waste_summaries(
         # A superset of the chosen groups' rows, filtered inside each part of the relation.
         owners = names if len(names) <= _OWNERS_FILTERED else None
     rows = connection.execute(_per_group(history, keys, owners)).all()
-    return _summaries(
-        tuple(row)
-        for row in rows
-        if chosen is None or tuple(row[:4]) in chosen
-    )  # fmt: skip
+    return _summaries(tuple(row) for row in rows if chosen is None or tuple(row[:4]) in chosen)
 
 
 def _per_group(history: Any, keys: tuple[Any, ...], owners: list[str] | None = None) -> Select[Any]:

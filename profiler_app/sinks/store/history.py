@@ -157,7 +157,8 @@ def gpu_history(
     ).scalar()
     parts: list[Select[Any]] = []
     notes = []
-    for part in spans(since, until, horizon=horizon):
+    range_spans = spans(since, until, horizon=horizon)
+    for part in range_spans:
         if part.source == "raw":
             before = longest_covers(connection, part.start - _ONE_MICROSECOND, node)
             after = longest_covers(connection, part.end - _ONE_MICROSECOND, node)
@@ -182,7 +183,7 @@ def gpu_history(
             parts.append(_tier(gpu_hour if part.source == "hour" else day, part, node))
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
         parts.append(_raw(dialect, since, since, node, reach_after=0.0))
-    whole_days = any(part.source == "day" for part in spans(since, until, horizon=horizon))
+    whole_days = any(part.source == "day" for part in range_spans)
     return History(union_all(*parts).subquery("history"), notes, whole_days)
 
 
