@@ -81,7 +81,9 @@ def quantiles(histograms: npt.NDArray[np.float64], q: float) -> npt.NDArray[np.f
     kept = np.where(histograms > 0, histograms, 0.0)
     totals = np.fromiter((math.fsum(row) for row in kept), np.float64, len(kept))
     running = np.cumsum(kept, axis=1)
-    reached = running >= (q * totals)[:, None]
+    # Only a bucket holding time can be the answer, as in histogram_quantile: where q times the
+    # total underflows to 0 (a total of a few subnormals), an empty first bucket reaches it.
+    reached = (running >= (q * totals)[:, None]) & (kept > 0)
     first = np.argmax(reached, axis=1)
     # Never reached (rounding): the last bucket holding time, as histogram_quantile falls back.
     last = kept.shape[1] - 1 - np.argmax(kept[:, ::-1] > 0, axis=1)
