@@ -63,7 +63,7 @@ def waste_summaries(
     relation reads no daily rollup) that is cheap, and one query ranks and counts. Over days
     it is most of the cost (936,500 groups in a month of the 8,000-GPU benchmark store), so
     the groups are ranked without counting GPUs, then GPUs are counted for the chosen groups
-    only.
+    only, whose rows the rollups' index on the workload's name finds (revision 0014).
     """
     h = history.c
     # The kind as its index in WASTE_KINDS: a small integer hashes faster than its name, and

@@ -353,3 +353,27 @@ def test_daemons_creating_the_same_partition_together_create_it_once(
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.integration
+def test_a_month_attached_later_has_the_workload_index(postgres_server: PostgresServer) -> None:
+    """Revision 0014's index on the workload's name and bucket is made on the partitioned
+    tables; a month the writer attaches afterwards must get it too (waste's GPU counts)."""
+    url = postgres_server.create_database()
+    TableStore(url).close()
+    database = Database(parse_store_url(url))
+    later = H + timedelta(days=400)
+    try:
+        PartitionKeeper().ensure(database, [("gpu_hour", later), ("gpu_day", later)])
+        for table, bucket in (("gpu_hour", "hour"), ("gpu_day", "day")):
+            partition = SCHEMES[table].partition(later).name
+            definitions = [
+                definition
+                for (definition,) in database.query(
+                    "SELECT indexdef FROM pg_indexes WHERE tablename = %(name)s",
+                    {"name": partition},
+                )
+            ]
+            assert any(f"(owner_name, {bucket})" in d for d in definitions), definitions
+    finally:
+        database.close()

@@ -232,7 +232,7 @@ trial_result = Table(
 )
 
 
-def _rollup(name: str, bucket: str, *columns: Column[Any]) -> Table:
+def _rollup(name: str, bucket: str, *columns: Column[Any] | Index) -> Table:
     """A rollup table (revision 0007): its bucket start first in the key; on PostgreSQL one
     partition per UTC month (partitions.py)."""
     return Table(
@@ -248,7 +248,10 @@ def _gpu_rollup(name: str, bucket: str, *workload: Column[Any]) -> Table:
     """``gpu_hour``, ``gpu_day`` or ``gpu_job_day``: the raw rows' covered time per bucket,
     keyed by GPU, job type and ``workload`` (what the report groups by: whether the memory was
     held, the pod's name or whether there was one, its owner). Text keys are '' when unknown (a
-    key column cannot be NULL)."""
+    key column cannot be NULL). With a workload, an index on its name and the bucket (revision
+    0014): waste counts the GPUs of a few workloads, whose rows the key (bucket, GPU, ...,
+    workload) finds only by reading all of the range's."""
+    workload_index = (Index(None, "owner_name", bucket),) if workload else ()
     return _rollup(
         name,
         bucket,
@@ -268,6 +271,7 @@ def _gpu_rollup(name: str, bucket: str, *workload: Column[Any]) -> Table:
         _optional("period_seconds_max", Float),
         _required("period_covered_seconds", Float),  # covered time of rows with a period
         _required("period_weighted_sum", Float),  # sum of period x covered seconds
+        *workload_index,
     )
 
 
