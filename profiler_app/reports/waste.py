@@ -164,7 +164,7 @@ def _note_left_out(ranked: list[Any], top: int, notes: list[str] | None) -> None
 
 def _summaries(rows: Any) -> list[WasteSummary]:
     """Rows of (kind, namespace, owner kind, owner name, GPUs, idle seconds), most idle first
-    within each kind."""
+    within each kind, ties by name."""
     summaries = [
         WasteSummary(
             WASTE_KINDS[kind_index],
@@ -176,4 +176,14 @@ def _summaries(rows: Any) -> list[WasteSummary]:
         )
         for kind_index, namespace, owner_kind, owner_name, gpus, seconds in rows
     ]
-    return sorted(summaries, key=lambda w: (WASTE_KINDS.index(w.kind), -w.idle_gpu_hours))
+    # Ties by name, as the ranking breaks them: the rows come in whatever order the plan gives.
+    return sorted(
+        summaries,
+        key=lambda w: (
+            WASTE_KINDS.index(w.kind),
+            -w.idle_gpu_hours,
+            w.namespace or "",
+            w.owner_kind or "",
+            w.owner_name or "",
+        ),
+    )

@@ -482,6 +482,21 @@ def test_waste_top_lists_the_most_idle_of_each_kind_with_their_gpus(
     assert "--top 0" not in err
 
 
+def test_waste_lists_equal_idle_hours_by_name_whatever_order_the_database_gives() -> None:
+    """PostgreSQL's grouping returns groups in no set order; ties must not follow it."""
+    rows = [(1, "team", "Job", name, 1, 3600.0) for name in ("job-c", "job-a", "job-b")] + [
+        (1, "team", "Job", "job-z", 2, 7200.0),
+        (0, "", "", "", 8, 3600.0),
+    ]
+
+    listed = report_waste._summaries(rows)
+
+    assert [(w.kind, w.owner_name) for w in listed] == [
+        ("idle-no-pod", None),
+        *(("memory-held-compute-idle", name) for name in ("job-z", "job-a", "job-b", "job-c")),
+    ]
+
+
 def test_a_finished_pod_stays_in_the_pod_report(tmp_path: Path) -> None:
     """A Job's pod used GPU 0 for 20 minutes and finished (phase Succeeded); its series stay in
     the window for another 30 minutes with no pod after them. The daemon's path (pod_usage ->
