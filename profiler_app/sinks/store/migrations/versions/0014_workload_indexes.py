@@ -6,14 +6,14 @@ Create Date: 2026-11-30 15:00:00.000000
 
 ``report --by waste`` over days ranks the workloads, then counts the GPUs of the listed ones
 (about thirty) in ``gpu_hour`` and ``gpu_day``. Their keys start with the bucket and the GPU,
-so that count read every row of the range: 0.45-0.57 s over 30 days of the 8,500-GPU
-benchmark store, against 0.19-0.26 s with these indexes (benchmarks/RESULTS.md).
+so that count read every row of the range: 0.45-0.56 s over 30 days of the 8,500-GPU
+benchmark store, against 0.19-0.28 s with these indexes (benchmarks/RESULTS.md).
 
 Upgrade: ``(owner_name, hour)`` on ``gpu_hour`` and ``(owner_name, day)`` on ``gpu_day``. On
 PostgreSQL the index is made on the partitioned table, so every partition has it and the
 partitions the writer attaches later get it. Building it blocks writes to the table (not
-reads) for as long as it takes: a few seconds per month of a thousand nodes; the writers wait
-and then commit.
+reads) for as long as it takes: 11 s for the benchmark store's 35 days of a thousand nodes;
+the writers wait, then commit.
 
 Downgrade: the indexes are dropped.
 """
