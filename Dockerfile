@@ -32,7 +32,14 @@ LABEL org.opencontainers.image.title="gpu-profiler" \
       org.opencontainers.image.description="Classifies what each GPU of a node does and publishes it" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /opt/gpu-profiler /opt/gpu-profiler
-RUN install -d -o 65532 -g 65532 -m 0750 /var/lib/gpu-profiler
+# The base image ships the standard library without bytecode, and a read-only root keeps Python
+# from caching any: every command would compile the modules it imports each time it starts
+# (0.2-0.5 s; benchmarks/RESULTS.md). Compiled once here, 10 MiB, leaving out what no command
+# imports: the GUI, 2to3, distutils, pydoc's data, pip's bootstrap and the base image's pip.
+RUN install -d -o 65532 -g 65532 -m 0750 /var/lib/gpu-profiler \
+ && python -m compileall -q \
+      -x '/(idlelib|tkinter|turtledemo|lib2to3|ensurepip|distutils|pydoc_data|site-packages)/' \
+      /usr/local/lib/python3.11
 # One OpenBLAS thread: the analysis is vectorised and small, and a BLAS thread pool sized to a
 # 100-core GPU node would only cost memory.
 ENV PATH=/opt/gpu-profiler/bin:$PATH \

@@ -106,6 +106,48 @@ def test_no_build_tools_or_dev_extras(stages: list[Stage]) -> None:
         assert tool not in final_runs
 
 
+def compileall_command(stage: Stage) -> list[str]:
+    """The final stage's ``python -m compileall ...`` words."""
+    for run in stage.all("RUN"):
+        for command in run.split("&&"):
+            words = shlex.split(command)
+            if words[:3] == ["python", "-m", "compileall"]:
+                return words
+    raise AssertionError("the final stage compiles no bytecode")
+
+
+def test_final_stage_compiles_the_standard_library_it_runs(stages: list[Stage]) -> None:
+    """The base image ships the standard library without bytecode and the root filesystem is
+    read-only, so the final stage compiles it; what it leaves out no command imports."""
+    words = compileall_command(stages[-1])
+    version = stages[-1].base.partition("@")[0].removeprefix("python:").split("-")[0]
+    stdlib = f"/usr/local/lib/python{version}"
+    assert words[-1] == stdlib  # the base image's own interpreter, the one the venv runs on
+    left_out = re.compile(words[words.index("-x") + 1])
+    for package in ("idlelib", "tkinter", "lib2to3", "site-packages"):
+        assert left_out.search(f"{stdlib}/{package}/__init__.py"), package
+    # Every module of the profiler, imported as a command or the daemon would (a superset):
+    # the standard library files that loads, as they lie in the image.
+    probe = (
+        "import importlib, pkgutil, sys, sysconfig, profiler_app\n"
+        "for m in pkgutil.walk_packages(profiler_app.__path__, 'profiler_app.'):\n"
+        "    if not m.name.endswith('__main__'):  # that one runs the CLI\n"
+        "        importlib.import_module(m.name)\n"
+        "root = sysconfig.get_paths()['stdlib'] + '/'\n"
+        "for module in list(sys.modules.values()):\n"
+        "    path = getattr(module, '__file__', None) or ''\n"
+        "    if path.startswith(root) and path.endswith('.py'):\n"
+        "        print(path[len(root):])\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(loaded) > 100  # a real probe: the daemon alone loads hundreds
+    assert "asyncio/base_events.py" in loaded
+    compiled = [path for path in loaded if not left_out.search(f"{stdlib}/{path}")]
+    assert compiled == loaded, sorted(set(loaded) - set(compiled))
+
+
 def test_builder_copies_only_what_exists_and_dockerignore_keeps_it(stages: list[Stage]) -> None:
     copied = copied_paths(stages[0])
     assert copied == ["pyproject.toml", "README.md", "constraints/image.txt", "profiler_app"]
