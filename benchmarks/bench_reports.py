@@ -11,7 +11,8 @@ Run by hand from the repository root::
 At fleet scale (PostgreSQL from ``bench_store.py start``): ``fill`` a few template nodes, one
 process per node (``--gpus 8 --first-node N --no-maintenance``), then ``prune`` and ``pack``
 once all are written, then ``replicate URL --templates 2 --nodes 1000`` copies them by SQL to
-nodes 2 to 999 (``store_replica.py``).
+nodes 2 to 999 (``store_replica.py``), then ``blocks`` makes waste's idle blocks of the whole
+fleet's days, as the daemons would.
 
 ``fill`` writes every node's cycles in time order through ``TableStore.publish`` (one
 transaction per cycle with its rollups, raw rows kept 14 days by the writer's retention, as a
@@ -67,6 +68,7 @@ from profiler_app.reports.rightsizing.profiles import H100_SXM5_80GB  # noqa: E4
 from profiler_app.sinks.store import TableStore, dbapi  # noqa: E402
 from profiler_app.sinks.store.dbapi import Database  # noqa: E402
 from profiler_app.sinks.store.engine import sqlalchemy_url  # noqa: E402
+from profiler_app.sinks.store.idle_blocks import IdleBlocks  # noqa: E402
 from profiler_app.sinks.store.packing import Packing  # noqa: E402
 from profiler_app.sinks.store.retention import Retention  # noqa: E402
 from profiler_app.sinks.store.sink import StoreError  # noqa: E402
@@ -259,9 +261,10 @@ def write(store: TableStore, nodes: dict[int, list[Slot]], days: float) -> tuple
 def fill(
     url: str, gpus: int, days: int, raw_days: int, first_node: int = 0, *, maintain: bool = True
 ) -> None:
-    """``gpus // 8`` nodes from ``first_node`` on; then retention and packing at ``END`` unless
-    ``maintain`` is False (parallel fills: run ``prune`` and ``pack`` once all are done, since
-    packing at ``END`` while another fill still writes earlier hours is what no daemon does)."""
+    """``gpus // 8`` nodes from ``first_node`` on; then retention, packing and idle blocks at
+    ``END`` unless ``maintain`` is False (parallel fills: run ``prune``, ``pack`` and ``blocks``
+    once all are done, since packing at ``END`` while another fill still writes earlier hours
+    is what no daemon does)."""
     store = writer(url, raw_days)
     nodes = {
         node: slots_of(node, random.Random(node))
@@ -274,6 +277,7 @@ def fill(
     if maintain:
         prune(url, raw_days)
         pack(url)
+        make_blocks(url)
 
 
 def pack(url: str, now: datetime = END) -> None:
@@ -289,6 +293,18 @@ def pack(url: str, now: datetime = END) -> None:
         pass
     print(f"packed in {time.monotonic() - began:.1f} s")
     print("rows after: ", dict(zip(tables, database.query(count)[0], strict=True)))
+    database.close()
+
+
+def make_blocks(url: str, now: datetime = END) -> None:
+    """The writer's idle blocks (``idle_blocks.py``) of every settled day at ``now``, as the
+    daemons make them every quarter of an hour, all at once."""
+    database = Database(parse_store_url(url))
+    began = time.monotonic()
+    made = IdleBlocks(every=0, limit=100_000).make(database, now)
+    print(f"{made} idle blocks made in {time.monotonic() - began:.1f} s")
+    for days, count in database.query("SELECT days, count(*) FROM idle_block GROUP BY days"):
+        print(f"  {days:>2}-day blocks: {count:,} rows")
     database.close()
 
 
@@ -469,6 +485,9 @@ def main() -> None:
     packing = commands.add_parser("pack", help="the writer's packing of complete buckets")
     packing.add_argument("url")
     packing.add_argument("--now", type=datetime.fromisoformat, default=END)
+    blocking = commands.add_parser("blocks", help="the writer's idle blocks of settled days")
+    blocking.add_argument("url")
+    blocking.add_argument("--now", type=datetime.fromisoformat, default=END)
     checking = commands.add_parser("check")
     checking.add_argument("url")
     checking.add_argument("--sample", type=int, default=20)
@@ -493,6 +512,8 @@ def main() -> None:
         replicate(args.url, args.templates, args.nodes, first)
     elif args.command == "pack":
         pack(args.url, args.now)
+    elif args.command == "blocks":
+        make_blocks(args.url, args.now)
     elif args.command == "prune":
         prune(args.url, args.raw_days)
     elif args.command == "time":

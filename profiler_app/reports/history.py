@@ -122,7 +122,12 @@ def build_report(
         report.notes = history.notes
         if workloads:
             report.waste = waste_summaries(
-                connection, history.relation, top, report.notes, whole_days=history.whole_days
+                connection,
+                history.relation,
+                top,
+                report.notes,
+                whole_days=history.whole_days,
+                ranking=history.idle,
             )
         elif "gpu" in wanted:
             report.gpus = gpu_summaries(connection, history.relation)

@@ -54,6 +54,7 @@ def waste_summaries(
     notes: list[str] | None = None,
     *,
     whole_days: bool = True,
+    ranking: Any = None,
 ) -> list[WasteSummary]:
     """Idle GPU-hours of ``history`` split by ``WASTE_KINDS``, each by namespace and workload,
     most first (the ``top`` of each kind); ``gpus`` counts the GPUs that added idle time to the
@@ -64,12 +65,10 @@ def waste_summaries(
     it is most of the cost (936,500 groups in a month of the 8,000-GPU benchmark store), so
     the groups are ranked without counting GPUs, then GPUs are counted for the chosen groups
     only, whose rows the rollups' index on the workload's name finds (revision 0014).
+    ``ranking``: the relation to rank from, with the workload keys and idle seconds of
+    ``history`` (``History.idle``: whole days from the idle blocks); None: ``history``.
     """
-    h = history.c
-    # The kind as its index in WASTE_KINDS: a small integer hashes faster than its name, and
-    # every row of the range is hashed once per GPU below.
-    kind = case((h.memory_held, literal(1)), (h.has_pod, literal(2)), else_=literal(0))
-    keys = (kind.label("kind"), h.namespace, h.owner_kind, h.owner_name)
+    keys = _keys(history)
     if top and not whole_days:
         ranked = _top_of_each_kind(connection, _per_group(history, keys).cte("grouped"), top)
         _note_left_out(ranked, top, notes)
@@ -77,7 +76,7 @@ def waste_summaries(
     chosen: set[tuple[Any, ...]] | None = None
     owners: list[str] | None = None
     if top:
-        chosen = _largest_waste(connection, history, keys, top, notes)
+        chosen = _largest_waste(connection, ranking if ranking is not None else history, top, notes)
         if not chosen:
             return []
         names = sorted({key[3] for key in chosen})
@@ -85,6 +84,14 @@ def waste_summaries(
         owners = names if len(names) <= _OWNERS_FILTERED else None
     rows = connection.execute(_per_group(history, keys, owners)).all()
     return _summaries(tuple(row) for row in rows if chosen is None or tuple(row[:4]) in chosen)
+
+
+def _keys(history: Any) -> tuple[Any, ...]:
+    """A waste group's keys: the kind as its index in WASTE_KINDS (a small integer hashes
+    faster than its name, and every row of the range is hashed), namespace and workload."""
+    h = history.c
+    kind = case((h.memory_held, literal(1)), (h.has_pod, literal(2)), else_=literal(0))
+    return (kind.label("kind"), h.namespace, h.owner_kind, h.owner_name)
 
 
 def _per_group(history: Any, keys: tuple[Any, ...], owners: list[str] | None = None) -> Select[Any]:
@@ -108,14 +115,11 @@ def _per_group(history: Any, keys: tuple[Any, ...], owners: list[str] | None = N
 
 
 def _largest_waste(
-    connection: Connection,
-    history: Any,
-    keys: tuple[Any, ...],
-    top: int,
-    notes: list[str] | None,
+    connection: Connection, history: Any, top: int, notes: list[str] | None
 ) -> set[tuple[Any, ...]]:
     """The keys of the ``top`` groups of each kind with the most idle seconds (ties by name)."""
     h = history.c
+    keys = _keys(history)
     grouped = (
         select(*keys, func.sum(h.idle_gpu_seconds).label("idle_gpu_seconds"))
         .where(h.idle_gpu_seconds > 0)

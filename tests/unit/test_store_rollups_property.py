@@ -4,7 +4,8 @@ Random cycles (nodes, GPUs, gaps shorter and longer than the window, repeated ti
 pods, workloads, memory held or not, idle fractions, periods) go through the real ``TableStore``
 into a real store; then, for random ranges with microsecond edges, ``build_report`` reading
 rollups for whole days and hours (raw rows only at the edges) must give what it gives from raw
-rows alone, and both what a plain Python sum over the stored rows gives, to rounding. SQLite
+rows alone, and both what a plain Python sum over the stored rows gives, to rounding; and
+waste's ranking must list the same groups once the idle blocks of the days are made. SQLite
 always; PostgreSQL with the ``integration`` marker.
 """
 
@@ -29,7 +30,9 @@ from profiler_app.reports.gpus import OTHER_JOB_TYPE
 from profiler_app.reports.history import build_report, report_rows
 from profiler_app.reports.waste import WASTE_KINDS
 from profiler_app.sinks.store import TableStore
+from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
+from profiler_app.sinks.store.idle_blocks import IdleBlocks
 from profiler_app.sinks.store.models import gpu_window
 from profiler_app.sinks.store.rollups import covers_microseconds, memory_held, microseconds
 from profiler_app.sinks.store.urls import parse_store_url
@@ -260,6 +263,23 @@ def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int
                         connection, since=since, until=until, views=("waste",), top=top
                     )
                     assert_top(cut.waste, rolled.waste, top, f"--top {top}, {what}")
+        # Idle blocks made of every settled day: waste ranks from them, the same groups.
+        database = Database(parse_store_url(url))
+        try:
+            IdleBlocks(every=0.0, limit=10_000).make(database, T0 + timedelta(days=200))
+        finally:
+            database.close()
+        with engine.connect() as connection:
+            for start, length in ranges:
+                since = T0 - timedelta(hours=2) + timedelta(microseconds=start)
+                until = since + timedelta(microseconds=length)
+                what = f"idle blocks, {since.isoformat()} .. {until.isoformat()}"
+                full = build_report(connection, since=since, until=until, views=("waste",))
+                for top in (1, 2):
+                    cut = build_report(
+                        connection, since=since, until=until, views=("waste",), top=top
+                    )
+                    assert_top(cut.waste, full.waste, top, f"--top {top}, {what}")
     finally:
         engine.dispose()
 
@@ -316,6 +336,7 @@ def test_rollups_and_raw_rows_give_the_same_report_on_postgresql(
     try:
         with engine.begin() as connection:
             tables = "gpu_window, gpu_hour, gpu_day, gpu_job_day, pod_hour"
+            tables += ", idle_block, idle_block_made"
             connection.execute(sa.text(f"TRUNCATE {tables}"))
     finally:
         engine.dispose()

@@ -33,6 +33,7 @@ from sqlalchemy import (
     func,
     literal,
     not_,
+    null,
     or_,
     select,
     true,
@@ -41,11 +42,14 @@ from sqlalchemy import (
 from sqlalchemy import case as sql_case
 
 from profiler_app.core.model import HELD_MEMORY_MIB
+from profiler_app.sinks.store.idle_blocks import LEVELS, plan
 from profiler_app.sinks.store.models import (
     gpu_day,
     gpu_hour,
     gpu_job_day,
     gpu_window,
+    idle_block,
+    idle_block_made,
     store_horizon,
 )
 from profiler_app.sinks.store.rollups import (
@@ -129,11 +133,15 @@ def spans(since: datetime, until: datetime, *, horizon: datetime | None = None) 
 @dataclass
 class History:
     """The relation of a range's GPU time (``relation``), what the report should say, and
-    whether the relation reads whole days (a daily rollup)."""
+    whether the relation reads whole days (a daily rollup). ``idle``: the same time where only
+    the workload keys and idle seconds count, its whole days from the idle blocks made
+    (``idle_blocks.py``; the GPU, job type, covered time and peaks NULL there); None where
+    ``relation`` serves as well."""
 
     relation: Subquery
     notes: list[str] = field(default_factory=list)
     whole_days: bool = False
+    idle: Subquery | None = None
 
 
 def gpu_history(
@@ -156,6 +164,7 @@ def gpu_history(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
     parts: list[Select[Any]] = []
+    idle_parts: list[Select[Any]] | None = None
     notes = []
     range_spans = spans(since, until, horizon=horizon)
     for part in range_spans:
@@ -181,10 +190,16 @@ def gpu_history(
         else:
             day = gpu_day if workloads else gpu_job_day
             parts.append(_tier(gpu_hour if part.source == "hour" else day, part, node))
+            if workloads and part.source == "day" and node is None:
+                idle_parts = [*parts[:-1], *_idle_days(connection, part)]
+                continue
+        if idle_parts is not None:
+            idle_parts.append(parts[-1])
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
         parts.append(_raw(dialect, since, since, node, reach_after=0.0))
     whole_days = any(part.source == "day" for part in range_spans)
-    return History(union_all(*parts).subquery("history"), notes, whole_days)
+    idle = union_all(*idle_parts).subquery("history") if idle_parts is not None else None
+    return History(union_all(*parts).subquery("history"), notes, whole_days, idle)
 
 
 def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElement[int]:
@@ -307,6 +322,34 @@ def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
     values = (table.c[column] for column in GPU_COLUMNS[_KEY_COUNT:])
     query = select(*_keys(table), *values).where(bucket >= part.start, bucket < part.end)
     return query.where(table.c.node == node) if node is not None else query
+
+
+def _idle_days(connection: Connection, part: Span) -> list[Select[Any]]:
+    """Whole days as the idle blocks made inside them (those not older than gpu_day's oldest
+    day, which retention may have dropped under them), and gpu_day for the days between."""
+    made: set[tuple[datetime, int]] = set()
+    if part.end - part.start >= timedelta(days=LEVELS[0]):
+        b = idle_block_made.c
+        oldest = select(func.min(gpu_day.c.day)).scalar_subquery()
+        query = select(b.start, b.days).where(
+            b.start >= part.start, b.start < part.end, b.start >= oldest
+        )
+        made = {(start, int(days)) for start, days in connection.execute(query)}
+    parts = []
+    for start, end, days in plan(part.start, part.end, made):
+        if days is None:
+            parts.append(_tier(gpu_day, Span(start, end, "day"), None))
+            continue
+        c = idle_block.c
+        parts.append(
+            select(
+                *(
+                    c[column] if column in c else cast(null(), gpu_day.c[column].type).label(column)
+                    for column in GPU_COLUMNS
+                )
+            ).where(c.start == start, c.days == days)
+        )
+    return parts
 
 
 def _estimate(part: Span, node: str | None) -> Select[Any]:

@@ -386,6 +386,31 @@ def _packed(name: str, bucket: str) -> Table:
 activity_hour_packed = _packed("activity_hour_packed", "hour")
 activity_day_packed = _packed("activity_day_packed", "day")
 
+# Idle time per workload and whether memory was held or a pod was there, summed over a block
+# of whole days aligned on the epoch (revision 0015): ``days`` is a power of two
+# (idle_blocks.LEVELS). Made from gpu_day once the days are settled, by one daemon at a time,
+# so ``report --by waste`` ranks a month's workloads from a few blocks rather than every day.
+idle_block = Table(
+    "idle_block",
+    metadata,
+    _required("start", UtcDateTime(), key=True),
+    _required("days", Integer, key=True),
+    _required("memory_held", Boolean(create_constraint=False), key=True),
+    _required("has_pod", Boolean(create_constraint=False), key=True),
+    _required("namespace", String(253), key=True),
+    _required("owner_kind", String(63), key=True),
+    _required("owner_name", String(253), key=True),
+    _required("idle_gpu_seconds", Float),
+)
+# The blocks made: a block with no row is made and empty (nothing idle), not missing.
+idle_block_made = Table(
+    "idle_block_made",
+    metadata,
+    _required("start", UtcDateTime(), key=True),
+    _required("days", Integer, key=True),
+    _required("made_at", UtcDateTime()),
+)
+
 # Where retention removed raw rows: gpu_window holds every row of the time after
 # ``removed_before``, so the report reads a partial hour before it from its rollup instead.
 store_horizon = Table(

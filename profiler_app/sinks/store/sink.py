@@ -22,6 +22,7 @@ from profiler_app.core.model import (
 from profiler_app.sinks import field_stat
 from profiler_app.sinks.store.activity import ACTIVITY_TIERS, activity_rows, activity_statement
 from profiler_app.sinks.store.dbapi import Database, UnknownSchemaError, describe_driver_error
+from profiler_app.sinks.store.idle_blocks import IdleBlocks, forget, late_days
 from profiler_app.sinks.store.migrate import MigrationFailedError, migrate_here, migrate_in_child
 from profiler_app.sinks.store.packing import Packing
 from profiler_app.sinks.store.partitions import SCHEMES, PartitionKeeper
@@ -95,6 +96,7 @@ class TableStore:
         )
         self._packing = Packing()  # the histograms of complete buckets (packing.py)
         self._settling = Settling()  # gpu_job_day's complete days from gpu_day (settling.py)
+        self._idle_blocks = IdleBlocks()  # waste's blocks of settled days (idle_blocks.py)
         self._store_interval = store_interval_seconds
         self._partitions = PartitionKeeper() if parsed.backend == "postgresql" else None
         # Per node: this process's last committed cycle, and the latest one not written yet.
@@ -105,6 +107,7 @@ class TableStore:
         self._unwritten: dict[str, CycleResult] = {}
         self._statements: dict[tuple[Any, ...], str] = {}
         self._migrated = False
+        self._newest_at: datetime | None = None  # the newest cycle published: "now"
         try:
             self._migrate()
         except StoreError as error:
@@ -114,6 +117,7 @@ class TableStore:
             log.warning("%s; will retry on the next cycle", error)
 
     def publish(self, result: CycleResult) -> None:
+        self._newest_at = max(result.at, self._newest_at or result.at)
         failed = self._unwritten.get(result.node)
         if failed is not None:  # if it fails again, this cycle waits too: a later row covers it
             self._write(failed, retry=True)
@@ -168,6 +172,7 @@ class TableStore:
                 self._insert_gpu_windows(cursor, rows)
                 self._upsert_rollups(cursor, rows, result.pods)
                 self._upsert_pods(cursor, result.pods, result.at)
+                self._forget_late_blocks(cursor, rows, result.at)
         except database.errors as error:
             if self._partitions is not None:
                 self._partitions.forget()
@@ -180,6 +185,8 @@ class TableStore:
             self._maintain("packing", self._packing.pack, result.at)
         if self._settling.due():
             self._maintain("settling", self._settling.settle, result.at)
+        if self._idle_blocks.due():
+            self._maintain("idle blocks", self._idle_blocks.make, result.at)
 
     def _maintain(
         self, what: str, step: Callable[[Database, datetime], int], now: datetime
@@ -254,6 +261,18 @@ class TableStore:
         if statement is None:
             statement = self._statements[key] = build(self._database, table, key[2])
         return statement
+
+    def _forget_late_blocks(self, cursor: Any, rows: list[dict[str, Any]], at: datetime) -> None:
+        """Drops the idle blocks holding days this cycle's rows reach back into (a long window,
+        or a cycle written late): the blocks are made again from gpu_day (idle_blocks.py)."""
+        if not rows:
+            return
+        earliest = at - timedelta(seconds=max(row["covers_seconds"] for row in rows))
+        late = late_days(earliest, at, max(at, self._newest_at or at))
+        if late is not None:
+            dropped = forget(self._database, cursor, *late)
+            if dropped:
+                log.info("store: a late cycle dropped %d idle block(s) to be made again", dropped)
 
     def _insert_gpu_windows(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
         if rows:
