@@ -31,9 +31,11 @@ from profiler_app.sinks.store.idle_blocks import (
     late_days,
     plan,
 )
-from profiler_app.sinks.store.models import gpu_day, idle_block, idle_block_made
+from profiler_app.sinks.store.models import gpu_day, gpu_window, idle_block, idle_block_made
 from profiler_app.sinks.store.rollups import EPOCH
+from profiler_app.sinks.store.sink import StoreError
 from profiler_app.sinks.store.urls import parse_store_url
+from tests.support.migrations import migrate
 from tests.unit.test_store_rollups import cycle, gpu, report, rows
 
 if TYPE_CHECKING:
@@ -141,14 +143,15 @@ def test_the_blocks_over_days_are_every_level_holding_them() -> None:
 # -- made, read and dropped in a store ----------------------------------------------------------
 
 
-def write_days(store: TableStore, days: int, step: float = 3600.0) -> None:
-    """Hourly cycles of three GPUs from H for ``days`` days: GPU 0's workload (allocated, its
-    memory not held) changes every five hours and idles a varying share, GPU 1 holds memory
-    idle, GPU 2 has no pod."""
-    seconds = 3600.0
+def write_days(store: TableStore, days: int, step: float = 3600.0, *, first: int = 0) -> None:
+    """Hourly cycles of three GPUs from H + ``first`` days to H + ``days`` days: GPU 0's
+    workload (allocated, its memory not held) changes every five hours and idles a varying
+    share (the hour's part keeps any two workloads' sums apart: no ties to break), GPU 1 holds
+    memory idle, GPU 2 has no pod."""
+    seconds = first * 86400 + 3600.0
     while seconds <= days * 86400:
         hour = int(seconds // 3600)
-        busy = gpu("0", util=float(hour % 97), idle=(hour % 7) / 7, fb=100.0)
+        busy = gpu("0", util=float(hour % 97), idle=(hour % 7) / 7 + hour / 1e5, fb=100.0)
         busy = dataclasses.replace(busy, owner_name=f"job-{hour // 5}")
         held = gpu("1", "idle", util=0.0, idle=1.0, fb=30_000.0)
         store.publish(cycle(seconds, [busy, held, gpu("2", "idle", idle=1.0, pod=None)]))
@@ -163,8 +166,8 @@ def make(url: str, now: datetime, **options: Any) -> int:
         database.close()
 
 
-def waste(url: str, since: datetime, until: datetime, top: int = 2) -> list[Any]:
-    return report(url, since, until, views=("waste",), top=top).waste
+def waste(url: str, since: datetime, until: datetime, top: int = 2, **options: Any) -> list[Any]:
+    return report(url, since, until, views=("waste",), top=top, **options).waste
 
 
 def block_sums(url: str) -> dict[tuple[Any, ...], float]:
@@ -235,16 +238,67 @@ def test_blocks_hold_gpu_days_idle_time_and_the_ranking_reads_them(store_url: st
     assert left_out in {w.owner_name for w in waste(store_url, since, until)}
 
 
+def ranked(url: str, since: datetime, until: datetime, **options: Any) -> list[tuple[Any, ...]]:
+    """waste --top 2's rows: kind, workload, GPUs and idle hours."""
+    return [
+        (w.kind, w.namespace, w.owner_kind, w.owner_name, w.gpus, w.idle_gpu_hours)
+        for w in waste(url, since, until, **options)
+    ]
+
+
+def assert_ranked_equal(got: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]) -> None:
+    assert [row[:5] for row in got] == [row[:5] for row in expected]
+    assert [row[5] for row in got] == pytest.approx([row[5] for row in expected], rel=1e-9)
+
+
+def test_waste_holds_on_old_and_new_rows_across_0015_down_and_up(store_url: str) -> None:
+    """Twelve days written and their blocks made: waste --top 2 equals the raw rows' ranking.
+    Down to 0014 (the blocks go, the rows stay) and up again: the same, from gpu_day; the same
+    with the old rows' blocks made again; and over twenty days once the current writer has
+    added eight more and their blocks are made."""
+    engine = create_store_engine(parse_store_url(store_url), create_file=True)
+    try:
+        store = TableStore(store_url)
+        write_days(store, 12)
+        store.close()
+        since, until = H + timedelta(minutes=17), H + DAY * 12
+        reference = ranked(store_url, since, until, rollups=False)
+        assert make(store_url, H + DAY * 14) > 0
+        assert_ranked_equal(ranked(store_url, since, until), reference)
+
+        migrate(engine, "0014_workload_indexes", down=True)
+        assert not {"idle_block", "idle_block_made"} & set(sa.inspect(engine).get_table_names())
+        migrate(engine, "head")
+        assert rows(store_url, idle_block_made) == []
+        assert_ranked_equal(ranked(store_url, since, until), reference)
+        assert make(store_url, H + DAY * 14) > 0
+        assert_ranked_equal(ranked(store_url, since, until), reference)
+
+        store = TableStore(store_url)
+        write_days(store, 20, first=12)
+        store.close()
+        assert make(store_url, H + DAY * 22) > 0
+        until = H + DAY * 20
+        assert_ranked_equal(
+            ranked(store_url, since, until), ranked(store_url, since, until, rollups=False)
+        )
+    finally:
+        engine.dispose()
+
+
 def test_a_range_with_a_node_ranks_from_gpu_day(store_url: str) -> None:
-    """Blocks hold no node: the report of one node reads its days from gpu_day."""
+    """Blocks hold no node: the report of one node reads its days from gpu_day. Before any
+    block is made there is no second relation."""
     store = TableStore(store_url)
     write_days(store, 10)
     store.close()
-    make(store_url, H + DAY * 12)
     engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    since, until = H, H + DAY * 10
     try:
+        with engine.connect() as connection:  # no block made yet: the relation serves
+            assert gpu_history(connection, since=since, until=until).idle is None
+        make(store_url, H + DAY * 12)
         with engine.connect() as connection:
-            since, until = H, H + DAY * 10
             assert gpu_history(connection, since=since, until=until).idle is not None
             one = gpu_history(connection, since=since, until=until, node="node-a")
             assert one.idle is None
@@ -279,24 +333,37 @@ def test_blocks_under_days_retention_dropped_go_and_are_not_read(store_url: str)
 def test_a_late_cycle_drops_the_blocks_of_its_days_and_they_are_made_again(
     store_url: str,
 ) -> None:
-    """A cycle of node-b on 10 June written after 19 June's (a store down for days, then the
-    held-back cycle written): the blocks holding day 9 go in its transaction, the others stay;
+    """node-b's cycle of 10 June fails to commit (the store is down), and is written with its
+    next cycle, on 20 June: the blocks holding 10 June go in that transaction, the others stay;
     made again, every block equals gpu_day's rows summed, and the ranking lists the same
     groups as from gpu_day alone."""
     store = TableStore(store_url)
     write_days(store, 20)
+    store.close()
     made = make(store_url, H + DAY * 20)
     before = {(row["start"], row["days"]) for row in rows(store_url, idle_block_made)}
     assert made == len(before) > 0
-    late_at = H + DAY * 9 + timedelta(hours=12)
     late = dataclasses.replace(
         gpu("0", "idle", idle=1.0, fb=100.0),
         hostname="node-b",
         uuid="GPU-b0",
         owner_name="late-job",
     )
-    store.publish(dataclasses.replace(cycle(0, [late]), node="node-b", at=late_at))
-    store.close()
+    node_b = TableStore(store_url)
+
+    def store_down(*_: Any) -> None:
+        raise node_b._database.errors[0]("the store is down")
+
+    held_back = dataclasses.replace(
+        cycle(0, [late]), node="node-b", at=H + DAY * 9 + timedelta(hours=12)
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(node_b, "_upsert_pods", store_down)
+        with pytest.raises(StoreError):
+            node_b.publish(held_back)
+    assert [row for row in rows(store_url, gpu_window) if row["node"] == "node-b"] == []
+    node_b.publish(dataclasses.replace(held_back, at=H + DAY * 19 + timedelta(hours=12)))
+    node_b.close()
     kept = {(row["start"], row["days"]) for row in rows(store_url, idle_block_made)}
     june_10 = datetime(2026, 6, 10, tzinfo=UTC)  # the cycle's 30 minutes: in 10 June only
     holding = set(blocks_over(june_10, june_10 + DAY))
@@ -358,15 +425,16 @@ def test_one_daemon_makes_blocks_at_a_time(postgres_server: PostgresServer) -> N
 
 @pytest.mark.integration
 def test_a_late_cycle_waits_for_blocks_being_made(postgres_server: PostgresServer) -> None:
-    """While another daemon holds the blocks' advisory lock (making blocks), a late cycle's
-    transaction waits for it before dropping blocks, then commits."""
+    """While another daemon holds the blocks' advisory lock (making blocks), a cycle reaching
+    back three days waits for it before dropping blocks, then commits."""
     url = postgres_server.create_database()
     store = TableStore(url)
     write_days(store, 8)
     make(url, H + DAY * 8)
     other = Database(parse_store_url(url))
-    late = cycle(0, [gpu("0", "idle", fb=100.0)])
-    late = dataclasses.replace(late, at=H + DAY * 3)
+    # A new GPU's first row covers the whole window: three days, back into made blocks.
+    late = cycle(8 * 86400, [gpu("7", "idle", fb=100.0)])
+    late = dataclasses.replace(late, window_seconds=3 * 86400.0)
     done = threading.Event()
     writer = threading.Thread(target=lambda: (store.publish(late), done.set()))
     try:

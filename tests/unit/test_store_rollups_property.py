@@ -235,6 +235,15 @@ def assert_top(cut: list[Any], full: list[Any], top: int, what: str) -> None:
     assert {w.kind for w in cut} == {w.kind for w in full}, what
 
 
+def assert_tops(
+    connection: sa.Connection, since: datetime, until: datetime, full: list[Any], what: str
+) -> None:
+    """``--top 1`` and ``--top 2`` list groups of ``full`` as ``assert_top`` wants them."""
+    for top in (1, 2):
+        cut = build_report(connection, since=since, until=until, views=("waste",), top=top)
+        assert_top(cut.waste, full, top, f"--top {top}, {what}")
+
+
 def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int, int]]) -> None:
     store = TableStore(url)
     try:
@@ -258,11 +267,7 @@ def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int
                 # The node view alone sums in SQL what it adds up from the GPUs with the GPU view.
                 alone = build_report(connection, since=since, until=until, views=("node",))
                 assert_same_rows(report_rows(alone, "node"), report_rows(rolled, "node"), what)
-                for top in (1, 2):
-                    cut = build_report(
-                        connection, since=since, until=until, views=("waste",), top=top
-                    )
-                    assert_top(cut.waste, rolled.waste, top, f"--top {top}, {what}")
+                assert_tops(connection, since, until, rolled.waste, what)
         # Idle blocks made of every settled day: waste ranks from them, the same groups.
         database = Database(parse_store_url(url))
         try:
@@ -273,13 +278,9 @@ def check_store(url: str, plan: list[Any], window: float, ranges: list[tuple[int
             for start, length in ranges:
                 since = T0 - timedelta(hours=2) + timedelta(microseconds=start)
                 until = since + timedelta(microseconds=length)
-                what = f"idle blocks, {since.isoformat()} .. {until.isoformat()}"
                 full = build_report(connection, since=since, until=until, views=("waste",))
-                for top in (1, 2):
-                    cut = build_report(
-                        connection, since=since, until=until, views=("waste",), top=top
-                    )
-                    assert_top(cut.waste, full.waste, top, f"--top {top}, {what}")
+                what = f"idle blocks, {since.isoformat()} .. {until.isoformat()}"
+                assert_tops(connection, since, until, full.waste, what)
     finally:
         engine.dispose()
 

@@ -190,8 +190,11 @@ def gpu_history(
         else:
             day = gpu_day if workloads else gpu_job_day
             parts.append(_tier(gpu_hour if part.source == "hour" else day, part, node))
-            if workloads and part.source == "day" and node is None:
-                idle_parts = [*parts[:-1], *_idle_days(connection, part)]
+            # Blocks hold no node: the ranking of one node reads its days from gpu_day.
+            ranked = workloads and part.source == "day" and node is None
+            blocks = _idle_days(connection, part) if ranked else None
+            if blocks is not None:
+                idle_parts = [*parts[:-1], *blocks]
                 continue
         if idle_parts is not None:
             idle_parts.append(parts[-1])
@@ -324,19 +327,23 @@ def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
     return query.where(table.c.node == node) if node is not None else query
 
 
-def _idle_days(connection: Connection, part: Span) -> list[Select[Any]]:
+def _idle_days(connection: Connection, part: Span) -> list[Select[Any]] | None:
     """Whole days as the idle blocks made inside them (those not older than gpu_day's oldest
-    day, which retention may have dropped under them), and gpu_day for the days between."""
-    made: set[tuple[datetime, int]] = set()
-    if part.end - part.start >= timedelta(days=LEVELS[0]):
-        b = idle_block_made.c
-        oldest = select(func.min(gpu_day.c.day)).scalar_subquery()
-        query = select(b.start, b.days).where(
-            b.start >= part.start, b.start < part.end, b.start >= oldest
-        )
-        made = {(start, int(days)) for start, days in connection.execute(query)}
+    day, which retention may have dropped under them), and gpu_day for the days between; None
+    where no block is made inside them."""
+    if part.end - part.start < timedelta(days=LEVELS[0]):
+        return None
+    b = idle_block_made.c
+    oldest = select(func.min(gpu_day.c.day)).scalar_subquery()
+    query = select(b.start, b.days).where(
+        b.start >= part.start, b.start < part.end, b.start >= oldest
+    )
+    made = {(start, int(days)) for start, days in connection.execute(query)}
+    taken = plan(part.start, part.end, made)
+    if all(days is None for _, _, days in taken):
+        return None
     parts = []
-    for start, end, days in plan(part.start, part.end, made):
+    for start, end, days in taken:
         if days is None:
             parts.append(_tier(gpu_day, Span(start, end, "day"), None))
             continue

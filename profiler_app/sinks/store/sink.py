@@ -107,7 +107,6 @@ class TableStore:
         self._unwritten: dict[str, CycleResult] = {}
         self._statements: dict[tuple[Any, ...], str] = {}
         self._migrated = False
-        self._newest_at: datetime | None = None  # the newest cycle published: "now"
         try:
             self._migrate()
         except StoreError as error:
@@ -117,10 +116,9 @@ class TableStore:
             log.warning("%s; will retry on the next cycle", error)
 
     def publish(self, result: CycleResult) -> None:
-        self._newest_at = max(result.at, self._newest_at or result.at)
         failed = self._unwritten.get(result.node)
         if failed is not None:  # if it fails again, this cycle waits too: a later row covers it
-            self._write(failed, retry=True)
+            self._write(failed, retry=True, now=result.at)
             self._unwritten.pop(result.node, None)
         if not self._due(result):
             self._pending[result.node] = result
@@ -138,7 +136,7 @@ class TableStore:
         self._pending, self._unwritten = {}, {}
         try:
             for result in pending:
-                self._write(result)
+                self._write(result, now=max(cycle.at for cycle in pending))
         except (StoreError, UserError) as error:
             log.warning("the last cycle was not written: %s", error)
         finally:
@@ -153,7 +151,10 @@ class TableStore:
         slot = self._store_interval
         return math.floor(result.at.timestamp() / slot) != math.floor(written.timestamp() / slot)
 
-    def _write(self, result: CycleResult, *, retry: bool = False) -> None:
+    def _write(
+        self, result: CycleResult, *, retry: bool = False, now: datetime | None = None
+    ) -> None:
+        """Writes ``result``; ``now``: the newest cycle's time (a retried one is older)."""
         if not self._migrated:
             self._migrate()
         database = self._database
@@ -172,7 +173,7 @@ class TableStore:
                 self._insert_gpu_windows(cursor, rows)
                 self._upsert_rollups(cursor, rows, result.pods)
                 self._upsert_pods(cursor, result.pods, result.at)
-                self._forget_late_blocks(cursor, rows, result.at)
+                self._forget_late_blocks(cursor, rows, result.at, now or result.at)
         except database.errors as error:
             if self._partitions is not None:
                 self._partitions.forget()
@@ -262,13 +263,16 @@ class TableStore:
             statement = self._statements[key] = build(self._database, table, key[2])
         return statement
 
-    def _forget_late_blocks(self, cursor: Any, rows: list[dict[str, Any]], at: datetime) -> None:
+    def _forget_late_blocks(
+        self, cursor: Any, rows: list[dict[str, Any]], at: datetime, now: datetime
+    ) -> None:
         """Drops the idle blocks holding days this cycle's rows reach back into (a long window,
-        or a cycle written late): the blocks are made again from gpu_day (idle_blocks.py)."""
+        or a cycle retried after an outage): the blocks are made again from gpu_day
+        (idle_blocks.py)."""
         if not rows:
             return
         earliest = at - timedelta(seconds=max(row["covers_seconds"] for row in rows))
-        late = late_days(earliest, at, max(at, self._newest_at or at))
+        late = late_days(earliest, at, max(at, now))
         if late is not None:
             dropped = forget(self._database, cursor, *late)
             if dropped:
