@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from profiler_app.cli import main
 from profiler_app.core.model import (
@@ -480,6 +481,44 @@ def test_waste_top_lists_the_most_idle_of_each_kind_with_their_gpus(
     assert [row[1] for row in rows] == [None, "job-4", "job-3", "job-2", "job-1", "job-0"]
     assert rows[1] == ("allocated-idle", "job-4", 2, 1.0)
     assert "--top 0" not in err
+
+
+@pytest.mark.integration
+def test_waste_over_hours_plans_its_ranking_without_sorts_and_puts_the_setting_back(
+    postgres_server: Any,
+) -> None:
+    """PostgreSQL sorted the per-GPU groups of a day's hours where hashing is faster
+    (``_grouping_by_hashing``): the ranking statement alone runs with sorts off, and the
+    transaction has them on again afterwards, for the report's other statements."""
+    url = str(postgres_server.create_database())
+    waste_history(url)
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    statements: list[str] = []
+    event.listen(
+        engine, "before_cursor_execute", lambda *args: statements.append(" ".join(args[2].split()))
+    )
+    try:
+        with engine.connect() as connection:
+            report = build_report(
+                connection,
+                since=T0,
+                until=T0 + timedelta(hours=1),
+                views=("waste",),
+                top=10,
+            )
+            sorting = connection.exec_driver_sql("SHOW enable_sort").scalar()
+    finally:
+        engine.dispose()
+    assert [(w.kind, w.owner_name, w.gpus) for w in report.waste] == [
+        ("idle-no-pod", None, 1),
+        ("memory-held-compute-idle", "notebook", 1),
+        ("allocated-idle", "llama", 1),
+    ]
+    assert sorting == "on"
+    off = statements.index("SET LOCAL enable_sort = off")
+    assert statements[off + 1].startswith("WITH grouped AS")
+    assert statements[off + 2] == "SET LOCAL enable_sort TO DEFAULT"
+    assert statements.count("SET LOCAL enable_sort = off") == 1
 
 
 def test_waste_lists_equal_idle_hours_by_name_whatever_order_the_database_gives() -> None:
