@@ -303,8 +303,11 @@ def make_blocks(url: str, now: datetime = END) -> None:
     began = time.monotonic()
     made = IdleBlocks(every=0, limit=100_000).make(database, now)
     print(f"{made} idle blocks made in {time.monotonic() - began:.1f} s")
-    for days, count in database.query("SELECT days, count(*) FROM idle_block GROUP BY days"):
-        print(f"  {days:>2}-day blocks: {count:,} rows")
+    for table in ("idle_block", "idle_block_gpu"):
+        for days, count in database.query(
+            f"SELECT days, count(*) FROM {table} GROUP BY days ORDER BY days"
+        ):
+            print(f"  {table} {days:>2}-day blocks: {count:,} rows")
     database.close()
 
 

@@ -128,6 +128,7 @@ def build_report(
                 report.notes,
                 whole_days=history.whole_days,
                 ranking=history.idle,
+                unowned=history.unowned,
             )
         elif "gpu" in wanted:
             report.gpus = gpu_summaries(connection, history.relation)

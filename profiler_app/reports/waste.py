@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import (
     CTE,
     BigInteger,
+    CompoundSelect,
     Connection,
     Select,
     case,
@@ -57,6 +58,7 @@ def waste_summaries(
     *,
     whole_days: bool = True,
     ranking: Any = None,
+    unowned: Any = None,
 ) -> list[WasteSummary]:
     """Idle GPU-hours of ``history`` split by ``WASTE_KINDS``, each by namespace and workload,
     most first (the ``top`` of each kind); ``gpus`` counts the GPUs that added idle time to the
@@ -69,6 +71,8 @@ def waste_summaries(
     only, whose rows the rollups' index on the workload's name finds (revision 0014).
     ``ranking``: the relation to rank from, with the workload keys and idle seconds of
     ``history`` (``History.idle``: whole days from the idle blocks); None: ``history``.
+    ``unowned``: where to count the GPUs of the chosen workloads without an owner name
+    (``History.unowned``: whole days from the idle blocks' GPUs); None: ``history``.
     """
     keys = _keys(history)
     if top and not whole_days:
@@ -85,7 +89,7 @@ def waste_summaries(
         names = sorted({key[3] for key in chosen})
         # A superset of the chosen groups' rows, filtered inside each part of the relation.
         owners = names if len(names) <= _OWNERS_FILTERED else None
-    rows = connection.execute(_per_group(history, keys, owners)).all()
+    rows = connection.execute(_counted(history, keys, owners, unowned)).all()
     return _summaries(tuple(row) for row in rows if chosen is None or tuple(row[:4]) in chosen)
 
 
@@ -115,6 +119,19 @@ def _per_group(history: Any, keys: tuple[Any, ...], owners: list[str] | None = N
         func.count().label("gpus"),
         func.sum(g.idle_gpu_seconds).label("idle_gpu_seconds"),
     ).group_by(g.kind, g.namespace, g.owner_kind, g.owner_name)
+
+
+def _counted(
+    history: Any, keys: tuple[Any, ...], owners: list[str] | None, unowned: Any
+) -> Select[Any] | CompoundSelect[Any]:
+    """``_per_group`` of the ``owners`` named, those without a name ('') from ``unowned``
+    where given. The index on the owner's name finds every row of those in ``history``'s days:
+    all the GPUs without a pod, 199,000 rows of a month in the 8,500-GPU benchmark store."""
+    if owners is None or unowned is None or "" not in owners:
+        return _per_group(history, keys, owners)
+    named = [name for name in owners if name]
+    nameless = _per_group(unowned, _keys(unowned), [""])
+    return union_all(_per_group(history, keys, named), nameless) if named else nameless
 
 
 @contextmanager

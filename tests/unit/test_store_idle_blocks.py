@@ -21,6 +21,7 @@ from profiler_app.sinks.store.dbapi import Database
 from profiler_app.sinks.store.engine import create_store_engine
 from profiler_app.sinks.store.history import gpu_history
 from profiler_app.sinks.store.idle_blocks import (
+    GPU_KEY,
     IDLE_BLOCK_LOCK_ID,
     KEY,
     LEVELS,
@@ -31,7 +32,13 @@ from profiler_app.sinks.store.idle_blocks import (
     late_days,
     plan,
 )
-from profiler_app.sinks.store.models import gpu_day, gpu_window, idle_block, idle_block_made
+from profiler_app.sinks.store.models import (
+    gpu_day,
+    gpu_window,
+    idle_block,
+    idle_block_gpu,
+    idle_block_made,
+)
 from profiler_app.sinks.store.rollups import EPOCH
 from profiler_app.sinks.store.sink import StoreError
 from profiler_app.sinks.store.urls import parse_store_url
@@ -177,14 +184,26 @@ def block_sums(url: str) -> dict[tuple[Any, ...], float]:
     }
 
 
-def day_sums(url: str, made: set[tuple[datetime, int]]) -> dict[tuple[Any, ...], float]:
-    """Each made block's idle seconds per key, summed in Python from gpu_day."""
+def day_sums(
+    url: str, made: set[tuple[datetime, int]], key: tuple[str, ...] = KEY
+) -> dict[tuple[Any, ...], float]:
+    """Each made block's idle seconds per ``key``, summed in Python from gpu_day: for
+    ``GPU_KEY`` (idle_block_gpu), of the rows without an owner name only."""
     sums: dict[tuple[Any, ...], float] = defaultdict(float)
     for row in rows(url, gpu_day):
+        if key == GPU_KEY and row["owner_name"] != "":
+            continue
         for start, days in made:
             if start <= row["day"] < start + DAY * days and row["idle_gpu_seconds"] > 0:
-                sums[(start, days, *(row[key] for key in KEY))] += row["idle_gpu_seconds"]
+                sums[(start, days, *(row[column] for column in key))] += row["idle_gpu_seconds"]
     return dict(sums)
+
+
+def gpu_block_sums(url: str) -> dict[tuple[Any, ...], float]:
+    return {
+        (row["start"], row["days"], *(row[key] for key in GPU_KEY)): row["idle_gpu_seconds"]
+        for row in rows(url, idle_block_gpu)
+    }
 
 
 def test_blocks_hold_gpu_days_idle_time_and_the_ranking_reads_them(store_url: str) -> None:
@@ -205,6 +224,10 @@ def test_blocks_hold_gpu_days_idle_time_and_the_ranking_reads_them(store_url: st
     expected = day_sums(store_url, stored)
     assert sums.keys() == expected.keys()
     assert sums == pytest.approx(expected, rel=1e-12)
+    gpus = gpu_block_sums(store_url)
+    assert {key[2:] for key in gpus} == {(True, False, "", "", "node-a", "GPU-2", "")}
+    assert gpus == pytest.approx(day_sums(store_url, stored, GPU_KEY), rel=1e-12)
+    assert {key[:2] for key in gpus} == stored
     assert make(store_url, H + DAY * 22) == 0  # nothing more due
 
     after = waste(store_url, since, until)
@@ -286,6 +309,32 @@ def test_waste_holds_on_old_and_new_rows_across_0015_down_and_up(store_url: str)
         engine.dispose()
 
 
+def test_0016_fills_the_gpus_of_the_blocks_made_before_it(store_url: str) -> None:
+    """Blocks made, then down to 0015 (idle_block_gpu goes, the blocks stay made) and up
+    again: the upgrade fills each made block's GPUs from gpu_day, as the writer made them, and
+    waste counts the same GPUs."""
+    engine = create_store_engine(parse_store_url(store_url), create_file=True)
+    try:
+        store = TableStore(store_url)
+        write_unowned_days(store, 10)
+        store.close()
+        since, until = H + timedelta(minutes=17), H + DAY * 10
+        assert make(store_url, H + DAY * 12) > 0
+        made = rows(store_url, idle_block_made)
+        written, listed = gpu_block_sums(store_url), ranked(store_url, since, until)
+
+        migrate(engine, "0015_idle_blocks", down=True)
+        assert "idle_block_gpu" not in sa.inspect(engine).get_table_names()
+        assert rows(store_url, idle_block_made) == made
+        migrate(engine, "head")
+        filled = gpu_block_sums(store_url)
+        assert filled.keys() == written.keys()
+        assert filled == pytest.approx(written, rel=1e-12)
+        assert_ranked_equal(ranked(store_url, since, until), listed)
+    finally:
+        engine.dispose()
+
+
 def test_a_range_with_a_node_ranks_from_gpu_day(store_url: str) -> None:
     """Blocks hold no node: the report of one node reads its days from gpu_day. Before any
     block is made there is no second relation."""
@@ -304,6 +353,65 @@ def test_a_range_with_a_node_ranks_from_gpu_day(store_url: str) -> None:
             assert one.idle is None
     finally:
         engine.dispose()
+
+
+def write_unowned_days(store: TableStore, days: int) -> None:
+    """Hourly cycles of four GPUs: GPU 0 held by a PyTorchJob's pod, idle a tenth; GPU 2 with
+    no pod; GPU 3 with no pod for the first five days, then a Job's; GPU 4 with no pod for
+    three days, then a pod without a controller in namespace lab, idle throughout."""
+    seconds = 3600.0
+    while seconds <= days * 86400:
+        day_index = int(seconds // 86400)
+        owned = gpu("0", util=90.0, idle=0.1, fb=100.0)
+        no_pod = gpu("2", "idle", idle=1.0, fb=100.0, pod=None)
+        three = gpu("3", "idle", idle=0.5, fb=100.0, pod=None)
+        if day_index >= 5:
+            three = dataclasses.replace(
+                gpu("3", idle=0.5, fb=100.0, pod="batch-0"), owner_kind="Job", owner_name="batch"
+            )
+        four = gpu("4", "idle", idle=1.0, fb=100.0, pod=None)
+        if day_index >= 3:
+            four = dataclasses.replace(
+                gpu("4", "idle", idle=1.0, fb=100.0, pod="bare-0"),
+                namespace="lab",
+                owner_kind=None,
+                owner_name=None,
+            )
+        store.publish(cycle(seconds, [owned, no_pod, three, four]))
+        seconds += 3600.0
+
+
+def test_waste_counts_the_gpus_of_workloads_without_an_owner_from_the_blocks(
+    store_url: str,
+) -> None:
+    """Ten days of GPUs with no pod and a pod without a controller, their blocks made:
+    waste --top 2 lists the same GPUs and hours as the raw rows. A GPU added to a made block's
+    idle_block_gpu (and to no other table) is counted: the count reads that table."""
+    store = TableStore(store_url)
+    write_unowned_days(store, 10)
+    store.close()
+    since, until = H + timedelta(minutes=17), H + DAY * 10
+    reference = ranked(store_url, since, until, rollups=False)
+    assert [row[:5] for row in reference if row[3] is None] == [
+        ("idle-no-pod", None, None, None, 3),
+        ("allocated-idle", "lab", None, None, 1),
+    ]
+    assert make(store_url, H + DAY * 12) > 0
+    assert_ranked_equal(ranked(store_url, since, until), reference)
+
+    made = {(row["start"], row["days"]) for row in rows(store_url, idle_block_made)}
+    start, days = max(made, key=lambda block: block[1])  # the largest: the plan takes it
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    with engine.begin() as connection:
+        connection.execute(
+            sa.insert(idle_block_gpu).values(
+                start=start, days=days, memory_held=False, has_pod=False, namespace="",
+                owner_kind="", node="node-z", uuid="GPU-z", gpu_i_id="", idle_gpu_seconds=60.0,
+            )
+        )  # fmt: skip
+    engine.dispose()
+    unclaimed = [row for row in ranked(store_url, since, until) if row[0] == "idle-no-pod"]
+    assert [row[4] for row in unclaimed] == [4]
 
 
 def test_blocks_under_days_retention_dropped_go_and_are_not_read(store_url: str) -> None:
@@ -374,6 +482,9 @@ def test_a_late_cycle_drops_the_blocks_of_its_days_and_they_are_made_again(
     again = {(row["start"], row["days"]) for row in rows(store_url, idle_block_made)}
     assert again == before
     assert block_sums(store_url) == pytest.approx(day_sums(store_url, again), rel=1e-12)
+    assert gpu_block_sums(store_url) == pytest.approx(
+        day_sums(store_url, again, GPU_KEY), rel=1e-12
+    )
     since, until = H, H + DAY * 20
     ranked = waste(store_url, since, until, top=3)
     full = waste(store_url, since, until, top=0)

@@ -337,7 +337,7 @@ def test_rollups_and_raw_rows_give_the_same_report_on_postgresql(
     try:
         with engine.begin() as connection:
             tables = "gpu_window, gpu_hour, gpu_day, gpu_job_day, pod_hour"
-            tables += ", idle_block, idle_block_made"
+            tables += ", idle_block, idle_block_gpu, idle_block_made"
             connection.execute(sa.text(f"TRUNCATE {tables}"))
     finally:
         engine.dispose()

@@ -49,6 +49,7 @@ from profiler_app.sinks.store.models import (
     gpu_job_day,
     gpu_window,
     idle_block,
+    idle_block_gpu,
     idle_block_made,
     store_horizon,
 )
@@ -136,12 +137,15 @@ class History:
     whether the relation reads whole days (a daily rollup). ``idle``: the same time where only
     the workload keys and idle seconds count, its whole days from the idle blocks made
     (``idle_blocks.py``; the GPU, job type, covered time and peaks NULL there); None where
-    ``relation`` serves as well."""
+    ``relation`` serves as well. ``unowned``: the same for the rows of workloads without an
+    owner name, with their GPUs: its whole days from the blocks' ``idle_block_gpu`` (the rows of
+    other workloads are left out there, so read it for owner name '' only)."""
 
     relation: Subquery
     notes: list[str] = field(default_factory=list)
     whole_days: bool = False
     idle: Subquery | None = None
+    unowned: Subquery | None = None
 
 
 def gpu_history(
@@ -164,7 +168,8 @@ def gpu_history(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
     parts: list[Select[Any]] = []
-    idle_parts: list[Select[Any]] | None = None
+    idle_parts: list[Select[Any]] | None = None  # and unowned_parts, the same parts but blocks
+    unowned_parts: list[Select[Any]] = []
     notes = []
     range_spans = spans(since, until, horizon=horizon)
     for part in range_spans:
@@ -194,15 +199,20 @@ def gpu_history(
             ranked = workloads and part.source == "day" and node is None
             blocks = _idle_days(connection, part) if ranked else None
             if blocks is not None:
-                idle_parts = [*parts[:-1], *blocks]
+                idle_parts = [*parts[:-1], *blocks[0]]
+                unowned_parts = [*parts[:-1], *blocks[1]]
                 continue
         if idle_parts is not None:
             idle_parts.append(parts[-1])
+            unowned_parts.append(parts[-1])
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
         parts.append(_raw(dialect, since, since, node, reach_after=0.0))
     whole_days = any(part.source == "day" for part in range_spans)
-    idle = union_all(*idle_parts).subquery("history") if idle_parts is not None else None
-    return History(union_all(*parts).subquery("history"), notes, whole_days, idle)
+    idle = unowned = None
+    if idle_parts is not None:
+        idle = union_all(*idle_parts).subquery("history")
+        unowned = union_all(*unowned_parts).subquery("history")
+    return History(union_all(*parts).subquery("history"), notes, whole_days, idle, unowned)
 
 
 def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElement[int]:
@@ -327,10 +337,13 @@ def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
     return query.where(table.c.node == node) if node is not None else query
 
 
-def _idle_days(connection: Connection, part: Span) -> list[Select[Any]] | None:
+def _idle_days(
+    connection: Connection, part: Span
+) -> tuple[list[Select[Any]], list[Select[Any]]] | None:
     """Whole days as the idle blocks made inside them (those not older than gpu_day's oldest
-    day, which retention may have dropped under them), and gpu_day for the days between; None
-    where no block is made inside them."""
+    day, which retention may have dropped under them), and gpu_day for the days between: the
+    parts of ``History.idle`` and of ``History.unowned``. None where no block is made inside
+    them."""
     if part.end - part.start < timedelta(days=LEVELS[0]):
         return None
     b = idle_block_made.c
@@ -342,21 +355,29 @@ def _idle_days(connection: Connection, part: Span) -> list[Select[Any]] | None:
     taken = plan(part.start, part.end, made)
     if all(days is None for _, _, days in taken):
         return None
-    parts = []
+    idle, unowned = [], []
     for start, end, days in taken:
         if days is None:
-            parts.append(_tier(gpu_day, Span(start, end, "day"), None))
+            between = _tier(gpu_day, Span(start, end, "day"), None)
+            idle.append(between)
+            unowned.append(between)
             continue
-        c = idle_block.c
-        parts.append(
-            select(
-                *(
-                    c[column] if column in c else cast(null(), gpu_day.c[column].type).label(column)
-                    for column in GPU_COLUMNS
-                )
-            ).where(c.start == start, c.days == days)
-        )
-    return parts
+        for table, parts in ((idle_block, idle), (idle_block_gpu, unowned)):
+            block = table.c.start == start, table.c.days == days
+            parts.append(select(*_block_columns(table)).where(*block))
+    return idle, unowned
+
+
+def _block_columns(table: Table) -> list[ColumnElement[Any]]:
+    """A block table's rows in the relation's shape: what it does not hold NULL, but the owner
+    name of ``idle_block_gpu``, which is '' for all its rows."""
+    c = table.c
+    return [
+        c[column] if column in c
+        else literal("").label(column) if column == "owner_name"
+        else cast(null(), gpu_day.c[column].type).label(column)
+        for column in GPU_COLUMNS
+    ]  # fmt: skip
 
 
 def _estimate(part: Span, node: str | None) -> Select[Any]:

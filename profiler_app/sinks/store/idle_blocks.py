@@ -8,8 +8,10 @@ over read from ``gpu_day`` (``plan``). Lengths are powers of two (``LEVELS``), a
 epoch, so each block is two of the level below.
 
 A block is made once its last day ended ``MARGIN_DAYS`` ago, from ``gpu_day`` for two days and
-from its two halves above: one transaction inserts its rows and its row in ``idle_block_made``,
-which the report reads to know what is there (an empty block is made, not missing). A cycle
+from its two halves above: one transaction inserts its rows, the idle time per GPU of its
+workloads without an owner name (``idle_block_gpu``, revision 0016: waste counts their GPUs
+there) and its row in ``idle_block_made``, which the report reads to know what is there (an
+empty block is made, not missing). A cycle
 whose rows reach back past yesterday (a window longer than a day, or a cycle written late
 after the store was down for days) drops the blocks holding the days it writes, in its own
 transaction (``forget``); they are made again from ``gpu_day`` by a later call. On
@@ -43,6 +45,12 @@ IDLE_BLOCK_LOCK_ID = 0x677075626C6B  # any fixed number: one daemon makes blocks
 # What a block sums over: the workload, and what makes the kind of waste. Not the node: the
 # ranking is the cluster's, and a workload on many nodes would be as many rows.
 KEY = ("memory_held", "has_pod", "namespace", "owner_kind", "owner_name")
+# The GPUs of the workloads without an owner name ('' there): no pod, or a pod without a
+# controller. The owner's name is not in the key: it is '' for all of them.
+GPU_KEY = ("memory_held", "has_pod", "namespace", "owner_kind", "node", "uuid", "gpu_i_id")
+_TABLES = ("idle_block_made", "idle_block", "idle_block_gpu")
+# Each table of a block's rows, its key and which of gpu_day's idle rows a 2-day block sums.
+_MADE_FROM_GPU_DAY = (("idle_block", KEY, ""), ("idle_block_gpu", GPU_KEY, " AND owner_name = ''"))
 _ONE_DAY = timedelta(days=1)
 
 Block = tuple[datetime, int]  # (start, days)
@@ -104,9 +112,10 @@ def forget(database: Database, cursor: Any, first: datetime, end: datetime) -> i
     dropped = 0
     for start, days in blocks_over(first, end):
         block = database.bind({"start": start, "days": days})
-        cursor.execute(f"DELETE FROM idle_block_made {where}", block)  # noqa: S608
-        dropped += max(int(cursor.rowcount), 0)
-        cursor.execute(f"DELETE FROM idle_block {where}", block)  # noqa: S608
+        for table in _TABLES:
+            cursor.execute(f"DELETE FROM {table} {where}", block)  # noqa: S608
+            if table == "idle_block_made":
+                dropped += max(int(cursor.rowcount), 0)
     return dropped
 
 
@@ -171,8 +180,8 @@ def _make(database: Database, cursor: Any, now: datetime, limit: int) -> int:
     oldest_day = database.read_time(oldest)
     bound = database.bind({"oldest": oldest_day})
     start = database.param("oldest")
-    cursor.execute(f"DELETE FROM idle_block_made WHERE start < {start}", bound)  # noqa: S608
-    cursor.execute(f"DELETE FROM idle_block WHERE start < {start}", bound)  # noqa: S608
+    for table in _TABLES:
+        cursor.execute(f"DELETE FROM {table} WHERE start < {start}", bound)  # noqa: S608
     cursor.execute("SELECT start, days FROM idle_block_made")
     made = {(database.read_time(stored), int(days)) for stored, days in cursor.fetchall()}
     count = 0
@@ -187,26 +196,26 @@ def _make(database: Database, cursor: Any, now: datetime, limit: int) -> int:
 def _make_block(database: Database, cursor: Any, block: Block, now: datetime) -> None:
     start, days = block
     p = database.param
-    keys = ", ".join(KEY)
-    if days == LEVELS[0]:
-        source = f"gpu_day WHERE day >= {p('start')} AND day < {p('end')} AND idle_gpu_seconds > 0"
-    else:
-        source = (
-            f"idle_block WHERE days = {p('half')} AND start >= {p('start')} AND start < {p('end')}"
-        )
-    cursor.execute(
-        f"INSERT INTO idle_block (start, days, {keys}, idle_gpu_seconds)"  # noqa: S608
-        f" SELECT {p('start')}, {p('days')}, {keys}, sum(idle_gpu_seconds) FROM {source}"
-        f" GROUP BY {keys}",
-        database.bind(
-            {
-                "start": start,
-                "end": start + timedelta(days=days),
-                "days": days,
-                "half": days // 2,
-            }
-        ),
+    values = database.bind(
+        {"start": start, "end": start + timedelta(days=days), "days": days, "half": days // 2}
     )
+    for table, key, rows in _MADE_FROM_GPU_DAY:
+        if days == LEVELS[0]:
+            source = (
+                f"gpu_day WHERE day >= {p('start')} AND day < {p('end')}"
+                f" AND idle_gpu_seconds > 0{rows}"
+            )
+        else:
+            source = (
+                f"{table} WHERE days = {p('half')} AND start >= {p('start')} AND start < {p('end')}"
+            )
+        keys = ", ".join(key)
+        cursor.execute(
+            f"INSERT INTO {table} (start, days, {keys}, idle_gpu_seconds)"  # noqa: S608
+            f" SELECT {p('start')}, {p('days')}, {keys}, sum(idle_gpu_seconds) FROM {source}"
+            f" GROUP BY {keys}",
+            values,
+        )
     cursor.execute(
         "INSERT INTO idle_block_made (start, days, made_at)"  # noqa: S608 (placeholders)
         f" VALUES ({p('start')}, {p('days')}, {p('now')})",

@@ -402,6 +402,24 @@ idle_block = Table(
     _required("owner_name", String(253), key=True),
     _required("idle_gpu_seconds", Float),
 )
+# The GPUs that added idle time to a block's workloads without an owner name: no pod (each
+# GPU's idle time alone, most of a cluster's GPUs in a month), or a pod without a controller
+# (revision 0016). waste counts their GPUs here: the index on the owner's name cannot narrow
+# gpu_day's rows of those to fewer than all of them. Made and dropped with the block's rows.
+idle_block_gpu = Table(
+    "idle_block_gpu",
+    metadata,
+    _required("start", UtcDateTime(), key=True),
+    _required("days", Integer, key=True),
+    _required("memory_held", Boolean(create_constraint=False), key=True),
+    _required("has_pod", Boolean(create_constraint=False), key=True),
+    _required("namespace", String(253), key=True),
+    _required("owner_kind", String(63), key=True),
+    _required("node", String(253), key=True),
+    _required("uuid", String(64), key=True),
+    _required("gpu_i_id", String(8), key=True),
+    _required("idle_gpu_seconds", Float),
+)
 # The blocks made: a block with no row is made and empty (nothing idle), not missing.
 idle_block_made = Table(
     "idle_block_made",
