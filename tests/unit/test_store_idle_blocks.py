@@ -290,7 +290,8 @@ def test_waste_holds_on_old_and_new_rows_across_0015_down_and_up(store_url: str)
         assert_ranked_equal(ranked(store_url, since, until), reference)
 
         migrate(engine, "0014_workload_indexes", down=True)
-        assert not {"idle_block", "idle_block_made"} & set(sa.inspect(engine).get_table_names())
+        blocks = {"idle_block", "idle_block_gpu", "idle_block_made"}
+        assert not blocks & set(sa.inspect(engine).get_table_names())
         migrate(engine, "head")
         assert rows(store_url, idle_block_made) == []
         assert_ranked_equal(ranked(store_url, since, until), reference)

@@ -386,6 +386,20 @@ def _packed(name: str, bucket: str) -> Table:
 activity_hour_packed = _packed("activity_hour_packed", "hour")
 activity_day_packed = _packed("activity_day_packed", "day")
 
+
+def _block_key() -> list[Column[Any]]:
+    """The key columns both tables of idle blocks start with: the block, and the workload's
+    kind of waste, namespace and owner's kind."""
+    return [
+        _required("start", UtcDateTime(), key=True),
+        _required("days", Integer, key=True),
+        _required("memory_held", Boolean(create_constraint=False), key=True),
+        _required("has_pod", Boolean(create_constraint=False), key=True),
+        _required("namespace", String(253), key=True),
+        _required("owner_kind", String(63), key=True),
+    ]
+
+
 # Idle time per workload and whether memory was held or a pod was there, summed over a block
 # of whole days aligned on the epoch (revision 0015): ``days`` is a power of two
 # (idle_blocks.LEVELS). Made from gpu_day once the days are settled, by one daemon at a time,
@@ -393,12 +407,7 @@ activity_day_packed = _packed("activity_day_packed", "day")
 idle_block = Table(
     "idle_block",
     metadata,
-    _required("start", UtcDateTime(), key=True),
-    _required("days", Integer, key=True),
-    _required("memory_held", Boolean(create_constraint=False), key=True),
-    _required("has_pod", Boolean(create_constraint=False), key=True),
-    _required("namespace", String(253), key=True),
-    _required("owner_kind", String(63), key=True),
+    *_block_key(),
     _required("owner_name", String(253), key=True),
     _required("idle_gpu_seconds", Float),
 )
@@ -409,12 +418,7 @@ idle_block = Table(
 idle_block_gpu = Table(
     "idle_block_gpu",
     metadata,
-    _required("start", UtcDateTime(), key=True),
-    _required("days", Integer, key=True),
-    _required("memory_held", Boolean(create_constraint=False), key=True),
-    _required("has_pod", Boolean(create_constraint=False), key=True),
-    _required("namespace", String(253), key=True),
-    _required("owner_kind", String(63), key=True),
+    *_block_key(),
     _required("node", String(253), key=True),
     _required("uuid", String(64), key=True),
     _required("gpu_i_id", String(8), key=True),
