@@ -168,8 +168,8 @@ def gpu_history(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
     parts: list[Select[Any]] = []
-    idle_parts: list[Select[Any]] | None = None  # and unowned_parts, the same parts but blocks
-    unowned_parts: list[Select[Any]] = []
+    idle_parts: list[Select[Any]] | None = None  # None: no block made in the range
+    unowned_parts: list[Select[Any]] = []  # idle_parts, but the blocks' GPUs for the blocks
     notes = []
     range_spans = spans(since, until, horizon=horizon)
     for part in range_spans:

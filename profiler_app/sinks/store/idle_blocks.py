@@ -11,17 +11,16 @@ A block is made once its last day ended ``MARGIN_DAYS`` ago, from ``gpu_day`` fo
 from its two halves above: one transaction inserts its rows, the idle time per GPU of its
 workloads without an owner name (``idle_block_gpu``, revision 0016: waste counts their GPUs
 there) and its row in ``idle_block_made``, which the report reads to know what is there (an
-empty block is made, not missing). A cycle
-whose rows reach back past yesterday (a window longer than a day, or a cycle written late
-after the store was down for days) drops the blocks holding the days it writes, in its own
-transaction (``forget``); they are made again from ``gpu_day`` by a later call. On
-PostgreSQL that waits for the advisory lock, so a block being made while a late cycle writes
-is either made before the cycle drops it or made after it from the cycle's rows. Every
-``MAKE_EVERY_SECONDS`` the writer makes at most ``MAX_BLOCKS``, smallest first, so a store
-migrated with months of days fills over a few hours, the report reading ``gpu_day`` for the
-blocks not made yet. Blocks older than ``gpu_day``'s oldest day (retention dropped days under
-them) go in the same call. One daemon makes blocks at a time on PostgreSQL (an advisory lock);
-SQLite has one writer.
+empty block is made, not missing). A cycle whose rows reach back past yesterday (a window
+longer than a day, or a cycle written late after the store was down for days) drops the blocks
+holding the days it writes, in its own transaction (``forget``); they are made again from
+``gpu_day`` by a later call. On PostgreSQL that waits for the advisory lock, so a block being
+made while a late cycle writes is either made before the cycle drops it or made after it from
+the cycle's rows. Every ``MAKE_EVERY_SECONDS`` the writer makes at most ``MAX_BLOCKS``,
+smallest first, so a store migrated with months of days fills over a few hours, the report
+reading ``gpu_day`` for the blocks not made yet. Blocks older than ``gpu_day``'s oldest day
+(retention dropped days under them) go in the same call. One daemon makes blocks at a time on
+PostgreSQL (an advisory lock); SQLite has one writer.
 """
 
 from __future__ import annotations
@@ -199,11 +198,11 @@ def _make_block(database: Database, cursor: Any, block: Block, now: datetime) ->
     values = database.bind(
         {"start": start, "end": start + timedelta(days=days), "days": days, "half": days // 2}
     )
-    for table, key, rows in _MADE_FROM_GPU_DAY:
+    for table, key, only in _MADE_FROM_GPU_DAY:
         if days == LEVELS[0]:
             source = (
                 f"gpu_day WHERE day >= {p('start')} AND day < {p('end')}"
-                f" AND idle_gpu_seconds > 0{rows}"
+                f" AND idle_gpu_seconds > 0{only}"
             )
         else:
             source = (
