@@ -141,7 +141,7 @@ def _grouping_by_hashing(connection: Connection) -> Iterator[None]:
     Over a day of hours PostgreSQL 15 sorts the per-GPU groups (121,000 rows from its workers
     in the 8,000-GPU benchmark store) to hand them in order to the grouping per workload: it
     underestimates the groups by half, and within 1 % of cost it keeps the sorted plan.
-    Hashing both took 0.10-0.15 s off a statement of 0.5 s (benchmarks/RESULTS.md). SET LOCAL
+    Hashing both: 0.46-0.50 s against 0.57-0.68 s (benchmarks/RESULTS.md). SET LOCAL
     lasts until the transaction ends, so it is put back at once; an error inside rolls it
     back with the transaction.
     """

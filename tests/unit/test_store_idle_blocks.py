@@ -311,9 +311,10 @@ def test_waste_holds_on_old_and_new_rows_across_0015_down_and_up(store_url: str)
 
 
 def test_0016_fills_the_gpus_of_the_blocks_made_before_it(store_url: str) -> None:
-    """Blocks made, then down to 0015 (idle_block_gpu goes, the blocks stay made) and up
-    again: the upgrade fills each made block's GPUs from gpu_day, as the writer made them, and
-    waste counts the same GPUs."""
+    """Blocks made: waste --top 2 equals the raw rows'. Down to 0015 (idle_block_gpu goes, the
+    blocks stay made) and up again: the upgrade fills each made block's GPUs from gpu_day as
+    the writer made them, and waste lists the same; and over sixteen days once the current
+    writer has added six more and their blocks are made."""
     engine = create_store_engine(parse_store_url(store_url), create_file=True)
     try:
         store = TableStore(store_url)
@@ -323,6 +324,7 @@ def test_0016_fills_the_gpus_of_the_blocks_made_before_it(store_url: str) -> Non
         assert make(store_url, H + DAY * 12) > 0
         made = rows(store_url, idle_block_made)
         written, listed = gpu_block_sums(store_url), ranked(store_url, since, until)
+        assert_ranked_equal(listed, ranked(store_url, since, until, rollups=False))
 
         migrate(engine, "0015_idle_blocks", down=True)
         assert "idle_block_gpu" not in sa.inspect(engine).get_table_names()
@@ -332,6 +334,15 @@ def test_0016_fills_the_gpus_of_the_blocks_made_before_it(store_url: str) -> Non
         assert filled.keys() == written.keys()
         assert filled == pytest.approx(written, rel=1e-12)
         assert_ranked_equal(ranked(store_url, since, until), listed)
+
+        store = TableStore(store_url)
+        write_unowned_days(store, 16, first=10)
+        store.close()
+        assert make(store_url, H + DAY * 18) > 0
+        until = H + DAY * 16
+        assert_ranked_equal(
+            ranked(store_url, since, until), ranked(store_url, since, until, rollups=False)
+        )
     finally:
         engine.dispose()
 
@@ -356,11 +367,12 @@ def test_a_range_with_a_node_ranks_from_gpu_day(store_url: str) -> None:
         engine.dispose()
 
 
-def write_unowned_days(store: TableStore, days: int) -> None:
-    """Hourly cycles of four GPUs: GPU 0 held by a PyTorchJob's pod, idle a tenth; GPU 2 with
-    no pod; GPU 3 with no pod for the first five days, then a Job's; GPU 4 with no pod for
-    three days, then a pod without a controller in namespace lab, idle throughout."""
-    seconds = 3600.0
+def write_unowned_days(store: TableStore, days: int, *, first: int = 0) -> None:
+    """Hourly cycles of four GPUs from H + ``first`` days to H + ``days`` days: GPU 0 held by
+    a PyTorchJob's pod, idle a tenth; GPU 2 with no pod; GPU 3 with no pod for the first five
+    days, then a Job's; GPU 4 with no pod for three days, then a pod without a controller in
+    namespace lab, idle throughout."""
+    seconds = first * 86400 + 3600.0
     while seconds <= days * 86400:
         day_index = int(seconds // 86400)
         owned = gpu("0", util=90.0, idle=0.1, fb=100.0)

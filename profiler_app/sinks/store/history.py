@@ -42,7 +42,7 @@ from sqlalchemy import (
 from sqlalchemy import case as sql_case
 
 from profiler_app.core.model import HELD_MEMORY_MIB
-from profiler_app.sinks.store.idle_blocks import LEVELS, plan
+from profiler_app.sinks.store.idle_blocks import LEVELS, Taken, plan
 from profiler_app.sinks.store.models import (
     gpu_day,
     gpu_hour,
@@ -168,8 +168,7 @@ def gpu_history(
         select(store_horizon.c.removed_before).where(store_horizon.c.table_name == "gpu_window")
     ).scalar()
     parts: list[Select[Any]] = []
-    idle_parts: list[Select[Any]] | None = None  # None: no block made in the range
-    unowned_parts: list[Select[Any]] = []  # idle_parts, but the blocks' GPUs for the blocks
+    blocks: tuple[int, list[Taken]] | None = None  # the whole days' part and its blocks' plan
     notes = []
     range_spans = spans(since, until, horizon=horizon)
     for part in range_spans:
@@ -196,23 +195,21 @@ def gpu_history(
             day = gpu_day if workloads else gpu_job_day
             parts.append(_tier(gpu_hour if part.source == "hour" else day, part, node))
             # Blocks hold no node: the ranking of one node reads its days from gpu_day.
-            ranked = workloads and part.source == "day" and node is None
-            blocks = _idle_days(connection, part) if ranked else None
-            if blocks is not None:
-                idle_parts = [*parts[:-1], *blocks[0]]
-                unowned_parts = [*parts[:-1], *blocks[1]]
-                continue
-        if idle_parts is not None:
-            idle_parts.append(parts[-1])
-            unowned_parts.append(parts[-1])
+            if workloads and part.source == "day" and node is None:
+                taken = _blocks_taken(connection, part)
+                blocks = (len(parts) - 1, taken) if taken is not None else None
     if not parts:  # an empty range: a part that finds nothing keeps the relation's shape
         parts.append(_raw(dialect, since, since, node, reach_after=0.0))
     whole_days = any(part.source == "day" for part in range_spans)
-    idle = unowned = None
-    if idle_parts is not None:
-        idle = union_all(*idle_parts).subquery("history")
-        unowned = union_all(*unowned_parts).subquery("history")
-    return History(union_all(*parts).subquery("history"), notes, whole_days, idle, unowned)
+    history = History(union_all(*parts).subquery("history"), notes, whole_days)
+    if blocks is not None:  # the same parts, the whole days' one from the blocks
+        at, taken = blocks
+        head, tail = parts[:at], parts[at + 1 :]
+        history.idle, history.unowned = (
+            union_all(*head, *_block_parts(taken, table), *tail).subquery("history")
+            for table in (idle_block, idle_block_gpu)
+        )
+    return history
 
 
 def epoch_microseconds(dialect: str, column: ColumnElement[Any]) -> ColumnElement[int]:
@@ -337,13 +334,10 @@ def _tier(table: Table, part: Span, node: str | None) -> Select[Any]:
     return query.where(table.c.node == node) if node is not None else query
 
 
-def _idle_days(
-    connection: Connection, part: Span
-) -> tuple[list[Select[Any]], list[Select[Any]]] | None:
-    """Whole days as the idle blocks made inside them (those not older than gpu_day's oldest
-    day, which retention may have dropped under them), and gpu_day for the days between: the
-    parts of ``History.idle`` and of ``History.unowned``. None where no block is made inside
-    them."""
+def _blocks_taken(connection: Connection, part: Span) -> list[Taken] | None:
+    """The plan of whole days as the idle blocks made inside them (those not older than
+    gpu_day's oldest day, which retention may have dropped under them) and the days between;
+    None where no block is made inside them."""
     if part.end - part.start < timedelta(days=LEVELS[0]):
         return None
     b = idle_block_made.c
@@ -353,19 +347,17 @@ def _idle_days(
     )
     made = {(start, int(days)) for start, days in connection.execute(query)}
     taken = plan(part.start, part.end, made)
-    if all(days is None for _, _, days in taken):
-        return None
-    idle, unowned = [], []
-    for start, end, days in taken:
-        if days is None:
-            between = _tier(gpu_day, Span(start, end, "day"), None)
-            idle.append(between)
-            unowned.append(between)
-            continue
-        for table, parts in ((idle_block, idle), (idle_block_gpu, unowned)):
-            block = table.c.start == start, table.c.days == days
-            parts.append(select(*_block_columns(table)).where(*block))
-    return idle, unowned
+    return None if all(days is None for _, _, days in taken) else taken
+
+
+def _block_parts(taken: list[Taken], table: Table) -> list[Select[Any]]:
+    """The planned whole days from ``table``'s blocks (``idle_block`` or ``idle_block_gpu``),
+    the days between from gpu_day."""
+    return [
+        _tier(gpu_day, Span(start, end, "day"), None) if days is None
+        else select(*_block_columns(table)).where(table.c.start == start, table.c.days == days)
+        for start, end, days in taken
+    ]  # fmt: skip
 
 
 def _block_columns(table: Table) -> list[ColumnElement[Any]]:

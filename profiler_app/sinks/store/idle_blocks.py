@@ -53,14 +53,13 @@ _MADE_FROM_GPU_DAY = (("idle_block", KEY, ""), ("idle_block_gpu", GPU_KEY, " AND
 _ONE_DAY = timedelta(days=1)
 
 Block = tuple[datetime, int]  # (start, days)
+Taken = tuple[datetime, datetime, int | None]  # (start, end, days): a block, or None: gpu_day
 
 
-def plan(
-    first: datetime, last: datetime, made: Collection[Block]
-) -> list[tuple[datetime, datetime, int | None]]:
+def plan(first: datetime, last: datetime, made: Collection[Block]) -> list[Taken]:
     """The whole days ``[first, last)`` as the largest ``made`` blocks inside them, each
     ``(start, end, days)``, and the runs of days between them ``(start, end, None)``."""
-    parts: list[tuple[datetime, datetime, int | None]] = []
+    parts: list[Taken] = []
     day = first
     while day < last:
         days = next(
