@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +24,7 @@ from profiler_app.sinks.store.partitions import is_partition
 from profiler_app.sinks.store.schema import SCHEMA_HEAD
 from profiler_app.sinks.store.sink import _PEAK_COLUMNS, _POD_KEY, _gpu_window_row, _pod_row
 from profiler_app.sinks.store.urls import parse_store_url
+from tests.support.migrations import migrate
 from tests.support.store_cycles import T0, cycle, engine_for, pod, profile
 
 pytest_plugins = ["tests.support.postgres"]
@@ -30,21 +32,50 @@ pytest_plugins = ["tests.support.postgres"]
 
 def test_migration_matches_models_and_reaches_head(store: TableStore, store_url: str) -> None:
     engine = engine_for(store_url)
+    sqlite = engine.dialect.name == "sqlite"
+
+    def compared(item: object, _name: object, kind: str, _reflected: bool, _other: object) -> bool:
+        # BRIN indexes are PostgreSQL's (models._bucket_ranges): SQLite has none to compare.
+        return not (sqlite and kind == "index" and _is_brin(item))
+
     with engine.connect() as connection:
         # The partitions the writer makes (PostgreSQL) are not the models'.
         context = MigrationContext.configure(
             connection,
             opts={
-                "include_name": lambda name, kind, _: not (kind == "table" and is_partition(name))
+                "include_name": lambda name, kind, _: not (kind == "table" and is_partition(name)),
+                "include_object": compared,
             },
         )
         assert set(context.get_current_heads()) == set(head_revisions())
         diff = compare_metadata(context, metadata)
         indexes = sa.inspect(connection).get_indexes("gpu_window")
+        brin = _brin_indexes(connection)
     engine.dispose()
     assert diff == []
+    expected = {("gpu_day", "ix_gpu_day_day"), ("gpu_hour", "ix_gpu_hour_hour")}
+    assert brin == (set() if sqlite else expected)
     assert {tuple(index["column_names"]) for index in indexes} == {("at",), ("node", "gpu", "at")}
     TableStore(store_url).close()  # opening an up-to-date store again migrates nothing
+
+
+def _is_brin(index: object) -> bool:
+    return isinstance(index, sa.Index) and index.dialect_options["postgresql"]["using"] == "brin"
+
+
+def _brin_indexes(connection: sa.Connection) -> set[tuple[str, str]]:
+    """(table, index) of the BRIN indexes on partitioned tables, with their options checked."""
+    if connection.dialect.name != "postgresql":
+        return set()
+    rows = connection.execute(
+        sa.text(
+            "SELECT c.relname, i.relname, i.reloptions FROM pg_index x"
+            " JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class c ON c.oid = x.indrelid"
+            " JOIN pg_am a ON a.oid = i.relam WHERE a.amname = 'brin' AND c.relkind = 'p'"
+        )
+    ).all()
+    assert all(options == ["autosummarize=on"] for _, _, options in rows)
+    return {(table, index) for table, index, _ in rows}
 
 
 def test_schema_head_is_alembics_head() -> None:
@@ -105,6 +136,55 @@ def test_migrations_downgrade_and_upgrade_again(store: TableStore, store_url: st
     with engine.connect() as connection:
         assert {"gpu_window", "pod_usage"} <= set(sa.inspect(connection).get_table_names())
     engine.dispose()
+
+
+def test_0017_ranges_the_buckets_of_every_partition_and_back(store_url: str) -> None:
+    """On PostgreSQL revision 0017's BRIN indexes reach every partition of gpu_hour and gpu_day:
+    those there when it runs and those the writer attaches after; down to 0016 they go. SQLite
+    has none, either way."""
+    store = TableStore(store_url)
+    store.publish(cycle(T0, [profile("0")]))
+    store.close()
+    engine = engine_for(store_url)
+    try:
+        migrate(engine, "0016_idle_block_gpus", down=True)
+        before = _bucket_ranges(engine)
+        migrate(engine, "head")
+        store = TableStore(store_url)
+        store.publish(cycle(T0 + timedelta(days=62), [profile("0")]))  # a later month's partition
+        store.close()
+        after = _bucket_ranges(engine)
+    finally:
+        engine.dispose()
+    if engine.dialect.name == "sqlite":
+        assert before == after == {}
+        return
+    assert set(before.values()) == {False}
+    assert {"gpu_hour_p202601", "gpu_day_p202601", "gpu_hour_p202603", "gpu_day_p202603"} <= set(
+        after
+    )
+    assert set(after.values()) == {True}
+
+
+def _bucket_ranges(engine: sa.Engine) -> dict[str, bool]:
+    """Whether each partition of gpu_hour and gpu_day has a BRIN index on its bucket, summarised
+    by autovacuum."""
+    if engine.dialect.name != "postgresql":
+        return {}
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.text(
+                "SELECT p.relname, EXISTS (SELECT FROM pg_index x"
+                " JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am a ON a.oid = i.relam"
+                " JOIN pg_attribute c ON c.attrelid = p.oid AND c.attnum = x.indkey[0]"
+                " WHERE x.indrelid = p.oid AND a.amname = 'brin' AND x.indnatts = 1"
+                " AND i.reloptions = '{autosummarize=on}'"
+                " AND c.attname IN ('hour', 'day'))"
+                " FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhrelid"
+                " WHERE h.inhparent IN ('gpu_hour'::regclass, 'gpu_day'::regclass)"
+            )
+        ).all()
+    return {name: bool(has) for name, has in rows}
 
 
 def test_migration_0003_keeps_memory_copy_values(store_url: str) -> None:
