@@ -384,7 +384,9 @@ activity_day = _activity("activity_day", "day")
 def _packed(name: str, bucket: str) -> Table:
     """The histograms of complete buckets, one row per workload holding every metric's
     (packing.py, revision 0012). No key: a bucket packed again (a late write) adds a row, and
-    readers sum the rows of a workload; on PostgreSQL one partition per UTC month."""
+    readers sum the rows of a workload; on PostgreSQL one partition per UTC month. An index on
+    the workload's name and the bucket (revision 0018): rightsize reads the rows of the
+    workloads it lists, where the bucket's index read every workload's rows of the range."""
     return Table(
         name,
         metadata,
@@ -393,6 +395,7 @@ def _packed(name: str, bucket: str) -> Table:
         _required("workload", String(253)),
         _required("histograms", LargeBinary),  # packing.RECORD_FIELDS: (cell, seconds) records
         Index(None, bucket),
+        Index(None, "workload", bucket),
         postgresql_partition_by=f"RANGE ({bucket})",
     )
 

@@ -7,7 +7,7 @@ The tables themselves are defined once, in ``models.py`` (SQLAlchemy Core, for A
 from datetime import UTC, datetime
 
 # The newest revision in migrations/versions (a test checks it against Alembic's own answer).
-SCHEMA_HEAD = "0017_bucket_ranges"
+SCHEMA_HEAD = "0018_packed_workload_indexes"
 VERSION_TABLE = "alembic_version"
 # PostgreSQL's unique keys treat NULLs as distinct, so an unknown pod start time would never
 # conflict and every cycle would add a row; the epoch stands in for "unknown" instead.
