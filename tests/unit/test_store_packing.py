@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from profiler_app.core.model import GPU_UTIL, SM_ACTIVE, CycleResult, FieldStats, GpuProfile
 from profiler_app.reports.histograms import quantiles
+from profiler_app.reports.history import build_report, report_rows
 from profiler_app.reports.rightsize import histogram_quantile, rightsize_advice
 from profiler_app.reports.rightsizing.output import advice_record
 from profiler_app.sinks.store import TableStore
@@ -82,7 +83,11 @@ def pack(url: str, *, batch_rows: int = 7) -> int:
         database.close()
 
 
-def advice_json(url: str, periods: list[tuple[datetime, datetime]]) -> list[str]:
+def advice_json(
+    url: str, periods: list[tuple[datetime, datetime]], top: int | None = None
+) -> list[str]:
+    """The advice over each period (``top``: its workloads with the most GPU-hours, whose
+    histograms are read by name)."""
     engine = create_store_engine(parse_store_url(url), create_file=False)
     try:
         with engine.connect() as connection:
@@ -90,7 +95,7 @@ def advice_json(url: str, periods: list[tuple[datetime, datetime]]) -> list[str]
                 json.dumps(
                     [
                         advice_record(a)
-                        for a in rightsize_advice(connection, since=since, until=until)
+                        for a in rightsize_advice(connection, since=since, until=until, top=top)
                     ],
                     sort_keys=True,
                 )
@@ -247,6 +252,83 @@ def test_going_down_to_0011_unpacks_every_row(store_url: str) -> None:
         migrate(engine, "head")
     finally:
         engine.dispose()
+
+
+def test_0017_and_0018_down_and_up_keep_the_reports_on_old_and_new_rows(store_url: str) -> None:
+    """Rows written and packed: the advice (every workload, and the top one, read through the
+    workload's index of 0018) and the gpu, node and waste views (the buckets' BRIN of 0017 on
+    PostgreSQL). Down to 0016 (the indexes go) and up again: the same figures; then rows
+    written a week later and packed give the advice they gave before packing, and views equal
+    to the raw rows'."""
+    write_rows(store_url, rows_of(PLAN))
+    assert pack(store_url) > 0
+    old = [*PERIODS, (T0, T0 + timedelta(days=2))]
+    figures = {top: advice_json(store_url, old, top) for top in (None, 1)}
+    views = [views_of(store_url, since, until) for since, until in old]
+    assert views == [views_of(store_url, s, u, rollups=False) for s, u in old]
+    engine = create_store_engine(parse_store_url(store_url), create_file=False)
+    try:
+        migrate(engine, "0016_idle_block_gpus", down=True)
+        assert indexes_on_buckets(engine) == set()
+        assert {top: advice_json(store_url, old, top) for top in (None, 1)} == figures
+        assert [views_of(store_url, since, until) for since, until in old] == views
+        migrate(engine, "head")
+        expected = {"activity_hour_packed", "activity_day_packed"}
+        if engine.dialect.name == "postgresql":
+            expected |= {"gpu_hour", "gpu_day"}
+        assert indexes_on_buckets(engine) == expected
+        assert {top: advice_json(store_url, old, top) for top in (None, 1)} == figures
+        assert [views_of(store_url, since, until) for since, until in old] == views
+    finally:
+        engine.dispose()
+
+    week = timedelta(days=7)
+    write_rows(store_url, [{**row, "at": row["at"] + week} for row in rows_of(PLAN)])
+    new = [(since + week, until + week) for since, until in old]
+    unpacked = {top: advice_json(store_url, new, top) for top in (None, 1)}
+    assert pack(store_url) > 0
+    assert {top: advice_json(store_url, new, top) for top in (None, 1)} == unpacked
+    assert unpacked == figures  # the same rows a week later: the same advice
+    assert [views_of(store_url, since, until) for since, until in new] == [
+        views_of(store_url, since, until, rollups=False) for since, until in new
+    ]
+
+
+def views_of(url: str, since: datetime, until: datetime, **options: Any) -> list[Any]:
+    """The gpu, node and waste views' rows, their floats to 9 significant digits (the raw rows
+    and the rollups sum in another order)."""
+    engine = create_store_engine(parse_store_url(url), create_file=False)
+    try:
+        with engine.connect() as connection:
+            found = build_report(
+                connection, since=since, until=until, views=VIEWS, top=1, **options
+            )
+    finally:
+        engine.dispose()
+    return [
+        [
+            {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in row.items()}
+            for row in report_rows(found, view)
+        ]
+        for view in VIEWS
+    ]
+
+
+VIEWS = ("gpu", "node", "waste")
+
+
+def indexes_on_buckets(engine: sa.Engine) -> set[str]:
+    """The tables with 0017's or 0018's index: on the bucket alone, BRIN, or the workload's
+    name and the bucket."""
+    inspector = sa.inspect(engine)
+    found = set()
+    for table in ("gpu_hour", "gpu_day", "activity_hour_packed", "activity_day_packed"):
+        for index in inspector.get_indexes(table):
+            using = index.get("dialect_options", {}).get("postgresql_using")
+            columns = index["column_names"]
+            if using == "brin" or (columns[0] == "workload" and len(columns) == 2):
+                found.add(table)
+    return found
 
 
 @pytest.mark.integration
