@@ -46,6 +46,8 @@ from tests.support.migrations import migrate
 from tests.unit.test_store_rollups import cycle, gpu, report, rows
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.support.postgres import PostgresServer
 
 pytest_plugins = ["tests.support.postgres"]
@@ -274,6 +276,19 @@ def assert_ranked_equal(got: list[tuple[Any, ...]], expected: list[tuple[Any, ..
     assert [row[5] for row in got] == pytest.approx([row[5] for row in expected], rel=1e-9)
 
 
+def assert_later_days_rank_as_raw(
+    url: str, writer: Callable[..., None], first: int, days: int
+) -> None:
+    """The current writer adds days ``first`` to ``days`` and their blocks are made: waste
+    --top 2 from the first row to then equals the raw rows' ranking."""
+    store = TableStore(url)
+    writer(store, days, first=first)
+    store.close()
+    assert make(url, H + DAY * (days + 2)) > 0
+    since, until = H + timedelta(minutes=17), H + DAY * days
+    assert_ranked_equal(ranked(url, since, until), ranked(url, since, until, rollups=False))
+
+
 def test_waste_holds_on_old_and_new_rows_across_0015_down_and_up(store_url: str) -> None:
     """Twelve days written and their blocks made: waste --top 2 equals the raw rows' ranking.
     Down to 0014 (the blocks go, the rows stay) and up again: the same, from gpu_day; the same
@@ -298,14 +313,7 @@ def test_waste_holds_on_old_and_new_rows_across_0015_down_and_up(store_url: str)
         assert make(store_url, H + DAY * 14) > 0
         assert_ranked_equal(ranked(store_url, since, until), reference)
 
-        store = TableStore(store_url)
-        write_days(store, 20, first=12)
-        store.close()
-        assert make(store_url, H + DAY * 22) > 0
-        until = H + DAY * 20
-        assert_ranked_equal(
-            ranked(store_url, since, until), ranked(store_url, since, until, rollups=False)
-        )
+        assert_later_days_rank_as_raw(store_url, write_days, 12, 20)
     finally:
         engine.dispose()
 
@@ -335,14 +343,7 @@ def test_0016_fills_the_gpus_of_the_blocks_made_before_it(store_url: str) -> Non
         assert filled == pytest.approx(written, rel=1e-12)
         assert_ranked_equal(ranked(store_url, since, until), listed)
 
-        store = TableStore(store_url)
-        write_unowned_days(store, 16, first=10)
-        store.close()
-        assert make(store_url, H + DAY * 18) > 0
-        until = H + DAY * 16
-        assert_ranked_equal(
-            ranked(store_url, since, until), ranked(store_url, since, until, rollups=False)
-        )
+        assert_later_days_rank_as_raw(store_url, write_unowned_days, 10, 16)
     finally:
         engine.dispose()
 

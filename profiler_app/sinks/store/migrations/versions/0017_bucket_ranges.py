@@ -2,7 +2,7 @@
 
 Revision ID: 0017_bucket_ranges
 Revises: 0016_idle_block_gpus
-Create Date: 2026-12-01 03:00:00.000000
+Create Date: 2026-12-01 02:20:00.000000
 
 A report over 30 days reads the hours of its first day from that month's ``gpu_hour``
 partition, and ``waste`` the days since the last idle block from ``gpu_day``'s. The key's

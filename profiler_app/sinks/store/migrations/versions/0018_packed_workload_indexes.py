@@ -2,7 +2,7 @@
 
 Revision ID: 0018_packed_workload_indexes
 Revises: 0017_bucket_ranges
-Create Date: 2026-12-01 03:30:00.000000
+Create Date: 2026-12-01 02:35:00.000000
 
 ``report --by rightsize`` ranks the workloads, then merges the histograms of the ones it lists
 (ten by default). The packed tables have no key, only an index on the bucket, so that read every
